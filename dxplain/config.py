@@ -1,0 +1,49 @@
+"""Deployment settings: where to run and where to write, with ``DXPLAIN_*`` overrides.
+
+Algorithm hyperparameters are *not* here: they are arguments of the models and explainers.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+
+def _default_data_home() -> str:
+    return os.environ.get("DXPLAIN_HOME", str(Path.home() / ".cache" / "dxplain"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where dxplain runs and writes.
+
+    Every field can be overridden by an environment variable ``DXPLAIN_<FIELD>`` (upper case),
+    and explicit CLI options override both.
+    """
+
+    scheduler: str | None = None  # tcp://host:port of an existing cluster; None = LocalCluster
+    workers: int = 2  # LocalCluster worker processes
+    threads_per_worker: int = 1  # Dask threads per worker
+    blas_threads: int = 0  # BLAS threads per worker; 0 = cores // workers (never oversubscribe)
+    out: str = "dxplain-out"  # root folder of runs
+    data_home: str = field(default_factory=_default_data_home)  # prepared datasets and models
+    data: str | None = None  # extra folder holding raw datasets (e.g. ml-100k/)
+
+    @classmethod
+    def from_env(cls, **overrides) -> "Settings":
+        values = {}
+        for f in fields(cls):
+            raw = os.environ.get(f"DXPLAIN_{f.name.upper()}")
+            if raw is not None and raw != "":
+                values[f.name] = int(raw) if f.type == "int" else raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def with_(self, **changes) -> "Settings":
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def blas_threads_per_worker(self) -> int:
+        if self.blas_threads > 0:
+            return self.blas_threads
+        return max(1, (os.cpu_count() or 1) // max(1, self.workers))

@@ -1,0 +1,69 @@
+"""Resolve ``--dataset NAME|PATH`` to a prepared dataset, preparing or fetching it on first use."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ..config import Settings
+from ..errors import InputError
+from ..io.interactions import Dataset, read_dataset
+from . import movielens
+
+log = logging.getLogger(__name__)
+ALIASES = {"movielens-100k": movielens.NAME, "ml-100k": movielens.NAME, "ml100k": movielens.NAME}
+
+
+def raw_search_path(settings: Settings) -> list[Path]:
+    """Folders that may hold raw ml-100k files: DXPLAIN_DATA, then ../shared/data beside the checkout or cwd."""
+    roots = []
+    if settings.data:
+        roots.append(Path(settings.data))
+    repo = Path(__file__).resolve().parents[2]
+    roots += [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    found = []
+    for root in roots:
+        for sub in ("ml-100k", "ml-100k-grouplens", ""):
+            folder = root / sub if sub else root
+            if folder.is_dir() and movielens.layout(folder):
+                found.append(folder)
+    return found
+
+
+def find_raw_movielens(settings: Settings) -> Path | None:
+    found = raw_search_path(settings)
+    return found[0] if found else None
+
+
+def fetch_movielens(settings: Settings) -> Path:
+    """Make sure raw ml-100k files are on this machine; return their folder."""
+    local = find_raw_movielens(settings)
+    if local is not None:
+        return local
+    dest = Path(settings.data_home) / "raw" / "ml-100k"
+    if movielens.layout(dest):
+        return dest
+    return movielens.fetch(dest)
+
+
+def resolve_dataset(name_or_path: str, settings: Settings | None = None, fetch: bool = True) -> Dataset:
+    """Load a dataset by name (``movielens-100k``) or path (prepared folder, Parquet or CSV file)."""
+    settings = settings or Settings.from_env()
+    name = ALIASES.get(name_or_path.lower())
+    if name is None:
+        path = Path(name_or_path)
+        if not path.exists():
+            raise InputError(f"--dataset {name_or_path!r}: not a known dataset name ({sorted(set(ALIASES.values()))}) "
+                             "nor an existing path; give a prepared folder, a Parquet/CSV file or a known name")
+        return read_dataset(path)
+    prepared = Path(settings.data_home) / "datasets" / name
+    if (prepared / "interactions.parquet").exists():
+        return read_dataset(prepared)
+    raw_folder = find_raw_movielens(settings)
+    if raw_folder is None:
+        if not fetch:
+            raise InputError(f"{name}: raw files not found in DXPLAIN_DATA or ../shared/data; "
+                             "run `dxplain datasets fetch movielens-100k`")
+        raw_folder = fetch_movielens(settings)
+    log.info("preparing %s from %s into %s", name, raw_folder, prepared)
+    return movielens.prepare(raw_folder, prepared)

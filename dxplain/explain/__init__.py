@@ -1,0 +1,1 @@
+"""Explainers built on the kernels, behind one interface."""

@@ -1,0 +1,189 @@
+"""Read, validate and write interaction tables (Parquet, CSV) and prepared datasets.
+
+A *prepared dataset* is a folder::
+
+    interactions.parquet   user, item, rating[, timestamp] with the original ids (file or folder of parts)
+    users.parquet          column ``id`` in index order (+ optional user features)
+    items.parquet          column ``id`` in index order (+ optional item features: title, year, genres)
+
+Validation happens here, where data enters: wrong columns, empty tables, NaN or infinite
+ratings, duplicate (user, item) pairs and null ids are rejected with a message naming the
+problem and the fix. Nothing is written unless the whole input passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from ..errors import InputError
+from ..interactions import Interactions
+from .atomic import atomic_path
+
+REQUIRED = ("user", "item", "rating")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Interactions plus the user and item tables (ids in index order, optional features)."""
+
+    interactions: Interactions
+    users: pa.Table
+    items: pa.Table
+    name: str = "dataset"
+
+
+def read_table(path: str | Path, columns: dict[str, str] | None = None, delimiter: str | None = None) -> pa.Table:
+    """Read a Parquet file/folder or a delimited text file, renaming columns by ``columns``.
+
+    ``columns`` maps dxplain's names to the file's, e.g. ``{"user": "reviewerID", "item": "asin"}``.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder; check the path")
+    try:
+        if path.is_dir() or path.suffix in (".parquet", ".pq"):
+            table = pq.read_table(path)
+        else:
+            if path.stat().st_size == 0:
+                raise InputError(f"{path}: the file is empty; it needs a header and at least one interaction")
+            delim = delimiter or ("\t" if path.suffix in (".tsv", ".inter", ".data") else ",")
+            table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(delimiter=delim))
+    except InputError:
+        raise
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"{path}: cannot be read as a table ({exc}); give a Parquet file or a CSV with a header") from exc
+    if columns:
+        missing = [src for src in columns.values() if src not in table.column_names]
+        if missing:
+            raise InputError(f"{path}: column mapping names {missing}, which the file lacks; "
+                             f"its columns are {table.column_names}")
+        rename = {src: dst for dst, src in columns.items()}
+        table = table.rename_columns([rename.get(c, c) for c in table.column_names])
+    return table
+
+
+def _check_columns(table: pa.Table, source: str) -> None:
+    missing = [c for c in REQUIRED if c not in table.column_names]
+    if missing:
+        raise InputError(f"{source}: missing column(s) {missing}; found {table.column_names}. "
+                         "Rename them or pass a mapping, e.g. --columns user=reviewerID,item=asin,rating=overall")
+    if table.num_rows == 0:
+        raise InputError(f"{source}: the table has no rows; it needs at least one interaction")
+    for c in ("user", "item"):
+        nulls = table.column(c).null_count
+        if nulls:
+            raise InputError(f"{source}: {nulls} row(s) have no {c} id; drop or fill them")
+        t = table.schema.field(c).type
+        if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)):
+            raise InputError(f"{source}: column {c!r} has type {t}; ids must be integers or strings")
+
+
+def _ratings(table: pa.Table, source: str) -> np.ndarray:
+    col = table.column("rating")
+    if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+        raise InputError(f"{source}: column 'rating' has type {col.type}; ratings must be numbers")
+    if col.null_count:
+        raise InputError(f"{source}: {col.null_count} rating(s) are missing; drop or fill them")
+    y = col.to_numpy().astype(np.float64)
+    bad = ~np.isfinite(y)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{source}: {int(bad.sum())} rating(s) are NaN or infinite (first at row {first}: "
+                         f"user={table.column('user')[first].as_py()!r}, item={table.column('item')[first].as_py()!r}, "
+                         f"rating={y[first]}); drop or fix them")
+    return y
+
+
+def _sorted_unique(col: pa.ChunkedArray) -> pa.Array:
+    uniq = pc.unique(col)
+    return uniq.take(pc.sort_indices(uniq))
+
+
+def index_of(ids: pa.ChunkedArray | pa.Array, vocabulary: pa.Array, what: str, source: str) -> np.ndarray:
+    """Map original ids to indices in ``vocabulary``; unknown ids are an error naming them."""
+    if not vocabulary.type.equals(ids.type):
+        try:
+            ids = ids.cast(vocabulary.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise InputError(f"{source}: {what} ids of type {ids.type} do not match the dataset's {vocabulary.type}") from exc
+    idx = pc.index_in(ids, value_set=vocabulary)
+    if idx.null_count:
+        unknown = pc.filter(ids, pc.is_null(idx))
+        examples = pc.unique(unknown).to_pylist()[:5]
+        raise InputError(f"{source}: {idx.null_count} row(s) name {what}(s) unknown to the dataset, e.g. {examples}; "
+                         f"use ids that appear in the training interactions")
+    return idx.to_numpy(zero_copy_only=False).astype(np.int32)
+
+
+def interactions_from_table(table: pa.Table, source: str = "interactions") -> tuple[Interactions, pa.Array, pa.Array]:
+    """Validate a (user, item, rating[, timestamp]) table and map ids to contiguous indices."""
+    _check_columns(table, source)
+    y = _ratings(table, source)
+    user_ids = _sorted_unique(table.column("user"))
+    item_ids = _sorted_unique(table.column("item"))
+    u = index_of(table.column("user"), user_ids, "user", source)
+    i = index_of(table.column("item"), item_ids, "item", source)
+    key = u.astype(np.int64) * len(item_ids) + i
+    order = np.argsort(key, kind="stable")
+    dup = np.flatnonzero(key[order][1:] == key[order][:-1])
+    if len(dup):
+        row = int(order[dup[0]])
+        raise InputError(f"{source}: {len(dup)} duplicate (user, item) pair(s), e.g. user="
+                         f"{table.column('user')[row].as_py()!r}, item={table.column('item')[row].as_py()!r}; "
+                         "keep one rating per pair (e.g. the latest) before importing")
+    ts = table.column("timestamp").to_numpy() if "timestamp" in table.column_names else None
+    inter = Interactions.from_indices(u, i, y, user_ids, item_ids, ts)
+    return inter, user_ids, item_ids
+
+
+def _id_table(ids: pa.Array, features: pa.Table | None) -> pa.Table:
+    base = pa.table({"id": ids})
+    if features is None:
+        return base
+    # Features are keyed by id; align them to index order.
+    pos = pc.index_in(ids, value_set=features.column("id").cast(ids.type))
+    feats = features.drop_columns(["id"])
+    aligned = feats.take(pos)
+    for name in aligned.column_names:
+        base = base.append_column(name, aligned.column(name))
+    return base
+
+
+def write_dataset(folder: str | Path, table: pa.Table, user_features: pa.Table | None = None,
+                  item_features: pa.Table | None = None, source: str = "interactions") -> Dataset:
+    """Validate ``table`` and write a prepared dataset folder atomically."""
+    inter, user_ids, item_ids = interactions_from_table(table, source)
+    users = _id_table(user_ids, user_features)
+    items = _id_table(item_ids, item_features)
+    folder = Path(folder)
+    with atomic_path(folder) as tmp:
+        tmp.mkdir(parents=True)
+        pq.write_table(table.select([c for c in (*REQUIRED, "timestamp") if c in table.column_names]),
+                       tmp / "interactions.parquet")
+        pq.write_table(users, tmp / "users.parquet")
+        pq.write_table(items, tmp / "items.parquet")
+    return Dataset(inter, users, items, folder.name)
+
+
+def read_dataset(path: str | Path, columns: dict[str, str] | None = None) -> Dataset:
+    """Load a prepared dataset folder, or a bare interactions file (Parquet/CSV)."""
+    path = Path(path)
+    if path.is_dir() and (path / "interactions.parquet").exists():
+        table = read_table(path / "interactions.parquet", columns)
+        inter, user_ids, item_ids = interactions_from_table(table, str(path / "interactions.parquet"))
+        users = pq.read_table(path / "users.parquet") if (path / "users.parquet").exists() else pa.table({"id": user_ids})
+        items = pq.read_table(path / "items.parquet") if (path / "items.parquet").exists() else pa.table({"id": item_ids})
+        if not users.column("id").combine_chunks().equals(user_ids) or not items.column("id").combine_chunks().equals(item_ids):
+            raise InputError(f"{path}: users.parquet/items.parquet do not list the ids of interactions.parquet in "
+                             "sorted order; re-create the dataset with `dxplain datasets import`")
+        return Dataset(inter, users, items, path.name)
+    table = read_table(path, columns)
+    inter, user_ids, item_ids = interactions_from_table(table, str(path))
+    return Dataset(inter, pa.table({"id": user_ids}), pa.table({"id": item_ids}), path.stem)

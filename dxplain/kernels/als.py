@@ -1,0 +1,120 @@
+"""Alternating least squares for f(U,V) = (1/|D|) Σ_{(i,j)∈D} (y_ij − ⟨U_i,V_j⟩)² + (λ/2)(‖U‖²_F + ‖V‖²_F).
+
+The user half-step is, for every user i with items D_i, the ridge solve
+    U_i = (V_{D_i}ᵀ V_{D_i} + (λ|D|/2) I)^{-1} V_{D_i}ᵀ y_{D_i}
+(the same ridge for every user, because the loss is an average over D). The item half-step is its
+mirror image. Rows are solved in batches of similar degree: their padded factor blocks are stacked
+into a (B, d, k) tensor so that the Gram matrices are one batched matmul and the solves one batched
+LAPACK call.
+
+For the representer identity the factors must be a stationary point, and plain ALS crawls when λ is
+small (METHODS.md §1), so the kernels also give the exact gradient and Hessian-vector product of f:
+a trust-region Newton polish converges where ALS stalls. Everything works through sparse products
+over D; no users × items matrix is ever formed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+# Upper bound on floats in one padded (B, d, k) block: ~64 MB of float64.
+BLOCK_ELEMENTS = 1 << 23
+
+
+def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.ndarray,
+                     ridge: float, rows: np.ndarray | None = None) -> np.ndarray:
+    """X_r = (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r} for each row r (CSR over ``cols``).
+
+    Parameters
+    ----------
+    indptr, cols, y : CSR structure of the rows to solve (row r has entries indptr[r]:indptr[r+1])
+    F : (n_cols, k) fixed factor matrix
+    ridge : λ|D|/2
+    rows : optional subset of rows to solve (default all); the result has one line per solved row
+
+    Returns
+    -------
+    (len(rows), k) array.
+    """
+    n_rows = len(indptr) - 1
+    rows = np.arange(n_rows) if rows is None else np.asarray(rows)
+    k = F.shape[1]
+    X = np.zeros((len(rows), k))
+    deg = indptr[rows + 1] - indptr[rows]
+    cols = cols.astype(np.intp)  # int32 fancy indexing is ~10x slower than intp (measured)
+    F_pad = np.vstack([F, np.zeros((1, k))])  # index n_cols is a zero row used for padding
+    eye = ridge * np.eye(k)
+    # Power-of-two degree buckets bound the padding waste by 2x; rows with no entries stay 0.
+    bucket = np.ceil(np.log2(np.maximum(deg, 1))).astype(np.int64)
+    for level in np.unique(bucket[deg > 0]):
+        members = np.flatnonzero((bucket == level) & (deg > 0))
+        d = int(deg[members].max())
+        offs = np.arange(d)
+        step = max(1, BLOCK_ELEMENTS // (d * k))
+        for a in range(0, len(members), step):
+            batch = members[a:a + step]
+            valid = offs[None, :] < deg[batch][:, None]
+            pos = np.where(valid, indptr[rows[batch]][:, None] + offs[None, :], 0)
+            G = F_pad[np.where(valid, cols[pos], len(F))]  # (B, d, k)
+            yb = np.where(valid, y[pos], 0.0)  # (B, d)
+            A = np.matmul(G.transpose(0, 2, 1), G) + eye  # (B, k, k)
+            b = np.einsum("bdk,bd->bk", G, yb)
+            # One batched LAPACK call; measured faster than scipy's batched cho_solve for k <= 128.
+            X[batch] = np.linalg.solve(A, b[..., None])[..., 0]
+    return X
+
+
+def pair_scores(U: np.ndarray, V: np.ndarray, u: np.ndarray, i: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """s_n = ⟨U_{u_n}, V_{i_n}⟩ for a list of pairs.
+
+    Gathers go through two small reused buffers: a cache-sized chunk avoids allocating (and
+    page-faulting) two |D|×k temporaries, measured 3x faster than one big gather on ml-100k.
+    """
+    out = np.empty(len(u))
+    k = U.shape[1]
+    bu, bv = np.empty((chunk, k)), np.empty((chunk, k))
+    for a in range(0, len(u), chunk):
+        b = min(len(u), a + chunk)
+        m = b - a
+        np.take(U, u[a:b], axis=0, out=bu[:m])
+        np.take(V, i[a:b], axis=0, out=bv[:m])
+        np.einsum("nk,nk->n", bu[:m], bv[:m], out=out[a:b])
+    return out
+
+
+class Pattern:
+    """The sparsity pattern of D sorted by (user, item): CSR matrices over it cost no sort or copy."""
+
+    def __init__(self, u: np.ndarray, i: np.ndarray, indptr: np.ndarray, n_users: int, n_items: int):
+        # Gathers with intp indices; numpy's fancy indexing with int32 was measured 10x slower.
+        self.u, self.i = u.astype(np.intp), i.astype(np.intp)
+        self.indptr, self.shape = indptr, (n_users, n_items)
+
+    def matrix(self, values: np.ndarray) -> sp.csr_array:
+        return sp.csr_array((values, self.i, self.indptr), shape=self.shape)
+
+
+def objective(U, V, P: Pattern, y, lam) -> float:
+    r = y - pair_scores(U, V, P.u, P.i)
+    return float(r @ r / len(y) + 0.5 * lam * (np.sum(U * U) + np.sum(V * V)))
+
+
+def gradient(U, V, P: Pattern, y, lam, r=None) -> tuple[np.ndarray, np.ndarray]:
+    """∇_U f = −(2/|D|) R V + λU and ∇_V f = −(2/|D|) Rᵀ U + λV with R the sparse residual matrix."""
+    n = len(y)
+    R = P.matrix(y - pair_scores(U, V, P.u, P.i) if r is None else r)
+    return -(2.0 / n) * (R @ V) + lam * U, -(2.0 / n) * (R.T @ U) + lam * V
+
+
+def hessian_vector(U, V, dU, dV, P: Pattern, r, lam) -> tuple[np.ndarray, np.ndarray]:
+    """Hessian of f at (U, V) applied to (dU, dV), given residuals r = y − ⟨U_u, V_i⟩.
+
+    With S the sparse matrix of ds_ij = ⟨dU_i,V_j⟩ + ⟨U_i,dV_j⟩:
+    H_U = (2/|D|)(S V − R dV) + λ dU,   H_V = (2/|D|)(Sᵀ U − Rᵀ dU) + λ dV.
+    """
+    n = len(r)
+    S = P.matrix(pair_scores(dU, V, P.u, P.i) + pair_scores(U, dV, P.u, P.i))
+    R = P.matrix(r)
+    return ((2.0 / n) * (S @ V - R @ dV) + lam * dU,
+            (2.0 / n) * (S.T @ U - R.T @ dU) + lam * dV)

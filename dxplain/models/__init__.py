@@ -1,0 +1,1 @@
+"""Trainable models returning factors or parameters."""
