@@ -187,3 +187,23 @@ def read_dataset(path: str | Path, columns: dict[str, str] | None = None) -> Dat
     table = read_table(path, columns)
     inter, user_ids, item_ids = interactions_from_table(table, str(path))
     return Dataset(inter, pa.table({"id": user_ids}), pa.table({"id": item_ids}), path.stem)
+
+
+def read_targets(path: str | Path, data: Interactions):
+    """A Parquet/CSV list of (user, item) to explain, in original ids; unknown ids are an error."""
+    from ..explain.targets import Targets
+
+    table = read_table(path)
+    missing = [c for c in ("user", "item") if c not in table.column_names]
+    if missing:
+        raise InputError(f"{path}: a targets file needs columns user and item; missing {missing}, found "
+                         f"{table.column_names}")
+    if table.num_rows == 0:
+        raise InputError(f"{path}: the targets file has no rows; list at least one (user, item) pair")
+    u = index_of(table.column("user"), data.user_ids, "user", str(path))
+    i = index_of(table.column("item"), data.item_ids, "item", str(path))
+    key = u.astype(np.int64) * data.n_items + i
+    if len(np.unique(key)) != len(key):
+        raise InputError(f"{path}: the targets list repeats (user, item) pairs; list each pair once")
+    rank = table.column("rec_rank").to_numpy() if "rec_rank" in table.column_names else None
+    return Targets.from_pairs(u, i, rank)

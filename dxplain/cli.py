@@ -1,0 +1,193 @@
+"""The ``dxplain`` command: argument parsing and printing only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from .errors import DxplainError
+
+
+def _columns(spec: str | None) -> dict | None:
+    if not spec:
+        return None
+    try:
+        return dict(kv.split("=", 1) for kv in spec.split(","))
+    except ValueError:
+        raise DxplainError(f"--columns {spec!r}: use dxplain=file pairs, e.g. user=reviewerID,item=asin,rating=overall")
+
+
+def cmd_refresh(a) -> int:
+    from flows.refresh import refresh
+
+    summary = refresh(dataset=a.dataset, model=a.model, out=a.out, scheduler=a.scheduler, workers=a.workers,
+                      top_n=a.top_n, top_k=a.top_k, targets=a.targets, shards=a.shards, k=a.k, lam=a.lam,
+                      in_memory=a.in_memory)
+    print(json.dumps(summary, indent=2, default=str))
+    print(f"\nResults: {summary['run']} (LATEST in {a.out or 'dxplain-out'} points here)")
+    from .io import runs
+    import pyarrow.compute as pc
+
+    table = runs.open_run(summary["run"]).head(1)
+    if table.num_rows:
+        first = table.to_pylist()[0]
+        print(f"\nExample — dxplain explain --run {summary['run']} --user {first['user']} --item {first['item']}\n")
+        _print_explanation(summary["run"], str(first["user"]), str(first["item"]), a.dataset, limit=5)
+    return 0
+
+
+def _print_explanation(run_path: str, user: str, item: str, dataset: str | None, limit: int) -> None:
+    import pyarrow.dataset as pads
+
+    from .datasets import resolve_dataset
+    from .explain.report import format_explanation
+    from .io import runs
+    from .io.interactions import index_of
+
+    run = runs.resolve_run(run_path)
+    dset = runs.open_run(run)
+    name = dataset or runs.read_manifest(run)["summary"]["dataset"]
+    ds = resolve_dataset(name, fetch=False)
+    import pyarrow as pa
+
+    u = ds.users.column("id").take(pa.array(index_of(pa.array([user]), ds.interactions.user_ids, "user", "--user")))
+    i = ds.items.column("id").take(pa.array(index_of(pa.array([item]), ds.interactions.item_ids, "item", "--item")))
+    rows = dset.to_table(filter=(pads.field("user") == u[0].as_py()) & (pads.field("item") == i[0].as_py()))
+    print(format_explanation(rows, ds.items, ds.users, limit=limit))
+
+
+def cmd_explain(a) -> int:
+    _print_explanation(a.run, a.user, a.item, a.dataset, a.limit)
+    return 0
+
+
+def cmd_datasets(a) -> int:
+    from .config import Settings
+
+    settings = Settings.from_env()
+    if a.action == "fetch":
+        from .datasets import registry
+
+        if a.name not in registry.ALIASES:
+            raise DxplainError(f"unknown dataset {a.name!r}; known: movielens-100k")
+        ds = registry.resolve_dataset(a.name, settings)
+        print(f"{a.name}: {len(ds.interactions)} interactions, {ds.interactions.n_users} users, "
+              f"{ds.interactions.n_items} items (prepared under {settings.data_home}/datasets)")
+    elif a.action == "synth":
+        from .datasets.synthetic import generate
+
+        print(json.dumps(generate(a.out, a.interactions, n_users=a.users, n_items=a.items, seed=a.seed)))
+    elif a.action == "import":
+        from .io.interactions import read_table, write_dataset
+
+        ds = write_dataset(a.out, read_table(a.path, _columns(a.columns)), source=a.path)
+        print(f"{a.out}: {len(ds.interactions)} interactions, {ds.interactions.n_users} users, "
+              f"{ds.interactions.n_items} items")
+    return 0
+
+
+def cmd_train(a) -> int:
+    from .datasets import resolve_dataset
+    from .io.model_store import save_model
+    from .models.mf import ALSMF
+
+    ds = resolve_dataset(a.dataset)
+    m = ALSMF(k=a.k, lam=a.lam, seed=a.seed).fit(ds.interactions)
+    save_model(a.out, m, ds.interactions)
+    print(f"{a.out}: ALS-MF k={a.k} λ={a.lam:g}, ‖∇f‖={m.grad_norm:.1e}")
+    return 0
+
+
+def cmd_import_embeddings(a) -> int:
+    from .datasets import resolve_dataset
+    from .io.model_store import import_embeddings
+
+    ds = resolve_dataset(a.dataset)
+    import_embeddings(a.out, ds.interactions, a.user_factors, a.item_factors, a.user_ids, a.item_ids,
+                      lam=a.lam, mu=a.mu)
+    print(f"{a.out}: imported factors for {ds.interactions.n_users} users and {ds.interactions.n_items} items")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dxplain", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("refresh", help="explain every user's top-N recommendations and publish a run")
+    r.add_argument("--dataset", default="movielens-100k", help="dataset name or path (prepared folder, Parquet, CSV)")
+    r.add_argument("--model", help="a model store (.zarr); default: train ALS-MF (reused while the data is unchanged)")
+    r.add_argument("--out", help="output folder (default dxplain-out, or DXPLAIN_OUT)")
+    r.add_argument("--scheduler", help="tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)")
+    r.add_argument("--workers", type=int, help="LocalCluster worker processes (default 2)")
+    r.add_argument("--top-n", type=int, default=10, help="recommendations explained per user")
+    r.add_argument("--top-k", type=int, default=10, help="top positive and negative attributions per target; 0 = all")
+    r.add_argument("--targets", help="Parquet/CSV of (user, item) to explain instead of the top-N")
+    r.add_argument("--shards", type=int, help="user shards (default 4 per worker)")
+    r.add_argument("--k", type=int, default=32, help="rank when training")
+    r.add_argument("--lam", type=float, default=4e-4, help="λ when training")
+    r.add_argument("--in-memory", action="store_true", help="run the shards in this process (no Dask)")
+    r.set_defaults(func=cmd_refresh)
+
+    e = sub.add_parser("explain", help="print one target's explanation from a run")
+    e.add_argument("--run", required=True, help="a run folder, or an output folder (follows LATEST)")
+    e.add_argument("--user", required=True)
+    e.add_argument("--item", required=True)
+    e.add_argument("--dataset", help="dataset for titles and features (default: the run's)")
+    e.add_argument("--limit", type=int, default=10, help="rows shown per side")
+    e.set_defaults(func=cmd_explain)
+
+    d = sub.add_parser("datasets", help="fetch, generate or import datasets")
+    dsub = d.add_subparsers(dest="action", required=True)
+    f = dsub.add_parser("fetch", help="download and prepare a named dataset")
+    f.add_argument("name")
+    s = dsub.add_parser("synth", help="generate a synthetic Zipf-degree rating set to Parquet")
+    s.add_argument("--interactions", type=int, required=True)
+    s.add_argument("--users", type=int)
+    s.add_argument("--items", type=int)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True)
+    im = dsub.add_parser("import", help="import a CSV/Parquet interaction file as a prepared dataset")
+    im.add_argument("path")
+    im.add_argument("--out", required=True)
+    im.add_argument("--columns", help="column mapping, e.g. user=reviewerID,item=asin,rating=overall")
+    d.set_defaults(func=cmd_datasets)
+
+    t = sub.add_parser("train", help="train ALS-MF and store it")
+    t.add_argument("--dataset", default="movielens-100k")
+    t.add_argument("--out", required=True)
+    t.add_argument("--k", type=int, default=32)
+    t.add_argument("--lam", type=float, default=4e-4)
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(func=cmd_train)
+
+    ie = sub.add_parser("import-embeddings", help="store factors trained elsewhere as a dxplain model")
+    ie.add_argument("--dataset", required=True)
+    ie.add_argument("--user-factors", required=True)
+    ie.add_argument("--item-factors", required=True)
+    ie.add_argument("--user-ids")
+    ie.add_argument("--item-ids")
+    ie.add_argument("--lam", type=float, help="λ if known (else the 1/(λ|D|) factor is dropped)")
+    ie.add_argument("--mu", type=float, default=0.0, help="global offset added to scores")
+    ie.add_argument("--out", required=True)
+    ie.set_defaults(func=cmd_import_embeddings)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "distributed", "asyncio"):  # request and cluster chatter hide the progress lines
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        return a.func(a)
+    except DxplainError as exc:
+        print(f"dxplain: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Connecting to a cluster: an existing scheduler, or a LocalCluster sized for this machine.
+
+The library never creates a cluster on its own; flows and the CLI call ``connect``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from ..config import Settings
+
+log = logging.getLogger(__name__)
+
+
+class BlasThreads(WorkerPlugin):
+    """Cap BLAS threads in every worker so workers × BLAS threads ≤ cores (no oversubscription).
+
+    A plugin rather than a one-off ``client.run`` so that a restarted worker gets the cap too.
+    """
+
+    name = "dxplain-blas-threads"
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    def setup(self, worker):
+        from threadpoolctl import threadpool_limits
+
+        self._limits = threadpool_limits(limits=self.threads, user_api="blas")
+
+
+def blas_threads(client: Client) -> dict:
+    """BLAS thread counts per worker (for logs and tests)."""
+    from threadpoolctl import threadpool_info
+
+    def info():
+        return max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=0)
+
+    return client.run(info)
+
+
+@contextlib.contextmanager
+def connect(settings: Settings, security=None):
+    """Yield a Client: to ``settings.scheduler`` when set, else to a fresh LocalCluster of processes."""
+    if settings.scheduler:
+        log.info("connecting to the Dask scheduler at %s", settings.scheduler)
+        with Client(settings.scheduler, security=security) as client:
+            client.register_plugin(BlasThreads(settings.blas_threads_per_worker()))
+            yield client
+        return
+    threads = settings.blas_threads_per_worker()
+    log.info("starting a LocalCluster: %d worker processes × %d thread(s), BLAS threads per worker %d",
+             settings.workers, settings.threads_per_worker, threads)
+    with LocalCluster(n_workers=settings.workers, threads_per_worker=settings.threads_per_worker,
+                      processes=True, dashboard_address=None, silence_logs=logging.WARNING) as cluster, \
+            Client(cluster) as client:
+        client.register_plugin(BlasThreads(threads))
+        yield client

@@ -1,0 +1,114 @@
+"""The nightly explanation refresh.
+
+load interactions → train (or load) the model → preprocess (Ũ, Ṽ, α) → shard users over Dask →
+each shard recommends, explains and writes one Parquet file atomically → manifest → move LATEST.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from dxplain.config import Settings
+from dxplain.datasets import resolve_dataset
+from dxplain.distributed.cluster import connect
+from dxplain.distributed.refresh import run_on_cluster
+from dxplain.explain.representer import Preprocessed
+from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users
+from dxplain.io import model_store, runs
+from dxplain.io.interactions import read_targets
+from dxplain.models.mf import ALSMF
+
+DEFAULT_K, DEFAULT_LAM = 32, 4e-4  # λ chosen on a validation split of ml-100k (README, benchmarks/select_lambda.py)
+
+
+@task(retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
+def load_data(dataset: str, settings: Settings):
+    ds = resolve_dataset(dataset, settings)
+    get_run_logger().info("dataset %s: %d interactions, %d users, %d items", ds.name, len(ds.interactions),
+                          ds.interactions.n_users, ds.interactions.n_items)
+    return ds
+
+
+@task(cache_policy=NO_CACHE)
+def train_or_load(ds, model: str | None, out: str, k: int, lam: float, seed: int):
+    """Use --model if given; else reuse the model trained on this exact data, else train and store one."""
+    logger = get_run_logger()
+    data = ds.interactions
+    if model:
+        logger.info("loading model %s", model)
+        return model_store.load_model(model, data), model
+    path = Path(out) / "models" / f"{ds.name}-{data.fingerprint()}-k{k}-lam{lam:g}-s{seed}.zarr"
+    if path.exists():
+        logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
+        return model_store.load_model(path, data), str(path)
+    m = ALSMF(k=k, lam=lam, seed=seed).fit(data)
+    model_store.save_model(path, m, data)
+    logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
+                k, lam, m.grad_norm, m.info["sweeps"], m.info["newton_iters"], m.info["seconds"], path)
+    return m, str(path)
+
+
+@task(cache_policy=NO_CACHE)
+def preprocess(m, ds):
+    return Preprocessed.from_model(m, ds.interactions)
+
+
+@task(cache_policy=NO_CACHE)
+def explain_all(job: RefreshJob, n_shards: int, run_dir: str, settings: Settings, in_memory: bool):
+    shards = shard_users(job.data, n_shards)
+    if in_memory:
+        return run_in_memory(job, shards, run_dir)
+    with connect(settings) as client:
+        return run_on_cluster(client, job, shards, run_dir)
+
+
+@task(cache_policy=NO_CACHE)
+def publish(out: str, run_dir: str, entries: list[dict], meta: dict) -> dict:
+    manifest = {**meta, "shards": entries}
+    runs.write_manifest(run_dir, manifest)
+    runs.publish_latest(out, run_dir)
+    return manifest
+
+
+@flow(name="dxplain-refresh", log_prints=True)
+def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str | None = None,
+            scheduler: str | None = None, workers: int | None = None, top_n: int = 10, top_k: int = 10,
+            targets: str | None = None, shards: int | None = None, k: int = DEFAULT_K, lam: float = DEFAULT_LAM,
+            seed: int = 0, in_memory: bool = False) -> dict:
+    """Explain every user's top-N recommendations (or a supplied target list) and publish the run."""
+    t0 = time.perf_counter()
+    logger = get_run_logger()
+    settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
+    ds = load_data(dataset, settings)
+    m, model_path = train_or_load(ds, model, settings.out, k, lam, seed)
+    pre = preprocess(m, ds)
+    supplied = read_targets(targets, ds.interactions) if targets else None
+    job = RefreshJob(ds.interactions, pre, top_n=top_n, top_k=top_k, targets=supplied)
+    run_dir = str(runs.new_run(settings.out))
+    t1 = time.perf_counter()
+    entries = explain_all(job, shards or 4 * settings.workers, run_dir, settings, in_memory)
+    seconds = time.perf_counter() - t0
+    n_targets = sum(e["targets"] for e in entries)
+    n_rows = sum(e["rows"] for e in entries)
+    summary = {
+        "run": run_dir, "dataset": dataset, "model": model_path, "users": sum(e["users"] for e in entries),
+        "targets": n_targets, "attributions": n_rows, "seconds": round(seconds, 2),
+        "explain_seconds": round(time.perf_counter() - t1, 2),
+        "attributions_per_second": round(n_rows / max(time.perf_counter() - t1, 1e-9)),
+        "grad_norm": m.grad_norm, "top_n": top_n, "top_k": top_k,
+        "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in entries), default=0.0)
+                                   for s in ("item", "user")},
+        "fidelity_median_rel_error": {s: float(np.median([e[f"median_rel_error_{s}"] for e in entries]))
+                                      for s in ("item", "user")},
+    }
+    publish(settings.out, run_dir, entries, {"summary": summary})
+    logger.info("refresh done: %d users, %d targets, %d attributions in %.1fs (%d attributions/s); "
+                "fidelity max rel. error item %.1e, user %.1e; LATEST → %s", summary["users"], n_targets, n_rows,
+                seconds, summary["attributions_per_second"], summary["fidelity_max_rel_error"]["item"],
+                summary["fidelity_max_rel_error"]["user"], run_dir)
+    return summary
