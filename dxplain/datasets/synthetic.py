@@ -26,6 +26,23 @@ def zipf_weights(n: int, exponent: float, rng: np.random.Generator) -> np.ndarra
     return rng.permutation(w / w.sum())
 
 
+def _sample_block(rng, deg, start, item_cdf, n_items, rounds=8) -> np.ndarray:
+    """Sorted unique keys user·n_items + item, each user with (nearly) its degree of distinct items.
+
+    Popular items are drawn repeatedly by heavy users; the shortfall is redrawn a few rounds.
+    """
+    users = np.repeat(np.arange(start, start + len(deg)), deg)
+    key = np.empty(0, np.int64)
+    for _ in range(rounds):
+        items = np.searchsorted(item_cdf, rng.random(len(users)), side="right").astype(np.int64)
+        key = np.union1d(key, users * n_items + items)
+        short = deg - np.bincount(key // n_items - start, minlength=len(deg))
+        if not short.any():
+            break
+        users = np.repeat(np.arange(start, start + len(deg)), np.maximum(short, 0))
+    return key
+
+
 def generate(out: str | Path, n_interactions: int, n_users: int | None = None, n_items: int | None = None,
              rank: int = 8, user_exponent: float = 0.8, item_exponent: float = 1.0, noise: float = 0.5,
              seed: int = 0, block_users: int = 200_000) -> dict:
@@ -58,9 +75,7 @@ def generate(out: str | Path, n_interactions: int, n_users: int | None = None, n
             for start in range(0, n_users, block_users):
                 stop = min(n_users, start + block_users)
                 brng = np.random.default_rng([seed, start])
-                users = np.repeat(np.arange(start, stop), deg[start:stop])
-                items = np.searchsorted(item_cdf, brng.random(len(users)), side="right").astype(np.int64)
-                key = np.unique(users * n_items + items)  # drop within-user repeats
+                key = _sample_block(brng, deg[start:stop], start, item_cdf, n_items)
                 users, items = key // n_items, key % n_items
                 a = brng.standard_normal((stop - start, rank)) * np.sqrt(scale)
                 signal = np.einsum("nk,nk->n", a[users - start], b[items])

@@ -31,7 +31,8 @@ ROW_CHUNK = 65536
 def _ids_to_zarr(ids: pa.Array) -> np.ndarray:
     if pa.types.is_integer(ids.type):
         return ids.to_numpy(zero_copy_only=False).astype(np.int64)
-    return np.asarray(ids.to_pylist(), dtype=object).astype(str)
+    # Variable-length UTF-8 has a Zarr v3 spec; fixed-width numpy unicode does not.
+    return np.array(ids.to_pylist(), dtype=np.dtypes.StringDType())
 
 
 def _ids_from_zarr(arr) -> pa.Array:

@@ -1,0 +1,48 @@
+import os
+import tempfile
+
+# Keep Prefect's ephemeral database out of the user's home during tests (set before prefect loads).
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="dxplain-prefect-"))
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "dxplain")
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dxplain.config import Settings
+from dxplain.interactions import Interactions
+
+
+def random_interactions(n_users=40, n_items=30, density=0.3, seed=0, string_ids=True) -> Interactions:
+    """Random explicit ratings with every user and item present; string ids exercise the id mapping."""
+    rng = np.random.default_rng(seed)
+    mask = rng.random((n_users, n_items)) < density
+    mask[np.arange(n_users), rng.integers(0, n_items, n_users)] = True
+    mask[rng.integers(0, n_users, n_items), np.arange(n_items)] = True
+    u, i = np.nonzero(mask)
+    y = rng.integers(1, 6, len(u)).astype(float)
+    uids = pa.array([f"u{x:03d}" for x in range(n_users)]) if string_ids else pa.array(np.arange(n_users) * 7)
+    iids = pa.array([f"i{x:03d}" for x in range(n_items)]) if string_ids else pa.array(np.arange(n_items) * 3)
+    return Interactions.from_indices(u, i, y, uids, iids)
+
+
+def interactions_table(data: Interactions) -> pa.Table:
+    return pa.table({"user": data.user_ids.take(pa.array(data.user)),
+                     "item": data.item_ids.take(pa.array(data.item)), "rating": data.rating})
+
+
+@pytest.fixture
+def small():
+    return random_interactions()
+
+
+@pytest.fixture(scope="session")
+def ml100k(tmp_path_factory):
+    """MovieLens-100k via DXPLAIN_DATA or ../shared/data, else fetched; skipped (saying why) if neither works."""
+    from dxplain.datasets import resolve_dataset
+
+    settings = Settings.from_env(data_home=str(tmp_path_factory.mktemp("dxplain-home")))
+    try:
+        return resolve_dataset("movielens-100k", settings)
+    except Exception as exc:  # noqa: BLE001 - any failure to find or fetch means skip, with the reason
+        pytest.skip(f"MovieLens-100k unavailable: not in DXPLAIN_DATA or ../shared/data, and fetching failed: {exc}")

@@ -1,0 +1,46 @@
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+
+from dxplain.datasets import movielens, registry
+from dxplain.datasets.synthetic import generate
+from dxplain.config import Settings
+from dxplain.io.interactions import read_dataset
+
+
+def test_movielens_both_layouts_agree(ml100k, tmp_path):
+    found = {movielens.layout(f): f for f in registry.raw_search_path(Settings.from_env())}
+    if len(found) < 2:
+        pytest.skip("both the GroupLens and the RecBole copies of ml-100k are needed (../shared/data)")
+    a = movielens.prepare(found["grouplens"], tmp_path / "gl").interactions
+    b = movielens.prepare(found["recbole"], tmp_path / "rb")
+    np.testing.assert_array_equal(a.user, b.interactions.user)
+    np.testing.assert_array_equal(a.item, b.interactions.item)
+    np.testing.assert_array_equal(a.rating, b.interactions.rating)
+    gl = read_dataset(tmp_path / "gl").items
+    assert gl.column("title").to_pylist()[:2] == ["Toy Story", "GoldenEye"]
+    assert b.items.column("title").to_pylist()[:2] == ["Toy Story", "GoldenEye"]
+    assert gl.column("genres").to_pylist()[0] == b.items.column("genres").to_pylist()[0] == \
+        ["Animation", "Children's", "Comedy"]
+
+
+def test_movielens_content(ml100k):
+    d = ml100k.interactions
+    assert (len(d), d.n_users, d.n_items) == (100_000, 943, 1682)
+    assert set(np.unique(d.rating)) == {1.0, 2.0, 3.0, 4.0, 5.0}
+    assert ml100k.items.column("year").to_pylist()[0] == 1995
+    assert set(ml100k.users.column_names) >= {"id", "age", "gender", "occupation"}
+
+
+def test_synthetic_is_seeded_valid_and_skewed(tmp_path):
+    a = generate(tmp_path / "a", 20_000, seed=3, block_users=500)
+    b = generate(tmp_path / "b", 20_000, seed=3, block_users=500)
+    da, db = read_dataset(tmp_path / "a").interactions, read_dataset(tmp_path / "b").interactions
+    assert da.fingerprint() == db.fingerprint()
+    assert 0.9 * 20_000 <= a["interactions"] <= 20_000  # within-user repeats are dropped
+    assert set(np.unique(da.rating)) <= {1.0, 2.0, 3.0, 4.0, 5.0}
+    deg = np.sort(da.item_degree())[::-1]
+    # Zipf items: the top 1% of items hold far more than 1% of the interactions.
+    assert deg[: max(1, len(deg) // 100)].sum() > 0.1 * deg.sum()
+    c = generate(tmp_path / "c", 20_000, seed=4, block_users=500)
+    assert read_dataset(tmp_path / "c").interactions.fingerprint() != da.fingerprint()

@@ -1,0 +1,89 @@
+"""The refresh flow end to end (Prefect ephemeral mode): files, manifest, LATEST, summary, CLI explain."""
+
+import json
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+
+from dxplain.cli import main
+from dxplain.io import runs
+from dxplain.io.interactions import write_dataset
+from flows.refresh import refresh
+
+from conftest import interactions_table, random_interactions
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_server():
+    """One temporary Prefect server for the module, stopped inside pytest (not at interpreter exit)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data") / "small"
+    write_dataset(folder, interactions_table(random_interactions(50, 40, 0.25, seed=2)))
+    return folder
+
+
+@pytest.mark.distributed
+def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
+    out = tmp_path / "out"
+    s = refresh(dataset=str(dataset), out=str(out), workers=2, top_n=3, top_k=2, k=4, lam=5e-3, shards=5)
+    run = runs.resolve_run(out)
+    assert str(run) == s["run"]
+    manifest = runs.read_manifest(run)
+    assert [e["shard"] for e in manifest["shards"]] == list(range(5))
+    for e in manifest["shards"]:
+        assert runs.sha256_file(run / e["file"]) == e["sha256"]
+    table = runs.open_run(run).to_table()
+    assert table.num_rows == s["attributions"] == sum(e["rows"] for e in manifest["shards"])
+    assert s["targets"] == 3 * 50 and s["users"] == 50
+    assert s["fidelity_max_rel_error"]["item"] < 1e-6
+    # Second run on unchanged data reuses the stored model and moves LATEST to the new run.
+    s2 = refresh(dataset=str(dataset), out=str(out), top_n=3, top_k=2, k=4, lam=5e-3, in_memory=True)
+    assert s2["model"] == s["model"] and runs.resolve_run(out) != run
+    t2 = runs.open_run(runs.resolve_run(out)).to_table()
+    keys = [(c, "ascending") for c in ("user", "item", "train_user", "train_item")]
+    a, b = table.sort_by(keys), t2.sort_by(keys)
+    assert a.column("side").to_pylist() == b.column("side").to_pylist()
+    np.testing.assert_allclose(a.column("importance").to_numpy(), b.column("importance").to_numpy(), rtol=1e-12)
+
+def test_refresh_with_supplied_targets_and_cli_explain(dataset, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    targets = tmp_path / "targets.parquet"
+    pq.write_table(pa.table({"user": ["u001", "u002"], "item": ["i003", "i004"]}), targets)
+    out = tmp_path / "out"
+    code = main(["refresh", "--dataset", str(dataset), "--out", str(out), "--targets", str(targets), "--top-k", "0",
+                 "--k", "4", "--lam", "5e-3", "--in-memory"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    summary = json.loads(printed[: printed.index("\n}") + 2])
+    assert summary["targets"] == 2
+    table = runs.open_run(runs.resolve_run(out)).to_table()
+    assert set(zip(table.column("user").to_pylist(), table.column("item").to_pylist())) == \
+        {("u001", "i003"), ("u002", "i004")}
+    assert main(["explain", "--run", str(out), "--user", "u001", "--item", "i003", "--dataset", str(dataset)]) == 0
+    shown = capsys.readouterr().out
+    assert "Why user u001 gets i003" in shown and "the user's own ratings" in shown
+    assert "other users of this item" in shown
+
+
+def test_cli_refuses_unknown_target_ids_and_publishes_nothing(dataset, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    targets = tmp_path / "targets.parquet"
+    pq.write_table(pa.table({"user": ["ghost"], "item": ["i003"]}), targets)
+    out = tmp_path / "out"
+    code = main(["refresh", "--dataset", str(dataset), "--out", str(out), "--targets", str(targets), "--k", "4",
+                 "--lam", "5e-3", "--in-memory"])
+    assert code == 2
+    assert "ghost" in capsys.readouterr().err
+    assert not (out / "LATEST").exists() and not (out / "runs").exists()

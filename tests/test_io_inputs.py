@@ -1,0 +1,83 @@
+"""Every bad input stops with a message naming the problem, and nothing is written."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dxplain.cli import main
+from dxplain.errors import InputError
+from dxplain.io.interactions import read_dataset, read_table, read_targets, write_dataset
+
+from conftest import interactions_table
+
+
+def _good():
+    return pa.table({"user": ["a", "a", "b", "c"], "item": [1, 2, 1, 3], "rating": [4.0, 3.0, 5.0, 1.0]})
+
+
+BAD = {
+    "missing column": (pa.table({"user": ["a"], "item": [1], "score": [4.0]}), "missing column(s) ['rating']"),
+    "empty table": (_good().slice(0, 0), "no rows"),
+    "nan rating": (_good().set_column(2, "rating", pa.array([4.0, np.nan, 5.0, 1.0])), "NaN or infinite"),
+    "inf rating": (_good().set_column(2, "rating", pa.array([4.0, 3.0, np.inf, 1.0])), "NaN or infinite"),
+    "duplicate pair": (pa.table({"user": ["a", "a"], "item": [1, 1], "rating": [4.0, 2.0]}),
+                       "duplicate (user, item) pair"),
+    "null id": (pa.table({"user": ["a", None], "item": [1, 2], "rating": [4.0, 2.0]}), "no user id"),
+    "text rating": (pa.table({"user": ["a"], "item": [1], "rating": ["good"]}), "ratings must be numbers"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_interactions_are_rejected_and_nothing_is_written(tmp_path, case):
+    table, message = BAD[case]
+    out = tmp_path / "ds"
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+                       .replace("]", r"\]")):
+        write_dataset(out, table)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary left behind either
+
+
+def test_cli_import_reports_the_problem_and_writes_nothing(tmp_path, capsys):
+    src = tmp_path / "in.parquet"
+    pq.write_table(BAD["duplicate pair"][0], src)
+    assert main(["datasets", "import", str(src), "--out", str(tmp_path / "ds")]) == 2
+    assert "duplicate (user, item) pair" in capsys.readouterr().err
+    assert not (tmp_path / "ds").exists()
+
+
+def test_empty_csv_file(tmp_path):
+    f = tmp_path / "empty.csv"
+    f.write_text("")
+    with pytest.raises(InputError, match="empty"):
+        read_table(f)
+
+
+def test_column_mapping_and_roundtrip(tmp_path, small):
+    t = interactions_table(small).rename_columns(["reviewerID", "asin", "overall"])
+    src = tmp_path / "reviews.csv"
+    import pyarrow.csv as pacsv
+
+    pacsv.write_csv(t, src)
+    with pytest.raises(InputError, match="lacks"):
+        read_table(src, {"user": "reviewer", "item": "asin", "rating": "overall"})
+    ds = write_dataset(tmp_path / "ds", read_table(src, {"user": "reviewerID", "item": "asin", "rating": "overall"}))
+    again = read_dataset(tmp_path / "ds")
+    np.testing.assert_array_equal(again.interactions.user, small.user)
+    np.testing.assert_array_equal(again.interactions.rating, small.rating)
+    assert again.interactions.user_ids.to_pylist() == small.user_ids.to_pylist()
+    assert ds.interactions.fingerprint() == again.interactions.fingerprint()
+
+
+def test_unknown_ids_in_targets(tmp_path, small):
+    f = tmp_path / "targets.parquet"
+    pq.write_table(pa.table({"user": ["u000", "nobody"], "item": ["i001", "i002"]}), f)
+    with pytest.raises(InputError, match=r"user\(s\) unknown to the dataset, e.g. \['nobody'\]"):
+        read_targets(f, small)
+    pq.write_table(pa.table({"user": ["u000", "u000"], "item": ["i001", "i001"]}), f)
+    with pytest.raises(InputError, match="repeats"):
+        read_targets(f, small)
+    pq.write_table(pa.table({"user": ["u000", "u001"], "item": ["i001", "i002"]}), f)
+    t = read_targets(f, small)
+    assert t.user.tolist() == [0, 1] and t.item.tolist() == [1, 2]

@@ -1,0 +1,164 @@
+"""Contract tests of the representer explainer: batched = per-pair reference, identity, locality, top-k."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from dxplain.explain.representer import Preprocessed, RepresenterExplainer
+from dxplain.explain.targets import Targets, recommend
+from dxplain.kernels import representer as K
+from dxplain.models.mf import ALSMF, MFModel
+
+from conftest import random_interactions
+
+
+def test_balance_transforms_keep_the_product_and_balance_the_grams():
+    rng = np.random.default_rng(0)
+    U, V = rng.normal(size=(50, 6)) * [3, 2, 1, 1, .5, .1], rng.normal(size=(40, 6))
+    T_U, T_V = K.balance_transforms(U, V)
+    Ut, Vt = U @ T_U, V @ T_V
+    np.testing.assert_allclose(Ut @ Vt.T, U @ V.T, atol=1e-10)
+    np.testing.assert_allclose(Ut.T @ Ut, Vt.T @ Vt, atol=1e-9)
+    G = Ut.T @ Ut
+    np.testing.assert_allclose(G, np.diag(np.diag(G)), atol=1e-9)  # ŨᵀŨ = Σ₃, diagonal
+
+
+def test_balance_transforms_drop_collapsed_directions():
+    rng = np.random.default_rng(1)
+    U = np.hstack([rng.normal(size=(30, 2)), np.zeros((30, 3))])
+    V = np.hstack([rng.normal(size=(20, 2)), np.zeros((20, 3))])
+    T_U, T_V = K.balance_transforms(U, V)
+    assert T_U.shape == (5, 2)
+    np.testing.assert_allclose((U @ T_U) @ (V @ T_V).T, U @ V.T, atol=1e-10)
+
+
+def naive_attributions(data, pre, targets):
+    """Definition 1 pair by pair: every training interaction sharing the user (item side) or item (user side)."""
+    rows = []
+    for t in range(len(targets)):
+        i_, j_ = targets.user[t], targets.item[t]
+        for n in range(len(data)):
+            if data.user[n] == i_:
+                rows.append((t, "item", n, pre.alpha[n], float(pre.Vt[data.item[n]] @ pre.Vt[j_])))
+            if data.item[n] == j_:
+                rows.append((t, "user", n, pre.alpha[n], float(pre.Ut[data.user[n]] @ pre.Ut[i_])))
+    return rows
+
+
+@pytest.fixture
+def fitted():
+    d = random_interactions(25, 20, 0.3, seed=5)
+    m = ALSMF(k=4, lam=5e-3, tol=1e-10).fit(d)
+    return d, Preprocessed.from_model(m, d)
+
+
+def _targets(d, n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    key = rng.choice(d.n_users * d.n_items, size=n, replace=False)
+    return Targets.from_pairs(key // d.n_items, key % d.n_items, np.arange(1, n + 1))
+
+
+def test_batched_equals_per_pair_reference(fitted):
+    d, pre = fitted
+    t = _targets(d)
+    ex = RepresenterExplainer(d, pre)
+    got = {}
+    for side, a in (("item", ex.item_side(t, 0)), ("user", ex.user_side(t, 0))):
+        for tg, tr, g, loc in zip(a.target, a.train, a.global_importance, a.local_importance):
+            got[(int(tg), side, int(tr))] = (g, loc)
+    ref = naive_attributions(d, pre, t)
+    assert len(got) == len(ref)
+    for tg, side, n, g, loc in ref:
+        assert got[(tg, side, n)] == pytest.approx((g, loc), rel=1e-10, abs=1e-12)
+
+
+def test_identity_each_side_sums_to_the_score(fitted):
+    d, pre = fitted
+    t = _targets(d)
+    ex = RepresenterExplainer(d, pre)
+    s = ex.scores(t)
+    for a in (ex.item_side(t, 0), ex.user_side(t, 0)):
+        total = np.bincount(a.target, weights=a.importance, minlength=len(t))
+        np.testing.assert_allclose(total, s, rtol=1e-6, atol=1e-9)
+    item_sum, user_sum = ex.side_sums(t)
+    np.testing.assert_allclose(item_sum, s, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(user_sum, s, rtol=1e-6, atol=1e-9)
+
+
+def test_identity_fails_for_an_unconverged_model(fitted):
+    """The identity is a real check: a model stopped early does not satisfy it."""
+    d, _ = fitted
+    m = ALSMF(k=4, lam=5e-3, max_sweeps=1, polish_iters=0).fit(d)
+    ex = RepresenterExplainer(d, Preprocessed.from_model(m, d))
+    t = _targets(d)
+    item_sum, _ = ex.side_sums(t)
+    assert np.max(np.abs(item_sum - ex.scores(t))) > 1e-3
+
+
+def test_top_k_picks_the_largest_positive_and_negative(fitted):
+    d, pre = fitted
+    t = _targets(d, 12, seed=3)
+    ex = RepresenterExplainer(d, pre)
+    full, top = ex.item_side(t, 0), ex.item_side(t, 2)
+    for tg in range(len(t)):
+        imp_all = full.importance[full.target == tg]
+        imp_top = np.sort(top.importance[top.target == tg])
+        pos = np.sort(imp_all[imp_all > 0])[-2:]
+        neg = np.sort(imp_all[imp_all < 0])[:2]
+        np.testing.assert_allclose(imp_top, np.sort(np.concatenate([neg, pos])), rtol=1e-12)
+
+
+def test_attributions_touch_only_the_users_items_and_the_items_users(fitted):
+    d, pre = fitted
+    t = _targets(d)
+    ex = RepresenterExplainer(d, pre)
+    a = ex.item_side(t, 0)
+    assert np.all(d.user[a.train] == t.user[a.target])
+    b = ex.user_side(t, 0)
+    assert np.all(d.item[b.train] == t.item[b.target])
+
+
+def test_heavy_groups_split_exactly(fitted, monkeypatch):
+    d, pre = fitted
+    t = _targets(d, 60, seed=9)
+    ex = RepresenterExplainer(d, pre)
+    ref = ex.user_side(t, 3)
+    monkeypatch.setattr(K, "BLOCK_ELEMENTS", 20)  # every item's raters × targets block is split
+    got = ex.user_side(t, 3)
+    key = lambda a: sorted(zip(a.target.tolist(), a.train.tolist(), np.round(a.importance, 12).tolist()))
+    assert key(got) == key(ref)
+
+
+def test_explain_table_schema_ids_and_order(fitted):
+    d, pre = fitted
+    t = _targets(d, 5)
+    tab = RepresenterExplainer(d, pre).explain(t, top_k=3)
+    assert tab.column_names == ["user", "item", "prediction", "score", "rec_rank", "side", "train_user",
+                                "train_item", "rating", "global_importance", "local_importance", "importance"]
+    assert set(tab.column("user").to_pylist()) <= set(d.user_ids.to_pylist())
+    np.testing.assert_allclose(tab.column("prediction").to_numpy(), tab.column("score").to_numpy() + pre.mu)
+    np.testing.assert_allclose(tab.column("importance").to_numpy(),
+                               tab.column("global_importance").to_numpy() * tab.column("local_importance").to_numpy())
+    item_rows = tab.filter(pc.equal(tab.column("side").cast(pa.string()), "item"))
+    assert item_rows.column("train_user").to_pylist() == item_rows.column("user").to_pylist()
+
+
+def test_dropping_lambda_keeps_relative_importance(fitted):
+    d, pre = fitted
+    m = MFModel(pre.Ut, pre.Vt, pre.mu, None, len(d))
+    no_lam = Preprocessed.from_model(m, d)
+    ratio = no_lam.alpha / pre.alpha
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-8)
+
+
+def test_recommend_excludes_seen_and_matches_brute_force(fitted):
+    d, pre = fitted
+    users = np.arange(d.n_users)
+    t = recommend(pre.Ut, pre.Vt, d, users, n=4, budget=3 * d.n_items)  # several user blocks
+    S = pre.Ut @ pre.Vt.T
+    S[d.user, d.item] = -np.inf
+    for u in users:
+        got = t.item[t.user == u]
+        np.testing.assert_array_equal(got, np.argsort(-S[u], kind="stable")[:4])
+        assert np.all(t.rec_rank[t.user == u] == np.arange(1, 5))
