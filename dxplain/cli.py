@@ -8,6 +8,7 @@ import logging
 import sys
 
 from .errors import DxplainError
+from .models.mf import DEFAULT_K, DEFAULT_LAM
 
 
 def _columns(spec: str | None) -> dict | None:
@@ -126,8 +127,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--top-k", type=int, default=10, help="top positive and negative attributions per target; 0 = all")
     r.add_argument("--targets", help="Parquet/CSV of (user, item) to explain instead of the top-N")
     r.add_argument("--shards", type=int, help="user shards (default 4 per worker)")
-    r.add_argument("--k", type=int, default=32, help="rank when training")
-    r.add_argument("--lam", type=float, default=4e-4, help="λ when training")
+    r.add_argument("--k", type=int, default=DEFAULT_K, help="rank when training")
+    r.add_argument("--lam", type=float, default=DEFAULT_LAM, help="λ when training")
     r.add_argument("--in-memory", action="store_true", help="run the shards in this process (no Dask)")
     r.set_defaults(func=cmd_refresh)
 
@@ -158,8 +159,8 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train ALS-MF and store it")
     t.add_argument("--dataset", default="movielens-100k")
     t.add_argument("--out", required=True)
-    t.add_argument("--k", type=int, default=32)
-    t.add_argument("--lam", type=float, default=4e-4)
+    t.add_argument("--k", type=int, default=DEFAULT_K)
+    t.add_argument("--lam", type=float, default=DEFAULT_LAM)
     t.add_argument("--seed", type=int, default=0)
     t.set_defaults(func=cmd_train)
 

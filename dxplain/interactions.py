@@ -88,6 +88,11 @@ class Interactions:
         data = self.rating if values is None else values
         return sp.csr_array((data, self.item, self.user_indptr), shape=(self.n_users, self.n_items))
 
+    def by_item(self, values: np.ndarray | None = None) -> sp.csr_array:
+        """Sparse items x users view (CSR over the by-item order) holding ``values`` given in data order."""
+        data = (self.rating if values is None else values)[self.item_order]
+        return sp.csr_array((data, self.user[self.item_order], self.item_indptr), shape=(self.n_items, self.n_users))
+
     def subset(self, mask: np.ndarray) -> "Interactions":
         """The interactions where ``mask`` holds, over the same id spaces (for splits and deletions)."""
         ts = None if self.timestamp is None else self.timestamp[mask]

@@ -21,9 +21,7 @@ from dxplain.explain.representer import Preprocessed
 from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users
 from dxplain.io import model_store, runs
 from dxplain.io.interactions import read_targets
-from dxplain.models.mf import ALSMF
-
-DEFAULT_K, DEFAULT_LAM = 32, 4e-4  # λ chosen on a validation split of ml-100k (README, benchmarks/select_lambda.py)
+from dxplain.models.mf import ALSMF, DEFAULT_K, DEFAULT_LAM
 
 
 @task(retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)

@@ -6,8 +6,7 @@ import pyarrow.compute as pc
 
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer
 from dxplain.explain.targets import recommend
-from flows.refresh import DEFAULT_K, DEFAULT_LAM
-from dxplain.models.mf import ALSMF
+from dxplain.models.mf import ALSMF, DEFAULT_K, DEFAULT_LAM
 
 
 def test_representer_identity_on_movielens_100k(ml100k):

@@ -11,14 +11,17 @@ def _pattern(d):
     return als.Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items)
 
 
-def test_ridge_solve_rows_matches_per_row_solve(small):
+@pytest.mark.parametrize("k", [3, 12])  # degrees 1..~15: k=12 takes the Woodbury (d < k) path for most rows
+def test_ridge_solve_rows_matches_per_row_solve(small, k):
     rng = np.random.default_rng(1)
-    V = rng.normal(size=(small.n_items, 5))
+    V = rng.normal(size=(small.n_items, k))
     X = als.ridge_solve_rows(small.user_indptr, small.item, small.rating, V, ridge=0.7)
+    deg = small.user_degree()
+    assert deg.min() < k or k == 3
     for u in range(small.n_users):
         s, e = small.user_indptr[u], small.user_indptr[u + 1]
         Vd = V[small.item[s:e]]
-        ref = np.linalg.solve(Vd.T @ Vd + 0.7 * np.eye(5), Vd.T @ small.rating[s:e])
+        ref = np.linalg.solve(Vd.T @ Vd + 0.7 * np.eye(k), Vd.T @ small.rating[s:e])
         np.testing.assert_allclose(X[u], ref, rtol=1e-10, atol=1e-12)
 
 

@@ -92,11 +92,10 @@ class RepresenterExplainer:
 
         A = (α⊙R) Ṽ and B = (α⊙R)ᵀ Ũ are the representer embeddings, one sparse pass each.
         """
-        R = self.data.by_user(self.pre.alpha)
         users, uinv = np.unique(t.user, return_inverse=True)
         items, iinv = np.unique(t.item, return_inverse=True)
-        A = R[users] @ self.pre.Vt
-        B = R[:, items].T @ self.pre.Ut
+        A = self.data.by_user(self.pre.alpha)[users] @ self.pre.Vt  # row slices of CSR views only
+        B = self.data.by_item(self.pre.alpha)[items] @ self.pre.Ut
         item_sum = np.einsum("nk,nk->n", A[uinv], self.pre.Vt[t.item])
         user_sum = np.einsum("nk,nk->n", B[iinv], self.pre.Ut[t.user])
         return item_sum, user_sum

@@ -58,10 +58,17 @@ def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.
             pos = np.where(valid, indptr[rows[batch]][:, None] + offs[None, :], 0)
             G = F_pad[np.where(valid, cols[pos], len(F))]  # (B, d, k)
             yb = np.where(valid, y[pos], 0.0)  # (B, d)
-            A = np.matmul(G.transpose(0, 2, 1), G) + eye  # (B, k, k)
-            b = np.einsum("bdk,bd->bk", G, yb)
-            # One batched LAPACK call; measured faster than scipy's batched cho_solve for k <= 128.
-            X[batch] = np.linalg.solve(A, b[..., None])[..., 0]
+            if d < k:
+                # Woodbury: (GᵀG + rI_k)⁻¹Gᵀy = Gᵀ(GGᵀ + rI_d)⁻¹y — a d×d solve for the many light rows
+                # (median degree is a handful at Amazon scale). Padding rows of G are 0, so exact.
+                A = np.matmul(G, G.transpose(0, 2, 1)) + ridge * np.eye(d)  # (B, d, d)
+                z = np.linalg.solve(A, yb[..., None])[..., 0]
+                X[batch] = np.einsum("bdk,bd->bk", G, z)
+            else:
+                A = np.matmul(G.transpose(0, 2, 1), G) + eye  # (B, k, k)
+                b = np.einsum("bdk,bd->bk", G, yb)
+                # One batched LAPACK call; measured faster than scipy's batched cho_solve for k <= 128.
+                X[batch] = np.linalg.solve(A, b[..., None])[..., 0]
     return X
 
 

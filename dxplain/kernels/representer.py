@@ -110,29 +110,31 @@ def split_heavy_groups(g: Groups, budget: int = BLOCK_ELEMENTS) -> Groups:
     return Groups(new_hist_ptr, g.hist[hist_idx], g.hist_row[hist_idx], new_tgt_ptr, g.tgt[tgt_idx], g.tgt_row[tgt_idx])
 
 
-def _select(imp: np.ndarray, valid: np.ndarray, top_k: int) -> np.ndarray:
-    """Boolean mask over (B, d, t): the top_k largest positive and top_k most negative per (b, ·, t)."""
-    if top_k <= 0:
-        return valid
-    d = imp.shape[1]
-    if d <= top_k:
-        return valid & (imp != 0)
-    keep = np.zeros(imp.shape, dtype=bool)
-    for sign in (1.0, -1.0):
-        score = np.where(valid, sign * imp, -np.inf)
-        idx = np.argpartition(-score, top_k - 1, axis=1)[:, :top_k, :]
-        chosen = np.take_along_axis(score, idx, axis=1) > 0
-        np.put_along_axis(keep, idx, chosen | np.take_along_axis(keep, idx, axis=1), axis=1)
-    return keep
+def _select_top_k(imp: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Indices (b, t, d) of the top_k largest positive and top_k most negative entries along the last axis.
+
+    One two-sided ``argpartition`` (kth = k−1 and d−k) finds both ends in a single pass over the
+    contiguous last axis; short rows are simply sorted. Zeros (padding included) are never selected.
+    """
+    d = imp.shape[-1]
+    kk = min(top_k, d)
+    idx = np.argpartition(imp, (kk - 1, d - kk), axis=-1) if d >= 2 * kk else np.argsort(imp, axis=-1)
+    cand = np.concatenate([idx[..., :kk], idx[..., d - kk:]], axis=-1)  # (B, t, 2kk)
+    vals = np.take_along_axis(imp, cand, axis=-1)
+    keep = np.concatenate([vals[..., :kk] < 0, vals[..., kk:] > 0], axis=-1)
+    bb, tt, cc = np.nonzero(keep)
+    return bb, tt, cand[bb, tt, cc]
 
 
 def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray,
                          top_k: int) -> Attributions:
-    """Score every group's history against its targets: L = F_hist[hist] F_tgt[tgt]ᵀ, I = α ⊙ L.
+    """Score every group's history against its targets: I = α ⊙ (F_tgt[tgt] F_hist[hist]ᵀ).
 
-    Groups are bucketed by history length (powers of two bound padding at 2x) and each bucket is
-    one stacked matmul (B, d, k) @ (B, k, t); the top_k positive and top_k negative attributions per
-    target are picked by argpartition (``top_k=0`` keeps all).
+    Groups are bucketed by (history, targets) length — powers of two bound padding at 2x — and each
+    bucket is one stacked matmul (B, t, k) @ (B, k, d) with α folded into the history rows, so the
+    importance comes out of BLAS directly and selection runs along its contiguous last axis. Padding
+    rows are zero, so their importance is exactly 0 and is never selected (``top_k=0`` keeps all
+    real pairs and recomputes the local importance for them).
     """
     g = split_heavy_groups(g)
     k = F_hist.shape[1]
@@ -141,8 +143,11 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
     live = np.flatnonzero((d_all > 0) & (t_all > 0))
     F_hist_pad = np.vstack([F_hist, np.zeros((1, k))])
     F_tgt_pad = np.vstack([F_tgt, np.zeros((1, k))])
-    hist_row = g.hist_row.astype(np.intp)
-    tgt_row = g.tgt_row.astype(np.intp)
+    alpha_pad = np.append(alpha, 0.0)
+    hist_row = np.append(g.hist_row.astype(np.intp), len(F_hist))  # last entry: the zero row
+    hist_pos = np.append(g.hist, len(alpha))  # last entry: α = 0
+    tgt_row = np.append(g.tgt_row.astype(np.intp), len(F_tgt))
+    pad_h, pad_t = len(g.hist), len(g.tgt)
     level = np.ceil(np.log2(np.maximum(d_all, 1))).astype(np.int64) * 64 + \
         np.ceil(np.log2(np.maximum(t_all, 1))).astype(np.int64)
     parts = []
@@ -153,18 +158,21 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
         od, ot = np.arange(d), np.arange(t)
         for a in range(0, len(members), step):
             b = members[a:a + step]
-            hv = od[None, :] < d_all[b][:, None]  # (B, d)
-            tv = ot[None, :] < t_all[b][:, None]  # (B, t)
-            hpos = np.where(hv, g.hist_ptr[b][:, None] + od[None, :], 0)
-            tpos = np.where(tv, g.tgt_ptr[b][:, None] + ot[None, :], 0)
-            H = F_hist_pad[np.where(hv, hist_row[hpos], len(F_hist))]  # (B, d, k)
-            T = F_tgt_pad[np.where(tv, tgt_row[tpos], len(F_tgt))]  # (B, t, k)
-            L = np.matmul(H, T.transpose(0, 2, 1))  # (B, d, t)
-            a_b = np.where(hv, alpha[g.hist[hpos]], 0.0)  # (B, d)
-            imp = a_b[:, :, None] * L
-            valid = hv[:, :, None] & tv[:, None, :]
-            bb, dd, tt = np.nonzero(_select(imp, valid, top_k))
-            parts.append(Attributions(g.tgt[tpos[bb, tt]], g.hist[hpos[bb, dd]], a_b[bb, dd], L[bb, dd, tt]))
+            hpos = np.where(od[None, :] < d_all[b][:, None], g.hist_ptr[b][:, None] + od[None, :], pad_h)
+            tpos = np.where(ot[None, :] < t_all[b][:, None], g.tgt_ptr[b][:, None] + ot[None, :], pad_t)
+            a_b = alpha_pad[hist_pos[hpos]]  # (B, d)
+            H = F_hist_pad[hist_row[hpos]]  # (B, d, k)
+            T = F_tgt_pad[tgt_row[tpos]]  # (B, t, k)
+            if top_k > 0:
+                imp = np.matmul(T, (H * a_b[:, :, None]).transpose(0, 2, 1))  # (B, t, d)
+                bb, tt, dd = _select_top_k(imp, top_k)
+                glob = a_b[bb, dd]
+                local = imp[bb, tt, dd] / glob
+            else:
+                L = np.matmul(T, H.transpose(0, 2, 1))  # (B, t, d)
+                bb, tt, dd = np.nonzero((hpos[:, None, :] < pad_h) & (tpos[:, :, None] < pad_t))
+                glob, local = a_b[bb, dd], L[bb, tt, dd]
+            parts.append(Attributions(g.tgt[tpos[bb, tt]], g.hist[hpos[bb, dd]], glob, local))
     return Attributions.concat(parts)
 
 
@@ -173,16 +181,20 @@ def top_n_unseen(U_block: np.ndarray, V: np.ndarray, seen_indptr: np.ndarray, se
     """Top-n items by ⟨U_i, V_j⟩ among items the block's users have not rated, best first.
 
     ``seen_indptr``/``seen_items`` is the CSR of the block's rated items. Returns (items, scores),
-    each (block, n); where fewer than n items are unseen the tail holds -1 and -inf.
+    each (block, n); where fewer than n items are unseen the tail holds -1 and -inf. Ranking is done
+    in float32 (half the memory traffic of the block; explanations recompute scores in float64).
     """
-    S = U_block @ V.T  # (block, n_items): the caller sizes the block from a memory budget
+    S = np.asarray(U_block, np.float32) @ np.asarray(V, np.float32).T  # (block, n_items), sized by the caller
     rows = np.repeat(np.arange(len(U_block)), np.diff(seen_indptr))
     S[rows, seen_items] = -np.inf
-    n_eff = min(n, S.shape[1])
-    idx = np.argpartition(-S, n_eff - 1, axis=1)[:, :n_eff]
+    n_items = S.shape[1]
+    n_eff = min(n, n_items)
+    # argpartition puts the n largest at the end; no negated copy of the block is needed.
+    idx = np.argpartition(S, n_items - n_eff, axis=1)[:, n_items - n_eff:] if n_eff < n_items else \
+        np.broadcast_to(np.arange(n_items), S.shape).copy()
     sc = np.take_along_axis(S, idx, axis=1)
     order = np.argsort(-sc, axis=1, kind="stable")
-    idx, sc = np.take_along_axis(idx, order, axis=1), np.take_along_axis(sc, order, axis=1)
+    idx, sc = np.take_along_axis(idx, order, axis=1), np.take_along_axis(sc, order, axis=1).astype(np.float64)
     idx = np.where(np.isfinite(sc), idx, -1)
     if n_eff < n:
         idx = np.pad(idx, ((0, 0), (0, n - n_eff)), constant_values=-1)

@@ -25,6 +25,10 @@ from ..kernels import als
 
 log = logging.getLogger(__name__)
 
+# Defaults picked on a validation split of ml-100k (benchmarks/select_lambda.py, README).
+DEFAULT_K = 32
+DEFAULT_LAM = 3e-4
+
 
 @dataclass
 class MFModel:
@@ -62,8 +66,8 @@ class ALSMF:
     seed : initialisation seed (deterministic for a seed)
     """
 
-    k: int = 32
-    lam: float = 4e-4
+    k: int = DEFAULT_K
+    lam: float = DEFAULT_LAM
     tol: float = 1e-9
     max_sweeps: int = 60
     polish_iters: int = 200
