@@ -25,7 +25,7 @@ from dxplain.datasets import resolve_dataset  # noqa: E402
 from dxplain.datasets.synthetic import generate  # noqa: E402
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer, _group_targets, _ranges  # noqa: E402
 from dxplain.explain.targets import recommend  # noqa: E402
-from dxplain.models.mf import ALSMF, DEFAULT_LAM  # noqa: E402
+from dxplain.models.mf import ALSMF  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -117,7 +117,7 @@ def main():
         d = ds.interactions
         # Throughput does not depend on convergence: a short ALS gives realistic factors quickly.
         t0 = time.perf_counter()
-        m = ALSMF(k=a.k, lam=DEFAULT_LAM, max_sweeps=8, polish_iters=0).fit(d)
+        m = ALSMF(k=a.k, max_sweeps=8, polish_iters=0).fit(d)  # default λ = 30/|D|
         train_s = time.perf_counter() - t0
         pre = Preprocessed.from_model(m, d)
         rng = np.random.default_rng(0)

@@ -59,10 +59,10 @@ def main():
     for lam in map(float, a.lams.split(",")):
         t0 = time.perf_counter()
         m = ALSMF(k=a.k, lam=lam, seed=a.seed).fit(tr)
-        sv = np.linalg.svd(m.U, compute_uv=False)
+        sv = np.linalg.svd(m.U, compute_uv=False)  # effective rank: factor columns that did not collapse to 0
         row = {"lam": lam, "val_rmse": rmse(m.predict(va.user, va.item), va.rating),
                "test_rmse": rmse(m.predict(te.user, te.item), te.rating), "grad_norm": m.grad_norm,
-               "effective_rank": int(np.sum(sv > 1e-6)),  # factor columns that did not collapse to 0 "sweeps": m.info["sweeps"],
+               "effective_rank": int(np.sum(sv > 1e-6)), "sweeps": m.info["sweeps"],
                "newton_iters": m.info["newton_iters"], "seconds": round(time.perf_counter() - t0, 1)}
         out["grid"].append(row)
         print(json.dumps(row), flush=True)

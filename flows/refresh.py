@@ -21,7 +21,7 @@ from dxplain.explain.representer import Preprocessed
 from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users
 from dxplain.io import model_store, runs
 from dxplain.io.interactions import read_targets
-from dxplain.models.mf import ALSMF, DEFAULT_K, DEFAULT_LAM
+from dxplain.models.mf import ALSMF, DEFAULT_K, default_lam
 
 
 @task(retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
@@ -33,13 +33,14 @@ def load_data(dataset: str, settings: Settings):
 
 
 @task(cache_policy=NO_CACHE)
-def train_or_load(ds, model: str | None, out: str, k: int, lam: float, seed: int):
+def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, seed: int):
     """Use --model if given; else reuse the model trained on this exact data, else train and store one."""
     logger = get_run_logger()
     data = ds.interactions
     if model:
         logger.info("loading model %s", model)
         return model_store.load_model(model, data), model
+    lam = lam if lam is not None else default_lam(len(data))
     path = Path(out) / "models" / f"{ds.name}-{data.fingerprint()}-k{k}-lam{lam:g}-s{seed}.zarr"
     if path.exists():
         logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
@@ -76,7 +77,7 @@ def publish(out: str, run_dir: str, entries: list[dict], meta: dict) -> dict:
 @flow(name="dxplain-refresh", log_prints=True)
 def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str | None = None,
             scheduler: str | None = None, workers: int | None = None, top_n: int = 10, top_k: int = 10,
-            targets: str | None = None, shards: int | None = None, k: int = DEFAULT_K, lam: float = DEFAULT_LAM,
+            targets: str | None = None, shards: int | None = None, k: int = DEFAULT_K, lam: float | None = None,
             seed: int = 0, in_memory: bool = False) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run."""
     t0 = time.perf_counter()

@@ -6,12 +6,13 @@ import pyarrow.compute as pc
 
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer
 from dxplain.explain.targets import recommend
-from dxplain.models.mf import ALSMF, DEFAULT_K, DEFAULT_LAM
+from dxplain.models.mf import ALSMF
 
 
 def test_representer_identity_on_movielens_100k(ml100k):
     d = ml100k.interactions
-    m = ALSMF(k=DEFAULT_K, lam=DEFAULT_LAM).fit(d)
+    m = ALSMF().fit(d)  # the default model: k = 32, λ = 30/|D| = 3e-4 on ml-100k
+    assert m.k == 32 and m.lam == 3e-4
     assert m.grad_norm <= 1e-9
     pre = Preprocessed.from_model(m, d)
     t = recommend(pre.Ut, pre.Vt, d, np.arange(d.n_users), 10)

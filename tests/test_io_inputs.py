@@ -47,11 +47,18 @@ def test_cli_import_reports_the_problem_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "ds").exists()
 
 
-def test_empty_csv_file(tmp_path):
-    f = tmp_path / "empty.csv"
-    f.write_text("")
-    with pytest.raises(InputError, match="empty"):
-        read_table(f)
+@pytest.mark.parametrize("content,message", [
+    ("", "the file is empty"),
+    ("user,item,rating\n", "no rows"),
+    ("reviewer,asin,overall\na,1,5\n", "missing column(s) ['user', 'item', 'rating']"),
+    ("user,item,rating\na,1,nan\n", "NaN or infinite"),
+])
+def test_cli_import_of_bad_csv_writes_nothing(tmp_path, capsys, content, message):
+    f = tmp_path / "in.csv"
+    f.write_text(content)
+    assert main(["datasets", "import", str(f), "--out", str(tmp_path / "ds")]) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 
 def test_column_mapping_and_roundtrip(tmp_path, small):

@@ -146,7 +146,7 @@ def test_explain_table_schema_ids_and_order(fitted):
 
 def test_dropping_lambda_keeps_relative_importance(fitted):
     d, pre = fitted
-    m = MFModel(pre.Ut, pre.Vt, pre.mu, None, len(d))
+    m = MFModel(pre.Ut, pre.Vt, pre.mu, None, len(d))  # factors imported without a λ
     no_lam = Preprocessed.from_model(m, d)
     ratio = no_lam.alpha / pre.alpha
     np.testing.assert_allclose(ratio, ratio[0], rtol=1e-8)
@@ -162,3 +162,24 @@ def test_recommend_excludes_seen_and_matches_brute_force(fitted):
         got = t.item[t.user == u]
         np.testing.assert_array_equal(got, np.argsort(-S[u], kind="stable")[:4])
         assert np.all(t.rec_rank[t.user == u] == np.arange(1, 5))
+
+
+@pytest.mark.parametrize("shape,top_k,d_real", [((3, 4, 40), 3, 40), ((2, 5, 700), 10, 700),
+                                                ((1, 3, 5000), 25, 5000), ((4, 2, 6), 10, 6), ((3, 4, 2000), 5, 1100)])
+def test_pruned_selection_equals_argpartition_selection(shape, top_k, d_real, monkeypatch):
+    rng = np.random.default_rng(sum(shape))
+    imp = rng.standard_normal(shape) * rng.random(shape) ** 3
+    imp[..., ::7] = 0.0  # zeros must never be selected
+    imp[0, 0, :] = np.abs(imp[0, 0, :])  # a row without negatives
+    imp[-1, :, d_real + (shape[2] - d_real) // 2:] = 0.0  # bucket padding: a row shorter than the block
+    got = K._select_top_k(imp, top_k, d_real)
+    monkeypatch.setattr(K, "PRUNE_FACTOR", 10**9)  # force the argpartition path
+    ref = K._select_top_k(imp, top_k)
+    as_set = lambda sel: set(zip(*(x.tolist() for x in sel)))
+    assert as_set(got) == as_set(ref)
+    for b in range(shape[0]):
+        for t in range(shape[1]):
+            row = imp[b, t]
+            want = set(np.flatnonzero(row > 0)[np.argsort(-row[row > 0])][:top_k]) | \
+                set(np.flatnonzero(row < 0)[np.argsort(row[row < 0])][:top_k])
+            assert {d for bb, tt, d in as_set(got) if (bb, tt) == (b, t)} == want

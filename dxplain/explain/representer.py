@@ -49,6 +49,8 @@ class Preprocessed:
     alpha: np.ndarray  # α per training interaction, in data order
     mu: float
     lam_known: bool
+    A: np.ndarray  # representer embedding of users: A_i = Σ_{j:(i,j)∈D} α_ij Ṽ_j
+    B: np.ndarray  # representer embedding of items: B_j = Σ_{i:(i,j)∈D} α_ij Ũ_i
 
     @classmethod
     def from_model(cls, model: MFModel, data: Interactions) -> "Preprocessed":
@@ -56,7 +58,9 @@ class Preprocessed:
         Ut, Vt = model.U @ T_U, model.V @ T_V
         s = pair_scores(model.U, model.V, data.user.astype(np.intp), data.item.astype(np.intp))
         alpha = K.global_importance_squared(data.rating - model.mu, s, model.lam, len(data))
-        return cls(Ut, Vt, alpha, model.mu, model.lam is not None)
+        A = data.by_user(alpha) @ Vt  # one sparse pass each; at the optimum A = Ũ and B = Ṽ
+        B = data.by_item(alpha) @ Ut
+        return cls(Ut, Vt, alpha, model.mu, model.lam is not None, A, B)
 
 
 class RepresenterExplainer:
@@ -90,15 +94,10 @@ class RepresenterExplainer:
     def side_sums(self, t: Targets) -> tuple[np.ndarray, np.ndarray]:
         """Exact Σ importance per target and side in O(k): ⟨A_{i'}, Ṽ_{j'}⟩ and ⟨B_{j'}, Ũ_{i'}⟩.
 
-        A = (α⊙R) Ṽ and B = (α⊙R)ᵀ Ũ are the representer embeddings, one sparse pass each.
+        A = (α⊙R) Ṽ and B = (α⊙R)ᵀ Ũ are the representer embeddings, computed once in preprocessing.
         """
-        users, uinv = np.unique(t.user, return_inverse=True)
-        items, iinv = np.unique(t.item, return_inverse=True)
-        A = self.data.by_user(self.pre.alpha)[users] @ self.pre.Vt  # row slices of CSR views only
-        B = self.data.by_item(self.pre.alpha)[items] @ self.pre.Ut
-        item_sum = np.einsum("nk,nk->n", A[uinv], self.pre.Vt[t.item])
-        user_sum = np.einsum("nk,nk->n", B[iinv], self.pre.Ut[t.user])
-        return item_sum, user_sum
+        u, i = t.user.astype(np.intp), t.item.astype(np.intp)
+        return pair_scores(self.pre.A, self.pre.Vt, u, i), pair_scores(self.pre.B, self.pre.Ut, i, u)
 
     def explain(self, t: Targets, top_k: int = 10) -> pa.Table:
         """One row per attribution (schema: ``SCHEMA_FIELDS``), sorted by target, side, importance."""

@@ -54,7 +54,9 @@ def read_table(path: str | Path, columns: dict[str, str] | None = None, delimite
             if path.stat().st_size == 0:
                 raise InputError(f"{path}: the file is empty; it needs a header and at least one interaction")
             delim = delimiter or ("\t" if path.suffix in (".tsv", ".inter", ".data") else ",")
-            table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(delimiter=delim))
+            # Only empty cells are missing: "nan"/"inf" must reach the rating check as numbers.
+            table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(delimiter=delim),
+                                   convert_options=pacsv.ConvertOptions(null_values=[""]))
     except InputError:
         raise
     except (pa.ArrowInvalid, OSError) as exc:
@@ -87,6 +89,8 @@ def _check_columns(table: pa.Table, source: str) -> None:
 
 def _ratings(table: pa.Table, source: str) -> np.ndarray:
     col = table.column("rating")
+    if pa.types.is_null(col.type):
+        raise InputError(f"{source}: every rating is missing; the rating column must hold numbers")
     if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
         raise InputError(f"{source}: column 'rating' has type {col.type}; ratings must be numbers")
     if col.null_count:

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.linalg as sla
 
 # Upper bound on floats in one padded (B, d, max(k, t)) block: ~64 MB of float64.
-BLOCK_ELEMENTS = 1 << 23
+BLOCK_ELEMENTS = 1 << 22
 
 
 def balance_transforms(U: np.ndarray, V: np.ndarray, rtol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
@@ -110,14 +110,22 @@ def split_heavy_groups(g: Groups, budget: int = BLOCK_ELEMENTS) -> Groups:
     return Groups(new_hist_ptr, g.hist[hist_idx], g.hist_row[hist_idx], new_tgt_ptr, g.tgt[tgt_idx], g.tgt_row[tgt_idx])
 
 
-def _select_top_k(imp: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+# Rows at least this many times longer than top_k are selected by threshold pruning (see below).
+PRUNE_FACTOR = 50
+
+
+def _select_top_k(imp: np.ndarray, top_k: int, d_real: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Indices (b, t, d) of the top_k largest positive and top_k most negative entries along the last axis.
 
-    One two-sided ``argpartition`` (kth = k−1 and d−k) finds both ends in a single pass over the
-    contiguous last axis; short rows are simply sorted. Zeros (padding included) are never selected.
+    Short rows: one two-sided ``argpartition`` (kth = k−1 and d−k) over the contiguous last axis, or a
+    sort. Long rows (heavy items): exact threshold pruning over the first ``d_real`` entries, which
+    are real (not padding) in every row. Zeros (padding included) are never selected.
     """
     d = imp.shape[-1]
+    d_real = d if d_real is None else d_real
     kk = min(top_k, d)
+    if d_real >= PRUNE_FACTOR * kk:
+        return _select_top_k_pruned(imp, kk, d_real)
     idx = np.argpartition(imp, (kk - 1, d - kk), axis=-1) if d >= 2 * kk else np.argsort(imp, axis=-1)
     cand = np.concatenate([idx[..., :kk], idx[..., d - kk:]], axis=-1)  # (B, t, 2kk)
     vals = np.take_along_axis(imp, cand, axis=-1)
@@ -126,28 +134,58 @@ def _select_top_k(imp: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray, 
     return bb, tt, cand[bb, tt, cc]
 
 
+def _select_top_k_pruned(imp: np.ndarray, k: int, d_real: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact top-k by pruning: the k-th largest of m chunk maxima is ≤ the k-th largest entry of the row.
+
+    Split the first ``d_real`` entries of each row into m = 4k chunks; their maxima are distinct
+    entries, so at least k entries are ≥ τ = (k-th largest chunk maximum), and every top-k entry is
+    ≥ τ. A few streaming passes (chunk max/min, compare, flat nonzero) leave a handful of candidates
+    per row, which are then ranked exactly — instead of an argpartition over the whole (B, t, d)
+    block, which costs several times the matmul for heavy items.
+    """
+    d = imp.shape[-1]
+    m = 4 * k
+    starts = np.arange(m) * (d_real // m)
+    head = imp[..., :d_real]
+    tiny = np.finfo(imp.dtype).tiny
+    maxima = np.maximum.reduceat(head, starts, axis=-1)  # (B, t, m)
+    minima = np.minimum.reduceat(head, starts, axis=-1)
+    tau_hi = np.maximum(np.partition(maxima, m - k, axis=-1)[..., m - k], tiny)  # only positives qualify
+    tau_lo = np.minimum(np.partition(minima, k - 1, axis=-1)[..., k - 1], -tiny)  # only negatives qualify
+    out = []
+    flat_imp = imp.reshape(-1)
+    for mask, sign in ((imp >= tau_hi[..., None], -1.0), (imp <= tau_lo[..., None], 1.0)):
+        flat = np.flatnonzero(mask)  # ~20x faster than a 3-D nonzero on this few-survivor mask
+        row = flat // d
+        order = np.lexsort((sign * flat_imp[flat], row))  # by row, then best first
+        row, flat = row[order], flat[order]
+        rank = np.arange(len(row)) - np.searchsorted(row, row, side="left")
+        flat = flat[rank < k]
+        bt, dd = np.divmod(flat, d)
+        out.append(np.divmod(bt, imp.shape[1]) + (dd,))
+    return tuple(np.concatenate(parts) for parts in zip(*out))
+
+
 def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray,
                          top_k: int) -> Attributions:
     """Score every group's history against its targets: I = α ⊙ (F_tgt[tgt] F_hist[hist]ᵀ).
 
     Groups are bucketed by (history, targets) length — powers of two bound padding at 2x — and each
     bucket is one stacked matmul (B, t, k) @ (B, k, d) with α folded into the history rows, so the
-    importance comes out of BLAS directly and selection runs along its contiguous last axis. Padding
-    rows are zero, so their importance is exactly 0 and is never selected (``top_k=0`` keeps all
-    real pairs and recomputes the local importance for them).
+    importance comes out of BLAS directly and selection runs along its contiguous last axis. Padded
+    history has α = 0 and padded targets a zero row, so their importance is exactly 0 and is never
+    selected (``top_k=0`` keeps all real pairs by mask and reports the local importance for them).
     """
     g = split_heavy_groups(g)
     k = F_hist.shape[1]
     d_all = np.diff(g.hist_ptr)
     t_all = np.diff(g.tgt_ptr)
     live = np.flatnonzero((d_all > 0) & (t_all > 0))
-    F_hist_pad = np.vstack([F_hist, np.zeros((1, k))])
-    F_tgt_pad = np.vstack([F_tgt, np.zeros((1, k))])
-    alpha_pad = np.append(alpha, 0.0)
-    hist_row = np.append(g.hist_row.astype(np.intp), len(F_hist))  # last entry: the zero row
-    hist_pos = np.append(g.hist, len(alpha))  # last entry: α = 0
-    tgt_row = np.append(g.tgt_row.astype(np.intp), len(F_tgt))
-    pad_h, pad_t = len(g.hist), len(g.tgt)
+    # Padding points at a real row (position 0) instead of an appended zero row, so no O(n) copy of
+    # the factors or of α is made per call: padded history gets α = 0 (importance exactly 0) and
+    # padded target rows of the small T block are zeroed.
+    hist_row = g.hist_row.astype(np.intp)
+    tgt_row = g.tgt_row.astype(np.intp)
     level = np.ceil(np.log2(np.maximum(d_all, 1))).astype(np.int64) * 64 + \
         np.ceil(np.log2(np.maximum(t_all, 1))).astype(np.int64)
     parts = []
@@ -158,19 +196,22 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
         od, ot = np.arange(d), np.arange(t)
         for a in range(0, len(members), step):
             b = members[a:a + step]
-            hpos = np.where(od[None, :] < d_all[b][:, None], g.hist_ptr[b][:, None] + od[None, :], pad_h)
-            tpos = np.where(ot[None, :] < t_all[b][:, None], g.tgt_ptr[b][:, None] + ot[None, :], pad_t)
-            a_b = alpha_pad[hist_pos[hpos]]  # (B, d)
-            H = F_hist_pad[hist_row[hpos]]  # (B, d, k)
-            T = F_tgt_pad[tgt_row[tpos]]  # (B, t, k)
+            hv = od[None, :] < d_all[b][:, None]  # (B, d) real history entries
+            tv = ot[None, :] < t_all[b][:, None]  # (B, t) real targets
+            hpos = np.where(hv, g.hist_ptr[b][:, None] + od[None, :], 0)
+            tpos = np.where(tv, g.tgt_ptr[b][:, None] + ot[None, :], 0)
+            a_b = np.where(hv, alpha[g.hist[hpos]], 0.0)  # (B, d)
+            H = F_hist[hist_row[hpos]]  # (B, d, k)
+            T = F_tgt[tgt_row[tpos]]  # (B, t, k)
+            T[~tv] = 0.0
             if top_k > 0:
                 imp = np.matmul(T, (H * a_b[:, :, None]).transpose(0, 2, 1))  # (B, t, d)
-                bb, tt, dd = _select_top_k(imp, top_k)
+                bb, tt, dd = _select_top_k(imp, top_k, int(d_all[b].min()))
                 glob = a_b[bb, dd]
                 local = imp[bb, tt, dd] / glob
             else:
                 L = np.matmul(T, H.transpose(0, 2, 1))  # (B, t, d)
-                bb, tt, dd = np.nonzero((hpos[:, None, :] < pad_h) & (tpos[:, :, None] < pad_t))
+                bb, tt, dd = np.nonzero(hv[:, None, :] & tv[:, :, None])
                 glob, local = a_b[bb, dd], L[bb, tt, dd]
             parts.append(Attributions(g.tgt[tpos[bb, tt]], g.hist[hpos[bb, dd]], glob, local))
     return Attributions.concat(parts)

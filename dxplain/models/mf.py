@@ -26,8 +26,15 @@ from ..kernels import als
 log = logging.getLogger(__name__)
 
 # Defaults picked on a validation split of ml-100k (benchmarks/select_lambda.py, README).
+# The loss is an average over D, so the ridge in every ALS solve is λ|D|/2: a fixed λ regularises a
+# light user ever harder as the data grows. The default therefore fixes the ridge, not λ:
+# λ = 2·DEFAULT_RIDGE/|D|, which is the validated λ = 3e-4 on ml-100k.
 DEFAULT_K = 32
-DEFAULT_LAM = 3e-4
+DEFAULT_RIDGE = 15.0
+
+
+def default_lam(n_train: int) -> float:
+    return 2.0 * DEFAULT_RIDGE / n_train
 
 
 @dataclass
@@ -59,7 +66,7 @@ class ALSMF:
     Parameters
     ----------
     k : rank
-    lam : λ in the objective above (per-interaction scaling: the ridge in each solve is λ|D|/2)
+    lam : λ in the objective above (the ridge in each solve is λ|D|/2); None = ``default_lam(|D|)``
     tol : stop when ‖∇f‖ (Frobenius over U and V) ≤ tol
     max_sweeps : ALS sweeps at most before the polish
     polish_iters : trust-region Newton iterations at most
@@ -67,7 +74,7 @@ class ALSMF:
     """
 
     k: int = DEFAULT_K
-    lam: float = DEFAULT_LAM
+    lam: float | None = None
     tol: float = 1e-9
     max_sweeps: int = 60
     polish_iters: int = 200
@@ -79,7 +86,8 @@ class ALSMF:
         mu = float(data.rating.mean())
         y = data.rating - mu
         n = len(y)
-        ridge = self.lam * n / 2.0
+        lam = self.lam if self.lam is not None else default_lam(n)
+        ridge = lam * n / 2.0
         rng = np.random.default_rng(self.seed)
         U = rng.normal(scale=0.1, size=(data.n_users, self.k))
         V = rng.normal(scale=0.1, size=(data.n_items, self.k))
@@ -90,9 +98,10 @@ class ALSMF:
         for sweep in range(1, self.max_sweeps + 1):
             U = als.ridge_solve_rows(data.user_indptr, i, y, V, ridge)
             V = als.ridge_solve_rows(data.item_indptr, item_cols, item_y, U, ridge)
-            gU, gV = als.gradient(U, V, P, y, self.lam)
+            gU, gV = als.gradient(U, V, P, y, lam)
             gnorm = float(np.sqrt(np.sum(gU * gU) + np.sum(gV * gV)))
             history.append(gnorm)
+            log.info("ALS sweep %d: ‖∇f‖=%.2e (%.1fs)", sweep, gnorm, time.perf_counter() - t0)
             if gnorm <= self.tol:
                 break
             # ALS is linear-rate: once a sweep gains < 10%, Newton's quadratic rate wins.
@@ -101,15 +110,15 @@ class ALSMF:
         sweeps = len(history)
         newton = 0
         if gnorm > self.tol and self.polish_iters > 0:
-            U, V, gnorm, newton = self._polish(U, V, P, y)
+            U, V, gnorm, newton = self._polish(U, V, P, y, lam)
         log.info("ALS-MF k=%d λ=%g: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, %.1fs",
-                 self.k, self.lam, sweeps, newton, gnorm, time.perf_counter() - t0)
-        return MFModel(U, V, mu, self.lam, n, grad_norm=gnorm,
+                 self.k, lam, sweeps, newton, gnorm, time.perf_counter() - t0)
+        return MFModel(U, V, mu, lam, n, grad_norm=gnorm,
                        info={"sweeps": sweeps, "newton_iters": newton, "seed": self.seed,
-                             "objective": als.objective(U, V, P, y, self.lam),
+                             "objective": als.objective(U, V, P, y, lam),
                              "seconds": time.perf_counter() - t0})
 
-    def _polish(self, U, V, P, y):
+    def _polish(self, U, V, P, y, lam):
         """Trust-region Newton-CG (scipy trust-ncg) on f with exact Hessian-vector products."""
         nU = U.size
         shapeU, shapeV = U.shape, V.shape
@@ -122,8 +131,8 @@ class ALSMF:
             Ux, Vx = split(x)
             r = y - als.pair_scores(Ux, Vx, P.u, P.i)
             cache["x"], cache["r"] = x, r
-            f = r @ r / len(y) + 0.5 * self.lam * (x @ x)
-            gU, gV = als.gradient(Ux, Vx, P, y, self.lam, r=r)
+            f = r @ r / len(y) + 0.5 * lam * (x @ x)
+            gU, gV = als.gradient(Ux, Vx, P, y, lam, r=r)
             return f, np.concatenate([gU.ravel(), gV.ravel()])
 
         def hessp(x, p):
@@ -131,13 +140,18 @@ class ALSMF:
             r = cache["r"] if cache.get("x") is x else y - als.pair_scores(Ux, Vx, P.u, P.i)
             dU, dV = split(p)
             calls["hessp"] += 1
-            hU, hV = als.hessian_vector(Ux, Vx, dU, dV, P, r, self.lam)
+            hU, hV = als.hessian_vector(Ux, Vx, dU, dV, P, r, lam)
             return np.concatenate([hU.ravel(), hV.ravel()])
 
         x0 = np.concatenate([U.ravel(), V.ravel()])
-        res = minimize(fun_grad, x0, jac=True, hessp=hessp, method="trust-ncg",
+        t0 = time.perf_counter()
+
+        def progress(xk):
+            log.info("Newton step: %d Hessian-vector products so far (%.1fs)", calls["hessp"], time.perf_counter() - t0)
+
+        res = minimize(fun_grad, x0, jac=True, hessp=hessp, method="trust-ncg", callback=progress,
                        options={"gtol": self.tol, "maxiter": self.polish_iters})
         Ux, Vx = split(res.x)
-        gU, gV = als.gradient(Ux, Vx, P, y, self.lam)
+        gU, gV = als.gradient(Ux, Vx, P, y, lam)
         log.debug("Newton polish: %d iterations, %d Hessian-vector products", res.nit, calls["hessp"])
         return Ux.copy(), Vx.copy(), float(np.sqrt(np.sum(gU * gU) + np.sum(gV * gV))), int(res.nit)
