@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from .errors import DxplainError
@@ -181,10 +182,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Cluster chatter at INFO hides dxplain's progress lines; dask reads this before distributed loads.
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     a = parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "distributed", "asyncio"):  # request and cluster chatter hide the progress lines
+    for noisy in ("httpx", "asyncio"):  # request chatter hides the progress lines
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return a.func(a)

@@ -77,6 +77,15 @@ class Interactions:
         """Interactions of item j are positions item_order[item_indptr[j]:item_indptr[j+1]]."""
         return np.searchsorted(self.item[self.item_order], np.arange(self.n_items + 1)).astype(np.int64)
 
+    def user_positions(self, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of the given users' interactions, concatenated, and the pointer per user."""
+        return segment_positions(self.user_indptr, users)
+
+    def item_positions(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (in data order) of the given items' interactions, concatenated, and the pointer per item."""
+        pos, ptr = segment_positions(self.item_indptr, items)
+        return self.item_order[pos], ptr
+
     def user_degree(self) -> np.ndarray:
         return np.diff(self.user_indptr)
 
@@ -113,3 +122,35 @@ class Interactions:
                 if buf is not None:
                     h.update(buf)
         return h.hexdigest()[:16]
+
+
+def segment_positions(indptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenated ranges indptr[g]:indptr[g+1] for each g in ``ids``, and the pointer into them."""
+    ids = np.asarray(ids, dtype=np.int64)
+    starts, lengths = indptr[ids], indptr[ids + 1] - indptr[ids]
+    ptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    pos = np.arange(ptr[-1]) - np.repeat(ptr[:-1] - starts, lengths)
+    return pos.astype(np.int64), ptr
+
+
+@dataclass
+class Targets:
+    """(user, item) index pairs to explain, sorted by user; ``rec_rank`` is 1-based (0 when supplied without one)."""
+
+    user: np.ndarray
+    item: np.ndarray
+    rec_rank: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.user)
+
+    @classmethod
+    def from_pairs(cls, user, item, rec_rank=None) -> "Targets":
+        user, item = np.asarray(user, np.int32), np.asarray(item, np.int32)
+        rank = np.zeros(len(user), np.int32) if rec_rank is None else np.asarray(rec_rank, np.int32)
+        order = np.lexsort((rank, item, user)) if rec_rank is None else np.lexsort((rank, user))
+        return cls(user[order], item[order], rank[order])
+
+    def for_users(self, users: np.ndarray) -> "Targets":
+        keep = np.isin(self.user, users)
+        return Targets(self.user[keep], self.item[keep], self.rec_rank[keep])

@@ -6,7 +6,8 @@ import pyarrow.compute as pc
 import pytest
 
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer
-from dxplain.explain.targets import Targets, recommend
+from dxplain.explain.targets import recommend
+from dxplain.interactions import Targets
 from dxplain.kernels import representer as K
 from dxplain.models.mf import ALSMF, MFModel
 
@@ -125,6 +126,8 @@ def test_heavy_groups_split_exactly(fitted, monkeypatch):
     ex = RepresenterExplainer(d, pre)
     ref = ex.user_side(t, 3)
     monkeypatch.setattr(K, "BLOCK_ELEMENTS", 20)  # every item's raters × targets block is split
+    g, _ = ex.groups(t, "user")
+    assert len(K.split_heavy_groups(g).hist_ptr) > 2 * len(g.hist_ptr)  # the split really happens
     got = ex.user_side(t, 3)
     key = lambda a: sorted(zip(a.target.tolist(), a.train.tolist(), np.round(a.importance, 12).tolist()))
     assert key(got) == key(ref)

@@ -14,23 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..interactions import Interactions
+from ..interactions import Interactions, Targets
 from ..kernels import representer as K
 from ..kernels.als import pair_scores
 from ..models.mf import MFModel
-from .targets import Targets
 
 SIDES = ["item", "user"]
 SCHEMA_FIELDS = ["user", "item", "prediction", "score", "rec_rank", "side", "train_user", "train_item",
                  "rating", "global_importance", "local_importance", "importance"]
-
-
-def _ranges(indptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenated positions indptr[g]:indptr[g+1] for each g in ids, and the per-group pointer."""
-    starts, lengths = indptr[ids], indptr[ids + 1] - indptr[ids]
-    ptr = np.concatenate([[0], np.cumsum(lengths)])
-    pos = np.arange(ptr[-1]) - np.repeat(ptr[:-1] - starts, lengths)
-    return pos.astype(np.int64), ptr
 
 
 def _group_targets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -78,18 +69,28 @@ class RepresenterExplainer:
     def scores(self, t: Targets) -> np.ndarray:
         return pair_scores(self.pre.Ut, self.pre.Vt, t.user.astype(np.intp), t.item.astype(np.intp))
 
+    def groups(self, t: Targets, side: str) -> tuple[K.Groups, np.ndarray]:
+        """The groups of one side and the factor matrix they are scored with.
+
+        ``item``: one group per target user — the user's history against the user's target items (Ṽ).
+        ``user``: one group per target item — the item's raters against its target users (Ũ).
+        """
+        d = self.data
+        if side == "item":
+            keys, order, tptr = _group_targets(t.user)
+            hist, hptr = d.user_positions(keys)
+            return K.Groups(hptr, hist, d.item[hist], tptr, order, t.item[order]), self.pre.Vt
+        keys, order, tptr = _group_targets(t.item)
+        hist, hptr = d.item_positions(keys)
+        return K.Groups(hptr, hist, d.user[hist], tptr, order, t.user[order]), self.pre.Ut
+
     def item_side(self, t: Targets, top_k: int) -> K.Attributions:
-        users, order, tptr = _group_targets(t.user)
-        hist, hptr = _ranges(self.data.user_indptr, users.astype(np.int64))
-        g = K.Groups(hptr, hist, self.data.item[hist], tptr, order, t.item[order])
-        return K.grouped_attributions(g, self.pre.alpha, self.pre.Vt, self.pre.Vt, top_k)
+        g, F = self.groups(t, "item")
+        return K.grouped_attributions(g, self.pre.alpha, F, F, top_k)
 
     def user_side(self, t: Targets, top_k: int) -> K.Attributions:
-        items, order, tptr = _group_targets(t.item)
-        pos, hptr = _ranges(self.data.item_indptr, items.astype(np.int64))
-        hist = self.data.item_order[pos]
-        g = K.Groups(hptr, hist, self.data.user[hist], tptr, order, t.user[order])
-        return K.grouped_attributions(g, self.pre.alpha, self.pre.Ut, self.pre.Ut, top_k)
+        g, F = self.groups(t, "user")
+        return K.grouped_attributions(g, self.pre.alpha, F, F, top_k)
 
     def side_sums(self, t: Targets) -> tuple[np.ndarray, np.ndarray]:
         """Exact Σ importance per target and side in O(k): ⟨A_{i'}, Ṽ_{j'}⟩ and ⟨B_{j'}, Ũ_{i'}⟩.

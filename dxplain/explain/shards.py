@@ -10,7 +10,8 @@ import numpy as np
 from ..interactions import Interactions
 from ..io import runs
 from .representer import Preprocessed, RepresenterExplainer
-from .targets import Targets, recommend
+from ..interactions import Targets
+from .targets import recommend
 
 
 @dataclass

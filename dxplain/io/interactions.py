@@ -23,7 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from ..interactions import Interactions
+from ..interactions import Interactions, Targets
 from .atomic import atomic_path
 
 REQUIRED = ("user", "item", "rating")
@@ -195,8 +195,6 @@ def read_dataset(path: str | Path, columns: dict[str, str] | None = None) -> Dat
 
 def read_targets(path: str | Path, data: Interactions):
     """A Parquet/CSV list of (user, item) to explain, in original ids; unknown ids are an error."""
-    from ..explain.targets import Targets
-
     table = read_table(path)
     missing = [c for c in ("user", "item") if c not in table.column_names]
     if missing:

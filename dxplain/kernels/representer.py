@@ -90,8 +90,9 @@ class Attributions:
                               for f in ("target", "train", "global_importance", "local_importance")))
 
 
-def split_heavy_groups(g: Groups, budget: int = BLOCK_ELEMENTS) -> Groups:
+def split_heavy_groups(g: Groups, budget: int | None = None) -> Groups:
     """Split the targets of groups whose d×t block would exceed ``budget`` (selection is per target, so exact)."""
+    budget = budget or BLOCK_ELEMENTS
     d = np.diff(g.hist_ptr)
     t = np.diff(g.tgt_ptr)
     per = np.maximum(1, budget // np.maximum(d, 1))
@@ -166,6 +167,25 @@ def _select_top_k_pruned(imp: np.ndarray, k: int, d_real: int) -> tuple[np.ndarr
     return tuple(np.concatenate(parts) for parts in zip(*out))
 
 
+def buckets(g: Groups, k: int, budget: int | None = None):
+    """Yield (group indices, padded history length d, padded target count t) per stacked matmul.
+
+    Groups are bucketed by (history, targets) length in powers of two, which bounds padding at 2x;
+    each bucket is cut into batches whose (B, d, max(k, t)) block stays within ``budget`` floats.
+    """
+    budget = budget or BLOCK_ELEMENTS
+    d_all, t_all = np.diff(g.hist_ptr), np.diff(g.tgt_ptr)
+    live = np.flatnonzero((d_all > 0) & (t_all > 0))
+    level = np.ceil(np.log2(np.maximum(d_all, 1))).astype(np.int64) * 64 + \
+        np.ceil(np.log2(np.maximum(t_all, 1))).astype(np.int64)
+    for lv in np.unique(level[live]):
+        members = live[level[live] == lv]
+        d, t = int(d_all[members].max()), int(t_all[members].max())
+        step = max(1, budget // (d * max(k, t)))
+        for a in range(0, len(members), step):
+            yield members[a:a + step], d, t
+
+
 def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray,
                          top_k: int) -> Attributions:
     """Score every group's history against its targets: I = α ⊙ (F_tgt[tgt] F_hist[hist]ᵀ).
@@ -177,43 +197,34 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
     selected (``top_k=0`` keeps all real pairs by mask and reports the local importance for them).
     """
     g = split_heavy_groups(g)
-    k = F_hist.shape[1]
     d_all = np.diff(g.hist_ptr)
     t_all = np.diff(g.tgt_ptr)
-    live = np.flatnonzero((d_all > 0) & (t_all > 0))
     # Padding points at a real row (position 0) instead of an appended zero row, so no O(n) copy of
     # the factors or of α is made per call: padded history gets α = 0 (importance exactly 0) and
     # padded target rows of the small T block are zeroed.
     hist_row = g.hist_row.astype(np.intp)
     tgt_row = g.tgt_row.astype(np.intp)
-    level = np.ceil(np.log2(np.maximum(d_all, 1))).astype(np.int64) * 64 + \
-        np.ceil(np.log2(np.maximum(t_all, 1))).astype(np.int64)
     parts = []
-    for lv in np.unique(level[live]):
-        members = live[level[live] == lv]
-        d, t = int(d_all[members].max()), int(t_all[members].max())
-        step = max(1, BLOCK_ELEMENTS // (d * max(k, t)))
+    for b, d, t in buckets(g, F_hist.shape[1]):
         od, ot = np.arange(d), np.arange(t)
-        for a in range(0, len(members), step):
-            b = members[a:a + step]
-            hv = od[None, :] < d_all[b][:, None]  # (B, d) real history entries
-            tv = ot[None, :] < t_all[b][:, None]  # (B, t) real targets
-            hpos = np.where(hv, g.hist_ptr[b][:, None] + od[None, :], 0)
-            tpos = np.where(tv, g.tgt_ptr[b][:, None] + ot[None, :], 0)
-            a_b = np.where(hv, alpha[g.hist[hpos]], 0.0)  # (B, d)
-            H = F_hist[hist_row[hpos]]  # (B, d, k)
-            T = F_tgt[tgt_row[tpos]]  # (B, t, k)
-            T[~tv] = 0.0
-            if top_k > 0:
-                imp = np.matmul(T, (H * a_b[:, :, None]).transpose(0, 2, 1))  # (B, t, d)
-                bb, tt, dd = _select_top_k(imp, top_k, int(d_all[b].min()))
-                glob = a_b[bb, dd]
-                local = imp[bb, tt, dd] / glob
-            else:
-                L = np.matmul(T, H.transpose(0, 2, 1))  # (B, t, d)
-                bb, tt, dd = np.nonzero(hv[:, None, :] & tv[:, :, None])
-                glob, local = a_b[bb, dd], L[bb, tt, dd]
-            parts.append(Attributions(g.tgt[tpos[bb, tt]], g.hist[hpos[bb, dd]], glob, local))
+        hv = od[None, :] < d_all[b][:, None]  # (B, d) real history entries
+        tv = ot[None, :] < t_all[b][:, None]  # (B, t) real targets
+        hpos = np.where(hv, g.hist_ptr[b][:, None] + od[None, :], 0)
+        tpos = np.where(tv, g.tgt_ptr[b][:, None] + ot[None, :], 0)
+        a_b = np.where(hv, alpha[g.hist[hpos]], 0.0)  # (B, d)
+        H = F_hist[hist_row[hpos]]  # (B, d, k)
+        T = F_tgt[tgt_row[tpos]]  # (B, t, k)
+        T[~tv] = 0.0
+        if top_k > 0:
+            imp = np.matmul(T, (H * a_b[:, :, None]).transpose(0, 2, 1))  # (B, t, d)
+            bb, tt, dd = _select_top_k(imp, top_k, int(d_all[b].min()))
+            glob = a_b[bb, dd]
+            local = imp[bb, tt, dd] / glob
+        else:
+            L = np.matmul(T, H.transpose(0, 2, 1))  # (B, t, d)
+            bb, tt, dd = np.nonzero(hv[:, None, :] & tv[:, :, None])
+            glob, local = a_b[bb, dd], L[bb, tt, dd]
+        parts.append(Attributions(g.tgt[tpos[bb, tt]], g.hist[hpos[bb, dd]], glob, local))
     return Attributions.concat(parts)
 
 
