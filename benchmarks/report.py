@@ -1,6 +1,7 @@
 """Render the README's benchmark tables from benchmarks/results/*.json (no figure is typed by hand).
 
-    python benchmarks/report.py
+    python benchmarks/report.py            # print the tables
+    python benchmarks/report.py --readme   # rewrite them between the README's markers
 """
 
 import json
@@ -41,7 +42,21 @@ def throughput_table() -> str:
     return "\n".join(rows)
 
 
+def write_readme(path: Path = Path(__file__).resolve().parents[1] / "README.md") -> None:
+    text = path.read_text()
+    for name, table in (("lambda-table", lambda_table()), ("throughput-table", throughput_table())):
+        start, end = f"<!-- {name} -->\n", f"\n<!-- /{name} -->"
+        a, b = text.index(start) + len(start), text.index(end)
+        text = text[:a] + table + text[b:]
+    path.write_text(text)
+
+
 if __name__ == "__main__":
-    print(lambda_table())
-    print()
-    print(throughput_table())
+    import sys
+
+    if "--readme" in sys.argv:
+        write_readme()
+    else:
+        print(lambda_table())
+        print()
+        print(throughput_table())
