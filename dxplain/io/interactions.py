@@ -110,8 +110,12 @@ def _sorted_unique(col: pa.ChunkedArray) -> pa.Array:
     return uniq.take(pc.sort_indices(uniq))
 
 
-def index_of(ids: pa.ChunkedArray | pa.Array, vocabulary: pa.Array, what: str, source: str) -> np.ndarray:
-    """Map original ids to indices in ``vocabulary``; unknown ids are an error naming them."""
+UNKNOWN_IDS = "{n} row(s) name {what}(s) unknown to the dataset, e.g. {examples}; use ids that appear in the training interactions"
+
+
+def index_of(ids: pa.ChunkedArray | pa.Array, vocabulary: pa.Array, what: str, source: str,
+             missing: str = UNKNOWN_IDS) -> np.ndarray:
+    """Map original ids to indices in ``vocabulary``; ids not in it are an error naming them (``missing``)."""
     if not vocabulary.type.equals(ids.type):
         try:
             ids = ids.cast(vocabulary.type)
@@ -119,10 +123,8 @@ def index_of(ids: pa.ChunkedArray | pa.Array, vocabulary: pa.Array, what: str, s
             raise InputError(f"{source}: {what} ids of type {ids.type} do not match the dataset's {vocabulary.type}") from exc
     idx = pc.index_in(ids, value_set=vocabulary)
     if idx.null_count:
-        unknown = pc.filter(ids, pc.is_null(idx))
-        examples = pc.unique(unknown).to_pylist()[:5]
-        raise InputError(f"{source}: {idx.null_count} row(s) name {what}(s) unknown to the dataset, e.g. {examples}; "
-                         f"use ids that appear in the training interactions")
+        examples = pc.unique(pc.filter(ids, pc.is_null(idx))).to_pylist()[:5]
+        raise InputError(f"{source}: " + missing.format(n=idx.null_count, what=what, examples=examples))
     return idx.to_numpy(zero_copy_only=False).astype(np.int32)
 
 

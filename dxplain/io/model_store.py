@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..interactions import Interactions
 from ..models.mf import MFModel
 from .atomic import atomic_path
+from .interactions import index_of
 
 ROW_CHUNK = 65536
 
@@ -138,16 +139,9 @@ def align_factors(F: np.ndarray, ids: pa.Array, wanted: pa.Array, side: str, sou
 
     if len(pc.unique(ids)) != len(ids):
         raise InputError(f"{source}: the {side} id list has duplicates; each id must appear once")
-    try:
-        ids = ids.cast(wanted.type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise InputError(f"{source}: {side} ids of type {ids.type} cannot match the dataset's {wanted.type}") from exc
-    pos = pc.index_in(wanted, value_set=ids)
-    if pos.null_count:
-        missing = pc.filter(wanted, pc.is_null(pos)).to_pylist()[:5]
-        raise InputError(f"{source}: {pos.null_count} dataset {side}(s) have no embedding, e.g. {missing}; "
-                         "export embeddings for every user and item of the training data")
-    return F[pos.to_numpy(zero_copy_only=False)]
+    pos = index_of(wanted, ids, side, source, missing="{n} dataset {what}(s) have no embedding, e.g. {examples}; "
+                   "export embeddings for every user and item of the training data")
+    return F[pos]
 
 
 def import_embeddings(out: str | Path, data: Interactions, user_factors, item_factors, user_ids=None,
