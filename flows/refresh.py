@@ -54,6 +54,10 @@ def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, se
 
 @task(cache_policy=NO_CACHE)
 def preprocess(m, ds):
+    if m.lam is None:
+        get_run_logger().warning("the model has no λ (imported factors): global importance omits the factor "
+                                 "1/(λ|D|), so importances are relative — their ranking and signs are unchanged, "
+                                 "but they do not sum to the score")
     return Preprocessed.from_model(m, ds.interactions)
 
 
@@ -99,7 +103,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         "targets": n_targets, "attributions": n_rows, "seconds": round(seconds, 2),
         "explain_seconds": round(time.perf_counter() - t1, 2),
         "attributions_per_second": round(n_rows / max(time.perf_counter() - t1, 1e-9)),
-        "grad_norm": m.grad_norm, "top_n": top_n, "top_k": top_k,
+        "grad_norm": m.grad_norm, "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k,
         "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in entries), default=0.0)
                                    for s in ("item", "user")},
         "fidelity_median_rel_error": {s: float(np.median([e[f"median_rel_error_{s}"] for e in entries]))

@@ -1,6 +1,7 @@
 """The refresh flow end to end (Prefect ephemeral mode): files, manifest, LATEST, summary, CLI explain."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
@@ -52,6 +53,17 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
     a, b = table.sort_by(keys), t2.sort_by(keys)
     assert a.column("side").to_pylist() == b.column("side").to_pylist()
     np.testing.assert_allclose(a.column("importance").to_numpy(), b.column("importance").to_numpy(), rtol=1e-12)
+
+@pytest.mark.distributed
+def test_refresh_submits_to_an_existing_scheduler(dataset, tmp_path):
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        s = refresh(dataset=str(dataset), out=str(tmp_path / "out"), scheduler=cluster.scheduler_address,
+                    top_n=2, top_k=2, k=4, lam=5e-3)
+        assert cluster.scheduler.transition_counter > 0  # the shards ran on this cluster
+    assert s["targets"] == 2 * 50 and runs.resolve_run(tmp_path / "out") == Path(s["run"])
+
 
 def test_refresh_with_supplied_targets_and_cli_explain(dataset, tmp_path, capsys):
     import pyarrow as pa
