@@ -170,13 +170,14 @@ def _select_top_k_pruned(imp: np.ndarray, k: int, d_real: int) -> tuple[np.ndarr
 def buckets(g: Groups, k: int, budget: int | None = None):
     """Yield (group indices, padded history length d, padded target count t) per stacked matmul.
 
-    Groups are bucketed by (history, targets) length in powers of two, which bounds padding at 2x;
+    Groups are bucketed by history length in √2 steps and by target count in powers of two;
     each bucket is cut into batches whose (B, d, max(k, t)) block stays within ``budget`` floats.
     """
     budget = budget or BLOCK_ELEMENTS
     d_all, t_all = np.diff(g.hist_ptr), np.diff(g.tgt_ptr)
     live = np.flatnonzero((d_all > 0) & (t_all > 0))
-    level = np.ceil(np.log2(np.maximum(d_all, 1))).astype(np.int64) * 64 + \
+    # History lengths in √2 steps (≤ 41% padding, which argpartition would pay for); targets in powers of 2.
+    level = np.ceil(2 * np.log2(np.maximum(d_all, 1))).astype(np.int64) * 64 + \
         np.ceil(np.log2(np.maximum(t_all, 1))).astype(np.int64)
     for lv in np.unique(level[live]):
         members = live[level[live] == lv]
