@@ -92,9 +92,16 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     pre = preprocess(m, ds)
     supplied = read_targets(targets, ds.interactions) if targets else None
     job = RefreshJob(ds.interactions, pre, top_n=top_n, top_k=top_k, targets=supplied)
-    run_dir = str(runs.new_run(settings.out))
+    n_shards = shards or 4 * settings.workers
+    # Same plan = same output: an interrupted run of this plan is resumed instead of started afresh.
+    plan = {"data": ds.interactions.fingerprint(), "model": model_path, "grad_norm": m.grad_norm, "top_n": top_n,
+            "top_k": top_k, "targets": runs.sha256_file(Path(targets)) if targets else None, "shards": n_shards}
+    run, resumed = runs.start_run(settings.out, plan)
+    run_dir = str(run)
+    if resumed:
+        logger.info("resuming interrupted run %s: shards whose files match their recorded hash are kept", run_dir)
     t1 = time.perf_counter()
-    entries = explain_all(job, shards or 4 * settings.workers, run_dir, settings, in_memory)
+    entries = explain_all(job, n_shards, run_dir, settings, in_memory)
     seconds = time.perf_counter() - t0
     n_targets = sum(e["targets"] for e in entries)
     n_rows = sum(e["rows"] for e in entries)
@@ -103,6 +110,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         "targets": n_targets, "attributions": n_rows, "seconds": round(seconds, 2),
         "explain_seconds": round(time.perf_counter() - t1, 2),
         "attributions_per_second": round(n_rows / max(time.perf_counter() - t1, 1e-9)),
+        "resumed_shards": sum(bool(e.get("resumed")) for e in entries),
         "grad_norm": m.grad_norm, "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k,
         "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in entries), default=0.0)
                                    for s in ("item", "user")},

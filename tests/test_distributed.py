@@ -43,4 +43,5 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
         ta, tb = pq.read_table(tmp_path / "mem" / a["file"]), pq.read_table(tmp_path / "dask" / b["file"])
         assert ta.equals(tb), f"shard {a['shard']} differs"
         assert a["sha256"] == b["sha256"]
-    assert sorted(p.name for p in (tmp_path / "dask").iterdir()) == [e["file"] for e in dsk]  # no temporaries
+    written = sorted(p.name for p in (tmp_path / "dask").iterdir())
+    assert written == sorted([e["file"] for e in dsk] + [e["file"].replace(".parquet", ".json") for e in dsk])

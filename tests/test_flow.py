@@ -99,3 +99,41 @@ def test_cli_refuses_unknown_target_ids_and_publishes_nothing(dataset, tmp_path,
     assert code == 2
     assert "ghost" in capsys.readouterr().err
     assert not (out / "LATEST").exists() and not (out / "runs").exists()
+
+
+def test_interrupted_run_resumes_keeping_verified_shards(dataset, tmp_path, monkeypatch):
+    from dxplain.explain import shards as shard_mod
+
+    params = dict(dataset=str(dataset), top_n=3, top_k=2, k=4, lam=5e-3, shards=6, in_memory=True)
+    clean = refresh(out=str(tmp_path / "clean"), **params)
+
+    real, calls = shard_mod.run_shard, []
+
+    def crash_on_fourth(job, shard, users, run_dir):
+        calls.append(shard)
+        if len(calls) == 4:
+            raise RuntimeError("simulated crash")
+        return real(job, shard, users, run_dir)
+
+    monkeypatch.setattr(shard_mod, "run_shard", crash_on_fourth)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        refresh(out=str(out), **params)
+    (run,) = (out / "runs").iterdir()
+    assert not (run / "manifest.json").exists() and not (out / "LATEST").exists()
+    assert sorted(p.name for p in run.glob("part-*.parquet")) == [f"part-0000{i}.parquet" for i in range(3)]
+    with open(run / "part-00001.parquet", "r+b") as fh:  # a shard damaged after it was written
+        fh.seek(100)
+        fh.write(b"garbage")
+
+    monkeypatch.setattr(shard_mod, "run_shard", real)
+    s = refresh(out=str(out), **params)
+    assert Path(s["run"]) == run and s["resumed_shards"] == 2  # shards 0 and 2 kept, 1 recomputed
+    assert runs.resolve_run(out) == run and len(list((out / "runs").iterdir())) == 1
+    for e in runs.read_manifest(run)["shards"]:
+        assert runs.sha256_file(run / e["file"]) == e["sha256"]
+    keys = [(c, "ascending") for c in ("user", "item", "train_user", "train_item")]  # unique per row
+    got = runs.open_run(run).to_table().sort_by(keys)
+    want = runs.open_run(runs.resolve_run(tmp_path / "clean")).to_table().sort_by(keys)
+    assert got.equals(want)
+    assert s["attributions"] == clean["attributions"]

@@ -34,7 +34,13 @@ def shard_users(data: Interactions, n_shards: int) -> list[np.ndarray]:
 
 
 def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> dict:
-    """Explain the shard's users' targets and write ``part-<shard>.parquet``; return its manifest entry."""
+    """Explain the shard's users' targets and write ``part-<shard>.parquet``; return its manifest entry.
+
+    A shard already written by an interrupted run of the same plan (file hash verified) is kept.
+    """
+    done = runs.completed_shard(run_dir, shard)
+    if done is not None:
+        return {**done, "resumed": True}
     t0 = time.perf_counter()
     if job.targets is None:
         t = recommend(job.pre.Ut, job.pre.Vt, job.data, users, job.top_n)
@@ -42,17 +48,17 @@ def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> d
         t = job.targets.for_users(users)
     ex = RepresenterExplainer(job.data, job.pre)
     table = ex.explain(t, job.top_k)
-    entry = runs.write_shard(run_dir, shard, table)
     score = ex.scores(t)
     item_sum, user_sum = ex.side_sums(t)
-    denom = np.maximum(np.abs(score), 1e-12)
-    entry.update({
+    rel_item = np.abs(item_sum - score) / np.maximum(np.abs(score), 1e-12)
+    rel_user = np.abs(user_sum - score) / np.maximum(np.abs(score), 1e-12)
+    entry = runs.write_shard(run_dir, shard, table, {
         "users": int(len(users)), "targets": int(len(t)), "seconds": time.perf_counter() - t0,
-        # Fidelity (Σ attributions vs score, relative) — max per side, merged over shards by the flow.
-        "max_rel_error_item": float(np.max(np.abs(item_sum - score) / denom, initial=0.0)),
-        "max_rel_error_user": float(np.max(np.abs(user_sum - score) / denom, initial=0.0)),
-        "median_rel_error_item": float(np.median(np.abs(item_sum - score) / denom)) if len(t) else 0.0,
-        "median_rel_error_user": float(np.median(np.abs(user_sum - score) / denom)) if len(t) else 0.0,
+        # Fidelity (Σ attributions vs score, relative) — per side, merged over shards by the flow.
+        "max_rel_error_item": float(rel_item.max(initial=0.0)),
+        "max_rel_error_user": float(rel_user.max(initial=0.0)),
+        "median_rel_error_item": float(np.median(rel_item)) if len(t) else 0.0,
+        "median_rel_error_user": float(np.median(rel_user)) if len(t) else 0.0,
     })
     return entry
 

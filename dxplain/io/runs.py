@@ -1,11 +1,14 @@
 """Run folders: one Parquet file per shard written atomically, a manifest, and a ``LATEST`` pointer.
 
-    <out>/runs/<UTC timestamp>-<id>/part-00000.parquet ...   one per shard (temp file, then rename)
-    <out>/runs/<...>/manifest.json                             shards with rows and sha256, the summary
+    <out>/runs/<UTC timestamp>-<id>/plan.json                  what the run computes (its plan key)
+    <out>/runs/<...>/part-00000.parquet ...                    one per shard (temp file, then rename)
+    <out>/runs/<...>/part-00000.json ...                       the shard's entry: rows, sha256, stats
+    <out>/runs/<...>/manifest.json                             all shards and the summary: the run is complete
     <out>/LATEST                                               the complete run's folder name
 
 ``LATEST`` moves only after every shard of a run is written and the manifest lists them all, so a
-reader that follows it never sees an incomplete run.
+reader that follows it never sees an incomplete run. A run that was interrupted has no manifest;
+rerunning the same plan resumes it, keeping every shard whose file still matches its recorded hash.
 """
 
 from __future__ import annotations
@@ -26,11 +29,25 @@ from .atomic import atomic_path, write_text_atomic
 LATEST = "LATEST"
 
 
-def new_run(out: str | Path, now: dt.datetime | None = None) -> Path:
+def plan_key(plan: dict) -> str:
+    return hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def start_run(out: str | Path, plan: dict, now: dt.datetime | None = None) -> tuple[Path, bool]:
+    """The incomplete run with this plan to resume, or a new dated run folder; (folder, resumed)."""
+    key = plan_key(plan)
+    root = Path(out) / "runs"
+    if root.is_dir():
+        for run in sorted(root.iterdir(), reverse=True):
+            plan_file = run / "plan.json"
+            if plan_file.exists() and not (run / "manifest.json").exists() and \
+                    json.loads(plan_file.read_text()).get("key") == key:
+                return run, True
     now = now or dt.datetime.now(dt.timezone.utc)
-    run = Path(out) / "runs" / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    run = root / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     run.mkdir(parents=True, exist_ok=False)
-    return run
+    write_text_atomic(run / "plan.json", json.dumps({"key": key, "plan": plan}, indent=2, default=str))
+    return run, False
 
 
 def shard_name(shard: int) -> str:
@@ -45,12 +62,27 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_shard(run: str | Path, shard: int, table: pa.Table) -> dict:
-    """Write one shard's rows atomically; return its manifest entry."""
+def write_shard(run: str | Path, shard: int, table: pa.Table, stats: dict | None = None) -> dict:
+    """Write one shard's rows, then its entry (both atomically); return the entry.
+
+    The entry is written last, so a shard interrupted between the two is simply recomputed.
+    """
     path = Path(run) / shard_name(shard)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
-    return {"shard": shard, "file": path.name, "rows": table.num_rows, "sha256": sha256_file(path)}
+    entry = {"shard": shard, "file": path.name, "rows": table.num_rows, "sha256": sha256_file(path), **(stats or {})}
+    write_text_atomic(path.with_suffix(".json"), json.dumps(entry))
+    return entry
+
+
+def completed_shard(run: str | Path, shard: int) -> dict | None:
+    """The recorded entry of a shard whose file is present and still matches its hash, else None."""
+    path = Path(run) / shard_name(shard)
+    side = path.with_suffix(".json")
+    if not (path.exists() and side.exists()):
+        return None
+    entry = json.loads(side.read_text())
+    return entry if sha256_file(path) == entry.get("sha256") else None
 
 
 def write_manifest(run: str | Path, manifest: dict) -> None:
