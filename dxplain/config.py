@@ -29,6 +29,9 @@ class Settings:
     out: str = "dxplain-out"  # root folder of runs
     data_home: str = field(default_factory=_default_data_home)  # prepared datasets and models
     data: str | None = None  # extra folder holding raw datasets (e.g. ml-100k/)
+    tls_ca_file: str | None = None  # TLS for the Dask connection: CA certificate (PEM)
+    tls_cert: str | None = None  # this client's certificate (PEM)
+    tls_key: str | None = None  # this client's private key (PEM)
 
     @classmethod
     def from_env(cls, **overrides) -> "Settings":
@@ -42,6 +45,21 @@ class Settings:
 
     def with_(self, **changes) -> "Settings":
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def security(self):
+        """A ``distributed.security.Security`` requiring TLS when certificates are configured, else None."""
+        if not (self.tls_ca_file or self.tls_cert or self.tls_key):
+            return None
+        missing = [n for n in ("tls_ca_file", "tls_cert", "tls_key") if not getattr(self, n)]
+        if missing:
+            from .errors import InputError
+
+            raise InputError(f"TLS needs a CA file, a certificate and a key; missing {missing} "
+                             "(set DXPLAIN_TLS_CA_FILE, DXPLAIN_TLS_CERT and DXPLAIN_TLS_KEY)")
+        from distributed.security import Security
+
+        return Security(tls_ca_file=self.tls_ca_file, tls_client_cert=self.tls_cert, tls_client_key=self.tls_key,
+                        require_encryption=True)
 
     def blas_threads_per_worker(self) -> int:
         if self.blas_threads > 0:

@@ -73,8 +73,7 @@ def explain_all(job: RefreshJob, n_shards: int, run_dir: str, settings: Settings
 @task(cache_policy=NO_CACHE)
 def publish(out: str, run_dir: str, entries: list[dict], meta: dict) -> dict:
     manifest = {**meta, "shards": entries}
-    runs.write_manifest(run_dir, manifest)
-    runs.publish_latest(out, run_dir)
+    runs.finish_run(out, run_dir, manifest)
     return manifest
 
 

@@ -45,3 +45,72 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
         assert a["sha256"] == b["sha256"]
     written = sorted(p.name for p in (tmp_path / "dask").iterdir())
     assert written == sorted([e["file"] for e in dsk] + [e["file"].replace(".parquet", ".json") for e in dsk])
+
+
+def _job(seed=11, n_users=80, n_items=60, top_k=3):
+    d = random_interactions(n_users, n_items, 0.2, seed=seed)
+    m = ALSMF(k=5, lam=3e-3).fit(d)
+    return RefreshJob(d, Preprocessed.from_model(m, d), top_n=5, top_k=top_k)
+
+
+def _same_files(a_dir, a, b_dir, b):
+    assert [e["sha256"] for e in a] == [e["sha256"] for e in b]
+    for ea, eb in zip(a, b):
+        assert pq.read_table(a_dir / ea["file"]).equals(pq.read_table(b_dir / eb["file"]))
+
+
+def test_tls_cluster_with_certificates_made_here(tmp_path):
+    from distributed.security import Security
+
+    security = Security.temporary()  # self-signed CA and certificates, generated inside the test
+    job = _job()
+    shards = shard_users(job.data, 4)
+    for sub in ("mem", "tls"):
+        (tmp_path / sub).mkdir()
+    mem = run_in_memory(job, shards, str(tmp_path / "mem"))
+    with connect(Settings(workers=2, blas_threads=1), security=security) as c:
+        assert c.scheduler.address.startswith("tls://")
+        assert all(addr.startswith("tls://") for addr in c.scheduler_info()["workers"])
+        got = run_on_cluster(c, job, shards, str(tmp_path / "tls"))
+    _same_files(tmp_path / "mem", mem, tmp_path / "tls", got)
+
+
+def test_incomplete_tls_settings_are_refused():
+    from dxplain.errors import InputError
+
+    with pytest.raises(InputError, match="missing \\['tls_key'\\]"):
+        Settings(tls_ca_file="ca.pem", tls_cert="cert.pem").security()
+
+
+def test_killed_worker_loses_nothing(tmp_path):
+    """SIGKILL one worker process mid-run: the run completes and equals the in-memory twin."""
+    import os
+    import signal
+    import threading
+    import time
+
+    job = _job(seed=3, n_users=300, n_items=200, top_k=0)
+    shards = shard_users(job.data, 40)
+    for sub in ("mem", "kill"):
+        (tmp_path / sub).mkdir()
+    mem = run_in_memory(job, shards, str(tmp_path / "mem"))
+    with connect(Settings(workers=2, blas_threads=1)) as c:
+        pids = c.run(os.getpid)
+        result = {}
+        runner = threading.Thread(target=lambda: result.update(
+            entries=run_on_cluster(c, job, shards, str(tmp_path / "kill"))))
+        runner.start()
+        deadline = time.time() + 60
+        while not list((tmp_path / "kill").glob("part-*.json")) and time.time() < deadline:
+            time.sleep(0.005)
+        victim = sorted(pids.values())[0]
+        os.kill(victim, signal.SIGKILL)
+        killed_mid_run = len(list((tmp_path / "kill").glob("part-*.json"))) < len(shards)
+        runner.join(timeout=120)
+        assert not runner.is_alive()
+        assert victim not in c.run(os.getpid).values()  # the nanny replaced the killed process
+    assert killed_mid_run, "the run finished before the kill; the test did not exercise a failure"
+    _same_files(tmp_path / "mem", mem, tmp_path / "kill", result["entries"])
+    # The kill may interrupt a write, leaving a dot-temporary (finish_run removes those); real files are complete.
+    real = sorted(p.name for p in (tmp_path / "kill").iterdir() if not p.name.startswith("."))
+    assert real == sorted([e["file"] for e in mem] + [e["file"].replace(".parquet", ".json") for e in mem])

@@ -45,7 +45,12 @@ def blas_threads(client: Client) -> dict:
 
 @contextlib.contextmanager
 def connect(settings: Settings, security=None):
-    """Yield a Client: to ``settings.scheduler`` when set, else to a fresh LocalCluster of processes."""
+    """Yield a Client: to ``settings.scheduler`` when set, else to a fresh LocalCluster of processes.
+
+    ``security`` (a ``distributed.security.Security``; default from the settings' TLS files) makes
+    every connection TLS; a LocalCluster then listens on tls:// as well.
+    """
+    security = security if security is not None else settings.security()
     if settings.scheduler:
         log.info("connecting to the Dask scheduler at %s", settings.scheduler)
         with Client(settings.scheduler, security=security) as client:
@@ -55,8 +60,9 @@ def connect(settings: Settings, security=None):
     threads = settings.blas_threads_per_worker()
     log.info("starting a LocalCluster: %d worker processes × %d thread(s), BLAS threads per worker %d",
              settings.workers, settings.threads_per_worker, threads)
+    tls = {"security": security, "protocol": "tls://"} if security is not None else {}
     with LocalCluster(n_workers=settings.workers, threads_per_worker=settings.threads_per_worker,
-                      processes=True, dashboard_address=None, silence_logs=logging.WARNING) as cluster, \
-            Client(cluster) as client:
+                      processes=True, dashboard_address=None, silence_logs=logging.WARNING, **tls) as cluster, \
+            Client(cluster, security=security) as client:
         client.register_plugin(BlasThreads(threads))
         yield client

@@ -96,6 +96,14 @@ def read_manifest(run: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
+def finish_run(out: str | Path, run: str | Path, manifest: dict) -> None:
+    """Complete a run: drop temporaries of writers that died mid-write, write the manifest, move LATEST."""
+    for stray in Path(run).glob(".*.tmp-*"):
+        stray.unlink(missing_ok=True)
+    write_manifest(run, manifest)
+    publish_latest(out, run)
+
+
 def publish_latest(out: str | Path, run: str | Path) -> None:
     """Point ``LATEST`` at ``run`` — call only after the manifest lists every shard."""
     write_text_atomic(Path(out) / LATEST, Path(run).name + "\n")
