@@ -6,19 +6,21 @@ each shard recommends, explains and writes one Parquet file atomically → manif
 
 from __future__ import annotations
 
+import contextlib
 import time
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from dxplain.config import Settings
 from dxplain.datasets import resolve_dataset
+from dxplain.distributed.als import ClusterHalfSteps
 from dxplain.distributed.cluster import connect
 from dxplain.distributed.refresh import run_on_cluster
 from dxplain.explain.representer import Preprocessed
-from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users
+from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users, summarize
 from dxplain.io import model_store, runs
 from dxplain.io.interactions import read_targets
 from dxplain.models.mf import ALSMF, DEFAULT_K, default_lam
@@ -33,8 +35,9 @@ def load_data(dataset: str, settings: Settings):
 
 
 @task(cache_policy=NO_CACHE)
-def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, seed: int):
-    """Use --model if given; else reuse the model trained on this exact data, else train and store one."""
+def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, seed: int, client=None):
+    """Use --model if given; else reuse the model trained on this exact data, else train and store one
+    (ALS half-steps sharded on the cluster when there is one)."""
     logger = get_run_logger()
     data = ds.interactions
     if model:
@@ -45,7 +48,7 @@ def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, se
     if path.exists():
         logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
         return model_store.load_model(path, data), str(path)
-    m = ALSMF(k=k, lam=lam, seed=seed).fit(data)
+    m = ALSMF(k=k, lam=lam, seed=seed).fit(data, half_steps=partial(ClusterHalfSteps, client) if client else None)
     model_store.save_model(path, m, data)
     logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
                 k, lam, m.grad_norm, m.info["sweeps"], m.info["newton_iters"], m.info["seconds"], path)
@@ -62,12 +65,9 @@ def preprocess(m, ds):
 
 
 @task(cache_policy=NO_CACHE)
-def explain_all(job: RefreshJob, n_shards: int, run_dir: str, settings: Settings, in_memory: bool):
+def explain_all(job: RefreshJob, n_shards: int, run_dir: str, client=None):
     shards = shard_users(job.data, n_shards)
-    if in_memory:
-        return run_in_memory(job, shards, run_dir)
-    with connect(settings) as client:
-        return run_on_cluster(client, job, shards, run_dir)
+    return run_on_cluster(client, job, shards, run_dir) if client else run_in_memory(job, shards, run_dir)
 
 
 @task(cache_policy=NO_CACHE)
@@ -84,41 +84,28 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             seed: int = 0, in_memory: bool = False) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run."""
     t0 = time.perf_counter()
-    logger = get_run_logger()
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     ds = load_data(dataset, settings)
-    m, model_path = train_or_load(ds, model, settings.out, k, lam, seed)
-    pre = preprocess(m, ds)
-    supplied = read_targets(targets, ds.interactions) if targets else None
-    job = RefreshJob(ds.interactions, pre, top_n=top_n, top_k=top_k, targets=supplied)
+    supplied = read_targets(targets, ds.interactions) if targets else None  # bad input fails before any work
     n_shards = shards or 4 * settings.workers
-    # Same plan = same output: an interrupted run of this plan is resumed instead of started afresh.
-    plan = {"data": ds.interactions.fingerprint(), "model": model_path, "grad_norm": m.grad_norm, "top_n": top_n,
-            "top_k": top_k, "targets": runs.sha256_file(Path(targets)) if targets else None, "shards": n_shards}
-    run, resumed = runs.start_run(settings.out, plan)
-    run_dir = str(run)
-    if resumed:
-        logger.info("resuming interrupted run %s: shards whose files match their recorded hash are kept", run_dir)
-    t1 = time.perf_counter()
-    entries = explain_all(job, n_shards, run_dir, settings, in_memory)
-    seconds = time.perf_counter() - t0
-    n_targets = sum(e["targets"] for e in entries)
-    n_rows = sum(e["rows"] for e in entries)
-    summary = {
-        "run": run_dir, "dataset": dataset, "model": model_path, "users": sum(e["users"] for e in entries),
-        "targets": n_targets, "attributions": n_rows, "seconds": round(seconds, 2),
-        "explain_seconds": round(time.perf_counter() - t1, 2),
-        "attributions_per_second": round(n_rows / max(time.perf_counter() - t1, 1e-9)),
-        "resumed_shards": sum(bool(e.get("resumed")) for e in entries),
-        "grad_norm": m.grad_norm, "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k,
-        "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in entries), default=0.0)
-                                   for s in ("item", "user")},
-        "fidelity_median_rel_error": {s: float(np.median([e[f"median_rel_error_{s}"] for e in entries]))
-                                      for s in ("item", "user")},
-    }
-    publish(settings.out, run_dir, entries, {"summary": summary})
-    logger.info("refresh done: %d users, %d targets, %d attributions in %.1fs (%d attributions/s); "
-                "fidelity max rel. error item %.1e, user %.1e; LATEST → %s", summary["users"], n_targets, n_rows,
-                seconds, summary["attributions_per_second"], summary["fidelity_max_rel_error"]["item"],
-                summary["fidelity_max_rel_error"]["user"], run_dir)
+    with contextlib.nullcontext() if in_memory else connect(settings) as client:
+        m, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client)
+        job = RefreshJob(ds.interactions, preprocess(m, ds), top_n=top_n, top_k=top_k, targets=supplied)
+        # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
+        plan = {"data": ds.interactions.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
+                "top_n": top_n, "top_k": top_k, "shards": n_shards,
+                "targets": runs.sha256_file(Path(targets)) if targets else None}
+        run_dir, resumed = runs.start_run(settings.out, plan)
+        if resumed:
+            get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
+        entries = explain_all(job, n_shards, str(run_dir), client)
+    summary = {"run": str(run_dir), "dataset": dataset, "model": model_path, **summarize(entries),
+               "seconds": round(time.perf_counter() - t0, 2), "grad_norm": m.grad_norm, "lam": m.lam,
+               "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k}
+    publish(settings.out, str(run_dir), entries, {"summary": summary})
+    get_run_logger().info(
+        "refresh done: %d users, %d targets, %d attributions in %.1fs (%d attributions/s in shards); "
+        "fidelity max rel. error item %.1e, user %.1e; LATEST → %s", summary["users"], summary["targets"],
+        summary["attributions"], summary["seconds"], summary["attributions_per_second"],
+        summary["fidelity_max_rel_error"]["item"], summary["fidelity_max_rel_error"]["user"], run_dir)
     return summary

@@ -114,3 +114,22 @@ def test_killed_worker_loses_nothing(tmp_path):
     # The kill may interrupt a write, leaving a dot-temporary (finish_run removes those); real files are complete.
     real = sorted(p.name for p in (tmp_path / "kill").iterdir() if not p.name.startswith("."))
     assert real == sorted([e["file"] for e in mem] + [e["file"].replace(".parquet", ".json") for e in mem])
+
+
+def test_distributed_als_equals_in_memory_als(client):
+    from functools import partial
+
+    from dxplain.distributed.als import ClusterHalfSteps
+
+    d = random_interactions(120, 90, 0.15, seed=21)
+    made = []
+    half = lambda *a: made.append(ClusterHalfSteps(client, *a, n_shards=5)) or made[-1]  # noqa: E731
+    for polish in (0, 200):  # sweeps alone, and sweeps followed by the (in-memory) Newton polish
+        model = ALSMF(k=6, max_sweeps=12, polish_iters=polish, seed=4)
+        mem, dsk = model.fit(d), model.fit(d, half_steps=half)
+        assert mem.info["sweeps"] == dsk.info["sweeps"]
+        np.testing.assert_allclose(dsk.U, mem.U, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(dsk.V, mem.V, rtol=1e-9, atol=1e-12)
+        assert dsk.grad_norm == pytest.approx(mem.grad_norm, rel=1e-6, abs=1e-13)
+    assert len(made) == 2 and len(made[0].parts["user"]) == 5 and len(made[0].parts["item"]) == 5
+    assert partial(ClusterHalfSteps, client)  # the form the flow uses

@@ -66,3 +66,18 @@ def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> d
 def run_in_memory(job: RefreshJob, shards: list[np.ndarray], run_dir: str) -> list[dict]:
     """The in-memory twin of ``distributed.refresh.run_on_cluster``: same shards, same files."""
     return [run_shard(job, s, users, run_dir) for s, users in enumerate(shards)]
+
+
+def summarize(entries: list[dict]) -> dict:
+    """Counts, throughput and fidelity of a run, merged from its shard entries."""
+    busy = sum(e["seconds"] for e in entries if not e.get("resumed"))
+    rows = sum(e["rows"] for e in entries)
+    return {
+        "users": sum(e["users"] for e in entries), "targets": sum(e["targets"] for e in entries),
+        "attributions": rows, "shards": len(entries), "resumed_shards": sum(bool(e.get("resumed")) for e in entries),
+        "attributions_per_second": round(rows / max(busy, 1e-9)),  # per shard-second of work
+        "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in entries), default=0.0)
+                                   for s in ("item", "user")},
+        "fidelity_median_rel_error": {s: float(np.median([e[f"median_rel_error_{s}"] for e in entries]))
+                                      if entries else 0.0 for s in ("item", "user")},
+    }

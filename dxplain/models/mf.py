@@ -59,6 +59,35 @@ class MFModel:
         return self.mu + als.pair_scores(self.U, self.V, u, i)
 
 
+class HalfSteps:
+    """The two ALS half-steps: every user's ridge solve given V, every item's given U."""
+
+    def users(self, V: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def items(self, U: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+def csr_views(data: Interactions, y: np.ndarray) -> dict:
+    """(indptr, columns, values) of the by-user and by-item views, the inputs of the half-steps."""
+    order = data.item_order
+    return {"user": (data.user_indptr, data.item, y), "item": (data.item_indptr, data.user[order], y[order])}
+
+
+class LocalHalfSteps(HalfSteps):
+    """Both half-steps in this process, over the whole table (the in-memory twin of the Dask ones)."""
+
+    def __init__(self, data: Interactions, y: np.ndarray, ridge: float):
+        self.views, self.ridge = csr_views(data, y), ridge
+
+    def users(self, V):
+        return als.ridge_solve_rows(*self.views["user"], V, self.ridge)
+
+    def items(self, U):
+        return als.ridge_solve_rows(*self.views["item"], U, self.ridge)
+
+
 @dataclass
 class ALSMF:
     """ALS matrix factorisation trained to a stationary point.
@@ -80,7 +109,12 @@ class ALSMF:
     polish_iters: int = 200
     seed: int = 0
 
-    def fit(self, data: Interactions) -> MFModel:
+    def fit(self, data: Interactions, half_steps=None) -> MFModel:
+        """Train on ``data``.
+
+        ``half_steps(data, y, ridge) -> HalfSteps`` runs the two ridge half-steps elsewhere, e.g.
+        ``functools.partial(ClusterHalfSteps, client)`` shards them on Dask; by default they run here.
+        """
         t0 = time.perf_counter()
         u, i = data.user, data.item
         mu = float(data.rating.mean())
@@ -92,12 +126,11 @@ class ALSMF:
         U = rng.normal(scale=0.1, size=(data.n_users, self.k))
         V = rng.normal(scale=0.1, size=(data.n_items, self.k))
         P = als.Pattern(u, i, data.user_indptr, data.n_users, data.n_items)
-        by_item = data.item_order
-        item_cols, item_y = u[by_item], y[by_item]
+        half_steps = (half_steps or LocalHalfSteps)(data, y, ridge)
         gnorm, history = np.inf, []
         for sweep in range(1, self.max_sweeps + 1):
-            U = als.ridge_solve_rows(data.user_indptr, i, y, V, ridge)
-            V = als.ridge_solve_rows(data.item_indptr, item_cols, item_y, U, ridge)
+            U = half_steps.users(V)
+            V = half_steps.items(U)
             gU, gV = als.gradient(U, V, P, y, lam)
             gnorm = float(np.sqrt(np.sum(gU * gU) + np.sum(gV * gV)))
             history.append(gnorm)
