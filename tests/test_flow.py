@@ -137,3 +137,38 @@ def test_interrupted_run_resumes_keeping_verified_shards(dataset, tmp_path, monk
     want = runs.open_run(runs.resolve_run(tmp_path / "clean")).to_table().sort_by(keys)
     assert got.equals(want)
     assert s["attributions"] == clean["attributions"]
+
+
+@pytest.mark.distributed
+def test_flow_killed_mid_run_resumes_on_rerun(tmp_path):
+    """SIGKILL the whole `dxplain refresh` process mid-run; the rerun resumes and publishes once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "big"
+    write_dataset(folder, interactions_table(random_interactions(600, 400, 0.2, seed=8)))
+    args = ["--dataset", str(folder), "--top-k", "0", "--k", "4", "--lam", "5e-3", "--shards", "60", "--in-memory"]
+    out = tmp_path / "out"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    proc = subprocess.Popen([sys.executable, "-m", "dxplain.cli", "refresh", "--out", str(out), *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 180
+    while not list(out.glob("runs/*/part-*.json")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    (run,) = (out / "runs").iterdir()
+    written = len(list(run.glob("part-*.json")))
+    assert 0 < written < 60, f"{written} shards written before the kill; the test did not interrupt the run"
+    assert not (run / "manifest.json").exists() and not (out / "LATEST").exists()
+
+    assert main(["refresh", "--out", str(out), *args]) == 0
+    s = runs.read_manifest(run)["summary"]
+    assert runs.resolve_run(out) == run and s["resumed_shards"] == written  # sidecars mark complete shards
+    assert main(["refresh", "--out", str(tmp_path / "clean"), *args]) == 0
+    keys = [(c, "ascending") for c in ("user", "item", "train_user", "train_item")]
+    got = runs.open_run(run).to_table().sort_by(keys)
+    assert got.equals(runs.open_run(runs.resolve_run(tmp_path / "clean")).to_table().sort_by(keys))
