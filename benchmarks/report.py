@@ -42,7 +42,10 @@ def throughput_table() -> str:
     return "\n".join(rows)
 
 
-def write_readme(path: Path = Path(__file__).resolve().parents[1] / "README.md") -> None:
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def write_readme(path: Path = README) -> None:
     text = path.read_text()
     for name, table in (("lambda-table", lambda_table()), ("throughput-table", throughput_table())):
         start, end = f"<!-- {name} -->\n", f"\n<!-- /{name} -->"

@@ -21,7 +21,8 @@ def _columns(spec: str | None) -> dict | None:
     try:
         return dict(kv.split("=", 1) for kv in spec.split(","))
     except ValueError:
-        raise DxplainError(f"--columns {spec!r}: use dxplain=file pairs, e.g. user=reviewerID,item=asin,rating=overall")
+        raise DxplainError(f"--columns {spec!r}: use dxplain=file pairs, e.g. user=reviewerID,item=asin,"
+                           "rating=overall") from None
 
 
 def cmd_refresh(a) -> int:
@@ -33,7 +34,6 @@ def cmd_refresh(a) -> int:
     print(json.dumps(summary, indent=2, default=str))
     print(f"\nResults: {summary['run']} (LATEST in {a.out or 'dxplain-out'} points here)")
     from .io import runs
-    import pyarrow.compute as pc
 
     table = runs.open_run(summary["run"]).head(1)
     if table.num_rows:

@@ -6,7 +6,7 @@ Algorithm hyperparameters are *not* here: they are arguments of the models and e
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 
@@ -42,9 +42,6 @@ class Settings:
                 values[f.name] = int(raw) if f.type == "int" else raw
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
-
-    def with_(self, **changes) -> "Settings":
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def security(self):
         """A ``distributed.security.Security`` requiring TLS when certificates are configured, else None."""

@@ -1,5 +1,4 @@
 import numpy as np
-import pyarrow.compute as pc
 import pytest
 
 from dxplain.datasets import movielens, registry
@@ -34,7 +33,7 @@ def test_movielens_content(ml100k):
 
 def test_synthetic_is_seeded_valid_and_skewed(tmp_path):
     a = generate(tmp_path / "a", 20_000, seed=3, block_users=500)
-    b = generate(tmp_path / "b", 20_000, seed=3, block_users=500)
+    generate(tmp_path / "b", 20_000, seed=3, block_users=500)
     da, db = read_dataset(tmp_path / "a").interactions, read_dataset(tmp_path / "b").interactions
     assert da.fingerprint() == db.fingerprint()
     assert 0.9 * 20_000 <= a["interactions"] <= 20_000  # within-user repeats are dropped
@@ -42,5 +41,5 @@ def test_synthetic_is_seeded_valid_and_skewed(tmp_path):
     deg = np.sort(da.item_degree())[::-1]
     # Zipf items: the top 1% of items hold far more than 1% of the interactions.
     assert deg[: max(1, len(deg) // 100)].sum() > 0.1 * deg.sum()
-    c = generate(tmp_path / "c", 20_000, seed=4, block_users=500)
+    generate(tmp_path / "c", 20_000, seed=4, block_users=500)
     assert read_dataset(tmp_path / "c").interactions.fingerprint() != da.fingerprint()

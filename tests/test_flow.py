@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow.compute as pc
 import pytest
 
 from dxplain.cli import main

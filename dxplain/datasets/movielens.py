@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from ..errors import InputError
 from ..io import raw
-from ..io.interactions import Dataset, read_dataset, write_dataset
+from ..io.interactions import Dataset, write_dataset
 
 log = logging.getLogger(__name__)
 NAME = "movielens-100k"
@@ -106,6 +106,3 @@ def fetch(dest: Path) -> Path:
     log.info("fetched ml-100k from the %s wheel into %s", RECBOLE_WHEEL, dest)
     return dest
 
-
-def load(prepared: Path) -> Dataset:
-    return read_dataset(prepared)

@@ -39,7 +39,6 @@ class Preprocessed:
     Vt: np.ndarray  # Ṽ (n_items, r)
     alpha: np.ndarray  # α per training interaction, in data order
     mu: float
-    lam_known: bool
     A: np.ndarray  # representer embedding of users: A_i = Σ_{j:(i,j)∈D} α_ij Ṽ_j
     B: np.ndarray  # representer embedding of items: B_j = Σ_{i:(i,j)∈D} α_ij Ũ_i
 
@@ -51,7 +50,7 @@ class Preprocessed:
         alpha = K.global_importance_squared(data.rating - model.mu, s, model.lam, len(data))
         A = data.by_user(alpha) @ Vt  # one sparse pass each; at the optimum A = Ũ and B = Ṽ
         B = data.by_item(alpha) @ Ut
-        return cls(Ut, Vt, alpha, model.mu, model.lam is not None, A, B)
+        return cls(Ut, Vt, alpha, model.mu, A, B)
 
 
 class RepresenterExplainer:
