@@ -110,6 +110,11 @@ class Interactions:
 
     def fingerprint(self) -> str:
         """Content hash of (user, item, rating) and the id lists: ties a model to its data."""
+        return self._fingerprint
+
+    @cached_property
+    def _fingerprint(self) -> str:
+        # Hashes the whole table; a refresh asks for it several times (model path, store, run plan).
         import hashlib
 
         h = hashlib.sha256()
