@@ -1,0 +1,156 @@
+"""Negative-sample aggregation: which negatives are likely false negatives (paper App. C).
+
+Four ways to score a negative (i, j), lower = flag first:
+
+``representer``  I_neg(i,j) = α_ij ⟨[Ũ_i, S^V_i], [S^U_j, Ṽ_j]⟩, α_ij = −w σ(s_ij)/(λ|D|) — Definition 1
+                 summed over every positive sharing the user or the item (kernels/negatives.py).
+``fia``          the same sum with Fast Influence Analysis (Cheng et al. 2019) in place of Definition 1:
+                 the influence of (i,j) on a positive z' = (i',j') through z''s own parameters θ = (U_i', V_j')
+                 only, I = −(c ℓ'_ij/|D|) ∇_θ s_ij · H_θ⁻¹ ∇_θ s_z', H_θ the objective's 2k×2k Hessian in θ.
+                 With x_z' = H_θ⁻¹ [V_j'; U_i'], the sum is also O(k) per negative:
+                 −(w σ(s_ij)/|D|) ⟨[U_i, X^U_i], [X^V_j, V_j]⟩, X^U_i = Σ_{j'} x_U(i,j'), X^V_j = Σ_{i'} x_V(i',j).
+``loss``         −(loss of the negative): the highest-loss negatives first.
+``random``       seeded uniform noise.
+
+The scan over *all* unobserved pairs keeps the lowest K = p%·|N| in user blocks × the catalogue;
+``scan`` is the in-memory twin of ``distributed.negatives.scan_on_cluster``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from ..interactions import Interactions
+from ..kernels.bce import DenseTerms, SparseTerms
+from ..kernels.negatives import LowestK, NegativeScore, scan_rows
+from ..kernels.representer import balance_transforms
+from ..models.implicit_mf import ImplicitModel
+
+log = logging.getLogger(__name__)
+
+METHODS = ("representer", "fia", "loss", "random")
+FIA_CHUNK = 1024  # positives per batched 2k×2k solve: (1024, 64, 64) float64 = 32 MB
+
+
+def negative_score(method: str, model: ImplicitModel, terms: DenseTerms | SparseTerms, P: Interactions,
+                   seed: int = 0) -> NegativeScore:
+    """The scoring rule of ``method`` for this model; positives P are the model's training positives."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    U, V, w, n = model.U, model.V, model.neg_weight, model.n_train
+    if method == "random":
+        return NegativeScore("random", U, V, seed=seed)
+    if method == "loss":
+        return NegativeScore("loss", U, V, w=w)
+    ones = np.ones(len(P))
+    if method == "representer":
+        T_U, T_V = balance_transforms(U, V)
+        Ut, Vt = U @ T_U, V @ T_V
+        SV = P.by_user(ones) @ Vt  # S^V_i = Σ_{j':(i,j')∈P} Ṽ_j'
+        SU = P.by_item(ones) @ Ut  # S^U_j = Σ_{i':(i',j)∈P} Ũ_i'
+        return NegativeScore("aggregate", Ut, Vt, np.hstack([Ut, SV]), np.hstack([SU, Vt]), coef=-w / (model.lam * n))
+    xU, xV = fia_directions(model, terms, P)
+    XU = _per_positive_sum(P, xU, "user")
+    XV = _per_positive_sum(P, xV, "item")
+    return NegativeScore("aggregate", U, V, np.hstack([U, XU]), np.hstack([XV, V]), coef=-w / n)
+
+
+def _per_positive_sum(P: Interactions, X: np.ndarray, by: str) -> np.ndarray:
+    """Σ of per-positive rows X (data order) over each user's (``by="user"``) or each item's positives."""
+    import scipy.sparse as sp
+
+    n_groups = P.n_users if by == "user" else P.n_items
+    group = P.user if by == "user" else P.item
+    M = sp.csr_array((np.ones(len(P)), (group, np.arange(len(P)))), shape=(n_groups, len(P)))
+    return M @ X
+
+
+def fia_directions(model: ImplicitModel, terms: DenseTerms | SparseTerms, P: Interactions):
+    """x_z' = H_θ⁻¹ [V_j'; U_i'] for every positive z' = (i', j'), split into (x_U, x_V), each (|P|, k).
+
+    H_θ = [[A_i' + λI, C], [Cᵀ, B_j' + λI]] with A, B the per-user / per-item curvature Grams of the
+    whole objective and C = (ℓ''_z' V_j' U_i'ᵀ + ℓ'_z' I)/|D| the cross term of z''s own loss.
+    """
+    U, V, lam, n = model.U, model.V, model.lam, model.n_train
+    k = U.shape[1]
+    A, B = terms.curvature_grams(U, V)
+    eye = np.eye(k)
+    xU, xV = np.empty((len(P), k)), np.empty((len(P), k))
+    u, i = P.user.astype(np.intp), P.item.astype(np.intp)
+    for a in range(0, len(P), FIA_CHUNK):
+        uu, ii = u[a:a + FIA_CHUNK], i[a:a + FIA_CHUNK]
+        Uu, Vi = U[uu], V[ii]
+        sig = 1.0 / (1.0 + np.exp(-np.einsum("nk,nk->n", Uu, Vi)))
+        d1, d2 = (sig - 1.0) / n, sig * (1.0 - sig) / n  # ℓ', ℓ'' of a positive (y = 1, c = 1), over |D|
+        C = d2[:, None, None] * np.einsum("nk,nl->nkl", Vi, Uu) + d1[:, None, None] * eye
+        H = np.block([[A[uu] + lam * eye, C], [C.transpose(0, 2, 1), B[ii] + lam * eye]])
+        x = np.linalg.solve(H, np.concatenate([Vi, Uu], axis=1)[..., None])[..., 0]
+        xU[a:a + FIA_CHUNK], xV[a:a + FIA_CHUNK] = x[:, :k], x[:, k:]
+    return xU, xV
+
+
+def scan(score: NegativeScore, terms: DenseTerms, K: int, rows: tuple[int, int] | None = None) -> tuple:
+    """The K lowest-scoring unobserved, non-excluded pairs among users rows[0]:rows[1] (default: all).
+
+    Blocks start at multiples of ``scan_rows`` so any split of the users into aligned ranges scores
+    every pair identically. Returns (values, users, items) sorted by (value, user, item).
+    """
+    a0, b0 = rows or (0, terms.n_users)
+    step = scan_rows(terms.n_items)
+    keep = LowestK(K)
+    for a in range(a0, b0, step):
+        b = min(b0, a + step)
+        block = score.block(a, b)
+        pr, pc = _mask(terms, a, b)
+        keep.push_block(block, a, pr, pc)
+    return keep.result()
+
+
+def _mask(terms: DenseTerms, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """(local row, item) of the pairs of users a:b that are not negatives: positives and exclusions."""
+    rows, cols = [], []
+    for indptr, c in ((terms.pos_indptr, terms.pos_cols), (terms.excl_indptr, terms.excl_cols)):
+        rows.append(np.repeat(np.arange(b - a), np.diff(indptr[a:b + 1])))
+        cols.append(c[indptr[a]:indptr[b]])
+    return np.concatenate(rows), np.concatenate(cols)
+
+
+def flag_count(terms: DenseTerms | SparseTerms, percent: float) -> int:
+    """K = ⌈p% · |N|⌉, the number of negatives to flag."""
+    return int(math.ceil(percent / 100.0 * terms.n_neg))
+
+
+def flag_table(terms: SparseTerms, score: NegativeScore, percent: float) -> tuple:
+    """Table mode: the lowest p% of an explicit list of negatives, O(k) each. Same return as ``scan``."""
+    neg = terms.y == 0
+    u, i = terms.u[neg], terms.i[neg]
+    v = score.pairs(u, i)
+    keep = LowestK(flag_count(terms, percent))
+    keep.push(v, u.astype(np.int64), i.astype(np.int64))
+    return keep.result()
+
+
+def flagged_table(values, users, items, P: Interactions, method: str) -> pa.Table:
+    """The output rows: original ids, the score, and the rank (1 = most likely a false negative)."""
+    return pa.table({
+        "user": P.user_ids.take(pa.array(users)),
+        "item": P.item_ids.take(pa.array(items)),
+        "score": np.asarray(values, np.float64),
+        "rank": np.arange(1, len(values) + 1, dtype=np.int64),
+        "method": pa.array([method] * len(values)).dictionary_encode(),
+    })
+
+
+def flag(method: str, model: ImplicitModel, terms, P: Interactions, percent: float, seed: int = 0) -> tuple:
+    """In memory: score with ``method`` and keep the lowest p% of the negatives (scan or table)."""
+    t0 = time.perf_counter()
+    score = negative_score(method, model, terms, P, seed)
+    out = scan(score, terms, flag_count(terms, percent)) if isinstance(terms, DenseTerms) else \
+        flag_table(terms, score, percent)
+    log.info("%s: flagged %d of %d negatives in %.1fs", method, len(out[0]), terms.n_neg, time.perf_counter() - t0)
+    return out

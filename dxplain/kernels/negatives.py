@@ -1,0 +1,130 @@
+"""Aggregated importance of negative samples (METHODS.md §1 "Negative-sample aggregation", paper App. C).
+
+Summing Definition 1 over every positive (i', j') ∈ P that shares the negative's user or item:
+
+    I_neg(i, j) = α_ij (⟨Ũ_i, S^U_j⟩ + ⟨Ṽ_j, S^V_i⟩) = α_ij ⟨[Ũ_i, S^V_i], [S^U_j, Ṽ_j]⟩
+    S^U_j = Σ_{i':(i',j)∈P} Ũ_{i'},   S^V_i = Σ_{j':(i,j')∈P} Ṽ_{j'},   α_ij = −w σ(s_ij)/(λ|D|)
+
+so after one pass of segment sums each negative costs O(k), and a block of users × the catalogue is
+two matrix products. FIA aggregates the same way with other row/column embeddings (explain/negatives.py),
+so every method is "a coefficient of s_ij times ⟨R_i, Q_j⟩" — or a plain function of s_ij (loss), or
+seeded noise (random). The lowest p% over all unobserved pairs is kept by a streaming selection whose
+result does not depend on how the pairs were split into blocks or shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit
+
+from .als import pair_scores
+
+# Pairs in one scored block (float32): the block and its few temporaries stay well below 64 MB.
+SCAN_ELEMENTS = 1 << 22
+
+
+@dataclass
+class NegativeScore:
+    """How one method scores a negative (i, j); lower = more likely a false negative.
+
+    kind ``aggregate``: coef · σ(⟨Us_i, Vs_j⟩) · ⟨R_i, Q_j⟩ (representer, FIA)
+    kind ``loss``:      −w · softplus(⟨Us_i, Vs_j⟩) (the highest-loss negatives come first)
+    kind ``random``:    uniform noise, seeded per user block
+    """
+
+    kind: str
+    Us: np.ndarray
+    Vs: np.ndarray
+    R: np.ndarray | None = None
+    Q: np.ndarray | None = None
+    coef: float = 1.0
+    w: float = 1.0
+    seed: int = 0
+
+    def pairs(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
+        """Scores of a list of pairs in float64, O(k) each (the sampled-negatives table)."""
+        u, i = np.asarray(u, np.intp), np.asarray(i, np.intp)
+        s = pair_scores(self.Us, self.Vs, u, i)
+        if self.kind == "aggregate":
+            return self.coef * expit(s) * pair_scores(self.R, self.Q, u, i)
+        if self.kind == "loss":
+            return -self.w * np.logaddexp(0.0, s)
+        return np.random.default_rng([self.seed, 1]).random(len(u))
+
+    def block(self, a: int, b: int) -> np.ndarray:
+        """Scores of users a:b against the whole catalogue, float32, (b − a, n_items)."""
+        Us, Vs = self.Us[a:b].astype(np.float32), self.Vs.astype(np.float32)
+        if self.kind == "random":
+            return np.random.default_rng([self.seed, a]).random((b - a, len(self.Vs)), dtype=np.float32)
+        S = Us @ Vs.T
+        if self.kind == "loss":
+            np.logaddexp(np.float32(0.0), S, out=S)
+            S *= np.float32(-self.w)
+            return S
+        L = self.R[a:b].astype(np.float32) @ self.Q.astype(np.float32).T
+        expit(S, out=S)
+        S *= L
+        S *= np.float32(self.coef)
+        return S
+
+
+def scan_rows(n_items: int) -> int:
+    """User rows per scanned block."""
+    return max(1, SCAN_ELEMENTS // max(1, n_items))
+
+
+class LowestK:
+    """The K lowest (value, row, col) triples seen so far, in the total order (value, row, col).
+
+    Candidates are buffered and compacted to K whenever the buffer passes 2K, so memory stays O(K)
+    however many pairs stream through. Ties are broken by (row, col), which makes the result
+    independent of the order in which blocks or shards arrive — the cluster and in-memory scans agree.
+    """
+
+    def __init__(self, K: int):
+        self.K = int(K)
+        self.threshold = np.inf
+        self._v, self._r, self._c = [], [], []
+        self._n = 0
+
+    def push_block(self, values: np.ndarray, row0: int, mask_rows=None, mask_cols=None) -> None:
+        """Offer a dense block whose row r is user row0 + r; (mask_rows, mask_cols) are not candidates."""
+        if self.K == 0:
+            return
+        if mask_rows is not None and len(mask_rows):
+            values[mask_rows, mask_cols] = np.inf
+        flat = values.ravel()
+        idx = np.flatnonzero(flat <= self.threshold) if np.isfinite(self.threshold) else np.flatnonzero(flat < np.inf)
+        n_cols = values.shape[1]
+        self.push(flat[idx], (idx // n_cols + row0).astype(np.int64), (idx % n_cols).astype(np.int64))
+
+    def push(self, v: np.ndarray, r: np.ndarray, c: np.ndarray) -> None:
+        if self.K == 0 or len(v) == 0:
+            return
+        self._v.append(v)
+        self._r.append(r)
+        self._c.append(c)
+        self._n += len(v)
+        if self._n > 2 * self.K:
+            self._compact()
+
+    def _compact(self) -> None:
+        v, r, c = (np.concatenate(x) if x else np.empty(0) for x in (self._v, self._r, self._c))
+        if len(v) > self.K:
+            kth = np.partition(v, self.K - 1)[self.K - 1]
+            less = np.flatnonzero(v < kth)
+            eq = np.flatnonzero(v == kth)
+            eq = eq[np.lexsort((c[eq], r[eq]))][:self.K - len(less)]
+            keep = np.concatenate([less, eq])
+            v, r, c = v[keep], r[keep], c[keep]
+            self.threshold = kth
+        self._v, self._r, self._c, self._n = [v], [r], [c], len(v)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(values, rows, cols) of the K lowest, sorted by (value, row, col)."""
+        self._compact()
+        v, r, c = self._v[0], self._r[0], self._c[0]
+        order = np.lexsort((c, r, v))
+        return v[order], r[order].astype(np.int64), c[order].astype(np.int64)

@@ -1,0 +1,101 @@
+"""Inexact Newton with preconditioned conjugate gradients, for polishing factor models to a stationary point.
+
+scipy's trust-ncg takes no preconditioner, and at the small λ where factor models are accurate its CG
+needs hundreds of Hessian-vector products per step (measured: 500 s for BCE MF on ml-100k). The
+Hessian of a factor model is dominated by its per-row blocks — user i's k×k block Σ_j c ℓ''_ij V_j V_jᵀ/|D| + λI,
+and item j's mirror — so a block-Jacobi preconditioner built from those blocks makes CG converge in a
+handful of products. Globalised by an Armijo backtracking line search; a direction of negative
+curvature found by CG is cut off there (Steihaug), so every step is a descent direction.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def block_jacobi(blocks: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """z = M⁻¹ r for M = blockdiag(blocks) with (n, k, k) symmetric positive definite blocks."""
+    n, k, _ = blocks.shape
+    inv = np.linalg.inv(blocks)
+
+    def apply(r: np.ndarray) -> np.ndarray:
+        return np.einsum("nkl,nl->nk", inv, r.reshape(n, k)).ravel()
+
+    return apply
+
+
+def pcg(hessp: Callable, g: np.ndarray, precond: Callable, rtol: float, maxiter: int) -> tuple[np.ndarray, int, bool]:
+    """Approximately solve H p = −g to ‖r‖ ≤ rtol‖g‖. Returns (p, products, negative curvature met)."""
+    p = np.zeros_like(g)
+    r = -g
+    z = precond(r)
+    d = z.copy()
+    rz = r @ z
+    target = rtol * np.linalg.norm(g)
+    for it in range(1, maxiter + 1):
+        Hd = hessp(d)
+        curv = d @ Hd
+        if curv <= 0:
+            return p, it, True
+        step = rz / curv
+        p += step * d
+        r -= step * Hd
+        if np.linalg.norm(r) <= target:
+            return p, it, False
+        z = precond(r)
+        rz_new = r @ z
+        d = z + (rz_new / rz) * d
+        rz = rz_new
+    return p, maxiter, False
+
+
+def newton_pcg(fun_grad: Callable, hessp: Callable, blocks_at: Callable, x: np.ndarray, tol: float,
+               mu0: float, maxiter: int = 100, cg_maxiter: int = 250) -> tuple[np.ndarray, float, int, int]:
+    """Minimise f from x until ‖∇f‖ ≤ tol, by Levenberg–Marquardt-damped Newton steps (H + μI) p = −g.
+
+    Factor models are non-convex and their Hessian is singular along the rotations U→UR, V→VR, so
+    plain Newton-CG keeps meeting negative or zero curvature and takes tiny steps. The damping μ grows
+    ×10 when CG meets negative curvature or the line search has to cut the step, and shrinks ÷10 after
+    a full step: far from the optimum the steps are gradient-like, near it they are Newton steps.
+
+    ``fun_grad(x) -> (f, g)``, ``hessp(x, v) -> Hv``, ``blocks_at(x) -> (n, k, k)`` the Hessian's
+    diagonal blocks (the preconditioner), ``mu0`` the smallest positive damping tried (e.g. λ).
+    Returns (x, ‖∇f‖, Newton steps, Hessian-vector products).
+    """
+    f, g = fun_grad(x)
+    gnorm = g0 = float(np.linalg.norm(g))
+    products, steps, mu = 0, 0, mu0
+    blocks, blocks_x = None, None
+    while steps < maxiter and gnorm > tol:
+        steps += 1
+        if blocks_x is not x:
+            blocks, blocks_x = blocks_at(x), x
+        k = blocks.shape[1]
+        precond = block_jacobi(blocks + mu * np.eye(k))
+        # Forcing term: loose CG far away, tight near the optimum (superlinear once μ → 0).
+        rtol = max(1e-10, min(0.1, np.sqrt(gnorm / g0)))
+        p, n, negative = pcg(lambda v: hessp(x, v) + mu * v, g, precond, rtol, cg_maxiter)
+        products += n
+        if negative:
+            mu = max(10 * mu, mu0)
+            log.info("Newton step %d: negative curvature after %d CG products, damping μ → %.1e", steps, n, mu)
+            continue
+        slope = g @ p
+        t = 1.0
+        while True:
+            f_new, g_new = fun_grad(x + t * p)
+            if f_new <= f + 1e-4 * t * slope or t < 1e-8:
+                break
+            t *= 0.5
+        mu = mu / 10 if t == 1.0 else max(10 * mu, mu0)
+        if mu < mu0 * 1e-6:
+            mu = 0.0
+        x, f, g = x + t * p, f_new, g_new
+        gnorm = float(np.linalg.norm(g))
+        log.info("Newton step %d: ‖∇f‖=%.2e, step %.2g, %d CG products, μ=%.1e", steps, gnorm, t, n, mu)
+    return x, gnorm, steps, products

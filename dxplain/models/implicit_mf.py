@@ -1,0 +1,161 @@
+"""Implicit-feedback MF with weighted binary cross-entropy, trained to a stationary point (paper App. C).
+
+    min_{U,V} (1/|D|) [ −Σ_P log σ(s_ij) − w Σ_N log(1 − σ(s_ij)) ] + (λ/2)(‖U‖²_F + ‖V‖²_F)
+
+The paper's base model: positives P, every other pair a negative with weight w = 0.05. Negatives are
+either all unobserved pairs (``negatives="all"``, optionally minus an exclusion list — the cleaned
+retrain) or ``negatives=m``: m uniform samples per positive, drawn once for a seed.
+
+As for ALS-MF, the representer identity needs a stationary point, so training stops on ‖∇f‖:
+L-BFGS gets close cheaply, a trust-region Newton polish with exact Hessian-vector products finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import minimize
+
+from ..interactions import Interactions
+from ..kernels.bce import DenseTerms, SparseTerms
+from ..kernels.newton import newton_pcg
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NEG_WEIGHT = 0.05
+# λ|D| is the ridge on the *summed* loss, the scale the paper's objective is written in. Chosen on a
+# validation split of ml-100k for recall@20 (benchmarks/negatives_appc.py --select-ridge, README).
+DEFAULT_RIDGE = 3.0
+
+
+@dataclass
+class ImplicitModel:
+    U: np.ndarray
+    V: np.ndarray
+    lam: float
+    n_train: int  # |D| = |P| + |N| (N weighted by w)
+    neg_weight: float
+    negatives: str  # "all" or "sampled:m"
+    grad_norm: float
+    kind: str = "implicit-mf"
+    loss: str = "bce"
+    info: dict = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return self.U.shape[1]
+
+
+def positive_pairs(data: Interactions, threshold: float | None) -> Interactions:
+    """P: interactions rated ≥ ``threshold`` (all of them when None, for click/purchase data)."""
+    return data if threshold is None else data.subset(data.rating >= threshold)
+
+
+def dense_terms(P: Interactions, w: float, excluded: tuple[np.ndarray, np.ndarray] | None = None) -> DenseTerms:
+    """All unobserved pairs as negatives, minus ``excluded`` (user, item) index pairs (not positives)."""
+    ex_u, ex_i = (np.empty(0, np.int64), np.empty(0, np.int64)) if excluded is None else excluded
+    key = np.unique(np.asarray(ex_u, np.int64) * P.n_items + np.asarray(ex_i, np.int64))
+    pos_key = P.user.astype(np.int64) * P.n_items + P.item
+    key = key[~np.isin(key, pos_key)]
+    ex_u, ex_i = key // P.n_items, key % P.n_items
+    ex_indptr = np.searchsorted(ex_u, np.arange(P.n_users + 1)).astype(np.int64)
+    return DenseTerms(P.n_users, P.n_items, P.user_indptr, P.item.astype(np.intp), ex_indptr, ex_i.astype(np.intp), w)
+
+
+def sample_negatives(P: Interactions, per_positive: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``per_positive`` uniform unobserved items per positive (distinct per user, at most every unobserved
+    item), deterministic for a seed; returned sorted by (user, item)."""
+    rng = np.random.default_rng(seed)
+    n_items = P.n_items
+    pos_key = P.user.astype(np.int64) * n_items + P.item
+    target = np.minimum(per_positive * P.user_degree(), n_items - P.user_degree())
+    draws = np.empty(0, np.int64)
+    need = target
+    while need.sum() > 0:
+        # Rejection sampling in draw order: drop positives and repeats, redraw each user's shortfall.
+        u = np.repeat(np.arange(P.n_users, dtype=np.int64), need + need // 4 + 1)
+        draws = np.concatenate([draws, u * n_items + rng.integers(0, n_items, len(u))])
+        draws = draws[~np.isin(draws, pos_key)]
+        _, first = np.unique(draws, return_index=True)
+        draws = draws[np.sort(first)]
+        owner = draws // n_items
+        order = np.argsort(owner, kind="stable")
+        start = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=P.n_users))])
+        rank = np.empty(len(draws), np.int64)
+        rank[order] = np.arange(len(draws)) - start[owner[order]]
+        draws = draws[rank < target[owner]]
+        need = target - np.bincount(draws // n_items, minlength=P.n_users)
+    keys = np.sort(draws)
+    return keys // n_items, keys % n_items
+
+
+@dataclass
+class ImplicitMF:
+    """BCE matrix factorisation.
+
+    Parameters
+    ----------
+    k : rank
+    lam : λ; None = DEFAULT_RIDGE/|D|
+    neg_weight : w, the weight of negative terms (paper: 0.05)
+    rtol : stop when ‖∇f‖ ≤ rtol·λ. At a stationary point U_i = Σ_j α_ij V_j exactly; off it the
+        residual is ∇_{U_i} f/λ, so rtol bounds the representer identity's error in the factors' units.
+    max_iter : L-BFGS iterations at most; polish_iters: damped Newton iterations at most
+    seed : initialisation seed
+    """
+
+    k: int = 32
+    lam: float | None = None
+    neg_weight: float = DEFAULT_NEG_WEIGHT
+    rtol: float = 1e-4
+    max_iter: int = 500
+    polish_iters: int = 100
+    seed: int = 0
+
+    def fit(self, terms: DenseTerms | SparseTerms) -> ImplicitModel:
+        t0 = time.perf_counter()
+        n = terms.n_terms
+        lam = self.lam if self.lam is not None else DEFAULT_RIDGE / n
+        tol = self.rtol * lam
+        rng = np.random.default_rng(self.seed)
+        U = rng.normal(scale=0.1, size=(terms.n_users, self.k))
+        V = rng.normal(scale=0.1, size=(terms.n_items, self.k))
+        nU, shapeU, shapeV = U.size, U.shape, V.shape
+
+        def split(x):
+            return x[:nU].reshape(shapeU), x[nU:].reshape(shapeV)
+
+        def fun_grad(x):
+            f, gU, gV = terms.fun_grad(*split(x), lam)
+            return f, np.concatenate([gU.ravel(), gV.ravel()])
+
+        def hessp(x, p):
+            hU, hV = terms.hessp(*split(x), *split(p), lam)
+            return np.concatenate([hU.ravel(), hV.ravel()])
+
+        x = np.concatenate([U.ravel(), V.ravel()])
+        res = minimize(fun_grad, x, jac=True, method="L-BFGS-B",
+                       options={"maxiter": self.max_iter, "gtol": tol / np.sqrt(len(x)), "ftol": 0.0, "maxcor": 20})
+        lbfgs_iters = int(res.nit)
+        gnorm = float(np.linalg.norm(fun_grad(res.x)[1]))
+        log.info("implicit MF: L-BFGS %d iterations, ‖∇f‖=%.2e (%.1fs)", lbfgs_iters, gnorm, time.perf_counter() - t0)
+        x, newton = res.x, 0
+        if gnorm > tol and self.polish_iters > 0:
+            def blocks_at(x):
+                A, B = terms.curvature_grams(*split(x))
+                return np.concatenate([A, B]) + lam * np.eye(self.k)
+
+            x, gnorm, newton, products = newton_pcg(fun_grad, hessp, blocks_at, x, tol, lam,
+                                                    self.polish_iters)
+        U, V = (a.copy() for a in split(x))
+        f = float(fun_grad(x)[0])
+        secs = time.perf_counter() - t0
+        log.info("implicit MF k=%d λ=%g w=%g |P|=%d |N|=%d: %d L-BFGS + %d Newton steps, ‖∇f‖=%.2e, %.1fs",
+                 self.k, lam, terms.w, terms.n_pos, terms.n_neg, lbfgs_iters, newton, gnorm, secs)
+        mode = "all" if isinstance(terms, DenseTerms) else "sampled"
+        return ImplicitModel(U, V, lam, n, terms.w, mode, gnorm,
+                             info={"lbfgs_iters": lbfgs_iters, "newton_iters": newton, "objective": f,
+                                   "seed": self.seed, "seconds": secs, "n_pos": terms.n_pos, "n_neg": terms.n_neg})

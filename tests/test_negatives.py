@@ -1,0 +1,186 @@
+"""Negative-sample aggregation: closed forms against naive sums, the BCE model, the streaming scan."""
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from dxplain.explain import negatives as N
+from dxplain.kernels.bce import SparseTerms
+from dxplain.kernels.negatives import LowestK
+from dxplain.models.implicit_mf import ImplicitMF, ImplicitModel, dense_terms, positive_pairs, sample_negatives
+
+from conftest import random_interactions
+
+W = 0.05
+
+
+def setup(seed=0, n_users=9, n_items=11, k=3, excluded=True):
+    rng = np.random.default_rng(seed)
+    data = random_interactions(n_users, n_items, density=0.35, seed=seed)
+    P = positive_pairs(data, 4)
+    ex = None
+    if excluded:
+        ex = (rng.integers(0, n_users, 6), rng.integers(0, n_items, 6))
+    terms = dense_terms(P, W, ex)
+    U, V = rng.normal(size=(n_users, k)), rng.normal(size=(n_items, k))
+    model = ImplicitModel(U, V, lam=0.3, n_train=terms.n_terms, neg_weight=W, negatives="all", grad_norm=np.nan)
+    return P, terms, model
+
+
+def negatives_of(terms):
+    """(u, i) of every negative in N, from the dense weights (c = w)."""
+    C, Y = terms.block(0, terms.n_users)
+    return np.nonzero((C == W) & (Y == 0))
+
+
+def test_representer_aggregate_equals_naive_sum_over_positives():
+    P, terms, m = setup()
+    score = N.negative_score("representer", m, terms, P)
+    Ut, Vt = score.Us, score.Vs
+    nu, ni = negatives_of(terms)
+    naive = []
+    for i, j in zip(nu, ni):
+        alpha = -W * expit(Ut[i] @ Vt[j]) / (m.lam * m.n_train)
+        total = sum(alpha * Vt[j] @ Vt[jp] for jp in P.item[P.user == i])  # positives of the same user
+        total += sum(alpha * Ut[i] @ Ut[ip] for ip in P.user[P.item == j])  # positives of the same item
+        naive.append(total)
+    assert len(naive) == terms.n_neg
+    np.testing.assert_allclose(score.pairs(nu, ni), naive, rtol=1e-10, atol=1e-14)
+    # The float32 scan block holds the same values; non-negatives are not candidates.
+    block = score.block(0, terms.n_users)
+    np.testing.assert_allclose(block[nu, ni], naive, rtol=1e-4, atol=1e-7 * np.abs(naive).max())
+
+
+def test_fia_aggregate_equals_naive_influence_sum():
+    """Per positive z', H_θ from Hessian-vector products of the whole objective (an independent path),
+    then −(c ℓ'_z/|D|) ∇_θ s_z · H_θ⁻¹ ∇_θ s_z' summed over the positives sharing z's user or item."""
+    P, terms, m = setup(seed=1)
+    k, nU = m.k, m.U.size
+    n_par = nU + m.V.size
+    score = N.negative_score("fia", m, terms, P)
+    nu, ni = negatives_of(terms)
+    naive = np.zeros(len(nu))
+    for ip, jp in zip(P.user, P.item):
+        idx = np.concatenate([ip * k + np.arange(k), nU + jp * k + np.arange(k)])  # θ = (U_i', V_j')
+        H = np.empty((2 * k, 2 * k))
+        for c, e in enumerate(idx):
+            v = np.zeros(n_par)
+            v[e] = 1.0
+            hU, hV = terms.hessp(m.U, m.V, v[:nU].reshape(m.U.shape), v[nU:].reshape(m.V.shape), m.lam)
+            H[:, c] = np.concatenate([hU.ravel(), hV.ravel()])[idx]
+        x = np.linalg.solve(H, np.concatenate([m.V[jp], m.U[ip]]))
+        for n, (i, j) in enumerate(zip(nu, ni)):
+            if i != ip and j != jp:
+                continue
+            grad_s = np.concatenate([m.V[j] if i == ip else np.zeros(k), m.U[i] if j == jp else np.zeros(k)])
+            d1 = W * expit(m.U[i] @ m.V[j])  # c ℓ' of a negative (y = 0)
+            naive[n] += -(d1 / m.n_train) * grad_s @ x
+    np.testing.assert_allclose(score.pairs(nu, ni), naive, rtol=1e-8, atol=1e-14)
+
+
+def test_dense_and_sparse_terms_agree():
+    P, terms, m = setup(seed=2)
+    nu, ni = negatives_of(terms)
+    sparse = SparseTerms.from_pairs(terms.n_users, terms.n_items, P.user, P.item, nu, ni, W)
+    assert sparse.n_terms == terms.n_terms and sparse.n_neg == terms.n_neg
+    rng = np.random.default_rng(0)
+    dU, dV = rng.normal(size=m.U.shape), rng.normal(size=m.V.shape)
+    for a, b in zip(terms.fun_grad(m.U, m.V, m.lam), sparse.fun_grad(m.U, m.V, m.lam)):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    for a, b in zip(terms.hessp(m.U, m.V, dU, dV, m.lam), sparse.hessp(m.U, m.V, dU, dV, m.lam)):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    for a, b in zip(terms.curvature_grams(m.U, m.V), sparse.curvature_grams(m.U, m.V)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-16)
+
+
+def test_gradient_and_hessian_vector_match_finite_differences():
+    P, terms, m = setup(seed=3)
+    rng = np.random.default_rng(1)
+    dU, dV = rng.normal(size=m.U.shape), rng.normal(size=m.V.shape)
+    f, gU, gV = terms.fun_grad(m.U, m.V, m.lam)
+    h = 1e-6
+    fp = terms.fun_grad(m.U + h * dU, m.V + h * dV, m.lam)
+    fm = terms.fun_grad(m.U - h * dU, m.V - h * dV, m.lam)
+    assert (fp[0] - fm[0]) / (2 * h) == pytest.approx(np.sum(gU * dU) + np.sum(gV * dV), rel=1e-6)
+    hU, hV = terms.hessp(m.U, m.V, dU, dV, m.lam)
+    np.testing.assert_allclose((fp[1] - fm[1]) / (2 * h), hU, rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose((fp[2] - fm[2]) / (2 * h), hV, rtol=1e-5, atol=1e-9)
+
+
+def test_trained_model_satisfies_representer_identity():
+    """At the optimum U_i = Σ_j α_ij V_j over every term of user i (positives and negatives alike)."""
+    data = random_interactions(30, 25, density=0.3, seed=4)
+    P = positive_pairs(data, 4)
+    terms = dense_terms(P, W)
+    lam = 0.2 / terms.n_terms  # a small ridge, so that the scores are far from 0
+    m = ImplicitMF(k=4, lam=lam, seed=1).fit(terms)
+    assert m.grad_norm <= 1e-4 * m.lam
+    C, Y = terms.block(0, terms.n_users)
+    S = m.U @ m.V.T
+    alpha = -C * (expit(S) - Y) / (m.lam * m.n_train)
+    pu, pi = P.user, P.item
+    assert np.abs(S[pu, pi]).min() > 0.1
+    item_side = np.einsum("tj,jk,tk->t", alpha[pu], m.V, m.V[pi])  # Σ_j α_i'j ⟨V_j, V_j'⟩ per positive target
+    np.testing.assert_allclose(item_side, S[pu, pi], rtol=1e-3)
+    user_side = np.einsum("it,ik,tk->t", alpha[:, pi], m.U, m.U[pu])
+    np.testing.assert_allclose(user_side, S[pu, pi], rtol=1e-3)
+    # Deterministic for a seed.
+    m2 = ImplicitMF(k=4, lam=lam, seed=1).fit(terms)
+    np.testing.assert_array_equal(m.U, m2.U)
+
+
+def brute_force_lowest(values, K):
+    r, c = np.nonzero(np.isfinite(values))
+    v = values[r, c]
+    order = np.lexsort((c, r, v))[:K]
+    return v[order], r[order], c[order]
+
+
+@pytest.mark.parametrize("method", ["representer", "fia", "loss", "random"])
+def test_scan_keeps_exactly_the_lowest_and_any_split_agrees(method, monkeypatch):
+    P, terms, m = setup(seed=5, n_users=13, n_items=17)
+    score = N.negative_score(method, m, terms, P, seed=3)
+    K = N.flag_count(terms, 10)
+    # Small scan blocks so the scan streams over several blocks and compacts.
+    monkeypatch.setattr(N, "scan_rows", lambda n_items: 2)
+    blocks = np.vstack([score.block(a, min(a + 2, terms.n_users)) for a in range(0, terms.n_users, 2)])
+    C, Y = terms.block(0, terms.n_users)
+    blocks[(C != W) | (Y != 0)] = np.inf
+    want = brute_force_lowest(blocks, K)
+    got = N.scan(score, terms, K)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    # The union of aligned shards, merged, is the same selection (what the cluster path relies on).
+    merged = LowestK(K)
+    for a, b in ((6, 13), (0, 2), (2, 6)):
+        merged.push(*N.scan(score, terms, K, rows=(a, b)))
+    for a, b in zip(merged.result(), want):
+        np.testing.assert_array_equal(a, b)
+    assert not np.isin(got[1] * terms.n_items + got[2], P.user.astype(np.int64) * terms.n_items + P.item).any()
+
+
+def test_lowest_k_breaks_ties_by_row_then_column():
+    keep = LowestK(3)
+    keep.push(np.array([1.0, 1.0, 0.5, 1.0]), np.array([2, 0, 9, 0]), np.array([0, 5, 1, 3]))
+    keep.push(np.array([1.0, 2.0]), np.array([1, 0]), np.array([0, 0]))
+    v, r, c = keep.result()
+    assert v.tolist() == [0.5, 1.0, 1.0] and r.tolist() == [9, 0, 0] and c.tolist() == [1, 3, 5]
+
+
+def test_table_mode_on_sampled_negatives():
+    data = random_interactions(20, 40, density=0.2, seed=6)
+    P = positive_pairs(data, 3)
+    nu, ni = sample_negatives(P, 2, seed=0)
+    again = sample_negatives(P, 2, seed=0)
+    assert np.array_equal(nu, again[0]) and np.array_equal(ni, again[1])
+    keys = nu * P.n_items + ni
+    assert len(np.unique(keys)) == len(keys)
+    assert not np.isin(keys, P.user.astype(np.int64) * P.n_items + P.item).any()
+    np.testing.assert_array_equal(np.bincount(nu, minlength=P.n_users),
+                                  np.minimum(2 * P.user_degree(), P.n_items - P.user_degree()))
+    terms = SparseTerms.from_pairs(P.n_users, P.n_items, P.user, P.item, nu, ni, W)
+    m = ImplicitMF(k=3).fit(terms)
+    v, u, i = N.flag("representer", m, terms, P, percent=10)
+    assert len(v) == N.flag_count(terms, 10) and np.all(np.diff(v) >= 0)
+    all_v = N.negative_score("representer", m, terms, P).pairs(nu, ni)
+    assert v[-1] <= np.sort(all_v)[len(v)]  # nothing unflagged scores lower than the last flagged
