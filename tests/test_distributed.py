@@ -133,3 +133,24 @@ def test_distributed_als_equals_in_memory_als(client):
         assert dsk.grad_norm == pytest.approx(mem.grad_norm, rel=1e-6, abs=1e-13)
     assert len(made) == 2 and len(made[0].parts["user"]) == 5 and len(made[0].parts["item"]) == 5
     assert partial(ClusterHalfSteps, client)  # the form the flow uses
+
+
+@pytest.mark.parametrize("method", ["representer", "random"])
+def test_negative_scan_on_cluster_equals_in_memory(client, method):
+    from dxplain.distributed.negatives import scan_on_cluster, shard_ranges
+    from dxplain.explain import negatives as N
+    from dxplain.models.implicit_mf import ImplicitMF, dense_terms, positive_pairs
+
+    P = positive_pairs(random_interactions(60, 45, 0.2, seed=13), 4)
+    terms = dense_terms(P, 0.05)
+    m = ImplicitMF(k=4, lam=0.3 / terms.n_terms).fit(terms)
+    score = N.negative_score(method, m, terms, P, seed=2)
+    K = N.flag_count(terms, 5)
+    ranges = shard_ranges(terms.n_users, 7, 4)
+    assert len(ranges) == 4 and ranges[0][0] == 0 and ranges[-1][1] == terms.n_users
+    assert all(a % 7 == 0 for a, _ in ranges)
+    want = N.scan(score, terms, K, block_rows=7)
+    got = scan_on_cluster(client, score, terms, K, n_shards=4, block_rows=7)
+    assert len(want[0]) == K
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

@@ -137,23 +137,21 @@ def brute_force_lowest(values, K):
 
 
 @pytest.mark.parametrize("method", ["representer", "fia", "loss", "random"])
-def test_scan_keeps_exactly_the_lowest_and_any_split_agrees(method, monkeypatch):
+def test_scan_keeps_exactly_the_lowest_and_any_split_agrees(method):
     P, terms, m = setup(seed=5, n_users=13, n_items=17)
     score = N.negative_score(method, m, terms, P, seed=3)
     K = N.flag_count(terms, 10)
-    # Small scan blocks so the scan streams over several blocks and compacts.
-    monkeypatch.setattr(N, "scan_rows", lambda n_items: 2)
     blocks = np.vstack([score.block(a, min(a + 2, terms.n_users)) for a in range(0, terms.n_users, 2)])
     C, Y = terms.block(0, terms.n_users)
     blocks[(C != W) | (Y != 0)] = np.inf
     want = brute_force_lowest(blocks, K)
-    got = N.scan(score, terms, K)
+    got = N.scan(score, terms, K, block_rows=2)  # small blocks: the scan streams and compacts
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     # The union of aligned shards, merged, is the same selection (what the cluster path relies on).
     merged = LowestK(K)
     for a, b in ((6, 13), (0, 2), (2, 6)):
-        merged.push(*N.scan(score, terms, K, rows=(a, b)))
+        merged.push(*N.scan(score, terms, K, rows=(a, b), block_rows=2))
     for a, b in zip(merged.result(), want):
         np.testing.assert_array_equal(a, b)
     assert not np.isin(got[1] * terms.n_items + got[2], P.user.astype(np.int64) * terms.n_items + P.item).any()

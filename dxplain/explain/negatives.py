@@ -94,14 +94,16 @@ def fia_directions(model: ImplicitModel, terms: DenseTerms | SparseTerms, P: Int
     return xU, xV
 
 
-def scan(score: NegativeScore, terms: DenseTerms, K: int, rows: tuple[int, int] | None = None) -> tuple:
+def scan(score: NegativeScore, terms: DenseTerms, K: int, rows: tuple[int, int] | None = None,
+         block_rows: int | None = None) -> tuple:
     """The K lowest-scoring unobserved, non-excluded pairs among users rows[0]:rows[1] (default: all).
 
-    Blocks start at multiples of ``scan_rows`` so any split of the users into aligned ranges scores
-    every pair identically. Returns (values, users, items) sorted by (value, user, item).
+    Blocks of ``block_rows`` users (default ``scan_rows``, a memory budget) start at rows[0]; ranges
+    that start at multiples of it score every pair with the same block computation as a whole scan.
+    Returns (values, users, items) sorted by (value, user, item).
     """
     a0, b0 = rows or (0, terms.n_users)
-    step = scan_rows(terms.n_items)
+    step = block_rows or scan_rows(terms.n_items)
     keep = LowestK(K)
     for a in range(a0, b0, step):
         b = min(b0, a + step)

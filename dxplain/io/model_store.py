@@ -53,7 +53,8 @@ def save_model(path: str | Path, model: MFModel, data: Interactions) -> Path:
         g.create_array("item_ids", data=_ids_to_zarr(data.item_ids))
         g.attrs.update({
             "kind": model.kind, "loss": model.loss, "lam": model.lam, "k": model.k, "n_train": model.n_train,
-            "objective_scaling": "(1/|D|) Σ (y − μ − ⟨U_i,V_j⟩)² + (λ/2)(‖U‖² + ‖V‖²)",
+            "objective_scaling": getattr(model, "objective_scaling",
+                                         "(1/|D|) Σ (y − μ − ⟨U_i,V_j⟩)² + (λ/2)(‖U‖² + ‖V‖²)"),
             "mu": model.mu, "grad_norm": model.grad_norm, "fingerprint": data.fingerprint(),
             "dxplain_version": __version__, "info": model.info,
         })

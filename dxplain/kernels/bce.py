@@ -163,6 +163,10 @@ class SparseTerms:
     def n_terms(self) -> int:
         return len(self.y)
 
+    def negatives(self) -> tuple[np.ndarray, np.ndarray]:
+        neg = self.y == 0
+        return self.u[neg], self.i[neg]
+
     def _matrix(self, values):
         return sp.csr_array((values, (self.u, self.i)), shape=(self.n_users, self.n_items))
 

@@ -11,7 +11,7 @@ curvature found by CG is cut off there (Steihaug), so every step is a descent di
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -43,10 +43,19 @@ class ImplicitModel:
     kind: str = "implicit-mf"
     loss: str = "bce"
     info: dict = field(default_factory=dict)
+    mu: float = 0.0  # no global offset: the score s_ij is the logit
+    objective_scaling = "(1/|D|) Σ c_ij (softplus(s_ij) − y_ij s_ij) + (λ/2)(‖U‖² + ‖V‖²), c = 1 on P, w on N"
 
     @property
     def k(self) -> int:
         return self.U.shape[1]
+
+    @classmethod
+    def from_stored(cls, m) -> "ImplicitModel":
+        """From the model store's generic factor model (``io.model_store.load_model``)."""
+        if m.kind != "implicit-mf":
+            raise ValueError(f"the stored model is a {m.kind!r} model, not an implicit-feedback BCE model")
+        return cls(m.U, m.V, m.lam, m.n_train, m.info["neg_weight"], m.info["negatives"], m.grad_norm, info=m.info)
 
 
 def positive_pairs(data: Interactions, threshold: float | None) -> Interactions:
@@ -63,6 +72,15 @@ def dense_terms(P: Interactions, w: float, excluded: tuple[np.ndarray, np.ndarra
     ex_u, ex_i = key // P.n_items, key % P.n_items
     ex_indptr = np.searchsorted(ex_u, np.arange(P.n_users + 1)).astype(np.int64)
     return DenseTerms(P.n_users, P.n_items, P.user_indptr, P.item.astype(np.intp), ex_indptr, ex_i.astype(np.intp), w)
+
+
+def sparse_terms(P: Interactions, neg_u, neg_i, w: float, excluded=None) -> SparseTerms:
+    """An explicit negatives list (minus ``excluded`` pairs) as training terms."""
+    neg_u, neg_i = np.asarray(neg_u, np.int64), np.asarray(neg_i, np.int64)
+    if excluded is not None:
+        keep = ~np.isin(neg_u * P.n_items + neg_i, np.asarray(excluded[0], np.int64) * P.n_items + excluded[1])
+        neg_u, neg_i = neg_u[keep], neg_i[keep]
+    return SparseTerms.from_pairs(P.n_users, P.n_items, P.user, P.item, neg_u, neg_i, w)
 
 
 def sample_negatives(P: Interactions, per_positive: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -142,7 +160,7 @@ class ImplicitMF:
         lbfgs_iters = int(res.nit)
         gnorm = float(np.linalg.norm(fun_grad(res.x)[1]))
         log.info("implicit MF: L-BFGS %d iterations, ‖∇f‖=%.2e (%.1fs)", lbfgs_iters, gnorm, time.perf_counter() - t0)
-        x, newton = res.x, 0
+        x, newton, products = res.x, 0, 0
         if gnorm > tol and self.polish_iters > 0:
             def blocks_at(x):
                 A, B = terms.curvature_grams(*split(x))
@@ -157,5 +175,6 @@ class ImplicitMF:
                  self.k, lam, terms.w, terms.n_pos, terms.n_neg, lbfgs_iters, newton, gnorm, secs)
         mode = "all" if isinstance(terms, DenseTerms) else "sampled"
         return ImplicitModel(U, V, lam, n, terms.w, mode, gnorm,
-                             info={"lbfgs_iters": lbfgs_iters, "newton_iters": newton, "objective": f,
-                                   "seed": self.seed, "seconds": secs, "n_pos": terms.n_pos, "n_neg": terms.n_neg})
+                             info={"lbfgs_iters": lbfgs_iters, "newton_iters": newton, "hessian_products": products, "objective": f,
+                                   "seed": self.seed, "seconds": secs, "n_pos": terms.n_pos, "n_neg": terms.n_neg,
+                                   "neg_weight": terms.w, "negatives": mode})

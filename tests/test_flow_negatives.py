@@ -1,0 +1,119 @@
+"""The negatives flow and CLI (Prefect ephemeral mode): outputs, the cleaned set, retraining, bad input."""
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dxplain.cli import main
+from dxplain.io.interactions import write_dataset
+from flows.negatives import negatives
+
+from conftest import interactions_table, random_interactions
+
+ARGS = ["--k", "3", "--lam", "2e-4", "--percent", "5"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_server():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data") / "small"
+    d = random_interactions(40, 30, 0.3, seed=3)
+    write_dataset(folder, interactions_table(d))
+    return folder, d
+
+
+def positives_of(d):
+    keep = d.rating >= 4
+    return {(f"u{u:03d}", f"i{i:03d}") for u, i in zip(d.user[keep], d.item[keep])}
+
+
+def run_folder(out):
+    (folder,) = (out / "negatives").iterdir()
+    return folder
+
+
+def test_cli_flags_the_lowest_share_of_all_unobserved_pairs(dataset, tmp_path, capsys):
+    folder, d = dataset
+    out = tmp_path / "out"
+    assert main(["negatives", "--dataset", str(folder), "--out", str(out), "--in-memory", "--retrain", *ARGS]) == 0
+    assert "flagged.parquet" in capsys.readouterr().out
+    run = run_folder(out)
+    flagged = pq.read_table(run / "flagged.parquet")
+    summary = json.loads((run / "summary.json").read_text())
+    n_pos = len(positives_of(d))
+    n_neg = d.n_users * d.n_items - n_pos
+    assert summary["negatives_total"] == n_neg and summary["positives"] == n_pos
+    assert flagged.num_rows == summary["flagged"] == math.ceil(0.05 * n_neg)
+    pairs = set(zip(flagged.column("user").to_pylist(), flagged.column("item").to_pylist()))
+    assert len(pairs) == flagged.num_rows and not pairs & positives_of(d)
+    score = flagged.column("score").to_numpy()
+    assert np.all(np.diff(score) >= 0) and score[0] < 0  # most negative first
+    assert flagged.column("rank").to_pylist() == list(range(1, flagged.num_rows + 1))
+    assert summary["retrained"]["negatives"] == n_neg - flagged.num_rows
+    assert not (run / "cleaned-negatives.parquet").exists()
+
+
+@pytest.mark.distributed
+def test_cluster_scan_flags_the_same_pairs_as_in_memory(dataset, tmp_path):
+    folder, _ = dataset
+    common = dict(dataset=str(folder), percent=5, k=3, lam=2e-4, method="fia")
+    a = negatives(out=str(tmp_path / "mem"), in_memory=True, **common)
+    b = negatives(out=str(tmp_path / "dask"), workers=2, shards=3, **common)
+    ta = pq.read_table(run_folder(tmp_path / "mem") / "flagged.parquet")
+    tb = pq.read_table(run_folder(tmp_path / "dask") / "flagged.parquet")
+    assert a["flagged"] == b["flagged"] and ta.equals(tb)
+
+
+def test_sampled_negatives_write_a_cleaned_set(dataset, tmp_path):
+    folder, d = dataset
+    out = tmp_path / "out"
+    s = negatives(dataset=str(folder), out=str(out), negatives="2", percent=10, k=3, lam=2e-4, in_memory=True,
+                  method="loss")
+    run = run_folder(out)
+    flagged = pq.read_table(run / "flagged.parquet")
+    cleaned = pq.read_table(run / "cleaned-negatives.parquet")
+    assert flagged.num_rows == math.ceil(0.1 * s["negatives_total"])
+    assert cleaned.num_rows == s["negatives_total"] - flagged.num_rows
+    f = set(zip(flagged.column("user").to_pylist(), flagged.column("item").to_pylist()))
+    c = set(zip(cleaned.column("user").to_pylist(), cleaned.column("item").to_pylist()))
+    assert not f & c and not (f | c) & positives_of(d)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--percent", "0"], "--percent 0"),
+    (["--percent", "150"], "--percent 150"),
+    (["--method", "shap"], "--method 'shap'"),
+    (["--negatives", "lots"], "--negatives 'lots'"),
+    (["--positive-threshold", "9"], "rating ≥ 9"),
+])
+def test_bad_options_name_the_problem_and_write_nothing(dataset, tmp_path, capsys, args, needle):
+    folder, _ = dataset
+    out = tmp_path / "out"
+    assert main(["negatives", "--dataset", str(folder), "--out", str(out), "--in-memory", "--k", "3", *args]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (out / "negatives").exists()
+
+
+def test_a_negatives_file_listing_a_positive_is_refused(dataset, tmp_path, capsys):
+    folder, d = dataset
+    u, i = sorted(positives_of(d))[0]
+    path = tmp_path / "neg.parquet"
+    pq.write_table(pa.table({"user": ["u000", u], "item": ["i029", i]}), path)
+    out = tmp_path / "out"
+    code = main(["negatives", "--dataset", str(folder), "--out", str(out), "--in-memory", "--negatives", str(path),
+                 *ARGS])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"({u}, {i}) is a positive" in err
+    assert not (out / "negatives").exists()
