@@ -98,20 +98,22 @@ class LowestK:
         flat = values.ravel()
         idx = np.flatnonzero(flat <= self.threshold) if np.isfinite(self.threshold) else np.flatnonzero(flat < np.inf)
         n_cols = values.shape[1]
-        self.push(flat[idx], (idx // n_cols + row0).astype(np.int64), (idx % n_cols).astype(np.int64))
+        self.push(flat[idx], idx // n_cols + row0, idx % n_cols)
 
     def push(self, v: np.ndarray, r: np.ndarray, c: np.ndarray) -> None:
         if self.K == 0 or len(v) == 0:
             return
         self._v.append(v)
-        self._r.append(r)
-        self._c.append(c)
+        self._r.append(np.asarray(r, np.int32))  # user and item indices fit int32 (< 2³¹); halves the buffer
+        self._c.append(np.asarray(c, np.int32))
         self._n += len(v)
         if self._n > 2 * self.K:
             self._compact()
 
     def _compact(self) -> None:
-        v, r, c = (np.concatenate(x) if x else np.empty(0) for x in (self._v, self._r, self._c))
+        if not self._v:
+            self._v, self._r, self._c = [np.empty(0)], [np.empty(0, np.int32)], [np.empty(0, np.int32)]
+        v, r, c = (np.concatenate(x) for x in (self._v, self._r, self._c))
         if len(v) > self.K:
             kth = np.partition(v, self.K - 1)[self.K - 1]
             less = np.flatnonzero(v < kth)

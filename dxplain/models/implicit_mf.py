@@ -90,8 +90,15 @@ def sample_negatives(P: Interactions, per_positive: int, seed: int) -> tuple[np.
     n_items = P.n_items
     pos_key = P.user.astype(np.int64) * n_items + P.item
     target = np.minimum(per_positive * P.user_degree(), n_items - P.user_degree())
+    # Users who need more than half of their unobserved items: draw from the complement directly
+    # (rejection sampling would take a coupon collector's number of rounds for them).
+    heavy = np.flatnonzero(2 * target > n_items - P.user_degree())
+    chosen = [u * n_items + rng.choice(np.setdiff1d(np.arange(n_items), P.item[P.user_indptr[u]:P.user_indptr[u + 1]]),
+                                       target[u], replace=False) for u in heavy]
     draws = np.empty(0, np.int64)
-    need = target
+    need = target.copy()
+    need[heavy] = 0
+    light_target = need.copy()
     while need.sum() > 0:
         # Rejection sampling in draw order: drop positives and repeats, redraw each user's shortfall.
         u = np.repeat(np.arange(P.n_users, dtype=np.int64), need + need // 4 + 1)
@@ -104,8 +111,9 @@ def sample_negatives(P: Interactions, per_positive: int, seed: int) -> tuple[np.
         start = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=P.n_users))])
         rank = np.empty(len(draws), np.int64)
         rank[order] = np.arange(len(draws)) - start[owner[order]]
-        draws = draws[rank < target[owner]]
-        need = target - np.bincount(draws // n_items, minlength=P.n_users)
+        draws = draws[rank < light_target[owner]]
+        need = light_target - np.bincount(draws // n_items, minlength=P.n_users)
+    draws = np.concatenate([draws, *chosen])
     keys = np.sort(draws)
     return keys // n_items, keys % n_items
 
