@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import resource
 import sys
 import time
@@ -54,6 +55,11 @@ def matmul_pairs_per_second(n_items: int, k: int, reps: int = 20) -> tuple[float
 
 
 def peak_rss_gib() -> float:
+    """VmHWM: this process's own peak RSS. (getrusage's ru_maxrss survives exec, so a spawned worker
+    would report its parent's peak.)"""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
@@ -67,6 +73,7 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
     a = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     folder = Path(a.cache) / f"implicit-{a.users}x{a.items}-{a.positives}"
     if not (folder / "interactions.parquet").exists():
         generate(folder, a.positives, n_users=a.users, n_items=a.items, seed=0)

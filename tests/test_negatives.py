@@ -182,3 +182,27 @@ def test_table_mode_on_sampled_negatives():
     assert len(v) == N.flag_count(terms, 10) and np.all(np.diff(v) >= 0)
     all_v = N.negative_score("representer", m, terms, P).pairs(nu, ni)
     assert v[-1] <= np.sort(all_v)[len(v)]  # nothing unflagged scores lower than the last flagged
+
+
+def test_estimated_bound_keeps_the_selection_exact_and_a_bad_bound_is_caught(monkeypatch):
+    P, terms, m = setup(seed=7, n_users=30, n_items=25)
+    score = N.negative_score("representer", m, terms, P)
+    K = N.flag_count(terms, 3)
+    exact = N.scan(score, terms, K, block_rows=2)
+    t = N.estimate_threshold(score, terms, K, block_rows=2, sample_share=0.3)
+    assert np.isfinite(t)
+    got = N.lowest(lambda th: N.scan(score, terms, K, block_rows=2, threshold=th), score, terms, K, 2)
+    for a, b in zip(got, exact):
+        np.testing.assert_array_equal(a, b)
+    # A bound below the K-th lowest value: too few candidates, so the scan is redone without it.
+    monkeypatch.setattr(N, "estimate_threshold", lambda *a, **k: float(exact[0][K // 2]))
+    calls = []
+
+    def scan_fn(th):
+        calls.append(th)
+        return N.scan(score, terms, K, block_rows=2, threshold=th)
+
+    got = N.lowest(scan_fn, score, terms, K, 2)
+    assert len(calls) == 2 and calls[1] == np.inf
+    for a, b in zip(got, exact):
+        np.testing.assert_array_equal(a, b)

@@ -83,9 +83,11 @@ class LowestK:
     independent of the order in which blocks or shards arrive — the cluster and in-memory scans agree.
     """
 
-    def __init__(self, K: int):
+    def __init__(self, K: int, threshold: float = np.inf):
         self.K = int(K)
-        self.threshold = np.inf
+        # Values above ``threshold`` are never candidates: a known upper bound on the K-th lowest
+        # keeps the buffer small from the first block on.
+        self.threshold = threshold
         self._v, self._r, self._c = [], [], []
         self._n = 0
 
