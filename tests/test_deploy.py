@@ -12,12 +12,17 @@ def test_prefect_deployment_entrypoint_parameters_and_schedule():
     from prefect.flows import load_flow_from_entrypoint
 
     spec = yaml.safe_load((ROOT / "deploy" / "prefect.yaml").read_text())
-    (dep,) = spec["deployments"]
-    flow = load_flow_from_entrypoint(str(ROOT / dep["entrypoint"]))
-    assert flow.name == "dxplain-refresh"
-    flow.validate_parameters(dep["parameters"])  # raises on unknown or ill-typed parameters
-    (sched,) = dep["schedules"]
-    assert CronSchedule(cron=sched["cron"], timezone=sched["timezone"]).cron == "0 2 * * *"
+    deps = {d["name"]: d for d in spec["deployments"]}
+    want = {"nightly-refresh": ("dxplain-refresh", "0 2 * * *"),
+            "weekly-false-negatives": ("dxplain-negatives", "0 4 * * 0")}
+    assert set(deps) == set(want)
+    for name, (flow_name, cron) in want.items():
+        dep = deps[name]
+        flow = load_flow_from_entrypoint(str(ROOT / dep["entrypoint"]))
+        assert flow.name == flow_name
+        flow.validate_parameters(dep["parameters"])  # raises on unknown or ill-typed parameters
+        (sched,) = dep["schedules"]
+        assert CronSchedule(cron=sched["cron"], timezone=sched["timezone"]).cron == cron
 
 
 def test_dask_config_is_valid_yaml_with_memory_limits():
