@@ -46,3 +46,12 @@ def ml100k(tmp_path_factory):
         return resolve_dataset("movielens-100k", settings)
     except Exception as exc:  # noqa: BLE001 - any failure to find or fetch means skip, with the reason
         pytest.skip(f"MovieLens-100k unavailable: not in DXPLAIN_DATA or ../shared/data, and fetching failed: {exc}")
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    """One temporary Prefect server per flow-test module, stopped inside pytest (not at interpreter exit)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield

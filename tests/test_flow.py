@@ -13,14 +13,7 @@ from flows.refresh import refresh
 
 from conftest import interactions_table, random_interactions
 
-
-@pytest.fixture(scope="module", autouse=True)
-def prefect_server():
-    """One temporary Prefect server for the module, stopped inside pytest (not at interpreter exit)."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness():
-        yield
+pytestmark = pytest.mark.usefixtures("prefect_server")
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,7 @@ from conftest import interactions_table, random_interactions
 ARGS = ["--k", "3", "--lam", "2e-4", "--percent", "5"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def prefect_server():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness():
-        yield
+pytestmark = pytest.mark.usefixtures("prefect_server")
 
 
 @pytest.fixture(scope="module")
