@@ -63,3 +63,48 @@ def test_als_converges_on_the_gradient_norm_and_is_deterministic():
     # At a stationary point of the variational nuclear-norm form, UᵀU = VᵀV.
     np.testing.assert_allclose(m1.U.T @ m1.U, m1.V.T @ m1.V, atol=1e-7)
     assert m1.mu == pytest.approx(d.rating.mean())
+
+
+def test_curvature_grams_are_the_hessians_diagonal_blocks():
+    from dxplain.kernels import als
+
+    d = random_interactions(12, 9, 0.4, seed=3)
+    rng = np.random.default_rng(0)
+    k = 3
+    U, V = rng.normal(size=(d.n_users, k)), rng.normal(size=(d.n_items, k))
+    P = als.Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items)
+    y, lam = d.rating - d.rating.mean(), 0.1
+    r = y - als.pair_scores(U, V, P.u, P.i)
+    A, B = als.curvature_grams(U, V, P, len(y))
+    for who, F, blocks in (("user", U, A), ("item", V, B)):
+        for row in (0, 5):
+            H = np.empty((k, k))
+            for c in range(k):
+                dU, dV = np.zeros_like(U), np.zeros_like(V)
+                (dU if who == "user" else dV)[row, c] = 1.0
+                hU, hV = als.hessian_vector(U, V, dU, dV, P, r, lam)
+                H[:, c] = (hU if who == "user" else hV)[row]
+            np.testing.assert_allclose(blocks[row] + lam * np.eye(k), H, rtol=1e-12, atol=1e-14)
+
+
+def test_damped_newton_reaches_the_minimum_of_rosenbrock():
+    from dxplain.kernels.newton import newton_pcg
+
+    def fun_grad(x):
+        a, b = x
+        f = (1 - a) ** 2 + 100 * (b - a * a) ** 2
+        return f, np.array([-2 * (1 - a) - 400 * a * (b - a * a), 200 * (b - a * a)])
+
+    def hess(x):
+        a, b = x
+        return np.array([[2 - 400 * (b - a * a) + 800 * a * a, -400 * a], [-400 * a, 200.0]])
+
+    # The Hessian is indefinite at the start: the damping has to handle it.
+    x0 = np.array([-1.2, 1.0])
+    assert np.linalg.eigvalsh(hess(np.array([0.0, 1.0]))).min() < 0
+    x, gnorm, steps, _ = newton_pcg(fun_grad, lambda x, v: hess(x) @ v, lambda x: hess(x)[None] + 1e-3 * np.eye(2),
+                                    np.array([0.0, 1.0]), tol=1e-10, mu0=1e-3)
+    np.testing.assert_allclose(x, [1.0, 1.0], atol=1e-8)
+    assert gnorm <= 1e-10 and steps < 100
+    x, gnorm, _, _ = newton_pcg(fun_grad, lambda x, v: hess(x) @ v, lambda x: np.eye(2)[None], x0, 1e-10, 1e-3)
+    np.testing.assert_allclose(x, [1.0, 1.0], atol=1e-8)

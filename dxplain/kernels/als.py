@@ -125,3 +125,16 @@ def hessian_vector(U, V, dU, dV, P: Pattern, r, lam) -> tuple[np.ndarray, np.nda
     R = P.matrix(r)
     return ((2.0 / n) * (S @ V - R @ dV) + lam * dU,
             (2.0 / n) * (S.T @ U - R.T @ dU) + lam * dV)
+
+
+def curvature_grams(U, V, P: Pattern, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Hessian's diagonal blocks without λ: (2/|D|) Σ_{j∈D_i} V_j V_jᵀ per user, and the mirror per item.
+
+    One sparse product each against the k²-wide outer products: (n_users + n_items)·k² floats, so
+    the caller checks that this fits (at k = 32, ~8 KB per row).
+    """
+    k = U.shape[1]
+    M = P.matrix(np.full(len(P.u), 2.0 / n))
+    A = M @ np.einsum("ik,il->ikl", V, V).reshape(len(V), k * k)
+    B = M.T @ np.einsum("ik,il->ikl", U, U).reshape(len(U), k * k)
+    return A.reshape(-1, k, k), B.reshape(-1, k, k)

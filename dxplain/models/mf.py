@@ -22,6 +22,7 @@ from scipy.optimize import minimize
 
 from ..interactions import Interactions
 from ..kernels import als
+from ..kernels.newton import newton_pcg
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 # λ = 2·DEFAULT_RIDGE/|D|, which is the validated λ = 3e-4 on ml-100k.
 DEFAULT_K = 32
 DEFAULT_RIDGE = 15.0
+# Block-Jacobi preconditioning stores (n_users + n_items)·k² floats: up to 1 GB, else plain trust-ncg.
+PRECOND_ELEMENTS = 1 << 27
 
 
 def default_lam(n_train: int) -> float:
@@ -178,6 +181,17 @@ class ALSMF:
 
         x0 = np.concatenate([U.ravel(), V.ravel()])
         t0 = time.perf_counter()
+        if (U.shape[0] + V.shape[0]) * self.k ** 2 <= PRECOND_ELEMENTS:
+            # Damped Newton-CG with the per-row k×k blocks as preconditioner (kernels/newton.py).
+            def blocks_at(x):
+                A, B = als.curvature_grams(*split(x), P, len(y))
+                return np.concatenate([A, B]) + lam * np.eye(self.k)
+
+            x, gnorm, steps, products = newton_pcg(fun_grad, hessp, blocks_at,
+                                                   x0, self.tol, lam, self.polish_iters)
+            Ux, Vx = split(x)
+            log.debug("Newton polish: %d steps, %d Hessian-vector products", steps, products)
+            return Ux.copy(), Vx.copy(), gnorm, steps
 
         def progress(xk):
             log.info("Newton step: %d Hessian-vector products so far (%.1fs)", calls["hessp"], time.perf_counter() - t0)
