@@ -30,7 +30,8 @@ from dxplain.datasets import resolve_dataset  # noqa: E402
 from dxplain.distributed.cluster import connect  # noqa: E402
 from dxplain.explain import negatives as N  # noqa: E402
 from dxplain.explain.targets import recommend  # noqa: E402
-from dxplain.models.implicit_mf import ImplicitMF, dense_terms, positive_pairs  # noqa: E402
+from dxplain.models.implicit_mf import (ImplicitMF, dense_terms, positive_pairs, sample_negatives,  # noqa: E402
+                                       sparse_terms)
 
 RESULTS = Path(__file__).parent / "results"
 PERCENTS = (1, 2, 5, 10)
@@ -51,18 +52,26 @@ def split(P, seed, share=0.5):
     return P.subset(r < share), P.subset(r >= share)
 
 
-def retrain_recall(P_train, P_test, excluded, k, seed) -> float:
+def make_terms(P_train, sampled, seed, excluded=None):
+    """All unobserved pairs as negatives, or ``sampled`` uniform negatives per positive (drawn per seed)."""
+    if not sampled:
+        return dense_terms(P_train, 0.05, excluded)
+    return sparse_terms(P_train, *sample_negatives(P_train, sampled, seed), 0.05, excluded)
+
+
+def retrain_recall(P_train, P_test, excluded, k, seed, sampled=0, ridge=None) -> float:
     with threadpool_limits(1, "blas"):
-        m = ImplicitMF(k=k, seed=seed).fit(dense_terms(P_train, 0.05, excluded))
+        terms = make_terms(P_train, sampled, seed, excluded)
+        m = ImplicitMF(k=k, seed=seed, lam=ridge / terms.n_terms if ridge else None).fit(terms)
         return recall_at(m, P_train, P_test)
 
 
-def run_seed(P, seed, k, client) -> dict:
+def run_seed(P, seed, k, client, sampled=0, ridge=None) -> dict:
     t0 = time.perf_counter()
     P_train, P_test = split(P, seed)
-    terms = dense_terms(P_train, 0.05)
+    terms = make_terms(P_train, sampled, seed)
     with threadpool_limits(1, "blas"):
-        base = ImplicitMF(k=k, seed=seed).fit(terms)
+        base = ImplicitMF(k=k, seed=seed, lam=ridge / terms.n_terms if ridge else None).fit(terms)
     base_recall = recall_at(base, P_train, P_test)
     test_key = P_test.user.astype(np.int64) * P.n_items + P_test.item
     out = {"seed": seed, "base_recall@20": base_recall, "base_grad_norm": base.grad_norm, "lam": base.lam,
@@ -70,7 +79,7 @@ def run_seed(P, seed, k, client) -> dict:
     jobs = {}
     for method in N.METHODS:
         ts = time.perf_counter()
-        _, u, i = N.scan(N.negative_score(method, base, terms, P_train, seed), terms, N.flag_count(terms, max(PERCENTS)))
+        _, u, i = N.flag(method, base, terms, P_train, max(PERCENTS), seed)
         score_s = time.perf_counter() - ts
         res = out["methods"][method] = {"score_seconds": score_s}
         for p in PERCENTS:
@@ -78,7 +87,8 @@ def run_seed(P, seed, k, client) -> dict:
             found = np.isin(u[:K] * P.n_items + i[:K], test_key)
             res[f"p{p}"] = {"flagged": K, "share_test_positives": float(found.mean()),
                             "test_positives_found": int(found.sum())}
-            jobs[(method, p)] = client.submit(retrain_recall, P_train, P_test, (u[:K], i[:K]), k, seed, pure=False)
+            jobs[(method, p)] = client.submit(retrain_recall, P_train, P_test, (u[:K], i[:K]), k, seed, sampled,
+                                              ridge, pure=False)
     for (method, p), fut in jobs.items():
         r = fut.result()
         out["methods"][method][f"p{p}"].update({"recall@20": r, "recall_change": r - base_recall})
@@ -157,6 +167,9 @@ def main():
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--select-ridge", action="store_true")
+    ap.add_argument("--sampled", type=int, default=0,
+                    help="base model on this many uniform negatives per positive instead of all unobserved pairs")
+    ap.add_argument("--ridge", type=float, help="λ|D| (default: the library's, 3)")
     a = ap.parse_args()
     P = positive_pairs(resolve_dataset("movielens-100k").interactions, 4)
     if a.select_ridge:
@@ -164,15 +177,17 @@ def main():
         return
     t0 = time.perf_counter()
     with connect(Settings.from_env(workers=a.workers)) as client:
-        runs = [run_seed(P, s, a.k, client) for s in range(a.seeds)]
+        runs = [run_seed(P, s, a.k, client, a.sampled, a.ridge) for s in range(a.seeds)]
     summary = summarise(runs)
     RESULTS.mkdir(exist_ok=True)
+    name = f"negatives_appc_sampled{a.sampled}" if a.sampled else "negatives_appc"
     res = {"protocol": __doc__.strip().splitlines()[0], "seeds": a.seeds, "k": a.k, "percents": PERCENTS,
+           "negatives": f"{a.sampled} sampled per positive" if a.sampled else "all unobserved", "ridge": a.ridge,
            "seconds": time.perf_counter() - t0, "summary": summary, "runs": runs}
-    (RESULTS / "negatives_appc.json").write_text(json.dumps(res, indent=2))
+    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=2))
     md = markdown(summary, runs)
-    (RESULTS / "negatives_appc.md").write_text(md)
-    plot(summary, RESULTS / "negatives_appc.png")
+    (RESULTS / f"{name}.md").write_text(md)
+    plot(summary, RESULTS / f"{name}.png")
     print(md)
 
 

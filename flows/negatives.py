@@ -59,11 +59,10 @@ def train(terms, P, k: int, lam: float | None, seed: int, path: Path):
 
 @task(cache_policy=NO_CACHE)
 def flag_negatives(method: str, m, terms, P, percent: float, seed: int, n_shards: int, client=None):
-    K = N.flag_count(terms, percent)
     score = N.negative_score(method, m, terms, P, seed)
     if client is not None and isinstance(terms, DenseTerms):
-        return scan_on_cluster(client, score, terms, K, n_shards)
-    return N.flag(method, m, terms, P, percent, seed)
+        return scan_on_cluster(client, score, terms, N.flag_count(terms, percent), n_shards)
+    return N.select_lowest(score, terms, percent)
 
 
 @flow(name="dxplain-negatives", log_prints=True)

@@ -186,14 +186,18 @@ def flagged_table(values, users, items, P: Interactions, method: str) -> pa.Tabl
     })
 
 
+def select_lowest(score: NegativeScore, terms: DenseTerms | SparseTerms, percent: float) -> tuple:
+    """The lowest p% of the negatives under ``score``: scanned over all unobserved pairs (DenseTerms)
+    or ranked from the explicit list (SparseTerms). Returns (values, users, items), lowest first."""
+    if isinstance(terms, SparseTerms):
+        return flag_table(terms, score, percent)
+    K = flag_count(terms, percent)
+    return lowest(lambda t: scan(score, terms, K, threshold=t), score, terms, K)
+
+
 def flag(method: str, model: ImplicitModel, terms, P: Interactions, percent: float, seed: int = 0) -> tuple:
-    """In memory: score with ``method`` and keep the lowest p% of the negatives (scan or table)."""
+    """In memory: score with ``method`` and keep the lowest p% of the negatives."""
     t0 = time.perf_counter()
-    score = negative_score(method, model, terms, P, seed)
-    if isinstance(terms, DenseTerms):
-        K = flag_count(terms, percent)
-        out = lowest(lambda t: scan(score, terms, K, threshold=t), score, terms, K)
-    else:
-        out = flag_table(terms, score, percent)
+    out = select_lowest(negative_score(method, model, terms, P, seed), terms, percent)
     log.info("%s: flagged %d of %d negatives in %.1fs", method, len(out[0]), terms.n_neg, time.perf_counter() - t0)
     return out
