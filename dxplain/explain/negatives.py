@@ -24,9 +24,11 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import scipy.sparse as sp
+from scipy.special import expit
 
 from ..interactions import Interactions
-from ..kernels.bce import DenseTerms, SparseTerms
+from ..kernels.bce import DenseTerms, SparseTerms, csr_rows
 from ..kernels.negatives import LowestK, NegativeScore, scan_rows
 from ..kernels.representer import balance_transforms
 from ..models.implicit_mf import ImplicitModel
@@ -62,8 +64,6 @@ def negative_score(method: str, model: ImplicitModel, terms: DenseTerms | Sparse
 
 def _per_positive_sum(P: Interactions, X: np.ndarray, by: str) -> np.ndarray:
     """Σ of per-positive rows X (data order) over each user's (``by="user"``) or each item's positives."""
-    import scipy.sparse as sp
-
     n_groups = P.n_users if by == "user" else P.n_items
     group = P.user if by == "user" else P.item
     M = sp.csr_array((np.ones(len(P)), (group, np.arange(len(P)))), shape=(n_groups, len(P)))
@@ -85,7 +85,7 @@ def fia_directions(model: ImplicitModel, terms: DenseTerms | SparseTerms, P: Int
     for a in range(0, len(P), FIA_CHUNK):
         uu, ii = u[a:a + FIA_CHUNK], i[a:a + FIA_CHUNK]
         Uu, Vi = U[uu], V[ii]
-        sig = 1.0 / (1.0 + np.exp(-np.einsum("nk,nk->n", Uu, Vi)))
+        sig = expit(np.einsum("nk,nk->n", Uu, Vi))
         d1, d2 = (sig - 1.0) / n, sig * (1.0 - sig) / n  # ℓ', ℓ'' of a positive (y = 1, c = 1), over |D|
         C = d2[:, None, None] * np.einsum("nk,nl->nkl", Vi, Uu) + d1[:, None, None] * eye
         H = np.block([[A[uu] + lam * eye, C], [C.transpose(0, 2, 1), B[ii] + lam * eye]])
@@ -106,10 +106,7 @@ def scan(score: NegativeScore, terms: DenseTerms, K: int, rows: tuple[int, int] 
     step = block_rows or scan_rows(terms.n_items)
     keep = LowestK(K, threshold)
     for a in range(a0, b0, step):
-        b = min(b0, a + step)
-        block = score.block(a, b)
-        pr, pc = _mask(terms, a, b)
-        keep.push_block(block, a, pr, pc)
+        keep.push_block(_negatives_block(score, terms, a, min(b0, a + step)), a)
     return keep.result()
 
 
@@ -127,10 +124,7 @@ def estimate_threshold(score: NegativeScore, terms: DenseTerms, K: int, block_ro
     stride = max(1, int(round(1 / sample_share)))
     sample = []
     for a in starts[::stride]:
-        b = min(terms.n_users, a + step)
-        block = score.block(a, b)
-        pr, pc = _mask(terms, a, b)
-        block[pr, pc] = np.inf
+        block = _negatives_block(score, terms, a, min(terms.n_users, a + step))
         sample.append(block[np.isfinite(block)])
     values = np.concatenate(sample)
     if len(values) == 0 or terms.n_neg == 0:
@@ -151,13 +145,13 @@ def lowest(scan_fn, score: NegativeScore, terms: DenseTerms, K: int, block_rows:
     return out
 
 
-def _mask(terms: DenseTerms, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-    """(local row, item) of the pairs of users a:b that are not negatives: positives and exclusions."""
-    rows, cols = [], []
-    for indptr, c in ((terms.pos_indptr, terms.pos_cols), (terms.excl_indptr, terms.excl_cols)):
-        rows.append(np.repeat(np.arange(b - a), np.diff(indptr[a:b + 1])))
-        cols.append(c[indptr[a]:indptr[b]])
-    return np.concatenate(rows), np.concatenate(cols)
+def _negatives_block(score: NegativeScore, terms: DenseTerms, a: int, b: int) -> np.ndarray:
+    """Scores of users a:b × the catalogue, with the pairs that are not negatives (positives and
+    exclusions) set to +inf so that no selection takes them."""
+    block = score.block(a, b)
+    for indptr, cols in ((terms.pos_indptr, terms.pos_cols), (terms.excl_indptr, terms.excl_cols)):
+        block[csr_rows(indptr, cols, a, b)] = np.inf
+    return block
 
 
 def flag_count(terms: DenseTerms | SparseTerms, percent: float) -> int:

@@ -18,19 +18,19 @@ the per-row curvature Grams Σ_j c ℓ'' V_j V_jᵀ that FIA's restricted Hessia
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.special import expit
 
-from .als import pair_scores
+from .als import Pattern, pair_scores
 
 # Pairs in one dense user block × catalogue (float64): 32 MB, below the size where allocations turn into
 # fresh page-faulting mmaps (measured for the explainer, kernels/representer.py).
 BLOCK_ELEMENTS = 1 << 22
 
 
-def _csr_rows(indptr: np.ndarray, cols: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+def csr_rows(indptr: np.ndarray, cols: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     """(local row, column) of the CSR entries of rows a:b."""
     lo, hi = indptr[a], indptr[b]
     rows = np.repeat(np.arange(b - a), np.diff(indptr[a:b + 1]))
@@ -76,10 +76,10 @@ class DenseTerms:
         """(C, Y) for users a:b: weights c_ij (1 on P, w on N, 0 where excluded) and labels y_ij."""
         C = np.full((b - a, self.n_items), self.w)
         Y = np.zeros((b - a, self.n_items))
-        r, c = _csr_rows(self.pos_indptr, self.pos_cols, a, b)
+        r, c = csr_rows(self.pos_indptr, self.pos_cols, a, b)
         C[r, c] = 1.0
         Y[r, c] = 1.0
-        r, c = _csr_rows(self.excl_indptr, self.excl_cols, a, b)
+        r, c = csr_rows(self.excl_indptr, self.excl_cols, a, b)
         C[r, c] = 0.0
         return C, Y
 
@@ -167,8 +167,14 @@ class SparseTerms:
         neg = self.y == 0
         return self.u[neg], self.i[neg]
 
+    @cached_property
+    def _pattern(self) -> Pattern:
+        # Terms are sorted by (user, item): CSR over them needs only the row pointer, no sort per call.
+        indptr = np.searchsorted(self.u, np.arange(self.n_users + 1)).astype(np.int64)
+        return Pattern(self.u, self.i, indptr, self.n_users, self.n_items)
+
     def _matrix(self, values):
-        return sp.csr_array((values, (self.u, self.i)), shape=(self.n_users, self.n_items))
+        return self._pattern.matrix(values)
 
     def fun_grad(self, U, V, lam):
         n = self.n_terms

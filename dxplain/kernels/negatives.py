@@ -91,12 +91,10 @@ class LowestK:
         self._v, self._r, self._c = [], [], []
         self._n = 0
 
-    def push_block(self, values: np.ndarray, row0: int, mask_rows=None, mask_cols=None) -> None:
-        """Offer a dense block whose row r is user row0 + r; (mask_rows, mask_cols) are not candidates."""
+    def push_block(self, values: np.ndarray, row0: int) -> None:
+        """Offer a dense block whose row r is user row0 + r; +inf entries are never candidates."""
         if self.K == 0:
             return
-        if mask_rows is not None and len(mask_rows):
-            values[mask_rows, mask_cols] = np.inf
         flat = values.ravel()
         idx = np.flatnonzero(flat <= self.threshold) if np.isfinite(self.threshold) else np.flatnonzero(flat < np.inf)
         n_cols = values.shape[1]

@@ -166,7 +166,7 @@ class ImplicitMF:
         res = minimize(fun_grad, x, jac=True, method="L-BFGS-B",
                        options={"maxiter": self.max_iter, "gtol": tol / np.sqrt(len(x)), "ftol": 0.0, "maxcor": 20})
         lbfgs_iters = int(res.nit)
-        gnorm = float(np.linalg.norm(fun_grad(res.x)[1]))
+        gnorm = float(np.linalg.norm(res.jac))  # the gradient at res.x, already evaluated
         log.info("implicit MF: L-BFGS %d iterations, ‖∇f‖=%.2e (%.1fs)", lbfgs_iters, gnorm, time.perf_counter() - t0)
         x, newton, products = res.x, 0, 0
         if gnorm > tol and self.polish_iters > 0:

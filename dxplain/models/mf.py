@@ -155,7 +155,8 @@ class ALSMF:
                              "seconds": time.perf_counter() - t0})
 
     def _polish(self, U, V, P, y, lam):
-        """Trust-region Newton-CG (scipy trust-ncg) on f with exact Hessian-vector products."""
+        """Newton polish on f with exact Hessian-vector products: block-Jacobi-preconditioned, damped
+        Newton-CG when the k×k blocks fit in PRECOND_ELEMENTS, else scipy trust-ncg."""
         nU = U.size
         shapeU, shapeV = U.shape, V.shape
         cache, calls = {}, {"hessp": 0}
