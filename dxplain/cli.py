@@ -221,6 +221,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # Cluster chatter at INFO hides dxplain's progress lines; dask reads this before distributed loads.
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    # Prefect's ephemeral server otherwise sends a telemetry heartbeat that, offline or when it races the
+    # flow for the local SQLite file, prints a traceback ("database is locked") in the middle of a good run.
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     a = parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
