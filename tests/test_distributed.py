@@ -154,3 +154,36 @@ def test_negative_scan_on_cluster_equals_in_memory(client, method):
     assert len(want[0]) == K
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_exact_distributed_sbq_selects_the_same_points_as_centralised(client, sparse):
+    import scipy.sparse as sp
+
+    from dxplain.distributed.sbq import greedy_on_cluster
+    from dxplain.kernels.sbq import greedy, mean_embedding
+
+    rng = np.random.default_rng(21)
+    Phi = rng.normal(size=(500, 24)) * rng.gamma(2.0, size=(500, 1))
+    T = rng.normal(size=(40, 24)) + 0.3
+    if sparse:
+        Phi, T = sp.csr_array(Phi * (rng.random(Phi.shape) < 0.3)), sp.csr_array(T)
+    mu = mean_embedding(T)
+    central = greedy(Phi, mu, 20)
+    dist = greedy_on_cluster(client, Phi, mu, 20, n_shards=5)
+    np.testing.assert_array_equal(dist.index, central.index)
+    np.testing.assert_allclose(dist.weights, central.weights, rtol=1e-10)
+    np.testing.assert_allclose(dist.objective, central.objective, rtol=1e-10, atol=1e-14)
+
+
+def test_greedi_on_cluster_equals_in_memory_greedi(client):
+    from dxplain.distributed.sbq import greedi_on_cluster
+    from dxplain.kernels.sbq import greedi, mean_embedding
+
+    rng = np.random.default_rng(22)
+    Phi = rng.normal(size=(600, 30))
+    mu = mean_embedding(rng.normal(size=(30, 30)) + 0.2)
+    mem = greedi(Phi, mu, 12, n_parts=4, seed=5)
+    dist = greedi_on_cluster(client, Phi, mu, 12, n_parts=4, seed=5)
+    np.testing.assert_array_equal(dist.index, mem.index)
+    np.testing.assert_allclose(dist.objective, mem.objective, rtol=1e-12)

@@ -1,0 +1,103 @@
+"""Prototypes: the few weighted training points that explain a whole set of predictions (METHODS.md §2).
+
+Embed training points and targets with the model's Fisher kernel (``kernels.fisher``), then select
+by SBQ (``kernels.sbq``) the points whose weighted embeddings best match the targets' mean embedding.
+
+    phi, phi_T = mf_fisher_embedding(model, data, targets)        # or logistic_embedding(...)
+    sel = select(phi, mean_embedding(phi_T), m=20)                  # greedy SBQ, in memory
+    prototype_table(sel, data)                                      # who, what, weight, objective
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from ..interactions import Interactions, Targets
+from ..kernels import fisher as F
+from ..kernels.sbq import (LocalShards, Selection, ShardState, as_rows, greedi, greedy_select, inner,
+                           matching_pursuit, split_rows, stochastic_greedy)
+from ..models.mf import MFModel
+
+log = logging.getLogger(__name__)
+
+VARIANTS = ("greedy", "greedi", "stochastic", "mp")
+
+
+class Progress:
+    """Wraps candidate shards; logs every ~10% of the steps with the objective so far."""
+
+    def __init__(self, shards, m: int, name: str):
+        self.shards, self.m, self.name, self.t0, self.steps = shards, m, name, time.perf_counter(), 0
+
+    def best(self):
+        return self.shards.best()
+
+    def add(self, cand, d, beta_t):
+        self.shards.add(cand, d, beta_t)
+        self.steps += 1
+        if self.steps % max(1, self.m // 10) == 0 or self.steps == self.m:
+            el = time.perf_counter() - self.t0
+            log.info("%s: %d/%d prototypes chosen in %.1fs (%.3g s/step)", self.name, self.steps, self.m, el,
+                     el / self.steps)
+
+
+def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: int = 0, eps: float = 0.01) -> Selection:
+    """m prototypes among the rows of Φ for the mean embedding μ, in memory.
+
+    ``greedy`` is the paper's Algorithm 1; ``greedi`` its two-round distributed approximation run on
+    ``n_shards`` parts; ``stochastic`` scores a ⌈(n/m)·log(1/ε)⌉ sample per step; ``mp`` is matching pursuit.
+    """
+    Phi = as_rows(Phi)
+    m = min(m, Phi.shape[0])
+    if variant == "greedy":
+        states = [ShardState(Phi[a:b], mu, m, a) for a, b in split_rows(Phi.shape[0], n_shards)]
+        return greedy_select(Progress(LocalShards(states), m, "SBQ greedy"), m, inner(mu, mu))
+    if variant == "greedi":
+        return greedi(Phi, mu, m, max(2, n_shards), seed)
+    if variant == "stochastic":
+        return stochastic_greedy(Phi, mu, m, eps, seed)
+    if variant == "mp":
+        return matching_pursuit(Phi, mu, m)
+    raise ValueError(f"unknown SBQ variant {variant!r}; choose one of {VARIANTS}")
+
+
+def mf_fisher_embedding(model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical",
+                        damping: float = F.DEFAULT_DAMPING):
+    """Fisher embeddings of every training interaction and of the target pairs, for an MF model.
+
+    Training pairs carry their residual (g = r·∇ŷ); targets are predictions without a label, so their
+    embedding is F^{-1/2}∇ŷ. F is block-diagonal: one k×k block per user and per item."""
+    t0 = time.perf_counter()
+    residual = data.rating - model.predict(data.user, data.item)
+    gU, gV = F.mf_scores(model.U, model.V, data.user, data.item, residual)
+    if kind == "identity":
+        WU = np.broadcast_to(np.eye(model.k), (data.n_users, model.k, model.k))
+        WV = np.broadcast_to(np.eye(model.k), (data.n_items, model.k, model.k))
+    else:
+        FU, FV = F.mf_fisher_blocks(model.U, model.V, data.user, data.item, residual, kind)
+        WU, WV = F.inverse_cholesky(FU, damping), F.inverse_cholesky(FV, damping)
+    Phi = F.mf_embedding(WU, WV, data.user, data.item, gU, gV)
+    tU, tV = F.mf_scores(model.U, model.V, targets.user, targets.item)
+    Phi_T = F.mf_embedding(WU, WV, targets.user, targets.item, tU, tV)
+    log.info("Fisher embeddings (%s F): %d training pairs, %d targets, (%d users + %d items)·k=%d in %.1fs",
+             kind, Phi.shape[0], Phi_T.shape[0], data.n_users, data.n_items, model.k, time.perf_counter() - t0)
+    return Phi, Phi_T
+
+
+def prototype_table(sel: Selection, data: Interactions) -> pa.Table:
+    """One row per prototype in selection order: the training interaction, its quadrature weight, and the
+    objective ‖μ_T − Σwφ‖² (relative to its start) after it was added."""
+    idx = sel.index
+    start = sel.objective[0] if sel.objective[0] > 0 else 1.0
+    return pa.table({
+        "rank": np.arange(1, len(idx) + 1, dtype=np.int32),
+        "user": data.user_ids.take(pa.array(data.user[idx])),
+        "item": data.item_ids.take(pa.array(data.item[idx])),
+        "rating": data.rating[idx],
+        "weight": sel.weights,
+        "objective": sel.objective[1:len(idx) + 1] / start,
+    })

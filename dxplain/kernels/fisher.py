@@ -1,0 +1,168 @@
+"""Fisher-kernel feature maps: φ(x) = L⁻¹ g(x) with F = LLᵀ, so φ(x)ᵀφ(x') = g(x)ᵀ F⁻¹ g(x').
+
+g(x) = ∇_θ log p(x | θ̂) is the per-sample score; F the Fisher information (METHODS.md §2):
+
+    "empirical"  F = (1/n) Σ_x g(x) g(x)ᵀ over the training samples
+    "expected"   F = E_y[g gᵀ] under the model (logistic: (1/n) Σ p(1−p) x̃x̃ᵀ; Gaussian MF: σ̂²(1/n)Σ ∇f∇fᵀ)
+    "identity"   F = I, the "practical" Fisher kernel (influence functions' special case)
+
+F + δI is factorised, δ = ``damping``·tr(F)/p: users or items with fewer samples than k make their
+empirical block singular, and δ keeps their embeddings finite without changing well-determined ones.
+
+Shapes of F: full p×p for logistic regression (Cholesky); for matrix factorisation g has a user block
+and an item block and F is block-diagonal, one k×k block per user and per item, each factorised
+exactly, so φ is a sparse row with 2k entries in a (n_users + n_items)·k space; for a user-supplied
+gradient matrix, full, diagonal or low-rank-plus-δ.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.linalg import cho_factor, cho_solve, solve_triangular
+from scipy.special import expit
+
+FISHER_KINDS = ("empirical", "expected", "identity")
+DEFAULT_DAMPING = 1e-3
+CHUNK_ROWS = 8192  # rows per batched block product: CHUNK_ROWS·k² floats of gathered blocks
+
+
+def _damped(F: np.ndarray, damping: float) -> np.ndarray:
+    p = F.shape[-1]
+    delta = damping * np.trace(F, axis1=-2, axis2=-1).mean() / p
+    return F + max(delta, np.finfo(float).tiny) * np.eye(p)
+
+
+# ---- full F (logistic regression, user-supplied gradients) --------------------------------------------------
+
+def whiten_full(F: np.ndarray, damping: float = DEFAULT_DAMPING):
+    """Return φ(G) = G L⁻ᵀ for F + δI = LLᵀ (Cholesky)."""
+    L = np.linalg.cholesky(_damped(F, damping))
+    return lambda G: solve_triangular(L, np.asarray(G, dtype=np.float64).T, lower=True, check_finite=False).T
+
+
+def whiten_diagonal(G_fit: np.ndarray, damping: float = DEFAULT_DAMPING):
+    """F ≈ diag((1/n) Σ g²) + δI: φ = g / √F_diag."""
+    F = np.mean(np.asarray(G_fit) ** 2, axis=0)
+    scale = 1.0 / np.sqrt(F + max(damping * F.mean(), np.finfo(float).tiny))
+    return lambda G: np.asarray(G, dtype=np.float64) * scale
+
+
+def whiten_lowrank(G_fit: np.ndarray, rank: int, damping: float = DEFAULT_DAMPING):
+    """F ≈ Q diag(s²) Qᵀ + δI from the top ``rank`` singular pairs of G/√n; φ = F^{-1/2} g with
+    F^{-1/2} = Q diag((s²+δ)^{-1/2}) Qᵀ + δ^{-1/2}(I − QQᵀ). Exact when rank ≥ rank(G)."""
+    G_fit = np.asarray(G_fit, dtype=np.float64)
+    n, p = G_fit.shape
+    _, s, Qt = np.linalg.svd(G_fit / np.sqrt(n), full_matrices=False)
+    delta = max(damping * float(s @ s) / p, np.finfo(float).tiny)
+    Q, s = Qt[:rank].T, s[:rank]
+    a, b = 1.0 / np.sqrt(s**2 + delta), 1.0 / np.sqrt(delta)
+
+    def phi(G):
+        G = np.asarray(G, dtype=np.float64)
+        P = G @ Q
+        return b * G + (P * (a - b)) @ Q.T
+    return phi
+
+
+# ---- logistic regression -----------------------------------------------------------------------------------
+
+def with_intercept(X: np.ndarray) -> np.ndarray:
+    return np.hstack([np.asarray(X, dtype=np.float64), np.ones((len(X), 1))])
+
+
+def logistic_scores(X: np.ndarray, y: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """g(x, y) = ∇_θ log p(y | x, θ) = (y − σ(θᵀx̃)) x̃ for y ∈ {0, 1}, x̃ = [x, 1]."""
+    Xt = with_intercept(X)
+    return (np.asarray(y, dtype=np.float64) - expit(Xt @ theta))[:, None] * Xt
+
+
+def logistic_fisher(X: np.ndarray, y: np.ndarray, theta: np.ndarray, kind: str) -> np.ndarray:
+    Xt = with_intercept(X)
+    if kind == "empirical":
+        G = logistic_scores(X, y, theta)
+        return G.T @ G / len(G)
+    if kind == "expected":
+        p = expit(Xt @ theta)
+        return (Xt * (p * (1 - p))[:, None]).T @ Xt / len(Xt)
+    if kind == "identity":
+        return np.eye(Xt.shape[1])
+    raise ValueError(f"unknown Fisher kind {kind!r}; choose one of {FISHER_KINDS}")
+
+
+def logistic_embedding(X, y, theta, X_t, y_t, kind: str = "empirical", damping: float = DEFAULT_DAMPING):
+    """Φ for training points (X, y) and targets (X_t, y_t) under the Fisher kernel of a fitted model."""
+    if kind == "identity":
+        return logistic_scores(X, y, theta), logistic_scores(X_t, y_t, theta)
+    phi = whiten_full(logistic_fisher(X, y, theta, kind), damping)
+    return phi(logistic_scores(X, y, theta)), phi(logistic_scores(X_t, y_t, theta))
+
+
+def self_influence(G: np.ndarray, H: np.ndarray) -> np.ndarray:
+    """Koh & Liang's self-influence g_xᵀ H⁻¹ g_x of each training point (H: the objective's Hessian)."""
+    W = cho_solve(cho_factor(H), G.T)
+    return np.einsum("ij,ji->i", G, W)
+
+
+# ---- matrix factorisation ----------------------------------------------------------------------------------
+
+def mf_scores(U, V, users, items, residual=None) -> tuple[np.ndarray, np.ndarray]:
+    """User and item blocks of g for pairs (users, items): r·V_j and r·U_i, r the residual y − ŷ
+    (Gaussian log-likelihood up to 1/σ²). ``residual=None`` gives ∇ŷ itself, for targets that have no
+    label (a recommendation): the direction in which the prediction moves."""
+    gU, gV = V[items].astype(np.float64), U[users].astype(np.float64)
+    if residual is not None:
+        gU *= residual[:, None]
+        gV *= residual[:, None]
+    return gU, gV
+
+
+def _block_grams(g: np.ndarray, owner: np.ndarray, n_owners: int, weight: np.ndarray | None = None) -> np.ndarray:
+    """Σ_{x: owner(x)=b} w_x g_x g_xᵀ for every b, as (n_owners, k, k), chunk by chunk."""
+    k = g.shape[1]
+    out = np.zeros((n_owners, k, k))
+    for a in range(0, len(g), CHUNK_ROWS):
+        gc = g[a:a + CHUNK_ROWS]
+        outer = gc[:, :, None] * (gc if weight is None else gc * weight[a:a + CHUNK_ROWS, None])[:, None, :]
+        np.add.at(out, owner[a:a + CHUNK_ROWS], outer)
+    return out
+
+
+def mf_fisher_blocks(U, V, users, items, residual, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-user and per-item k×k blocks of F over the training pairs (the off-diagonal user–item
+    blocks are dropped: F is taken block-diagonal, METHODS.md §2)."""
+    n = len(users)
+    k = U.shape[1]
+    if kind == "identity":
+        return np.broadcast_to(np.eye(k), (len(U), k, k)), np.broadcast_to(np.eye(k), (len(V), k, k))
+    if kind not in ("empirical", "expected"):
+        raise ValueError(f"unknown Fisher kind {kind!r}; choose one of {FISHER_KINDS}")
+    w = residual**2 if kind == "empirical" else np.full(n, np.mean(residual**2))
+    FU = _block_grams(V[items].astype(np.float64), users, len(U), w) / n
+    FV = _block_grams(U[users].astype(np.float64), items, len(V), w) / n
+    return FU, FV
+
+
+def inverse_cholesky(F: np.ndarray, damping: float) -> np.ndarray:
+    """W_b = L_b⁻¹ for every block, F_b + δI = L_b L_bᵀ (δ from the mean trace over all blocks)."""
+    k = F.shape[-1]
+    delta = max(damping * float(np.trace(F, axis1=-2, axis2=-1).mean()) / k, np.finfo(float).tiny)
+    L = np.linalg.cholesky(F + delta * np.eye(k))
+    return np.linalg.inv(L)
+
+
+def _apply_blocks(W: np.ndarray, owner: np.ndarray, g: np.ndarray) -> np.ndarray:
+    out = np.empty_like(g)
+    for a in range(0, len(g), CHUNK_ROWS):
+        out[a:a + CHUNK_ROWS] = np.einsum("nij,nj->ni", W[owner[a:a + CHUNK_ROWS]], g[a:a + CHUNK_ROWS])
+    return out
+
+
+def mf_embedding(WU, WV, users, items, gU, gV) -> sp.csr_array:
+    """Sparse rows φ = [W_u gU at block u, W_j gV at block n_users + j] in a (n_users + n_items)·k space."""
+    n_users, k = WU.shape[0], WU.shape[1]
+    n = len(users)
+    cols = np.concatenate([users[:, None] * k + np.arange(k), (n_users + items)[:, None] * k + np.arange(k)], axis=1)
+    vals = np.concatenate([_apply_blocks(WU, users, gU), _apply_blocks(WV, items, gV)], axis=1)
+    return sp.csr_array((vals.ravel(), cols.ravel().astype(np.int64), np.arange(0, 2 * k * n + 1, 2 * k)),
+                        shape=(n, (n_users + WV.shape[0]) * k))

@@ -1,0 +1,217 @@
+"""SBQ with Fisher kernels: greedy against an exhaustive reference, the variants, the Fisher feature maps."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dxplain.explain.prototypes import mf_fisher_embedding, prototype_table, select
+from dxplain.interactions import Targets
+from dxplain.kernels import fisher as F
+from dxplain.kernels.sbq import (greedi, greedy, matching_pursuit, mean_embedding, objective_of,
+                                 stochastic_greedy)
+from dxplain.models.logistic import LogisticRegression
+from dxplain.models.mf import ALSMF
+
+from conftest import random_interactions
+
+
+def brute_force_greedy(Phi, mu, m):
+    """The reference: at each step try every candidate, scoring z_Sᵀ K_SS⁻¹ z_S with an explicit inverse."""
+    Phi = Phi.toarray() if sp.issparse(Phi) else Phi
+    mu = np.ravel(mu.toarray() if sp.issparse(mu) else mu)
+    chosen, objective = [], [mu @ mu]
+    for _ in range(m):
+        best, arg = -np.inf, None
+        for x in range(len(Phi)):
+            if x in chosen:
+                continue
+            S = chosen + [x]
+            K, z = Phi[S] @ Phi[S].T, Phi[S] @ mu
+            if np.linalg.cond(K) > 1e8:
+                continue
+            val = z @ np.linalg.inv(K) @ z
+            if val > best:
+                best, arg = val, x
+        chosen.append(arg)
+        objective.append(mu @ mu - best)
+    K, z = Phi[chosen] @ Phi[chosen].T, Phi[chosen] @ mu
+    return np.array(chosen), np.linalg.inv(K) @ z, np.array(objective)
+
+
+def problem(n=80, p=12, seed=0, sparse=False):
+    rng = np.random.default_rng(seed)
+    Phi = rng.normal(size=(n, p)) * rng.gamma(2.0, size=(n, 1))
+    T = rng.normal(size=(15, p)) + 0.5
+    if sparse:
+        Phi = sp.csr_array(Phi * (rng.random((n, p)) < 0.4))
+        T = sp.csr_array(T * (rng.random(T.shape) < 0.4))
+    return Phi, mean_embedding(T)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("n_shards", [1, 3])
+def test_greedy_equals_brute_force_reference(sparse, n_shards):
+    Phi, mu = problem(sparse=sparse, seed=n_shards)
+    sel = greedy(Phi, mu, 8, n_shards=n_shards)
+    index, weights, objective = brute_force_greedy(Phi, mu, 8)
+    np.testing.assert_array_equal(sel.index, index)
+    np.testing.assert_allclose(sel.weights, weights, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(sel.objective, objective, rtol=1e-8, atol=1e-12)
+
+
+def test_objective_decreases_and_weights_are_the_projection():
+    Phi, mu = problem(n=200, p=30, seed=4)
+    sel = greedy(Phi, mu, 25)
+    assert np.all(np.diff(sel.objective) < 0)
+    assert sel.objective[-1] >= -1e-12
+    # w = K_SS⁻¹ z_S makes Σ w φ_s the orthogonal projection of μ onto span{φ_s}: the residual is ⟂ every φ_s.
+    Phi_S = Phi[sel.index]
+    residual = np.ravel(mu) - sel.weights @ Phi_S
+    np.testing.assert_allclose(Phi_S @ residual, 0, atol=1e-10)
+    np.testing.assert_allclose(objective_of(Phi, mu, sel.index, sel.weights), sel.objective[-1], rtol=1e-9,
+                               atol=1e-12 * sel.objective[0])
+    # …and no other weights on the same points do better.
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        assert objective_of(Phi, mu, sel.index, sel.weights + 1e-3 * rng.normal(size=25)) > sel.objective[-1]
+
+
+def test_greedy_stops_when_the_span_is_exhausted():
+    Phi, mu = problem(n=40, p=5, seed=2)
+    sel = greedy(Phi, mu, 20)
+    assert len(sel.index) <= 5
+    assert sel.objective[-1] == pytest.approx(0, abs=1e-10)
+
+
+def test_matching_pursuit_objective_is_exact_and_decreasing():
+    Phi, mu = problem(n=100, p=10, seed=5)
+    sel = matching_pursuit(Phi, mu, 30)
+    assert np.all(np.diff(sel.objective) <= 0)
+    np.testing.assert_allclose(objective_of(Phi, mu, sel.index, sel.weights), sel.objective[-1], rtol=1e-8,
+                               atol=1e-12)
+    assert sel.objective[-1] >= greedy(Phi, mu, 10).objective[-1] - 1e-12  # greedy refits; MP does not
+
+
+def test_stochastic_greedy_with_the_whole_pool_is_greedy():
+    Phi, mu = problem(n=90, p=14, seed=6)
+    m = 8
+    full = stochastic_greedy(Phi, mu, m, eps=np.exp(-m - 1.0))  # sample size (n/m)·log(1/ε) ≥ n
+    np.testing.assert_array_equal(full.index, greedy(Phi, mu, m).index)
+    part = stochastic_greedy(Phi, mu, m, eps=0.1, seed=3)
+    assert np.all(np.diff(part.objective) < 0)
+    np.testing.assert_allclose(objective_of(Phi, mu, part.index, part.weights), part.objective[-1], rtol=1e-9)
+
+
+def test_greedi_returns_a_consistent_selection_no_worse_than_any_part():
+    Phi, mu = problem(n=300, p=40, seed=7)
+    sel = greedi(Phi, mu, 10, n_parts=4, seed=1)
+    np.testing.assert_allclose(objective_of(Phi, mu, sel.index, sel.weights), sel.objective[-1], rtol=1e-9)
+    central = greedy(Phi, mu, 10)
+    assert sel.objective[-1] >= central.objective[-1] * (1 - 1e-9) or len(set(sel.index) - set(central.index)) > 0
+    assert sel.reduction >= 0.5 * central.reduction
+
+
+# ---- Fisher kernels --------------------------------------------------------------------------------------
+
+def logistic_problem(seed=0, n=120, p=6):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, p))
+    y = (X @ rng.normal(size=p) + 0.5 * rng.normal(size=n) > 0).astype(int)
+    return X, y, LogisticRegression(lam=1e-2).fit(X, y)
+
+
+def test_logistic_regression_reaches_a_stationary_point():
+    X, y, model = logistic_problem()
+    assert model.grad_norm < 1e-8
+    G = F.logistic_scores(X, y, model.theta)  # ∇ log p = −∇ loss: at the optimum Σg = nλw
+    np.testing.assert_allclose(G.mean(axis=0)[:-1], model.lam * model.theta[:-1], atol=1e-8)
+
+
+@pytest.mark.parametrize("kind", ["empirical", "expected"])
+def test_logistic_fisher_kernel_is_g_F_inverse_g(kind):
+    X, y, model = logistic_problem(1)
+    Xt, yt = X[:10] + 0.1, y[:10]
+    Phi, Phi_T = F.logistic_embedding(X, y, model.theta, Xt, yt, kind, damping=1e-3)
+    G, G_T = F.logistic_scores(X, y, model.theta), F.logistic_scores(Xt, yt, model.theta)
+    Xa = np.hstack([X, np.ones((len(X), 1))])
+    if kind == "empirical":
+        Fm = sum(np.outer(g, g) for g in G) / len(G)
+    else:
+        q = 1 / (1 + np.exp(-Xa @ model.theta))
+        Fm = sum(qq * (1 - qq) * np.outer(x, x) for qq, x in zip(q, Xa)) / len(Xa)
+    Fm = Fm + 1e-3 * np.trace(Fm) / len(Fm) * np.eye(len(Fm))
+    np.testing.assert_allclose(Phi @ Phi_T.T, G @ np.linalg.solve(Fm, G_T.T), rtol=1e-9, atol=1e-12)
+
+
+def test_diagonal_and_lowrank_fisher():
+    rng = np.random.default_rng(3)
+    G = rng.normal(size=(50, 7)) * np.arange(1, 8)
+    d = (G**2).mean(axis=0)
+    Phi = F.whiten_diagonal(G, damping=0.0)(G)
+    np.testing.assert_allclose(Phi @ Phi.T, G @ np.diag(1 / d) @ G.T, rtol=1e-10)
+    full = F.whiten_full(G.T @ G / len(G), damping=1e-2)(G)
+    low = F.whiten_lowrank(G, rank=7, damping=1e-2)(G)  # full rank: the same kernel
+    np.testing.assert_allclose(low @ low.T, full @ full.T, rtol=1e-8, atol=1e-10)
+    low3 = F.whiten_lowrank(G, rank=3, damping=1e-2)(G)
+    U, s, Vt = np.linalg.svd(G / np.sqrt(50), full_matrices=False)
+    delta = 1e-2 * (s @ s) / 7
+    Fr = Vt[:3].T @ np.diag(s[:3] ** 2) @ Vt[:3] + delta * np.eye(7)
+    np.testing.assert_allclose(low3 @ low3.T, G @ np.linalg.solve(Fr, G.T), rtol=1e-8)
+
+
+def test_self_influence_is_g_H_inverse_g():
+    X, y, model = logistic_problem(2)
+    G = F.logistic_scores(X, y, model.theta)
+    H = model.hessian(X)
+    np.testing.assert_allclose(F.self_influence(G, H), [g @ np.linalg.solve(H, g) for g in G], rtol=1e-10)
+
+
+@pytest.mark.parametrize("kind", ["empirical", "expected", "identity"])
+def test_mf_fisher_kernel_is_block_diagonal_g_F_inverse_g(kind):
+    d = random_interactions(12, 9, 0.4, seed=3)
+    model = ALSMF(k=3, lam=1e-2, seed=0).fit(d)
+    T = Targets.from_pairs(np.array([0, 0, 5, 7]), np.array([1, 4, 2, 8]))
+    Phi, Phi_T = mf_fisher_embedding(model, d, T, kind, damping=1e-2)
+    k, nu, ni, n = 3, d.n_users, d.n_items, len(d)
+    # Dense reference in the full (users + items)·k parameter space.
+    r = d.rating - model.predict(d.user, d.item)
+
+    def grad(u, i, res):
+        g = np.zeros((nu + ni) * k)
+        g[u * k:(u + 1) * k] = res * model.V[i]
+        g[(nu + i) * k:(nu + i + 1) * k] = res * model.U[u]
+        return g
+    G = np.array([grad(u, i, rr) for u, i, rr in zip(d.user, d.item, r)])
+    GT = np.array([grad(u, i, 1.0) for u, i in zip(T.user, T.item)])
+    if kind == "identity":
+        Finv = np.eye((nu + ni) * k)
+    else:
+        w = r**2 if kind == "empirical" else np.full(n, np.mean(r**2))
+        Gw = np.array([grad(u, i, 1.0) for u, i in zip(d.user, d.item)])
+        full = (Gw * w[:, None]).T @ Gw / n
+        blocks = np.zeros_like(full)
+        for b in range(nu + ni):  # keep the per-user and per-item diagonal blocks only
+            blocks[b * k:(b + 1) * k, b * k:(b + 1) * k] = full[b * k:(b + 1) * k, b * k:(b + 1) * k]
+        tr = [np.trace(blocks[b * k:(b + 1) * k, b * k:(b + 1) * k]) for b in range(nu + ni)]
+        delta_u, delta_i = 1e-2 * np.mean(tr[:nu]) / k, 1e-2 * np.mean(tr[nu:]) / k
+        damp = np.concatenate([np.full(nu * k, delta_u), np.full(ni * k, delta_i)])
+        Finv = np.linalg.inv(blocks + np.diag(damp))
+    np.testing.assert_allclose((Phi @ Phi_T.T).toarray(), G @ Finv @ GT.T, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose((Phi @ Phi.T).toarray(), G @ Finv @ G.T, rtol=1e-8, atol=1e-12)
+
+
+def test_mf_prototypes_explain_a_users_list():
+    d = random_interactions(30, 25, 0.3, seed=8)
+    model = ALSMF(k=4, lam=1e-2, seed=0).fit(d)
+    T = Targets.from_pairs(np.full(5, 3), np.array([0, 2, 4, 6, 8]))
+    Phi, Phi_T = mf_fisher_embedding(model, d, T)
+    mu = mean_embedding(Phi_T)
+    sel = select(Phi, mu, 6)
+    index, weights, _ = brute_force_greedy(Phi, mu, 6)
+    np.testing.assert_array_equal(sel.index, index)
+    # A prototype shares the target user or one of the target items (the kernel is zero otherwise).
+    assert np.all((d.user[sel.index] == 3) | np.isin(d.item[sel.index], T.item))
+    table = prototype_table(sel, d)
+    assert table.column_names == ["rank", "user", "item", "rating", "weight", "objective"]
+    assert table.num_rows == 6 and np.all(np.diff(table["objective"].to_numpy()) < 0)
+    np.testing.assert_allclose(table["weight"].to_numpy(), weights, rtol=1e-8)
