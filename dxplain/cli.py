@@ -132,6 +132,29 @@ def cmd_negatives(a) -> int:
     return 0
 
 
+def cmd_prototypes(a) -> int:
+    from flows.prototypes import prototypes
+
+    summary = prototypes(dataset=a.dataset, model=a.model, targets=a.targets, user=a.user, top_n=a.top_n, m=a.m,
+                         fisher=a.fisher, variant=a.variant, damping=a.damping, out=a.out, scheduler=a.scheduler,
+                         workers=a.workers, shards=a.shards, k=a.k, lam=a.lam, seed=a.seed, in_memory=a.in_memory)
+    print(json.dumps(summary, indent=2, default=str))
+    _print_prototypes(summary["folder"], a.dataset, limit=10)
+    return 0
+
+
+def _print_prototypes(folder: str, dataset: str, limit: int) -> None:
+    import pyarrow.parquet as pq
+
+    from .datasets import resolve_dataset
+    from .explain.report import format_prototypes
+
+    ds = resolve_dataset(dataset, fetch=False)
+    print()
+    print(format_prototypes(pq.read_table(f"{folder}/prototypes.parquet"), pq.read_table(f"{folder}/targets.parquet"),
+                            ds.items, limit=limit))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dxplain", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true")
@@ -196,6 +219,28 @@ def parser() -> argparse.ArgumentParser:
     n.add_argument("--retrain", action="store_true", help="retrain without the flagged negatives and store it")
     n.add_argument("--in-memory", action="store_true", help="scan in this process (no Dask)")
     n.set_defaults(func=cmd_negatives)
+
+    pr = sub.add_parser("prototypes", help="the m training interactions that explain a set of predictions (SBQ)")
+    pr.add_argument("--dataset", default="movielens-100k", help="dataset name or path")
+    pr.add_argument("--model", help="model Zarr (default: train or reuse ALS-MF as refresh does)")
+    pr.add_argument("--targets", help="Parquet/CSV list of (user, item) predictions to explain")
+    pr.add_argument("--user", help="explain this user's top-N list instead")
+    pr.add_argument("--top-n", type=int, default=10, help="length of the user's list (default 10)")
+    pr.add_argument("-m", type=int, default=10, help="number of prototypes (default 10)")
+    pr.add_argument("--fisher", default="empirical", help="Fisher information: empirical (default), expected, "
+                                                          "identity (the 'practical' kernel)")
+    pr.add_argument("--variant", default="greedy", help="greedy (default; exact, sharded over the cluster), "
+                                                        "greedi (two rounds), stochastic, mp (matching pursuit)")
+    pr.add_argument("--damping", type=float, default=1e-3, help="F + δI, δ = damping·tr(F)/p (default 1e-3)")
+    pr.add_argument("--k", type=int, default=DEFAULT_K, help="rank when training")
+    pr.add_argument("--lam", type=float, help=LAM_HELP)
+    pr.add_argument("--seed", type=int, default=0)
+    pr.add_argument("--out", help="output folder (default dxplain-out, or DXPLAIN_OUT)")
+    pr.add_argument("--scheduler", help="tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)")
+    pr.add_argument("--workers", type=int, help="LocalCluster worker processes (default 2)")
+    pr.add_argument("--shards", type=int, help="candidate shards (default 4 per worker)")
+    pr.add_argument("--in-memory", action="store_true", help="select in this process (no Dask)")
+    pr.set_defaults(func=cmd_prototypes)
 
     t = sub.add_parser("train", help="train ALS-MF and store it")
     t.add_argument("--dataset", default="movielens-100k")

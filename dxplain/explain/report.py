@@ -48,3 +48,18 @@ def format_explanation(rows: pa.Table, items: pa.Table | None = None, users: pa.
                 lines.append(f"  {str(rec['train_user']):<10} {str(a or ''):>4} {str(o or ''):<16} "
                              f"{rec['rating']:>6.1f} {rec['importance']:>+11.4f}")
     return "\n".join(lines)
+
+
+def format_prototypes(prototypes: pa.Table, targets: pa.Table, items: pa.Table | None = None, limit: int = 10) -> str:
+    """Render a prototype selection: the predictions explained, then the training interactions chosen."""
+    tl = targets.to_pylist()
+    users = sorted({str(t["user"]) for t in tl})
+    who = f"user {users[0]}'s list of" if len(users) == 1 else f"{len(users)} users'"
+    lines = [f"{prototypes.num_rows} training interactions explain {who} {len(tl)} predictions:"]
+    lines += [f"    {_title(items, t['item'])[:50]:<50} predicted {t['prediction']:.2f}" for t in tl[:limit]]
+    lines.append(f"\n  {'#':>3} {'user':<8} {'title':<42} {'rating':>6} {'weight':>9} {'left':>6}")
+    for p in prototypes.to_pylist()[:limit]:
+        lines.append(f"  {p['rank']:>3} {str(p['user']):<8} {_title(items, p['item'])[:42]:<42} {p['rating']:>6.1f} "
+                     f"{p['weight']:>+9.3g} {p['objective']:>6.1%}")
+    lines.append("  (left: share of ‖μ_T‖² still unexplained after adding that prototype)")
+    return "\n".join(lines)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import json
 import os
 import shutil
 import uuid
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 
 def _tmp_sibling(path: Path) -> Path:
@@ -46,3 +51,17 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def write_result_folder(out: str | os.PathLike, kind: str, tables: dict[str, pa.Table], summary: dict,
+                        now: dt.datetime | None = None) -> Path:
+    """``<out>/<kind>/<UTC timestamp>-<id>/`` holding ``<name>.parquet`` per table and ``summary.json``,
+    written whole in a temporary folder and renamed into place: a crashed run leaves nothing behind."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    path = Path(out) / kind / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    with atomic_path(path) as tmp:
+        tmp.mkdir(parents=True)
+        for name, table in tables.items():
+            pq.write_table(table, tmp / f"{name}.parquet")
+        (tmp / "summary.json").write_text(json.dumps({**summary, "folder": str(path)}, indent=2, default=str))
+    return path

@@ -10,31 +10,21 @@ The folder is written whole, then renamed into place: a crashed run leaves nothi
 from __future__ import annotations
 
 import datetime as dt
-import json
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..interactions import Interactions
-from .atomic import atomic_path
+from .atomic import write_result_folder
 from .interactions import read_targets
 
 
 def write_negatives_run(out: str | Path, flagged: pa.Table, summary: dict, cleaned: pa.Table | None = None,
                         now: dt.datetime | None = None) -> Path:
-    now = now or dt.datetime.now(dt.timezone.utc)
-    path = Path(out) / "negatives" / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-    with atomic_path(path) as tmp:
-        tmp.mkdir(parents=True)
-        pq.write_table(flagged, tmp / "flagged.parquet")
-        if cleaned is not None:
-            pq.write_table(cleaned, tmp / "cleaned-negatives.parquet")
-        (tmp / "summary.json").write_text(json.dumps({**summary, "folder": str(path)}, indent=2, default=str))
-    return path
+    tables = {"flagged": flagged} | ({"cleaned-negatives": cleaned} if cleaned is not None else {})
+    return write_result_folder(out, "negatives", tables, summary, now)
 
 
 def read_negatives(path: str | Path, P: Interactions) -> tuple[np.ndarray, np.ndarray]:
