@@ -41,6 +41,7 @@ from dxplain.models.logistic import LogisticRegression  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 LAM = 1e-2
+COLOURS = {"sbq": "C0", "sbq-identity": "C1", "self-influence": "C2", "random": "C3"}
 
 
 def load(name: str):
@@ -278,7 +279,7 @@ def plot(res, grids) -> None:
         for k in ("sbq", "sbq-identity", "self-influence", "random"):
             b = grids[name]["budget"]
             mh = [ci([r[k][c]["found"] for r in runs]) for c in b]
-            ax.errorbar(b, [x[0] for x in mh], yerr=[x[1] for x in mh], label=k, capsize=3, marker="o")
+            ax.errorbar(b, [x[0] for x in mh], yerr=[x[1] for x in mh], label=k, capsize=3, marker="o", color=COLOURS[k])
         ax.set(title=f"(b) flipped labels found — {name}", xlabel="training points checked", ylabel="share of flips")
         ax.legend()
     for col, (name, runs) in enumerate(res["summarisation"].items()):
@@ -286,7 +287,7 @@ def plot(res, grids) -> None:
         for k in ("sbq", "sbq-identity", "random"):
             ms = grids[name]["m"]
             mh = [ci([r[k][m]["test_ll"] for r in runs]) for m in ms]
-            ax.errorbar(ms, [x[0] for x in mh], yerr=[x[1] for x in mh], label=k, capsize=3, marker="o")
+            ax.errorbar(ms, [x[0] for x in mh], yerr=[x[1] for x in mh], label=k, capsize=3, marker="o", color=COLOURS[k])
         ax.axhline(ci([r["full"] for r in runs])[0], color="k", ls=":", label="all training data")
         ax.set(title=f"(c) summarisation — {name}", xlabel="m", ylabel="mean test log-likelihood")
         ax.legend()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dxplain.explain.prototypes import mf_fisher_embedding, prototype_table, select
+from dxplain.explain.prototypes import gradient_embedding, mf_fisher_embedding, prototype_table, select
 from dxplain.interactions import Targets
 from dxplain.kernels import fisher as F
 from dxplain.kernels.sbq import (greedi, greedy, matching_pursuit, mean_embedding, objective_of,
@@ -215,3 +215,20 @@ def test_mf_prototypes_explain_a_users_list():
     assert table.column_names == ["rank", "user", "item", "rating", "weight", "objective"]
     assert table.num_rows == 6 and np.all(np.diff(table["objective"].to_numpy()) < 0)
     np.testing.assert_allclose(table["weight"].to_numpy(), weights, rtol=1e-8)
+
+
+@pytest.mark.parametrize("fisher", ["empirical", "diagonal", "lowrank", "identity"])
+def test_user_supplied_gradients(fisher):
+    rng = np.random.default_rng(9)
+    G, G_T = rng.normal(size=(60, 5)), rng.normal(size=(8, 5))
+    Phi, Phi_T = gradient_embedding(G, G_T, fisher, rank=5, damping=1e-2)
+    Fm = {"empirical": G.T @ G / 60, "lowrank": G.T @ G / 60, "identity": None,
+          "diagonal": np.diag((G**2).mean(axis=0))}[fisher]
+    if Fm is None:
+        ref = G @ G_T.T
+    else:
+        delta = 1e-2 * (np.trace(Fm) / 5 if fisher != "diagonal" else np.mean(np.diag(Fm)))
+        ref = G @ np.linalg.solve(Fm + delta * np.eye(5), G_T.T)
+    np.testing.assert_allclose(Phi @ Phi_T.T, ref, rtol=1e-9)
+    with pytest.raises(ValueError, match="unknown Fisher approximation"):
+        gradient_embedding(G, G_T, "kfac")

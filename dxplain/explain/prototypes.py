@@ -88,6 +88,28 @@ def mf_fisher_embedding(model: MFModel, data: Interactions, targets: Targets, ki
     return Phi, Phi_T
 
 
+GRADIENT_FISHER = ("empirical", "diagonal", "lowrank", "identity")
+
+
+def gradient_embedding(G, G_T, fisher: str = "empirical", rank: int | None = None,
+                       damping: float = F.DEFAULT_DAMPING):
+    """Fisher embeddings from per-sample gradients computed elsewhere (any model): G (n, p) for the
+    training points, G_T for the targets. F is estimated from G: full empirical (p×p Cholesky), its
+    diagonal, a rank-``rank`` approximation plus δI (for large p), or the identity."""
+    G, G_T = np.asarray(G, dtype=np.float64), np.asarray(G_T, dtype=np.float64)
+    if fisher == "empirical":
+        phi = F.whiten_full(G.T @ G / len(G), damping)
+    elif fisher == "diagonal":
+        phi = F.whiten_diagonal(G, damping)
+    elif fisher == "lowrank":
+        phi = F.whiten_lowrank(G, rank or min(G.shape), damping)
+    elif fisher == "identity":
+        return G, G_T
+    else:
+        raise ValueError(f"unknown Fisher approximation {fisher!r}; choose one of {GRADIENT_FISHER}")
+    return phi(G), phi(G_T)
+
+
 def prototype_table(sel: Selection, data: Interactions) -> pa.Table:
     """One row per prototype in selection order: the training interaction, its quadrature weight, and the
     objective ‖μ_T − Σwφ‖² (relative to its start) after it was added."""
