@@ -143,10 +143,13 @@ def main() -> None:
     ap.add_argument("--cases", default="logistic,mf")
     args = ap.parse_args()
     gemm = gemm_gflops()
-    res = {"gemm_gflops": gemm, "cases": [run(c, args.n, args.m, gemm) for c in args.cases.split(",")]}
     RESULTS.mkdir(exist_ok=True)
-    name = "sbq_scale.json" if args.n == 1_000_000 else f"sbq_scale_{args.n}.json"
-    (RESULTS / name).write_text(json.dumps(res, indent=1))
+    path = RESULTS / ("sbq_scale.json" if args.n == 1_000_000 else f"sbq_scale_{args.n}.json")
+    res = json.loads(path.read_text()) if path.exists() else {"cases": []}
+    for c in args.cases.split(","):  # a case run again replaces its earlier result
+        out = run(c, args.n, args.m, gemm)
+        res["cases"] = [r for r in res["cases"] if r["case"] != c] + [out]
+        path.write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -117,15 +117,11 @@ def mf_scores(U, V, users, items, residual=None) -> tuple[np.ndarray, np.ndarray
     return gU, gV
 
 
-def _block_grams(g: np.ndarray, owner: np.ndarray, n_owners: int, weight: np.ndarray | None = None) -> np.ndarray:
-    """Σ_{x: owner(x)=b} w_x g_x g_xᵀ for every b, as (n_owners, k, k), chunk by chunk."""
-    k = g.shape[1]
-    out = np.zeros((n_owners, k, k))
-    for a in range(0, len(g), CHUNK_ROWS):
-        gc = g[a:a + CHUNK_ROWS]
-        outer = gc[:, :, None] * (gc if weight is None else gc * weight[a:a + CHUNK_ROWS, None])[:, None, :]
-        np.add.at(out, owner[a:a + CHUNK_ROWS], outer)
-    return out
+def _block_grams(M: sp.csr_array, g_other: np.ndarray) -> np.ndarray:
+    """Σ_j M_bj g_j g_jᵀ for every row b of M, as (n_rows, k, k): one sparse product against the table
+    of per-column outer products (as ``kernels.als.curvature_grams``), O(nnz·k²) without a Python loop."""
+    k = g_other.shape[1]
+    return np.asarray(M @ np.einsum("ik,il->ikl", g_other, g_other).reshape(len(g_other), k * k)).reshape(-1, k, k)
 
 
 def mf_fisher_blocks(U, V, users, items, residual, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -137,10 +133,9 @@ def mf_fisher_blocks(U, V, users, items, residual, kind: str) -> tuple[np.ndarra
         return np.broadcast_to(np.eye(k), (len(U), k, k)), np.broadcast_to(np.eye(k), (len(V), k, k))
     if kind not in ("empirical", "expected"):
         raise ValueError(f"unknown Fisher kind {kind!r}; choose one of {FISHER_KINDS}")
-    w = residual**2 if kind == "empirical" else np.full(n, np.mean(residual**2))
-    FU = _block_grams(V[items].astype(np.float64), users, len(U), w) / n
-    FV = _block_grams(U[users].astype(np.float64), items, len(V), w) / n
-    return FU, FV
+    w = (residual**2 if kind == "empirical" else np.full(n, np.mean(residual**2))) / n
+    M = sp.csr_array((w, (users, items)), shape=(len(U), len(V)))  # one entry per (user, item) pair
+    return _block_grams(M, V.astype(np.float64)), _block_grams(sp.csr_array(M.T), U.astype(np.float64))
 
 
 def inverse_cholesky(F: np.ndarray, damping: float) -> np.ndarray:
