@@ -79,6 +79,15 @@ def accuracy(model, X, y) -> float:
     return float(np.mean(model.predict(X) == y))
 
 
+def prepared(name, seed, shares):
+    """The seed's random split of the data (the first part trains), standardised, and the fitted model."""
+    rng = np.random.default_rng(seed)
+    X, y = load(name)
+    parts = split(len(y), shares, rng)
+    X = standardise(X, parts[0])
+    return rng, X, y, parts, fit(X[parts[0]], y[parts[0]])
+
+
 def sbq_order(model, X, y, Xt, yt, m, kind="empirical"):
     Phi, Phi_T = F.logistic_embedding(X, y, model.theta, Xt, yt, kind)
     return greedy(Phi, mean_embedding(Phi_T), m).index
@@ -94,11 +103,7 @@ def ci(values) -> tuple[float, float]:
 # ---- (a) data cleaning -------------------------------------------------------------------------------------
 
 def cleaning(name, seed, ms):
-    rng = np.random.default_rng(seed)
-    X, y = load(name)
-    tr, ta, ho = split(len(y), (0.5, 0.25, 0.25), rng)
-    X = standardise(X, tr)
-    model = fit(X[tr], y[tr])
+    rng, X, y, (tr, ta, ho), model = prepared(name, seed, (0.5, 0.25, 0.25))
     wrong = ta[model.predict(X[ta]) != y[ta]]
     out = {"targets": int(len(wrong)), "base": {"target_half": accuracy(model, X[ta], y[ta]),
                                                 "held_out": accuracy(model, X[ho], y[ho])}}
@@ -153,11 +158,7 @@ def flips(name, seed, budgets):
 # ---- (c) summarisation -------------------------------------------------------------------------------------
 
 def summarisation(name, seed, ms):
-    rng = np.random.default_rng(seed)
-    X, y = load(name)
-    tr, va, te = split(len(y), (0.6, 0.2, 0.2), rng)
-    X = standardise(X, tr)
-    model = fit(X[tr], y[tr])
+    rng, X, y, (tr, va, te), model = prepared(name, seed, (0.6, 0.2, 0.2))
     out = {"full": model.log_likelihood(X[te], y[te])}
     orders = {"sbq": sbq_order(model, X[tr], y[tr], X[va], y[va], max(ms)),
               "sbq-identity": sbq_order(model, X[tr], y[tr], X[va], y[va], max(ms), "identity")}

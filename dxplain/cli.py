@@ -155,6 +155,15 @@ def _print_prototypes(folder: str, dataset: str, limit: int) -> None:
                             ds.items, limit=limit))
 
 
+def _run_options(p: argparse.ArgumentParser, shards: str, in_memory: str) -> None:
+    """Where results go and where the work runs: the same for every flow."""
+    p.add_argument("--out", help="output folder (default dxplain-out, or DXPLAIN_OUT)")
+    p.add_argument("--scheduler", help="tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)")
+    p.add_argument("--workers", type=int, help="LocalCluster worker processes (default 2)")
+    p.add_argument("--shards", type=int, help=f"{shards} (default 4 per worker)")
+    p.add_argument("--in-memory", action="store_true", help=f"{in_memory} in this process (no Dask)")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dxplain", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true")
@@ -163,16 +172,12 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("refresh", help="explain every user's top-N recommendations and publish a run")
     r.add_argument("--dataset", default="movielens-100k", help="dataset name or path (prepared folder, Parquet, CSV)")
     r.add_argument("--model", help="a model store (.zarr); default: train ALS-MF (reused while the data is unchanged)")
-    r.add_argument("--out", help="output folder (default dxplain-out, or DXPLAIN_OUT)")
-    r.add_argument("--scheduler", help="tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)")
-    r.add_argument("--workers", type=int, help="LocalCluster worker processes (default 2)")
     r.add_argument("--top-n", type=int, default=10, help="recommendations explained per user")
     r.add_argument("--top-k", type=int, default=10, help="top positive and negative attributions per target; 0 = all")
     r.add_argument("--targets", help="Parquet/CSV of (user, item) to explain instead of the top-N")
-    r.add_argument("--shards", type=int, help="user shards (default 4 per worker)")
     r.add_argument("--k", type=int, default=DEFAULT_K, help="rank when training")
     r.add_argument("--lam", type=float, help=LAM_HELP)
-    r.add_argument("--in-memory", action="store_true", help="run the shards in this process (no Dask)")
+    _run_options(r, "user shards", "run the shards")
     r.set_defaults(func=cmd_refresh)
 
     e = sub.add_parser("explain", help="print one target's explanation from a run")
@@ -212,12 +217,8 @@ def parser() -> argparse.ArgumentParser:
     n.add_argument("--k", type=int, default=32, help="rank")
     n.add_argument("--lam", type=float, help="λ (default 3/|D|, chosen on validation recall@20 on ml-100k)")
     n.add_argument("--seed", type=int, default=0)
-    n.add_argument("--out", help="output folder (default dxplain-out, or DXPLAIN_OUT)")
-    n.add_argument("--scheduler", help="tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)")
-    n.add_argument("--workers", type=int, help="LocalCluster worker processes (default 2)")
-    n.add_argument("--shards", type=int, help="user shards of the scan (default 4 per worker)")
     n.add_argument("--retrain", action="store_true", help="retrain without the flagged negatives and store it")
-    n.add_argument("--in-memory", action="store_true", help="scan in this process (no Dask)")
+    _run_options(n, "user shards of the scan", "scan")
     n.set_defaults(func=cmd_negatives)
 
     pr = sub.add_parser("prototypes", help="the m training interactions that explain a set of predictions (SBQ)")
@@ -235,11 +236,7 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--k", type=int, default=DEFAULT_K, help="rank when training")
     pr.add_argument("--lam", type=float, help=LAM_HELP)
     pr.add_argument("--seed", type=int, default=0)
-    pr.add_argument("--out", help="output folder (default dxplain-out, or DXPLAIN_OUT)")
-    pr.add_argument("--scheduler", help="tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)")
-    pr.add_argument("--workers", type=int, help="LocalCluster worker processes (default 2)")
-    pr.add_argument("--shards", type=int, help="candidate shards (default 4 per worker)")
-    pr.add_argument("--in-memory", action="store_true", help="select in this process (no Dask)")
+    _run_options(pr, "candidate shards", "select")
     pr.set_defaults(func=cmd_prototypes)
 
     t = sub.add_parser("train", help="train ALS-MF and store it")
