@@ -4,7 +4,7 @@ import tempfile
 # Keep Prefect's ephemeral database out of the user's home during tests (set before prefect loads).
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="dxplain-prefect-"))
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "dxplain")
-# dxplain logs from kernels called outside any flow in unit tests; that is expected, not an API problem.
+# Unit tests call dxplain functions that log outside any flow run: expected, not an API problem.
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
 import numpy as np
