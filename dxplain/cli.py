@@ -143,6 +143,17 @@ def cmd_prototypes(a) -> int:
     return 0
 
 
+def cmd_evaluate(a) -> int:
+    from flows.evaluate import evaluate
+
+    summary = evaluate(dataset=a.dataset, trials=a.trials, targets=a.targets, n_lam=a.n_lam, out=a.out,
+                       scheduler=a.scheduler, workers=a.workers, in_memory=a.in_memory)
+    print(json.dumps(summary, indent=2, default=str))
+    print()
+    print(open(f"{summary['folder']}/auc_del.md").read())
+    return 0
+
+
 def _print_prototypes(folder: str, dataset: str, limit: int) -> None:
     import pyarrow.parquet as pq
 
@@ -155,12 +166,13 @@ def _print_prototypes(folder: str, dataset: str, limit: int) -> None:
                             ds.items, limit=limit))
 
 
-def _run_options(p: argparse.ArgumentParser, shards: str, in_memory: str) -> None:
+def _run_options(p: argparse.ArgumentParser, shards: str | None, in_memory: str) -> None:
     """Where results go and where the work runs: the same for every flow."""
     p.add_argument("--out", help="output folder (default dxplain-out, or DXPLAIN_OUT)")
     p.add_argument("--scheduler", help="tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)")
     p.add_argument("--workers", type=int, help="LocalCluster worker processes (default 2)")
-    p.add_argument("--shards", type=int, help=f"{shards} (default 4 per worker)")
+    if shards:
+        p.add_argument("--shards", type=int, help=f"{shards} (default 4 per worker)")
     p.add_argument("--in-memory", action="store_true", help=f"{in_memory} in this process (no Dask)")
 
 
@@ -238,6 +250,15 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--seed", type=int, default=0)
     _run_options(pr, "candidate shards", "select")
     pr.set_defaults(func=cmd_prototypes)
+
+    ev = sub.add_parser("evaluate", help="case-deletion evaluation of sparse-model explainers (AUC-DEL±)")
+    ev.add_argument("--dataset", default="breast-cancer",
+                    help="breast-cancer (default), digits-4v9, synthetic-sparse (p = 50,000) or synthetic-small")
+    ev.add_argument("--trials", type=int, default=40, help="random splits (default 40, as the paper)")
+    ev.add_argument("--targets", type=int, default=40, help="test points per trial (default 40)")
+    ev.add_argument("--n-lam", type=float, default=1.0, help="n·λ of the ℓ1 model (default 1, as the paper)")
+    _run_options(ev, None, "retrain")
+    ev.set_defaults(func=cmd_evaluate)
 
     t = sub.add_parser("train", help="train ALS-MF and store it")
     t.add_argument("--dataset", default="movielens-100k")

@@ -187,3 +187,14 @@ def test_greedi_on_cluster_equals_in_memory_greedi(client):
     dist = greedi_on_cluster(client, Phi, mu, 12, n_parts=4, seed=5)
     np.testing.assert_array_equal(dist.index, mem.index)
     np.testing.assert_allclose(dist.objective, mem.objective, rtol=1e-12)
+
+
+def test_case_deletion_on_cluster_equals_sequential(client):
+    from dxplain.datasets.tabular import load_tabular
+    from dxplain.distributed.evaluate import run_in_memory, run_on_cluster
+    from dxplain.explain.faithfulness import plan, trial_case
+
+    case = trial_case(*load_tabular("synthetic-small"), trial=3, n_targets=3)
+    jobs, _ = plan(case, seed=3)
+    base = [case.prediction(t) for t in range(3)]
+    assert run_on_cluster(client, case, jobs, base) == run_in_memory(case, jobs, base)

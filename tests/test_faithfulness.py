@@ -1,0 +1,83 @@
+"""Sparse explainers and the case-deletion harness: identities, closed forms, and Dask = sequential."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dxplain.datasets.tabular import load_tabular
+from dxplain.distributed.evaluate import run_in_memory
+from dxplain.explain.deletion import deletion_sets, summarise
+from dxplain.explain.faithfulness import SparseCase, importances, plan, trial_case
+from dxplain.explain.report import auc_del
+from dxplain.models.sparse_logistic import L1Logistic, loss_derivatives
+
+
+def problem(sparse=False, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(200, 15))
+    y = (rng.random(200) < 1 / (1 + np.exp(-(X[:, :3] @ [2.0, -1.0, 1.0])))).astype(int)
+    Xt = rng.normal(size=(6, 15))
+    if sparse:
+        X, Xt = sp.csr_array(X * (rng.random(X.shape) < 0.5)), sp.csr_array(Xt)
+    return X, y, Xt
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_l1_model_is_optimal_and_sparse(sparse):
+    X, y, _ = problem(sparse)
+    m = L1Logistic(0.02).fit(X, y)
+    assert m.kkt_violation < 1e-8
+    assert 0 < len(m.support) < X.shape[1]
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_l1_representer_sums_to_the_score_on_the_support(sparse):
+    X, y, Xt = problem(sparse, 1)
+    case = SparseCase.fit(X, y, Xt, 0.02)
+    I = importances(case, "l1-representer")
+    # Exact at the optimum; the solver stops at a KKT violation ~1e-9, which λ⁻¹ scales to ~1e-7 here.
+    np.testing.assert_allclose(I.sum(axis=0), np.asarray(Xt @ case.model.theta).ravel(), rtol=1e-6, atol=1e-7)
+    # Only the support counts: changing an off-support feature of a target changes nothing.
+    off = np.setdiff1d(np.arange(X.shape[1]), case.model.support)[0]
+    Xt2 = (Xt.toarray() if sparse else Xt.copy())
+    Xt2[:, off] += 5.0
+    np.testing.assert_allclose(importances(SparseCase(X, y, Xt2, 0.02, case.model), "l1-representer"), I)
+
+
+def test_l2_representer_and_influence_closed_forms():
+    X, y, Xt = problem(False, 2)
+    case = SparseCase.fit(X, y, Xt, 0.02)
+    m = case.model
+    d, d2 = loss_derivatives(y, m.decision(X))
+    np.testing.assert_allclose(importances(case, "l2-representer"), -d[:, None] * (X @ Xt.T), rtol=1e-12)
+    q = m.support
+    H = sum(d2[i] * np.outer(X[i, q], X[i, q]) for i in range(len(X)))
+    ref = np.array([[-(d[i] * X[i, q] / len(X) + m.lam * np.sign(m.theta[q])) @ np.linalg.solve(H, Xt[t, q])
+                     for t in range(len(Xt))] for i in range(len(X))])
+    np.testing.assert_allclose(importances(case, "influence"), ref, rtol=1e-9, atol=1e-12)
+
+
+def test_deletion_sets_take_the_top_of_each_sign():
+    scores = np.array([0.5, -2.0, 3.0, 0.0, -0.1, 1.0] + [0.01] * 94)
+    pos = deletion_sets(scores, 1, (0.01, 0.05))
+    assert [list(s) for s in pos] == [[2], [2, 5, 0, 6, 7]]
+    neg = deletion_sets(scores, -1, (0.5, 1.0))
+    assert [list(s) for s in neg] == [[1], [1, 4]]
+    assert deletion_sets(np.zeros(5), 1) == []
+
+
+def test_removing_the_top_positive_samples_lowers_the_prediction():
+    """The harness can fail: the representer's top positives lower the score, random ones barely move it."""
+    case = trial_case(*load_tabular("synthetic-small"), trial=0, n_targets=6)
+    jobs, _ = plan(case, methods=("l1-representer", "random"), seed=0)
+    base = [case.prediction(t) for t in range(6)]
+    rows = [dict(method=j.method, side="DEL+" if j.sign > 0 else "DEL-", trial=0, target=j.target, delta=d)
+            for j, c in zip(jobs, run_in_memory(case, jobs, base)) for d in c]
+    table = auc_del(rows)
+    assert table[("l1-representer", "DEL+")].mean < 0 < table[("l1-representer", "DEL-")].mean
+    assert abs(table[("random", "DEL+")].mean) < abs(table[("l1-representer", "DEL+")].mean)
+
+
+def test_summary_ci():
+    s = summarise([1.0, 2.0, 3.0])
+    assert s.mean == 2.0 and s.count == 3 and s.half_width == pytest.approx(4.303 * 1 / np.sqrt(3), rel=1e-3)
