@@ -7,13 +7,14 @@ deletion curves retrained as Dask tasks → AUC-DEL± with 95% CIs, ms per expla
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import inspect
 import time
-from pathlib import Path
 
+import pyarrow as pa
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import INPUTS
 
-from dxplain import __version__
 from dxplain.config import Settings
 from dxplain.datasets.tabular import TABULAR, load_tabular
 from dxplain.distributed.cluster import connect
@@ -23,12 +24,21 @@ from dxplain.explain.faithfulness import curve_rows, plan, trial_case
 from dxplain.explain.report import auc_del_markdown, deletion_plot_png
 from dxplain.io.evaluation import cache_dir, write_evaluation
 
-import pyarrow as pa
+
+def code_fingerprint() -> str:
+    """A hash of the code a trial runs: a cached trial is reused only while that code is unchanged."""
+    from dxplain.datasets import tabular
+    from dxplain.explain import deletion, faithfulness
+    from dxplain.kernels import sparse_representers
+    from dxplain.models import sparse_logistic
+
+    mods = (tabular, deletion, faithfulness, sparse_representers, sparse_logistic)
+    return hashlib.sha256("".join(inspect.getsource(m) for m in mods).encode()).hexdigest()[:16]
 
 
 @task(cache_policy=INPUTS - "client", persist_result=True, retries=1)
-def evaluate_trial(dataset: str, trial: int, targets: int, n_lam: float, version: str, client=None) -> dict:
-    """One trial's deletion curves; cached on its inputs (and dxplain's version), so a rerun skips it."""
+def evaluate_trial(dataset: str, trial: int, targets: int, n_lam: float, code: str, client=None) -> dict:
+    """One trial's deletion curves; cached on its inputs and the code's fingerprint, so a rerun skips it."""
     X, y = load_tabular(dataset)
     case = trial_case(X, y, trial, targets, n_lam)
     jobs, ms = plan(case, seed=trial)
@@ -53,8 +63,9 @@ def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40
     cache = str(cache_dir(settings.out))
     # Cache keys live beside the outputs; the cached trial results in Prefect's local result storage.
     run_trial = evaluate_trial.with_options(cache_policy=(INPUTS - "client").configure(key_storage=cache))
+    code = code_fingerprint()
     with contextlib.nullcontext() if in_memory else connect(settings) as client:
-        results = [run_trial(dataset, t, targets, n_lam, __version__, client) for t in range(trials)]
+        results = [run_trial(dataset, t, targets, n_lam, code, client) for t in range(trials)]
     rows = [r for res in results for r in res["rows"]]
     ms = {m: sum(res["ms"][m] for res in results) / len(results) for m in results[0]["ms"]}
     title = f"{dataset}, {trials} trials × {targets} targets"

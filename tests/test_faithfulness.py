@@ -59,10 +59,11 @@ def test_l2_representer_and_influence_closed_forms():
 
 def test_deletion_sets_take_the_top_of_each_sign():
     scores = np.array([0.5, -2.0, 3.0, 0.0, -0.1, 1.0] + [0.01] * 94)
-    pos = deletion_sets(scores, 1, (0.01, 0.05))
+    pos = deletion_sets(scores, 1, (0.01, 0.05))  # k = 1%, 5% of all 100 candidates
     assert [list(s) for s in pos] == [[2], [2, 5, 0, 6, 7]]
-    neg = deletion_sets(scores, -1, (0.5, 1.0))
+    neg = deletion_sets(scores, -1, (0.01, 0.05))  # only two negatives: k is capped
     assert [list(s) for s in neg] == [[1], [1, 4]]
+    assert [len(s) for s in deletion_sets(scores, 1, (0.1,), N=20)] == [2]
     assert deletion_sets(np.zeros(5), 1) == []
 
 

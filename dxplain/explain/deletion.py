@@ -2,9 +2,10 @@
 
 For a target z′ and a method's importances I(·, z′): remove the top-k positive-importance training
 samples, retrain with the same initialisation and solver, and record DEL₊(k) = prediction after −
-prediction before; DEL₋ the same for the top-k negative ones. k_i = ⌈f_i·N⌉ for f = 1%…5% of the N
-samples of that sign (the paper's k_i = 0.01·i·N). AUC-DEL± is the mean over the k sequence. A faithful
-method has AUC-DEL₊ < 0 and AUC-DEL₋ > 0.
+prediction before; DEL₋ the same for the top-k negative ones. k_i = ⌈f_i·N⌉ for f = 1%…5%, N the
+number of candidate training samples (the paper's k_i = 0.01·i·N): the same k for every method, capped
+at the number of samples of that sign the method has. AUC-DEL± is the mean over the k sequence. A
+faithful method has AUC-DEL₊ < 0 and AUC-DEL₋ > 0.
 
 A *case* knows how to retrain without some rows and to predict the target; the harness is the same for
 sparse linear models and for collaborative filtering.
@@ -26,12 +27,14 @@ class Case(Protocol):
         """The target's prediction by the model retrained without the given training rows (None: as trained)."""
 
 
-def deletion_sets(scores: np.ndarray, sign: int, fractions=FRACTIONS) -> list[np.ndarray]:
-    """The top-k rows of the given sign by |importance|, for each k in the sequence (ties: lower row first)."""
+def deletion_sets(scores: np.ndarray, sign: int, fractions=FRACTIONS, N: int | None = None) -> list[np.ndarray]:
+    """The top-k rows of the given sign by |importance|, k = ⌈f·N⌉ for each f (N: all candidates by
+    default), at most as many as have that sign; ties go to the lower row."""
     s = sign * np.asarray(scores)
+    N = len(s) if N is None else N
     rows = np.flatnonzero(s > 0)
     order = rows[np.argsort(-s[rows], kind="stable")]
-    return [order[:max(1, int(np.ceil(f * len(order))))] for f in fractions] if len(order) else []
+    return [order[:max(1, int(np.ceil(f * N)))] for f in fractions] if len(order) else []
 
 
 def deletion_curve(case: Case, target: int, sets: list[np.ndarray], base: float) -> list[float]:
