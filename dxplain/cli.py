@@ -253,7 +253,8 @@ def parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="case-deletion evaluation of sparse-model explainers (AUC-DEL±)")
     ev.add_argument("--dataset", default="breast-cancer",
-                    help="breast-cancer (default), digits-4v9, synthetic-sparse (p = 50,000) or synthetic-small")
+                    help="ℓ1 logistic regression on breast-cancer (default), digits-4v9, synthetic-sparse "
+                         "(p = 50,000) or synthetic-small; or ALS-MF on movielens-100k")
     ev.add_argument("--trials", type=int, default=40, help="random splits (default 40, as the paper)")
     ev.add_argument("--targets", type=int, default=40, help="test points per trial (default 40)")
     ev.add_argument("--n-lam", type=float, default=1.0, help="n·λ of the ℓ1 model (default 1, as the paper)")

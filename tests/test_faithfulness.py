@@ -82,3 +82,64 @@ def test_removing_the_top_positive_samples_lowers_the_prediction():
 def test_summary_ci():
     s = summarise([1.0, 2.0, 3.0])
     assert s.mean == 2.0 and s.count == 3 and s.half_width == pytest.approx(4.303 * 1 / np.sqrt(3), rel=1e-3)
+
+
+def test_fia_is_the_derivative_of_the_restricted_refit():
+    """FIA for MF = d ŷ(u, j)/dε when z is upweighted by ε and only U_u (or V_j) is refitted: a ridge solve."""
+    from dxplain.explain.faithfulness_cf import MFCase, cf_importances
+    from dxplain.interactions import Targets
+    from dxplain.kernels.als import Pattern, curvature_grams
+    from dxplain.models.mf import ALSMF
+
+    from conftest import random_interactions
+
+    d = random_interactions(25, 20, 0.3, seed=5)
+    m = ALSMF(k=3, lam=1e-2, seed=0).fit(d)
+    seen = set(zip(d.user.tolist(), d.item.tolist()))
+    u, j = next((a, b) for a in range(25) for b in range(20) if (a, b) not in seen)
+    case = MFCase(d, Targets.from_pairs(np.array([u]), np.array([j])), m)
+    grams = curvature_grams(m.U, m.V, Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items), len(d))
+    ((rows, fia),) = cf_importances(case, "fia", grams=grams)
+    n, y = len(d), d.rating - m.mu
+
+    def refit_user(w):  # argmin_U (1/n) Σ_k w_k (y_k − U·V_k)² + (λ/2)‖U‖² over the user's ratings
+        r = np.flatnonzero(d.user == u)
+        A = (m.V[d.item[r]] * w[r, None]).T @ m.V[d.item[r]] * 2 / n + m.lam * np.eye(3)
+        return np.linalg.solve(A, (m.V[d.item[r]] * (w[r] * y[r])[:, None]).sum(axis=0) * 2 / n)
+
+    base = refit_user(np.ones(n))
+    np.testing.assert_allclose(base, m.U[u], atol=1e-7)  # the model is at its optimum
+    eps, checked = 1e-6, 0
+    for x, s in zip(rows, fia):
+        if d.user[x] != u:
+            continue
+        w = np.ones(n)
+        w[x] += eps
+        assert (refit_user(w) - base) @ m.V[j] / eps == pytest.approx(s, rel=1e-4, abs=1e-9)
+        checked += 1
+    assert checked >= 3
+
+
+def test_cf_plan_deletes_only_ratings_of_the_targets_user_or_item():
+    from dxplain.explain.faithfulness_cf import MFCase, cf_plan
+    from dxplain.interactions import Targets
+    from dxplain.models.mf import ALSMF
+
+    from conftest import random_interactions
+
+    d = random_interactions(40, 30, 0.3, seed=6)
+    m = ALSMF(k=3, lam=1e-2, seed=0).fit(d)
+    seen = set(zip(d.user.tolist(), d.item.tolist()))
+    pairs = [(a, b) for a in range(40) for b in range(30) if (a, b) not in seen][:3]
+    case = MFCase(d, Targets.from_pairs(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])), m)
+    jobs, ms = cf_plan(case, fractions=(0.05, 0.2))
+    assert set(ms) == {"representer", "fia", "random"} and {j.method for j in jobs} == set(ms)
+    for j in jobs:
+        u, i = pairs[j.target]
+        n_cand = int(np.sum((d.user == u) | (d.item == i)))
+        for f, rows in zip((0.05, 0.2), j.sets):
+            assert np.all((d.user[rows] == u) | (d.item[rows] == i))
+            assert len(rows) <= int(np.ceil(f * n_cand))
+    base = [case.prediction(t) for t in range(3)]
+    curves = run_in_memory(case, jobs[:2], base)
+    assert all(len(c) == 2 and np.all(np.isfinite(c)) for c in curves)

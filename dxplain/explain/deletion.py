@@ -23,6 +23,8 @@ FRACTIONS = (0.01, 0.02, 0.03, 0.04, 0.05)
 
 
 class Case(Protocol):
+    n_targets: int
+
     def prediction(self, target: int, without: np.ndarray | None = None) -> float:
         """The target's prediction by the model retrained without the given training rows (None: as trained)."""
 

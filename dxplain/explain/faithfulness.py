@@ -31,6 +31,10 @@ class SparseCase:
     model: SparseLinearModel
     gtol: float = 1e-12
 
+    @property
+    def n_targets(self) -> int:
+        return self.X_t.shape[0]
+
     @classmethod
     def fit(cls, X, y, X_t, lam: float, gtol: float = 1e-12) -> "SparseCase":
         return cls(X, y, X_t, lam, L1Logistic(lam, gtol).fit(X, y), gtol)

@@ -112,11 +112,13 @@ class ALSMF:
     polish_iters: int = 200
     seed: int = 0
 
-    def fit(self, data: Interactions, half_steps=None) -> MFModel:
+    def fit(self, data: Interactions, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None) -> MFModel:
         """Train on ``data``.
 
         ``half_steps(data, y, ridge) -> HalfSteps`` runs the two ridge half-steps elsewhere, e.g.
         ``functools.partial(ClusterHalfSteps, client)`` shards them on Dask; by default they run here.
+        ``init=(U, V)`` starts from given factors instead of the seeded random ones (e.g. a retraining
+        after deleting a few ratings, started from the original optimum).
         """
         t0 = time.perf_counter()
         u, i = data.user, data.item
@@ -126,8 +128,8 @@ class ALSMF:
         lam = self.lam if self.lam is not None else default_lam(n)
         ridge = lam * n / 2.0
         rng = np.random.default_rng(self.seed)
-        U = rng.normal(scale=0.1, size=(data.n_users, self.k))
-        V = rng.normal(scale=0.1, size=(data.n_items, self.k))
+        U = rng.normal(scale=0.1, size=(data.n_users, self.k)) if init is None else init[0].copy()
+        V = rng.normal(scale=0.1, size=(data.n_items, self.k)) if init is None else init[1].copy()
         P = als.Pattern(u, i, data.user_indptr, data.n_users, data.n_items)
         half_steps = (half_steps or LocalHalfSteps)(data, y, ridge)
         gnorm, history = np.inf, []
