@@ -1,0 +1,83 @@
+"""Case-deletion evaluation (issue 4): run the evaluate flow per dataset, then collect its outputs.
+
+    python benchmarks/case_deletion.py                  # breast-cancer and digits-4v9 at 40×40, synthetic-sparse
+                                                        # at 5×8, movielens-100k (ALS-MF) at 5×10; ~1 h on 2 cores
+    python benchmarks/case_deletion.py --only movielens-100k --trials 5 --targets 10
+
+Copies each run's deletions.csv, auc_del.md and deletion_curves.png to benchmarks/results/case_deletion/<dataset>.*
+and adds to the Markdown a comparison on common targets: influence functions have no samples of one
+sign for some targets (the λ·sign(θ) term shifts every sample's score), so each method's AUC is also
+reported over only the (trial, target, side) curves that every method has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dxplain.explain.deletion import summarise  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "case_deletion"
+PLAN = {"breast-cancer": (40, 40), "digits-4v9": (40, 40), "synthetic-sparse": (5, 8), "movielens-100k": (5, 10)}
+
+
+def common_targets(csv_path: Path) -> str:
+    curves = defaultdict(list)
+    for r in csv.DictReader(open(csv_path)):
+        curves[(r["method"], r["side"], r["trial"], r["target"])].append(float(r["delta"]))
+    methods = sorted({m for m, *_ in curves})
+    lines = ["", "AUC-DEL over the curves every method has (same trials, targets and side):", "",
+             "| method | AUC-DEL₊ (↓) | AUC-DEL₋ (↑) | curves |", "|---|---|---|---|"]
+    cells = defaultdict(dict)
+    for side in ("DEL+", "DEL-"):
+        keys = set.intersection(*[{(t, g) for (mm, s, t, g) in curves if mm == m and s == side} for m in methods])
+        for m in methods:
+            s = summarise([sum(curves[(m, side, *k)]) / len(curves[(m, side, *k)]) for k in keys])
+            cells[m][side] = (f"{s.mean:+.4f} ± {s.half_width:.4f}", s.count)
+    for m in methods:
+        lines.append(f"| {m} | {cells[m]['DEL+'][0]} | {cells[m]['DEL-'][0]} | "
+                     f"{cells[m]['DEL+'][1]} + {cells[m]['DEL-'][1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    from flows.evaluate import evaluate
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", help="one dataset")
+    ap.add_argument("--trials", type=int)
+    ap.add_argument("--targets", type=int)
+    ap.add_argument("--out", default="dxplain-out")
+    args = ap.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    for name, (trials, targets) in PLAN.items():
+        if args.only and name != args.only:
+            continue
+        s = evaluate(dataset=name, trials=args.trials or trials, targets=args.targets or targets, out=args.out)
+        collect(name, Path(s["folder"]))
+
+
+def collect(name: str, folder: Path) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(folder / "deletions.csv", RESULTS / f"{name}.csv")
+    if (folder / "deletion_curves.png").exists():
+        shutil.copy(folder / "deletion_curves.png", RESULTS / f"{name}.png")
+    md = (folder / "auc_del.md").read_text() + common_targets(folder / "deletions.csv")
+    (RESULTS / f"{name}.md").write_text(md)
+    (RESULTS / f"{name}.summary.json").write_text((folder / "summary.json").read_text())
+    print(md)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--collect":  # collect an existing run folder: --collect DIR
+        folder = Path(sys.argv[2])
+        import json
+        collect(json.loads((folder / "summary.json").read_text())["dataset"], folder)
+    else:
+        main()
