@@ -146,7 +146,7 @@ def cmd_prototypes(a) -> int:
 def cmd_evaluate(a) -> int:
     from flows.evaluate import evaluate
 
-    summary = evaluate(dataset=a.dataset, trials=a.trials, targets=a.targets, n_lam=a.n_lam, out=a.out,
+    summary = evaluate(dataset=a.dataset, trials=a.trials, targets=a.targets, n_lam=a.n_lam, model=a.model, out=a.out,
                        scheduler=a.scheduler, workers=a.workers, in_memory=a.in_memory)
     print(json.dumps(summary, indent=2, default=str))
     print()
@@ -258,6 +258,7 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--trials", type=int, default=40, help="random splits (default 40, as the paper)")
     ev.add_argument("--targets", type=int, default=40, help="test points per trial (default 40)")
     ev.add_argument("--n-lam", type=float, default=1.0, help="n·λ of the ℓ1 model (default 1, as the paper)")
+    ev.add_argument("--model", default="als", help="movielens-100k only: als (default) or sgd (adds TracInCP)")
     _run_options(ev, None, "retrain")
     ev.set_defaults(func=cmd_evaluate)
 

@@ -33,10 +33,10 @@ def code_fingerprint() -> str:
     from dxplain.datasets import tabular
     from dxplain.explain import deletion, faithfulness, faithfulness_cf, representer
     from dxplain.kernels import als, newton, sparse_representers
-    from dxplain.models import mf, sparse_logistic
+    from dxplain.models import mf, sgd_mf, sparse_logistic
 
-    mods = (tabular, deletion, faithfulness, faithfulness_cf, representer, als, newton, mf, sparse_representers,
-            sparse_logistic)
+    mods = (tabular, deletion, faithfulness, faithfulness_cf, representer, als, newton, mf, sgd_mf,
+            sparse_representers, sparse_logistic)
     return hashlib.sha256("".join(inspect.getsource(m) for m in mods).encode()).hexdigest()[:16]
 
 
@@ -44,10 +44,11 @@ CF_DATASETS = ("movielens-100k",)
 
 
 @task(cache_policy=INPUTS - "client", persist_result=True, retries=1)
-def evaluate_trial(dataset: str, trial: int, targets: int, n_lam: float, code: str, client=None) -> dict:
+def evaluate_trial(dataset: str, trial: int, targets: int, n_lam: float, model: str, code: str,
+                   client=None) -> dict:
     """One trial's deletion curves; cached on its inputs and the code's fingerprint, so a rerun skips it."""
     if dataset in CF_DATASETS:
-        case = cf_trial_case(resolve_dataset(dataset).interactions, trial, targets)
+        case = cf_trial_case(resolve_dataset(dataset).interactions, trial, targets, model=model)
         jobs, ms = cf_plan(case, seed=trial)
         info = {"grad_norm": case.model.grad_norm}
     else:
@@ -63,10 +64,12 @@ def evaluate_trial(dataset: str, trial: int, targets: int, n_lam: float, code: s
 
 @flow(name="dxplain-evaluate", log_prints=True)
 def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40, n_lam: float = 1.0,
-             out: str | None = None, scheduler: str | None = None, workers: int | None = None,
+             model: str = "als", out: str | None = None, scheduler: str | None = None, workers: int | None = None,
              in_memory: bool = False) -> dict:
     if dataset not in TABULAR + CF_DATASETS:
         raise InputError(f"--dataset {dataset!r}: choose one of {', '.join(TABULAR + CF_DATASETS)}")
+    if model not in ("als", "sgd"):
+        raise InputError(f"--model {model!r}: choose als (ALS-MF) or sgd (SGD-MF, adds TracInCP) for movielens-100k")
     if trials < 1 or targets < 1:
         raise InputError(f"--trials {trials} --targets {targets}: both must be ≥ 1 (the paper uses 40 × 40)")
     t0 = time.perf_counter()
@@ -76,11 +79,12 @@ def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40
     run_trial = evaluate_trial.with_options(cache_policy=(INPUTS - "client").configure(key_storage=cache))
     code = code_fingerprint()
     with contextlib.nullcontext() if in_memory else connect(settings) as client:
-        results = [run_trial(dataset, t, targets, n_lam, code, client) for t in range(trials)]
+        results = [run_trial(dataset, t, targets, n_lam, model, code, client) for t in range(trials)]
     rows = [r for res in results for r in res["rows"]]
     ms = {m: sum(res["ms"][m] for res in results) / len(results) for m in results[0]["ms"]}
-    title = f"{dataset}, {trials} trials × {targets} targets"
-    summary = {"dataset": dataset, "trials": trials, "targets": targets, "n_lam": n_lam, "curves": len(rows) // 5,
+    name = f"{dataset} ({model.upper()}-MF)" if dataset in CF_DATASETS else dataset
+    title = f"{name}, {trials} trials × {targets} targets"
+    summary = {"dataset": dataset, "model": model if dataset in CF_DATASETS else "l1-logistic", "trials": trials, "targets": targets, "n_lam": n_lam, "curves": len(rows) // 5,
                "retrainings": len(rows), "ms_per_explanation": ms,
                "models": [{k: v for k, v in r.items() if k not in ("rows", "ms")} for r in results],
                "seconds": round(time.perf_counter() - t0, 1)}

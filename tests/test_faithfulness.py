@@ -143,3 +143,37 @@ def test_cf_plan_deletes_only_ratings_of_the_targets_user_or_item():
     base = [case.prediction(t) for t in range(3)]
     curves = run_in_memory(case, jobs[:2], base)
     assert all(len(c) == 2 and np.all(np.isfinite(c)) for c in curves)
+
+
+def test_tracin_is_the_first_order_effect_of_one_sgd_step():
+    from dxplain.models.sgd_mf import Checkpoint, tracin_cp
+
+    from conftest import random_interactions
+
+    d = random_interactions(20, 15, 0.4, seed=7)
+    rng = np.random.default_rng(0)
+    U, V, mu, eta = rng.normal(size=(20, 4)), rng.normal(size=(15, 4)), 3.0, 1e-7
+    u, j = 2, 5
+    rows = np.flatnonzero((d.user == u) | (d.item == j))
+    score = tracin_cp([Checkpoint(U, V, eta)], d, rows, mu, u, j)
+    for x, s in zip(rows, score):
+        a, b = d.user[x], d.item[x]
+        r = d.rating[x] - mu - U[a] @ V[b]
+        U2, V2 = U.copy(), V.copy()
+        U2[a] += eta * 2 * r * V[b]  # one SGD step on z alone: θ ← θ − η∇(y − ŷ)²
+        V2[b] += eta * 2 * r * U[a]
+        assert U2[u] @ V2[j] - U[u] @ V[j] == pytest.approx(s, rel=1e-5, abs=1e-14)
+
+
+def test_sgd_mf_is_deterministic_and_deletion_only_removes_rows():
+    from dxplain.models.sgd_mf import SGDMF
+
+    from conftest import random_interactions
+
+    d = random_interactions(30, 20, 0.3, seed=8)
+    fit = SGDMF(k=3, lr=0.5, batch=16, epochs=3, seed=4)
+    a, b = fit.fit(d), fit.fit(d, drop=np.array([], dtype=int))
+    np.testing.assert_array_equal(a.U, b.U)
+    assert len(a.checkpoints) == 3 and a.checkpoints[-1].lr == 0.5
+    c = fit.fit(d, drop=np.array([0, 5]))
+    assert c.n_train == len(d) - 2 and not np.allclose(c.U, a.U)

@@ -49,7 +49,8 @@ def test_rerun_reuses_cached_trials(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("args, message", [(["--dataset", "mnist"], "--dataset 'mnist'"),
-                                           (["--trials", "0"], "--trials 0")])
+                                           (["--trials", "0"], "--trials 0"),
+                                           (["--model", "bpr"], "--model 'bpr'")])
 def test_bad_options_are_named_and_nothing_is_written(tmp_path, capsys, args, message):
     out = tmp_path / "out"
     assert main(["evaluate", "--in-memory", "--out", str(out), *args]) == 2

@@ -1,5 +1,6 @@
-"""Case-deletion trials for matrix factorisation (ALS-MF): the high-dimensional representer against
-Fast Influence Analysis (Cheng et al., KDD 2019) and random, on ml-100k with ratings mapped to [−1, 1].
+"""Case-deletion trials for matrix factorisation: the high-dimensional representer against Fast Influence
+Analysis (Cheng et al., KDD 2019), TracInCP (SGD-MF only: it needs training checkpoints) and random, on
+ml-100k with ratings mapped to [−1, 1]. Models: ALS-MF (trained to a stationary point) or SGD-MF (App. G).
 
 One trial = a random 90/10 split, ALS-MF fitted on the 90% (seeded initialisation), T random held-out
 pairs as targets. A target (u, j)'s candidates are the training ratings that share its user or its item
@@ -11,10 +12,13 @@ pairs as targets. A target (u, j)'s candidates are the training ratings that sha
                  (2 r_z / n) · V_jᵀ H_U⁻¹ V_k (user side) or (2 r_z / n) · U_uᵀ H_V⁻¹ U_i (item side), with
                  H_U = (2/n) Σ_{k ∈ D_u} V_k V_kᵀ + λI and H_V the mirror (the exact Hessian blocks: the
                  target is not a training pair, so there is no cross term)
+                 (SGD-MF has λ = 0: H gets a small damping, 10⁻³ of its mean diagonal)
+    tracin       Σ over epoch checkpoints of η · 2 r_z ∇ŷ_z·∇ŷ_{uj} (``models.sgd_mf.tracin_cp``)
     random       independent normal scores over the candidates
 
-Retraining after a deletion starts from the trained factors and runs the same Newton-CG polish to the
-same gradient tolerance (a cold ALS start would cost ~10 s per retraining on ml-100k; warm, about 1 s).
+Retraining after a deletion: ALS-MF starts from the trained factors and runs the same Newton-CG polish
+to the same gradient tolerance (a cold ALS start costs ~10 s per retraining on ml-100k; warm, ~1 s).
+SGD-MF reruns from the same initialisation with the same batches, minus the deleted rows.
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ import numpy as np
 from ..interactions import Interactions, Targets
 from ..kernels.als import Pattern, curvature_grams
 from ..models.mf import ALSMF, MFModel, default_lam
+from ..models.sgd_mf import SGDMF, tracin_cp
 from .deletion import FRACTIONS, deletion_sets
 from .faithfulness import Job
 from .representer import Preprocessed
 
 CF_METHODS = ("representer", "fia", "random")
+SGD_METHODS = ("representer", "fia", "tracin", "random")
 
 
 def normalised(data: Interactions) -> Interactions:
@@ -47,6 +53,7 @@ class MFCase:
     targets: Targets  # held-out (user, item) pairs
     model: MFModel
     tol: float = 1e-7
+    sgd: SGDMF | None = None  # the trainer of an SGD-MF model, reused for retraining
 
     @property
     def n_targets(self) -> int:
@@ -54,7 +61,9 @@ class MFCase:
 
     def prediction(self, target: int, without: np.ndarray | None = None) -> float:
         model = self.model
-        if without is not None:
+        if without is not None and self.sgd is not None:
+            model = self.sgd.fit(self.data, drop=without)
+        elif without is not None:
             keep = np.ones(len(self.data), dtype=bool)
             keep[without] = False
             model = ALSMF(k=model.k, lam=model.lam, tol=self.tol, max_sweeps=0).fit(
@@ -80,11 +89,13 @@ def cf_importances(case: MFCase, method: str, pre: Preprocessed | None = None, g
                          pre.alpha[rows] * (pre.Ut[d.user[rows]] @ pre.Ut[u]))
         elif method == "fia":
             HU, HV = grams
-            eye = m.lam * np.eye(m.k)
+            eye = (m.lam or 1e-3 * float(np.trace(HU, axis1=1, axis2=2).mean()) / m.k) * np.eye(m.k)
             xU = np.linalg.solve(HU[u] + eye, m.V[j])  # H_U⁻¹ V_j
             xV = np.linalg.solve(HV[j] + eye, m.U[u])  # H_V⁻¹ U_u
             r = d.rating[rows] - m.predict(d.user[rows], d.item[rows])
             s = (2 * r / len(d)) * np.where(own, m.V[d.item[rows]] @ xU, m.U[d.user[rows]] @ xV)
+        elif method == "tracin":
+            s = tracin_cp(m.checkpoints, d, rows, m.mu, u, j)
         elif method == "random":
             s = rng.normal(size=len(rows))
         else:
@@ -93,19 +104,24 @@ def cf_importances(case: MFCase, method: str, pre: Preprocessed | None = None, g
     return out
 
 
-def cf_trial_case(data: Interactions, trial: int, n_targets: int, k: int = 32) -> MFCase:
-    """Trial ``trial``: its own 90/10 split, ALS-MF with seed ``trial`` (λ: the refresh default for the
-    [−1, 1] scale, which is the same model up to a factor), ``n_targets`` random held-out pairs."""
+def cf_trial_case(data: Interactions, trial: int, n_targets: int, k: int = 32, model: str = "als") -> MFCase:
+    """Trial ``trial``: its own 90/10 split, the model with seed ``trial``, ``n_targets`` random held-out
+    pairs. ALS-MF's λ is the refresh default for the [−1, 1] scale (the same model up to a factor);
+    SGD-MF follows App. E (learning rate 2, batches of 3000, 10 epochs)."""
     rng = np.random.default_rng(trial)
     data = normalised(data)
     test = rng.random(len(data)) < 0.1
     train = data.subset(~test)
-    model = ALSMF(k=k, lam=default_lam(len(train)) / 2, seed=trial).fit(train)
     pick = np.sort(rng.choice(np.flatnonzero(test), n_targets, replace=False))
-    return MFCase(train, Targets.from_pairs(data.user[pick], data.item[pick]), model)
+    targets = Targets.from_pairs(data.user[pick], data.item[pick])
+    if model == "sgd":
+        sgd = SGDMF(k=k, seed=trial)
+        return MFCase(train, targets, sgd.fit(train), sgd=sgd)
+    return MFCase(train, targets, ALSMF(k=k, lam=default_lam(len(train)) / 2, seed=trial).fit(train))
 
 
-def cf_plan(case: MFCase, methods=CF_METHODS, seed: int = 0, fractions=FRACTIONS) -> tuple[list[Job], dict]:
+def cf_plan(case: MFCase, methods=None, seed: int = 0, fractions=FRACTIONS) -> tuple[list[Job], dict]:
+    methods = methods or (SGD_METHODS if case.sgd is not None else CF_METHODS)
     jobs, ms = [], {}
     T = len(case.targets)
     d, m = case.data, case.model
