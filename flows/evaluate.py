@@ -66,10 +66,11 @@ def evaluate_trial(dataset: str, trial: int, targets: int, n_lam: float, model: 
 def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40, n_lam: float = 1.0,
              model: str = "als", out: str | None = None, scheduler: str | None = None, workers: int | None = None,
              in_memory: bool = False) -> dict:
+    """AUC-DEL± of every explainer over trials × targets, written as CSV, Markdown and PNG."""
     if dataset not in TABULAR + CF_DATASETS:
         raise InputError(f"--dataset {dataset!r}: choose one of {', '.join(TABULAR + CF_DATASETS)}")
     if model not in ("als", "sgd"):
-        raise InputError(f"--model {model!r}: choose als (ALS-MF) or sgd (SGD-MF, adds TracInCP) for movielens-100k")
+        raise InputError(f"--model {model!r}: for movielens-100k choose als (ALS-MF) or sgd (SGD-MF, adds TracInCP)")
     if trials < 1 or targets < 1:
         raise InputError(f"--trials {trials} --targets {targets}: both must be ≥ 1 (the paper uses 40 × 40)")
     t0 = time.perf_counter()
@@ -84,12 +85,13 @@ def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40
     ms = {m: sum(res["ms"][m] for res in results) / len(results) for m in results[0]["ms"]}
     name = f"{dataset} ({model.upper()}-MF)" if dataset in CF_DATASETS else dataset
     title = f"{name}, {trials} trials × {targets} targets"
-    summary = {"dataset": dataset, "model": model if dataset in CF_DATASETS else "l1-logistic", "trials": trials, "targets": targets, "n_lam": n_lam, "curves": len(rows) // 5,
-               "retrainings": len(rows), "ms_per_explanation": ms,
+    summary = {"dataset": dataset, "model": model if dataset in CF_DATASETS else "l1-logistic", "trials": trials,
+               "targets": targets, "n_lam": n_lam, "retrainings": len(rows), "ms_per_explanation": ms,
                "models": [{k: v for k, v in r.items() if k not in ("rows", "ms")} for r in results],
                "seconds": round(time.perf_counter() - t0, 1)}
     md = auc_del_markdown(rows, ms, title)
     folder = write_evaluation(settings.out, pa.Table.from_pylist(rows), md, summary, deletion_plot_png(rows, title))
     summary["folder"] = str(folder)
-    get_run_logger().info("evaluation done: %d retrainings in %.1fs → %s\n%s", len(rows), summary["seconds"], folder, md)
+    get_run_logger().info("evaluation done: %d retrainings in %.1fs → %s\n%s", len(rows), summary["seconds"], folder,
+                          md)
     return summary
