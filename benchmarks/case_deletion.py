@@ -68,10 +68,16 @@ def main() -> None:
 
 def collect(name: str, folder: Path) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
+    from dxplain.explain.report import deletion_plot_png
+
     shutil.copy(folder / "deletions.csv", RESULTS / f"{name}.csv")
-    if (folder / "deletion_curves.png").exists():
-        shutil.copy(folder / "deletion_curves.png", RESULTS / f"{name}.png")
-    md = (folder / "auc_del.md").read_text() + common_targets(folder / "deletions.csv")
+    md = (folder / "auc_del.md").read_text()
+    rows = [{**r, "fraction": float(r["fraction"]), "delta": float(r["delta"])}
+            for r in csv.DictReader(open(folder / "deletions.csv"))]
+    png = deletion_plot_png(rows, md.splitlines()[0].lstrip("# "))  # redrawn with this version's labels
+    if png:
+        (RESULTS / f"{name}.png").write_bytes(png)
+    md += common_targets(folder / "deletions.csv")
     (RESULTS / f"{name}.md").write_text(md)
     (RESULTS / f"{name}.summary.json").write_text((folder / "summary.json").read_text())
     print(md)

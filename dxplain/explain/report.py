@@ -116,7 +116,7 @@ def deletion_plot_png(rows: list[dict], title: str) -> bytes | None:
             fr = sorted({f for (mm, s, f) in acc if mm == m and s == side})
             ax.plot([100 * f for f in fr], [np.mean(acc[(m, side, f)]) for f in fr], marker="o", label=m)
         ax.axhline(0, color="k", lw=0.5)
-        ax.set(title=f"{title}: {side}", xlabel="% of samples of that sign removed", ylabel="mean Δ prediction")
+        ax.set(title=f"{title}: {side}", xlabel="k as % of the candidate samples", ylabel="mean Δ prediction")
         ax.legend()
     fig.tight_layout()
     buf = io.BytesIO()
