@@ -26,7 +26,7 @@ from dxplain.explain.deletion import summarise  # noqa: E402
 RESULTS = Path(__file__).parent / "results" / "case_deletion"
 # (dataset, model): (trials, targets) — the sizes run for the README; CF retraining is the costly part.
 PLAN = {("breast-cancer", None): (40, 40), ("digits-4v9", None): (40, 40), ("synthetic-sparse", None): (3, 8),
-        ("movielens-100k", "sgd"): (2, 5), ("movielens-100k", "als"): (1, 4)}
+        ("movielens-100k", "sgd"): (2, 5), ("movielens-100k", "als"): (1, 4), ("movielens-100k", "softimpute"): (1, 4)}
 
 
 def common_targets(csv_path: Path) -> str:
@@ -88,7 +88,7 @@ if __name__ == "__main__":
         folder = Path(sys.argv[2])
         import json
         summary = json.loads((folder / "summary.json").read_text())
-        cf = summary.get("model") in ("als", "sgd")
+        cf = summary.get("model") in ("als", "sgd", "softimpute")
         collect(f"{summary['dataset']}-{summary['model']}" if cf else summary["dataset"], folder)
     else:
         main()

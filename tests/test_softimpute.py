@@ -42,3 +42,10 @@ def test_too_small_a_rank_is_an_error():
     d = random_interactions(30, 25, 0.35, seed=12)
     with pytest.raises(RuntimeError, match="max_rank"):
         SoftImpute(lam=1e-4, max_rank=3).fit(d)
+
+
+def test_warm_start_from_the_optimum_stays_there(fitted):
+    d, m = fitted
+    again = SoftImpute(lam=0.05, max_rank=20, tol=1e-12).fit(d, init=m)
+    assert again.info["iterations"] < m.info["iterations"]
+    np.testing.assert_allclose(again.U @ again.V.T, m.U @ m.V.T, atol=1e-7)

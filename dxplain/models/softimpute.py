@@ -36,7 +36,9 @@ class SoftImpute:
     def __init__(self, lam: float, max_rank: int = 64, tol: float = 1e-9, max_iter: int = 2000, seed: int = 0):
         self.lam, self.max_rank, self.tol, self.max_iter, self.seed = lam, max_rank, tol, max_iter, seed
 
-    def fit(self, data: Interactions) -> MFModel:
+    def fit(self, data: Interactions, init: MFModel | None = None) -> MFModel:
+        """Fit on ``data``; ``init`` (a SoftImpute model on the same id spaces) warm-starts from its SVD,
+        e.g. to retrain after deleting a few ratings."""
         t0 = time.perf_counter()
         u, i = data.user.astype(np.intp), data.item.astype(np.intp)
         mu = float(data.rating.mean())
@@ -45,6 +47,9 @@ class SoftImpute:
         tau = self.lam * n / 2
         shape = (data.n_users, data.n_items)
         U, s, V = np.zeros((shape[0], 0)), np.zeros(0), np.zeros((shape[1], 0))
+        if init is not None and init.k:  # Ũ = U√Σ, Ṽ = V√Σ with orthonormal U, V: σ = ‖Ũ column‖²
+            s = np.sum(init.U**2, axis=0)
+            U, V = init.U / np.sqrt(s), init.V / np.sqrt(s)
         rng = np.random.default_rng(self.seed)
         change = np.inf
         for it in range(1, self.max_iter + 1):
