@@ -18,8 +18,7 @@ import pyarrow as pa
 
 from ..interactions import Interactions, Targets
 from ..kernels import fisher as F
-from ..kernels.sbq import (LocalShards, Selection, ShardState, as_rows, greedi, greedy_select, inner,
-                           matching_pursuit, split_rows, stochastic_greedy)
+from ..kernels.sbq import Selection, greedi, greedy, matching_pursuit, stochastic_greedy
 from ..models.mf import MFModel
 
 log = logging.getLogger(__name__)
@@ -51,11 +50,8 @@ def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: in
     ``greedy`` is the paper's Algorithm 1; ``greedi`` its two-round distributed approximation run on
     ``n_shards`` parts; ``stochastic`` scores a ⌈(n/m)·log(1/ε)⌉ sample per step; ``mp`` is matching pursuit.
     """
-    Phi = as_rows(Phi)
-    m = min(m, Phi.shape[0])
     if variant == "greedy":
-        states = [ShardState(Phi[a:b], mu, m, a) for a, b in split_rows(Phi.shape[0], n_shards)]
-        return greedy_select(Progress(LocalShards(states), m, "SBQ greedy"), m, inner(mu, mu))
+        return greedy(Phi, mu, m, n_shards, wrap=lambda shards, m: Progress(shards, m, "SBQ greedy"))
     if variant == "greedi":
         return greedi(Phi, mu, m, max(2, n_shards), seed)
     if variant == "stochastic":

@@ -192,12 +192,18 @@ def split_rows(n: int, n_shards: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
-def greedy(Phi, mu, m: int, n_shards: int = 1) -> Selection:
-    """Greedy SBQ selecting up to m rows of Φ to represent μ (a (1, p) row, e.g. ``mean_embedding``)."""
+def local_shards(Phi, mu, m: int, n_shards: int = 1) -> LocalShards:
+    """The rows of Φ split into ``n_shards`` in-memory ``ShardState``s, ready for ``greedy_select``."""
+    return LocalShards([ShardState(Phi[a:b], mu, m, a) for a, b in split_rows(Phi.shape[0], n_shards)])
+
+
+def greedy(Phi, mu, m: int, n_shards: int = 1, wrap=None) -> Selection:
+    """Greedy SBQ selecting up to m rows of Φ to represent μ (a (1, p) row, e.g. ``mean_embedding``).
+    ``wrap(shards, m)`` may wrap the shards, e.g. to log progress."""
     Phi = as_rows(Phi)
     m = min(m, Phi.shape[0])
-    states = [ShardState(Phi[a:b], mu, m, a) for a, b in split_rows(Phi.shape[0], n_shards)]
-    return greedy_select(LocalShards(states), m, inner(mu, mu))
+    shards = local_shards(Phi, mu, m, n_shards)
+    return greedy_select(wrap(shards, m) if wrap else shards, m, inner(mu, mu))
 
 
 def greedi(Phi, mu, m: int, n_parts: int, seed: int = 0, map_parts=None) -> Selection:

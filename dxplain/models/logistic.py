@@ -36,17 +36,16 @@ class LogisticModel:
         return float(np.mean(np.where(np.asarray(y) == 1, log_expit(s), log_expit(-s))))
 
     def hessian(self, X: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
-        """∇²θ of the training objective: (1/n) Σ c p(1−p) x̃x̃ᵀ + λ·diag(1,…,1,0)."""
-        Xt = with_intercept(X)
-        p = expit(Xt @ self.theta)
-        c = np.ones(len(Xt)) if weight is None else weight
-        return (Xt * (c * p * (1 - p))[:, None]).T @ Xt / len(Xt) + self.lam * _penalised(Xt.shape[1])
+        return objective_hessian(with_intercept(X), self.theta, self.lam, weight)
 
 
-def _penalised(p: int) -> np.ndarray:
-    d = np.ones(p)
-    d[-1] = 0.0
-    return np.diag(d)
+def objective_hessian(Xt: np.ndarray, theta: np.ndarray, lam: float, weight: np.ndarray | None = None) -> np.ndarray:
+    """∇²θ of the training objective: (1/n) Σ c p(1−p) x̃x̃ᵀ + λ·diag(1,…,1,0) (the intercept is not penalised)."""
+    q = expit(Xt @ theta)
+    c = 1.0 if weight is None else weight
+    pen = np.ones(Xt.shape[1])
+    pen[-1] = 0.0
+    return (Xt * (c * q * (1 - q))[:, None]).T @ Xt / len(Xt) + lam * np.diag(pen)
 
 
 class LogisticRegression:
@@ -68,10 +67,7 @@ class LogisticRegression:
             g = Xt.T @ (c * (expit(s) - y)) / n + self.lam * pen * theta
             return nll + 0.5 * self.lam * float(pen * theta @ theta), g
 
-        def hess(theta):
-            q = expit(Xt @ theta)
-            return (Xt * (c * q * (1 - q))[:, None]).T @ Xt / n + self.lam * np.diag(pen)
-
-        res = minimize(fun, np.zeros(p) if theta0 is None else theta0, jac=True, hess=hess, method="trust-exact",
+        res = minimize(fun, np.zeros(p) if theta0 is None else theta0, jac=True, method="trust-exact",
+                       hess=lambda theta: objective_hessian(Xt, theta, self.lam, c),
                        options={"gtol": self.gtol, "maxiter": 500})
         return LogisticModel(res.x, self.lam, n, float(np.linalg.norm(res.jac)))
