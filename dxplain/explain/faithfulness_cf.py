@@ -64,19 +64,19 @@ class MFCase:
         return len(self.targets)
 
     def prediction(self, target: int, without: np.ndarray | None = None) -> float:
-        model = self.model
-        if without is not None and self.sgd is not None:
-            model = self.sgd.fit(self.data, drop=without)
-        elif without is not None and self.softimpute is not None:
-            keep = np.ones(len(self.data), dtype=bool)
-            keep[without] = False
-            model = self.softimpute.fit(self.data.subset(keep), init=model)
-        elif without is not None:
-            keep = np.ones(len(self.data), dtype=bool)
-            keep[without] = False
-            model = ALSMF(k=model.k, lam=model.lam, tol=self.tol, max_sweeps=0).fit(
-                self.data.subset(keep), init=(model.U, model.V))
+        model = self.model if without is None else self.retrain_without(without)
         return float(model.predict(self.targets.user[[target]], self.targets.item[[target]])[0])
+
+    def retrain_without(self, rows: np.ndarray) -> MFModel:
+        """The same solver from the same start, on the training ratings minus ``rows``."""
+        if self.sgd is not None:  # SGD keeps every other row in its original batch
+            return self.sgd.fit(self.data, drop=rows)
+        keep = np.ones(len(self.data), dtype=bool)
+        keep[rows] = False
+        data, m = self.data.subset(keep), self.model
+        if self.softimpute is not None:
+            return self.softimpute.fit(data, init=m)
+        return ALSMF(k=m.k, lam=m.lam, tol=self.tol, max_sweeps=0).fit(data, init=(m.U, m.V))
 
     def candidates(self, target: int) -> np.ndarray:
         u, j = self.targets.user[target], self.targets.item[target]

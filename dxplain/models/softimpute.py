@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, svds
 
 from ..interactions import Interactions
-from ..kernels.als import pair_scores
+from ..kernels.als import Pattern, gradient, pair_scores
 from .mf import MFModel
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,6 @@ def _relative_change(U, s, V, U2, s2, V2) -> float:
 def _subgradient_gap(Ut, Vt, r, data: Interactions, lam: float) -> float:
     """How far the factor pair is from stationarity of the variational form: ‖∇‖ of
     (1/|D|)Σ(y − ⟨Ũ_i,Ṽ_j⟩)² + (λ/2)(‖Ũ‖² + ‖Ṽ‖²), which is zero at the nuclear-norm optimum."""
-    from ..kernels.als import Pattern, gradient
-
     P = Pattern(data.user, data.item, data.user_indptr, data.n_users, data.n_items)
     gU, gV = gradient(Ut, Vt, P, data.rating - data.rating.mean(), lam, r=r)
     return float(np.sqrt(np.sum(gU**2) + np.sum(gV**2)))
