@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dxplain.explain.deletion import summarise  # noqa: E402
+from dxplain.explain.report import curve_aucs  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "case_deletion"
 # (dataset, model): (trials, targets) — the sizes run for the README; CF retraining is the costly part.
@@ -30,17 +31,15 @@ PLAN = {("breast-cancer", None): (40, 40), ("digits-4v9", None): (40, 40), ("syn
 
 
 def common_targets(csv_path: Path) -> str:
-    curves = defaultdict(list)
-    for r in csv.DictReader(open(csv_path)):
-        curves[(r["method"], r["side"], r["trial"], r["target"])].append(float(r["delta"]))
-    methods = sorted({m for m, *_ in curves})
+    aucs = curve_aucs(list(csv.DictReader(open(csv_path))))
+    methods = sorted({m for m, *_ in aucs})
     lines = ["", "AUC-DEL over the curves every method has (same trials, targets and side):", "",
              "| method | AUC-DEL₊ (↓) | AUC-DEL₋ (↑) | curves |", "|---|---|---|---|"]
     cells = defaultdict(dict)
     for side in ("DEL+", "DEL-"):
-        keys = set.intersection(*[{(t, g) for (mm, s, t, g) in curves if mm == m and s == side} for m in methods])
+        keys = set.intersection(*[{(t, g) for (mm, s, t, g) in aucs if mm == m and s == side} for m in methods])
         for m in methods:
-            s = summarise([sum(curves[(m, side, *k)]) / len(curves[(m, side, *k)]) for k in keys])
+            s = summarise([aucs[(m, side, *k)] for k in keys])
             cells[m][side] = (f"{s.mean:+.4f} ± {s.half_width:.4f}", s.count)
     for m in methods:
         lines.append(f"| {m} | {cells[m]['DEL+'][0]} | {cells[m]['DEL-'][0]} | "

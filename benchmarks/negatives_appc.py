@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dxplain.explain.deletion import summarise as t_interval  # noqa: E402
 from dxplain.config import Settings  # noqa: E402
 from dxplain.datasets import resolve_dataset  # noqa: E402
 from dxplain.distributed.cluster import connect  # noqa: E402
@@ -98,10 +98,9 @@ def run_seed(P, seed, k, client, sampled=0, ridge=None) -> dict:
 
 
 def ci(values) -> tuple[float, float]:
-    v = np.asarray(values, float)
-    if len(v) < 2:
-        return float(v.mean()), float("nan")
-    return float(v.mean()), float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
+    """Mean and 95% t-interval half-width."""
+    s = t_interval(values)
+    return s.mean, s.half_width
 
 
 def summarise(runs: list[dict]) -> dict:

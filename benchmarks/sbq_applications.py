@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dxplain.explain.deletion import summarise as t_interval  # noqa: E402
 from dxplain.kernels import fisher as F  # noqa: E402
 from dxplain.kernels.sbq import greedy, mean_embedding, objective_of  # noqa: E402
 from dxplain.models.logistic import LogisticRegression  # noqa: E402
@@ -94,10 +94,9 @@ def sbq_order(model, X, y, Xt, yt, m, kind="empirical"):
 
 
 def ci(values) -> tuple[float, float]:
-    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
-    if len(v) < 2:
-        return (float(v.mean()) if len(v) else float("nan"), float("nan"))
-    return float(v.mean()), float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)))
+    """Mean and 95% t-interval half-width."""
+    s = t_interval(values)
+    return s.mean, s.half_width
 
 
 # ---- (a) data cleaning -------------------------------------------------------------------------------------

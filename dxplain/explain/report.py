@@ -65,18 +65,25 @@ def format_prototypes(prototypes: pa.Table, targets: pa.Table, items: pa.Table |
     return "\n".join(lines)
 
 
+def curve_aucs(rows: list[dict]) -> dict:
+    """{(method, side, trial, target): AUC-DEL of that curve}, the mean of its Δ over the k sequence."""
+    from collections import defaultdict
+
+    curves = defaultdict(list)
+    for r in rows:
+        curves[(r["method"], r["side"], r["trial"], r["target"])].append(float(r["delta"]))
+    return {key: sum(d) / len(d) for key, d in curves.items()}
+
+
 def auc_del(rows: list[dict]) -> dict:
-    """{(method, side): Summary} of AUC-DEL (the mean over k of each curve) over trials × targets."""
+    """{(method, side): Summary} of AUC-DEL over trials × targets."""
     from collections import defaultdict
 
     from .deletion import summarise
 
-    curves = defaultdict(list)
-    for r in rows:
-        curves[(r["method"], r["side"], r["trial"], r["target"])].append(r["delta"])
     per = defaultdict(list)
-    for (method, side, _, _), deltas in curves.items():
-        per[(method, side)].append(sum(deltas) / len(deltas))
+    for (method, side, _, _), auc in curve_aucs(rows).items():
+        per[(method, side)].append(auc)
     return {key: summarise(v) for key, v in per.items()}
 
 
