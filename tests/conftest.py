@@ -33,6 +33,22 @@ def interactions_table(data: Interactions) -> pa.Table:
                      "item": data.item_ids.take(pa.array(data.item)), "rating": data.rating})
 
 
+def write_random_dataset(tmp_path_factory, seed: int):
+    """A prepared dataset folder of random_interactions(40, 30, 0.3, seed), and the interactions."""
+    from dxplain.io.interactions import write_dataset
+
+    folder = tmp_path_factory.mktemp("data") / "small"
+    d = random_interactions(40, 30, 0.3, seed=seed)
+    write_dataset(folder, interactions_table(d))
+    return folder, d
+
+
+def only_run(out, kind: str):
+    """The single result folder under <out>/<kind>/ (hidden folders such as .cache aside)."""
+    (folder,) = [p for p in (out / kind).iterdir() if not p.name.startswith(".")]
+    return folder
+
+
 @pytest.fixture
 def small():
     return random_interactions()

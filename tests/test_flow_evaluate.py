@@ -8,12 +8,9 @@ import pytest
 from dxplain.cli import main
 from flows.evaluate import evaluate
 
+from conftest import only_run
+
 pytestmark = pytest.mark.usefixtures("prefect_server")
-
-
-def only_folder(out):
-    (folder,) = [p for p in (out / "evaluations").iterdir() if not p.name.startswith(".")]
-    return folder
 
 
 def test_cli_writes_curves_and_auc_table(tmp_path, capsys):
@@ -21,7 +18,7 @@ def test_cli_writes_curves_and_auc_table(tmp_path, capsys):
     assert main(["evaluate", "--dataset", "synthetic-small", "--trials", "2", "--targets", "3", "--in-memory",
                  "--out", str(out)]) == 0
     assert "AUC-DEL₊" in capsys.readouterr().out
-    folder = only_folder(out)
+    folder = only_run(out, "evaluations")
     rows = list(csv.DictReader(open(folder / "deletions.csv")))
     summary = json.loads((folder / "summary.json").read_text())
     assert len(rows) == summary["retrainings"] and {r["trial"] for r in rows} == {"0", "1"}

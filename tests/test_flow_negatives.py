@@ -9,10 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from dxplain.cli import main
-from dxplain.io.interactions import write_dataset
 from flows.negatives import negatives
 
-from conftest import interactions_table, random_interactions
+from conftest import only_run, write_random_dataset
 
 ARGS = ["--k", "3", "--lam", "2e-4", "--percent", "5"]
 
@@ -22,10 +21,7 @@ pytestmark = pytest.mark.usefixtures("prefect_server")
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("data") / "small"
-    d = random_interactions(40, 30, 0.3, seed=3)
-    write_dataset(folder, interactions_table(d))
-    return folder, d
+    return write_random_dataset(tmp_path_factory, seed=3)
 
 
 def positives_of(d):
@@ -33,17 +29,13 @@ def positives_of(d):
     return {(f"u{u:03d}", f"i{i:03d}") for u, i in zip(d.user[keep], d.item[keep])}
 
 
-def run_folder(out):
-    (folder,) = (out / "negatives").iterdir()
-    return folder
-
 
 def test_cli_flags_the_lowest_share_of_all_unobserved_pairs(dataset, tmp_path, capsys):
     folder, d = dataset
     out = tmp_path / "out"
     assert main(["negatives", "--dataset", str(folder), "--out", str(out), "--in-memory", "--retrain", *ARGS]) == 0
     assert "flagged.parquet" in capsys.readouterr().out
-    run = run_folder(out)
+    run = only_run(out, "negatives")
     flagged = pq.read_table(run / "flagged.parquet")
     summary = json.loads((run / "summary.json").read_text())
     n_pos = len(positives_of(d))
@@ -65,8 +57,8 @@ def test_cluster_scan_flags_the_same_pairs_as_in_memory(dataset, tmp_path):
     common = dict(dataset=str(folder), percent=5, k=3, lam=2e-4, method="fia")
     a = negatives(out=str(tmp_path / "mem"), in_memory=True, **common)
     b = negatives(out=str(tmp_path / "dask"), workers=2, shards=3, **common)
-    ta = pq.read_table(run_folder(tmp_path / "mem") / "flagged.parquet")
-    tb = pq.read_table(run_folder(tmp_path / "dask") / "flagged.parquet")
+    ta = pq.read_table(only_run(tmp_path / "mem", "negatives") / "flagged.parquet")
+    tb = pq.read_table(only_run(tmp_path / "dask", "negatives") / "flagged.parquet")
     assert a["flagged"] == b["flagged"] and ta.equals(tb)
 
 
@@ -75,7 +67,7 @@ def test_sampled_negatives_write_a_cleaned_set(dataset, tmp_path):
     out = tmp_path / "out"
     s = negatives(dataset=str(folder), out=str(out), negatives="2", percent=10, k=3, lam=2e-4, in_memory=True,
                   method="loss")
-    run = run_folder(out)
+    run = only_run(out, "negatives")
     flagged = pq.read_table(run / "flagged.parquet")
     cleaned = pq.read_table(run / "cleaned-negatives.parquet")
     assert flagged.num_rows == math.ceil(0.1 * s["negatives_total"])

@@ -13,11 +13,10 @@ from dxplain.datasets import resolve_dataset
 from dxplain.explain.prototypes import mf_fisher_embedding
 from dxplain.interactions import Targets
 from dxplain.io import model_store
-from dxplain.io.interactions import write_dataset
 from dxplain.kernels.sbq import greedy, mean_embedding
 from flows.prototypes import prototypes
 
-from conftest import interactions_table, random_interactions
+from conftest import only_run, write_random_dataset
 
 ARGS = ["--k", "3", "--lam", "2e-3", "-m", "6"]
 
@@ -26,15 +25,8 @@ pytestmark = pytest.mark.usefixtures("prefect_server")
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("data") / "small"
-    d = random_interactions(40, 30, 0.3, seed=4)
-    write_dataset(folder, interactions_table(d))
-    return folder, d
+    return write_random_dataset(tmp_path_factory, seed=4)
 
-
-def only_folder(out):
-    (folder,) = (out / "prototypes").iterdir()
-    return folder
 
 
 def test_cli_explains_one_users_list(dataset, tmp_path, capsys):
@@ -44,7 +36,7 @@ def test_cli_explains_one_users_list(dataset, tmp_path, capsys):
                  "--in-memory", *ARGS]) == 0
     printed = capsys.readouterr().out
     assert "training interactions explain user u005's list of 4 predictions" in printed
-    run = only_folder(out)
+    run = only_run(out, "prototypes")
     protos, targets = pq.read_table(run / "prototypes.parquet"), pq.read_table(run / "targets.parquet")
     summary = json.loads((run / "summary.json").read_text())
     assert targets.column("user").to_pylist() == ["u005"] * 4
@@ -73,8 +65,8 @@ def test_cluster_run_selects_the_same_prototypes_as_in_memory(dataset, tmp_path)
     common = dict(dataset=str(folder), targets=str(targets), m=8, k=3, lam=2e-3)
     mem = prototypes(out=str(tmp_path / "mem"), in_memory=True, **common)
     dsk = prototypes(out=str(tmp_path / "dask"), workers=2, shards=3, **common)
-    a = pq.read_table(only_folder(tmp_path / "mem") / "prototypes.parquet")
-    b = pq.read_table(only_folder(tmp_path / "dask") / "prototypes.parquet")
+    a = pq.read_table(only_run(tmp_path / "mem", "prototypes") / "prototypes.parquet")
+    b = pq.read_table(only_run(tmp_path / "dask", "prototypes") / "prototypes.parquet")
     assert a.column("user").to_pylist() == b.column("user").to_pylist()
     assert a.column("item").to_pylist() == b.column("item").to_pylist()
     np.testing.assert_allclose(a.column("weight").to_numpy(), b.column("weight").to_numpy(), rtol=1e-9)
