@@ -116,73 +116,80 @@ PRUNE_FACTOR = 50
 
 
 def _select_top_k(imp: np.ndarray, top_k: int, d_real: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Indices (b, t, d) of the top_k largest positive and top_k most negative entries along the last axis.
+    """Indices (b, t, d) of the top_k largest positive and top_k most negative entries along the last axis."""
+    x = np.asarray(imp, dtype=np.float32, order="C")
+    flat = _select_flat(x, lambda f: imp[np.unravel_index(f, imp.shape)], top_k, d_real)
+    return np.unravel_index(flat, imp.shape)
 
-    Short rows: thresholds from a float32 sort, then an exact float64 ranking of the few candidates.
-    Rounding to float32 is monotone, so the float32 k-th largest bounds the k-th largest from below
-    and every true top-k entry passes ``x32 >= τ``; only rows with float32 ties have more than k
-    candidates. numpy's float32 sort is vectorised (~1 ns an element here), several times faster
-    than an index-returning ``argpartition`` with two kth. Long rows (heavy items): exact threshold
-    pruning over the first ``d_real`` entries, which are real (not padding) in every row. Zeros
-    (padding included; also values below float32's smallest subnormal) are never selected.
+
+def _select_flat(x: np.ndarray, value, top_k: int, d_real: int | None = None) -> np.ndarray:
+    """C-order flat indices of each row's top_k largest positive and top_k most negative entries.
+
+    ``x`` is a C-ordered float32 (B, t, d) copy of the importances and ``value(flat)`` returns their
+    exact float64 values. Rounding to float32 is monotone, so a float32 threshold that is ≤ the
+    float32 k-th largest passes every true top-k entry; only rows with float32 ties get more than k
+    candidates, and only those are ranked, in float64 — the result is exact. Short rows take their
+    threshold from a float32 sort (vectorised, ~1 ns an element here; an index-returning
+    ``argpartition`` with two kth was 15x slower). Long rows (heavy items) take it by pruning over
+    the first ``d_real`` entries, which are real (not padding) in every row. Zeros (padding
+    included; also magnitudes below float32's smallest subnormal) are never selected.
     """
-    d = imp.shape[-1]
+    d = x.shape[-1]
     d_real = d if d_real is None else d_real
-    kk = min(top_k, d)
-    if d_real >= PRUNE_FACTOR * kk:
-        return _select_top_k_pruned(imp, kk, d_real)
-    x = imp.astype(np.float32)
-    srt = np.sort(x, axis=-1)
+    k = min(top_k, d)
+    if d_real >= PRUNE_FACTOR * k:
+        tau_hi, tau_lo = _pruning_thresholds(x, k, d_real)
+    else:
+        srt = np.sort(x, axis=-1)
+        tau_hi, tau_lo = srt[..., d - k], srt[..., k - 1]
     tiny = np.finfo(np.float32).smallest_subnormal
-    tau_hi = np.maximum(srt[..., d - kk], tiny)[..., None]  # only positives qualify
-    tau_lo = np.minimum(srt[..., kk - 1], -tiny)[..., None]  # only negatives qualify
-    return _best_per_row(imp, np.flatnonzero(x >= tau_hi), np.flatnonzero(x <= tau_lo), kk)
+    tau_hi = np.maximum(tau_hi, tiny)[..., None]  # only positives qualify
+    tau_lo = np.minimum(tau_lo, -tiny)[..., None]  # only negatives qualify
+    flat = np.flatnonzero((x >= tau_hi) | (x <= tau_lo))  # one pass; τ_lo < 0 < τ_hi keeps sides apart
+    positive = x.reshape(-1)[flat] > 0
+    return np.concatenate([_best_per_row(flat[positive], value, d, k, -1.0),
+                           _best_per_row(flat[~positive], value, d, k, 1.0)])
 
 
-def _best_per_row(imp: np.ndarray, flat_hi: np.ndarray, flat_lo: np.ndarray,
-                  k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(b, t, d) of the k largest of ``flat_hi`` and the k smallest of ``flat_lo`` in each row, exactly.
+def _pruning_thresholds(x: np.ndarray, k: int, d_real: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k-th largest of m = 4k chunk maxima and the k-th smallest of the chunk minima.
 
-    The candidates are flat indices into ``imp``, a superset of each row's best k. Rows with at most
-    k candidates keep them all; only the rows with more (ties, or pruning survivors) are ranked.
-    """
-    d = imp.shape[-1]
-    flat_imp = imp.reshape(-1)
-    out = []
-    for flat, sign in ((flat_hi, -1.0), (flat_lo, 1.0)):
-        row = flat // d
-        over = np.bincount(row)[row] > k if len(row) else np.zeros(0, bool)
-        if over.any():
-            sub = np.flatnonzero(over)
-            order = sub[np.lexsort((sign * flat_imp[flat[sub]], row[sub]))]  # by row, then best first
-            r = row[order]
-            rank = np.arange(len(r)) - np.searchsorted(r, r, side="left")
-            flat = np.concatenate([flat[~over], flat[order[rank < k]]])
-        out.append(flat)
-    bt, dd = np.divmod(np.concatenate(out), d)
-    bb, tt = np.divmod(bt, imp.shape[1])
-    return bb, tt, dd
-
-
-def _select_top_k_pruned(imp: np.ndarray, k: int, d_real: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact top-k by pruning: the k-th largest of m chunk maxima is ≤ the k-th largest entry of the row.
-
-    Split the first ``d_real`` entries of each row into m = 4k chunks; their maxima are distinct
-    entries, so at least k entries are ≥ τ = (k-th largest chunk maximum), and every top-k entry is
-    ≥ τ. A few streaming passes (chunk max/min, compare, flat nonzero) leave a handful of candidates
-    per row, which are then ranked exactly — instead of a selection over the whole (B, t, d)
-    block, which costs several times the matmul for heavy items.
+    The chunk maxima are distinct entries, so at least k entries are ≥ the k-th largest of them,
+    which therefore bounds the row's k-th largest from below. A few streaming passes (chunk max/min,
+    compare, flat nonzero) leave a handful of candidates per row — instead of sorting the whole
+    (B, t, d) block, which costs several times the matmul for heavy items.
     """
     m = 4 * k
     starts = np.arange(m) * (d_real // m)
-    head = imp[..., :d_real]
-    tiny = np.finfo(imp.dtype).tiny
+    head = x[..., :d_real]
     maxima = np.maximum.reduceat(head, starts, axis=-1)  # (B, t, m)
     minima = np.minimum.reduceat(head, starts, axis=-1)
-    tau_hi = np.maximum(np.partition(maxima, m - k, axis=-1)[..., m - k], tiny)  # only positives qualify
-    tau_lo = np.minimum(np.partition(minima, k - 1, axis=-1)[..., k - 1], -tiny)  # only negatives qualify
-    # flatnonzero is ~20x faster than a 3-D nonzero on these few-survivor masks
-    return _best_per_row(imp, np.flatnonzero(imp >= tau_hi[..., None]), np.flatnonzero(imp <= tau_lo[..., None]), k)
+    return np.partition(maxima, m - k, axis=-1)[..., m - k], np.partition(minima, k - 1, axis=-1)[..., k - 1]
+
+
+def _best_per_row(flat: np.ndarray, value, d: int, k: int, sign: float) -> np.ndarray:
+    """The k best of the candidate flat indices in each row of length d: largest for sign −1, smallest for +1.
+
+    Rows with at most k candidates keep them all; only rows with more (float32 ties, or pruning
+    survivors) are ranked, by their exact ``value``.
+    """
+    row = flat // d
+    over = np.bincount(row)[row] > k if len(row) else np.zeros(0, bool)
+    if not over.any():
+        return flat
+    sub = flat[over]
+    order = np.lexsort((sign * value(sub), row[over]))  # by row, then best first
+    r = row[over][order]
+    rank = np.arange(len(r)) - np.searchsorted(r, r, side="left")
+    return np.concatenate([flat[~over], sub[order[rank < k]]])
+
+
+def _importance_at(L: np.ndarray, a: np.ndarray, flat: np.ndarray, t: int, d: int) -> np.ndarray:
+    """Exact α·local at C-order flat indices of the (B, t, d) importance, from L (B, d, t) and α (B, d)."""
+    bb, td = np.divmod(flat, t * d)
+    tt, dd = np.divmod(td, d)
+    bd = bb * d + dd
+    return a.reshape(-1)[bd] * L.reshape(-1)[bd * t + tt]
 
 
 def buckets(g: Groups, k: int, budget: int | None = None):
@@ -209,18 +216,19 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
                          top_k: int) -> Attributions:
     """Score every group's history against its targets: I = α ⊙ (F_tgt[tgt] F_hist[hist]ᵀ).
 
-    Groups are bucketed by (history, targets) length — powers of two bound padding at 2x — and each
-    bucket is one stacked matmul (B, t, k) @ (B, k, d) with α folded into the history rows, so the
-    importance comes out of BLAS directly and selection runs along its contiguous last axis. Padded
-    history has α = 0 and padded targets a zero row, so their importance is exactly 0 and is never
-    selected (``top_k=0`` keeps all real pairs by mask and reports the local importance for them).
+    Groups are bucketed by (history, targets) length and each bucket is one stacked matmul
+    (B, d, k) @ (B, k, t) of contiguous operands (a transposed operand halves numpy's matmul rate),
+    with α applied to the (B, d, t) product, the smaller of the two. Selection runs on the product
+    viewed as (B, t, d). Padded history has α = 0 and padded targets a zero row, so their importance
+    is exactly 0 and is never selected (``top_k=0`` keeps all real pairs by mask and reports the
+    local importance for them).
     """
     g = split_heavy_groups(g)
     d_all = np.diff(g.hist_ptr)
     t_all = np.diff(g.tgt_ptr)
     # Padding points at a real row (position 0) instead of an appended zero row, so no O(n) copy of
     # the factors or of α is made per call: padded history gets α = 0 (importance exactly 0) and
-    # padded target rows of the small T block are zeroed.
+    # padded target rows of the small T block are zeroed. np.take gathers rows ~3x faster than F[idx].
     hist_row = g.hist_row.astype(np.intp)
     tgt_row = g.tgt_row.astype(np.intp)
     parts = []
@@ -230,20 +238,23 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
         tv = ot[None, :] < t_all[b][:, None]  # (B, t) real targets
         hpos = np.where(hv, g.hist_ptr[b][:, None] + od[None, :], 0)
         tpos = np.where(tv, g.tgt_ptr[b][:, None] + ot[None, :], 0)
+        H = np.take(F_hist, hist_row[hpos], axis=0)  # (B, d, k)
+        Tt = np.take(F_tgt, tgt_row[tpos], axis=0)  # (B, t, k)
+        Tt[~tv] = 0.0
+        L = np.matmul(H, np.ascontiguousarray(Tt.transpose(0, 2, 1)))  # (B, d, t) local importances
         a_b = np.where(hv, alpha[g.hist[hpos]], 0.0)  # (B, d)
-        H = F_hist[hist_row[hpos]]  # (B, d, k)
-        T = F_tgt[tgt_row[tpos]]  # (B, t, k)
-        T[~tv] = 0.0
         if top_k > 0:
-            imp = np.matmul(T, (H * a_b[:, :, None]).transpose(0, 2, 1))  # (B, t, d)
-            bb, tt, dd = _select_top_k(imp, top_k, int(d_all[b].min()))
-            glob = a_b[bb, dd]
-            local = imp[bb, tt, dd] / glob
+            # α applied, transposed to (B, t, d) and cast for selection in one pass.
+            x = np.empty((len(b), t, d), np.float32)
+            np.multiply(L.transpose(0, 2, 1), a_b[:, None, :], out=x, casting="same_kind")
+            flat = _select_flat(x, lambda f: _importance_at(L, a_b, f, t, d), top_k, int(d_all[b].min()))
+            bb, td = np.divmod(flat, t * d)
+            tt, dd = np.divmod(td, d)
         else:
-            L = np.matmul(T, H.transpose(0, 2, 1))  # (B, t, d)
             bb, tt, dd = np.nonzero(hv[:, None, :] & tv[:, :, None])
-            glob, local = a_b[bb, dd], L[bb, tt, dd]
-        parts.append(Attributions(g.tgt[tpos[bb, tt]], g.hist[hpos[bb, dd]], glob, local))
+        bd = bb * d + dd
+        parts.append(Attributions(g.tgt[tpos.reshape(-1)[bb * t + tt]], g.hist[hpos.reshape(-1)[bd]],
+                                  a_b.reshape(-1)[bd], L.reshape(-1)[bd * t + tt]))
     return Attributions.concat(parts)
 
 
