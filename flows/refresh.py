@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import time
 from functools import partial
-from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -44,8 +43,8 @@ def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, se
         logger.info("loading model %s", model)
         return model_store.load_model(model, data), model
     lam = lam if lam is not None else default_lam(len(data))
-    path = Path(out) / "models" / f"{ds.name}-{data.fingerprint()}-k{k}-lam{lam:g}-s{seed}.zarr"
-    if path.exists():
+    path = model_store.model_path(out, ds.name, data.fingerprint(), k, lam, seed)
+    if model_store.exists(path):
         logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
         return model_store.load_model(path, data), str(path)
     m = ALSMF(k=k, lam=lam, seed=seed).fit(data, half_steps=partial(ClusterHalfSteps, client) if client else None)
@@ -88,13 +87,15 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     ds = load_data(dataset, settings)
     supplied = read_targets(targets, ds.interactions) if targets else None  # bad input fails before any work
     n_shards = shards or 4 * settings.workers
+    if not in_memory:
+        runs.check_shared(settings.out)  # before any work: workers must reach the run folder
     with contextlib.nullcontext() if in_memory else connect(settings) as client:
         m, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client)
         job = RefreshJob(ds.interactions, preprocess(m, ds), top_n=top_n, top_k=top_k, targets=supplied)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
         plan = {"data": ds.interactions.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
                 "top_n": top_n, "top_k": top_k, "shards": n_shards,
-                "targets": runs.sha256_file(Path(targets)) if targets else None}
+                "targets": runs.sha256_file(targets) if targets else None}
         run_dir, resumed = runs.start_run(settings.out, plan)
         if resumed:
             get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from dxplain.cli import main
+from dxplain.errors import InputError
 from dxplain.io import runs
 from dxplain.io.interactions import write_dataset
 from flows.refresh import refresh
@@ -164,3 +165,30 @@ def test_flow_killed_mid_run_resumes_on_rerun(tmp_path):
     keys = [(c, "ascending") for c in ("user", "item", "train_user", "train_item")]
     got = runs.open_run(run).to_table().sort_by(keys)
     assert got.equals(runs.open_run(runs.resolve_run(tmp_path / "clean")).to_table().sort_by(keys))
+
+
+def test_refresh_reads_and_writes_fsspec_urls(dataset, tmp_path):
+    """Dataset, model store and run folder on memory:// give the same rows as a local run."""
+    import uuid
+
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"memory://dxplain-{uuid.uuid4().hex[:8]}"
+    for f in Path(dataset).iterdir():
+        fs.pipe_file(f"{root.removeprefix('memory://')}/data/{f.name}", f.read_bytes())
+    kw = dict(top_n=3, top_k=2, k=4, lam=5e-3, shards=3, in_memory=True)
+    s = refresh(dataset=f"{root}/data", out=f"{root}/out", **kw)
+    assert s["run"].startswith(f"{root}/out/runs/") and s["model"].startswith(f"{root}/out/models/")
+    run = runs.resolve_run(f"{root}/out")
+    assert run == s["run"] and len(runs.read_manifest(run)["shards"]) == 3
+    got = runs.open_run(run).to_table()
+    local = refresh(dataset=str(dataset), out=str(tmp_path / "out"), **kw)
+    want = runs.open_run(local["run"]).to_table()
+    assert got.num_rows == s["attributions"] and got.equals(want)  # same shards, same rows, same order
+    with pytest.raises(InputError, match="memory:// is private to one process"):
+        refresh(dataset=f"{root}/data", out=f"{root}/cluster-out", workers=2, top_n=3, k=4, lam=5e-3)
+    assert not fs.exists(f"{root.removeprefix('memory://')}/cluster-out")
+    # The stored model on the URL is found and reused by the next run.
+    s2 = refresh(dataset=f"{root}/data", out=f"{root}/out", **kw)
+    assert s2["model"] == s["model"] and runs.resolve_run(f"{root}/out") == s2["run"] != s["run"]

@@ -51,6 +51,8 @@ def resolve_dataset(name_or_path: str, settings: Settings | None = None, fetch: 
     settings = settings or Settings.from_env()
     name = ALIASES.get(name_or_path.lower())
     if name is None:
+        if "://" in name_or_path:  # an fsspec URL (memory://, s3://…): read_dataset checks it exists
+            return read_dataset(name_or_path)
         path = Path(name_or_path)
         if not path.exists():
             raise InputError(f"--dataset {name_or_path!r}: not a known dataset name ({sorted(set(ALIASES.values()))}) "

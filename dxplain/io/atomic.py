@@ -10,8 +10,28 @@ import shutil
 import uuid
 from pathlib import Path
 
+import fsspec.core
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+# A local folder or file (Path or plain path string), or an fsspec URL such as memory://… or s3://….
+Location = str | os.PathLike
+
+
+def is_local(loc: Location) -> bool:
+    return "://" not in str(loc) or str(loc).startswith("file://")
+
+
+def join(base: Location, *names: str) -> Location:
+    """``base/names…``: a Path for local locations, a URL string otherwise (so it survives pickling to workers)."""
+    if is_local(base):
+        return Path(str(base).removeprefix("file://")).joinpath(*names)
+    return "/".join([str(base).rstrip("/"), *names])
+
+
+def filesystem(loc: Location):
+    """(fsspec filesystem, path within it) for a location."""
+    return fsspec.core.url_to_fs(str(loc))
 
 
 def _tmp_sibling(path: Path) -> Path:
@@ -45,12 +65,57 @@ def atomic_path(path: str | os.PathLike):
             tmp.unlink()
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+@contextlib.contextmanager
+def atomic_file(loc: Location):
+    """Yield a binary file open on a temporary sibling of ``loc``; on success move it onto ``loc``.
+
+    Local files are fsynced and renamed (atomic on POSIX). On other fsspec file systems the
+    temporary is written whole and then moved; on object stores each object appears whole or not
+    at all, and the move is a copy, so a half-written object is never at ``loc``.
+    """
+    if is_local(loc):
+        with atomic_path(join(loc)) as tmp:
+            with open(tmp, "wb") as fh:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+        return
+    fs, path = filesystem(loc)
+    parent, name = path.rsplit("/", 1)
+    tmp = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:8]}"
+    fs.makedirs(parent, exist_ok=True)
+    try:
+        with fs.open(tmp, "wb") as fh:
+            yield fh
+        fs.mv(tmp, path)
+    finally:
+        if fs.exists(tmp):
+            fs.rm(tmp)
+
+
+@contextlib.contextmanager
+def atomic_dir(loc: Location):
+    """Yield a temporary sibling folder of ``loc`` (Path or URL) that replaces ``loc`` on success."""
+    if is_local(loc):
+        with atomic_path(join(loc)) as tmp:
+            yield tmp
+        return
+    fs, path = filesystem(loc)
+    parent, name = path.rsplit("/", 1)
+    tmp = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        yield join(str(loc).rsplit("/", 1)[0], tmp.rsplit("/", 1)[1])
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+        fs.mv(tmp, path, recursive=True)
+    finally:
+        if fs.exists(tmp):
+            fs.rm(tmp, recursive=True)
+
+
+def write_text_atomic(path: Location, text: str) -> None:
+    with atomic_file(path) as fh:
+        fh.write(text.encode())
 
 
 def write_result_folder(out: str | os.PathLike, kind: str, tables: dict[str, pa.Table], summary: dict,

@@ -14,7 +14,7 @@ problem and the fix. Nothing is written unless the whole input passed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..interactions import Interactions, Targets
-from .atomic import atomic_path
+from .atomic import Location, atomic_path, filesystem, is_local, join
 
 REQUIRED = ("user", "item", "rating")
 
@@ -39,24 +39,34 @@ class Dataset:
     name: str = "dataset"
 
 
-def read_table(path: str | Path, columns: dict[str, str] | None = None, delimiter: str | None = None) -> pa.Table:
+def _arrow_fs(fs):
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    return PyFileSystem(FSSpecHandler(fs))
+
+
+def read_table(path: Location, columns: dict[str, str] | None = None, delimiter: str | None = None) -> pa.Table:
     """Read a Parquet file/folder or a delimited text file, renaming columns by ``columns``.
 
     ``columns`` maps dxplain's names to the file's, e.g. ``{"user": "reviewerID", "item": "asin"}``.
     """
-    path = Path(path)
-    if not path.exists():
+    fs, p = filesystem(path)
+    if not fs.exists(p):
         raise InputError(f"{path}: no such file or folder; check the path")
+    # Local files go to pyarrow by path (its own multi-threaded readers); URLs through fsspec.
+    arrow_fs = None if is_local(path) else _arrow_fs(fs)
     try:
-        if path.is_dir() or path.suffix in (".parquet", ".pq"):
-            table = pq.read_table(path)
+        if fs.isdir(p) or PurePosixPath(p).suffix in (".parquet", ".pq"):
+            table = pq.read_table(p, filesystem=arrow_fs)
         else:
-            if path.stat().st_size == 0:
+            if fs.size(p) == 0:
                 raise InputError(f"{path}: the file is empty; it needs a header and at least one interaction")
-            delim = delimiter or ("\t" if path.suffix in (".tsv", ".inter", ".data") else ",")
+            suffix = PurePosixPath(p).suffix
+            delim = delimiter or ("\t" if suffix in (".tsv", ".inter", ".data") else ",")
             # Only empty cells are missing: "nan"/"inf" must reach the rating check as numbers.
-            table = pacsv.read_csv(path, parse_options=pacsv.ParseOptions(delimiter=delim),
-                                   convert_options=pacsv.ConvertOptions(null_values=[""]))
+            with (open(p, "rb") if arrow_fs is None else fs.open(p, "rb")) as fh:
+                table = pacsv.read_csv(fh, parse_options=pacsv.ParseOptions(delimiter=delim),
+                                       convert_options=pacsv.ConvertOptions(null_values=[""]))
     except InputError:
         raise
     except (pa.ArrowInvalid, OSError) as exc:
@@ -178,24 +188,25 @@ def write_dataset(folder: str | Path, table: pa.Table, user_features: pa.Table |
     return Dataset(inter, users, items, folder.name)
 
 
-def read_dataset(path: str | Path, columns: dict[str, str] | None = None) -> Dataset:
-    """Load a prepared dataset folder, or a bare interactions file (Parquet/CSV)."""
-    path = Path(path)
-    if path.is_dir() and (path / "interactions.parquet").exists():
-        table = read_table(path / "interactions.parquet", columns)
-        inter, user_ids, item_ids = interactions_from_table(table, str(path / "interactions.parquet"))
-        users = pq.read_table(path / "users.parquet") if (path / "users.parquet").exists() else pa.table({"id": user_ids})
-        items = pq.read_table(path / "items.parquet") if (path / "items.parquet").exists() else pa.table({"id": item_ids})
+def read_dataset(path: Location, columns: dict[str, str] | None = None) -> Dataset:
+    """Load a prepared dataset folder, or a bare interactions file (Parquet/CSV); local or an fsspec URL."""
+    fs, p = filesystem(path)
+    name = PurePosixPath(p).name
+    if fs.isdir(p) and fs.exists(f"{p}/interactions.parquet"):
+        table = read_table(join(path, "interactions.parquet"), columns)
+        inter, user_ids, item_ids = interactions_from_table(table, str(join(path, "interactions.parquet")))
+        users = read_table(join(path, "users.parquet")) if fs.exists(f"{p}/users.parquet") else pa.table({"id": user_ids})
+        items = read_table(join(path, "items.parquet")) if fs.exists(f"{p}/items.parquet") else pa.table({"id": item_ids})
         if not users.column("id").combine_chunks().equals(user_ids) or not items.column("id").combine_chunks().equals(item_ids):
             raise InputError(f"{path}: users.parquet/items.parquet do not list the ids of interactions.parquet in "
                              "sorted order; re-create the dataset with `dxplain datasets import`")
-        return Dataset(inter, users, items, path.name)
+        return Dataset(inter, users, items, name)
     table = read_table(path, columns)
     inter, user_ids, item_ids = interactions_from_table(table, str(path))
-    return Dataset(inter, pa.table({"id": user_ids}), pa.table({"id": item_ids}), path.stem)
+    return Dataset(inter, pa.table({"id": user_ids}), pa.table({"id": item_ids}), PurePosixPath(p).stem)
 
 
-def read_targets(path: str | Path, data: Interactions):
+def read_targets(path: Location, data: Interactions):
     """A Parquet/CSV list of (user, item) to explain, in original ids; unknown ids are an error."""
     table = read_table(path)
     missing = [c for c in ("user", "item") if c not in table.column_names]

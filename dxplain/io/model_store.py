@@ -23,7 +23,7 @@ from .. import __version__
 from ..errors import InputError
 from ..interactions import Interactions
 from ..models.mf import MFModel
-from .atomic import atomic_path
+from .atomic import Location, atomic_dir, filesystem, is_local, join
 from .interactions import index_of
 
 ROW_CHUNK = 65536
@@ -41,10 +41,21 @@ def _ids_from_zarr(arr) -> pa.Array:
     return pa.array(values.astype(np.int64) if values.dtype.kind in "iu" else [str(v) for v in values])
 
 
-def save_model(path: str | Path, model: MFModel, data: Interactions) -> Path:
-    """Write ``model`` atomically; its attributes tie it to ``data`` by fingerprint."""
-    path = Path(path)
-    with atomic_path(path) as tmp:
+def model_path(out: Location, dataset: str, fingerprint: str, k: int, lam: float, seed: int) -> Location:
+    """Where the refresh keeps the model it trained on this exact data: reused while the data is unchanged."""
+    return join(out, "models", f"{dataset}-{fingerprint}-k{k}-lam{lam:g}-s{seed}.zarr")
+
+
+def exists(path: Location) -> bool:
+    """Whether a model store is at ``path`` (a local folder or an fsspec URL)."""
+    fs, p = filesystem(join(path, "zarr.json"))
+    return fs.exists(p)
+
+
+def save_model(path: Location, model: MFModel, data: Interactions) -> Location:
+    """Write ``model`` atomically (local folder or fsspec URL); its attributes tie it to ``data`` by fingerprint."""
+    path = join(path)
+    with atomic_dir(path) as tmp:
         g = zarr.open_group(str(tmp), mode="w")
         chunk = (min(ROW_CHUNK, max(1, len(model.U))), model.k)
         g.create_array("user_factors", data=model.U, chunks=chunk)
@@ -61,15 +72,15 @@ def save_model(path: str | Path, model: MFModel, data: Interactions) -> Path:
     return path
 
 
-def model_attrs(path: str | Path) -> dict:
-    path = Path(path)
-    if not (path / "zarr.json").exists():
+def model_attrs(path: Location) -> dict:
+    path = join(path)
+    if not exists(path):
         raise InputError(f"{path}: not a dxplain model store (no zarr.json); train one with `dxplain train` "
                          "or create one with `dxplain import-embeddings`")
     return dict(zarr.open_group(str(path), mode="r").attrs)
 
 
-def load_model(path: str | Path, data: Interactions | None = None) -> MFModel:
+def load_model(path: Location, data: Interactions | None = None) -> MFModel:
     """Read a model; with ``data``, check that it was fitted on exactly these interactions and ids."""
     attrs = model_attrs(path)
     g = zarr.open_group(str(path), mode="r")

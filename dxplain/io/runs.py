@@ -9,6 +9,12 @@
 ``LATEST`` moves only after every shard of a run is written and the manifest lists them all, so a
 reader that follows it never sees an incomplete run. A run that was interrupted has no manifest;
 rerunning the same plan resumes it, keeping every shard whose file still matches its recorded hash.
+
+``<out>`` is a local folder or any fsspec URL (``memory://`` in tests, ``s3://bucket/prefix`` with the
+``s3`` extra). Locations come back as ``Path`` for local folders and as URL strings otherwise, so a
+shard task on another machine writes to the same place. On object stores a write is a whole-object
+PUT and the rename a copy: a reader still never trusts a file that its sidecar hash and the manifest
+do not vouch for.
 """
 
 from __future__ import annotations
@@ -17,14 +23,14 @@ import datetime as dt
 import hashlib
 import json
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from .atomic import atomic_path, write_text_atomic
+from .atomic import Location, atomic_file, filesystem, is_local, join, write_text_atomic
 
 LATEST = "LATEST"
 
@@ -33,20 +39,39 @@ def plan_key(plan: dict) -> str:
     return hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def start_run(out: str | Path, plan: dict, now: dt.datetime | None = None) -> tuple[Path, bool]:
+def _read_text(loc: Location) -> str:
+    fs, path = filesystem(loc)
+    return fs.cat_file(path).decode()
+
+
+def _exists(loc: Location) -> bool:
+    fs, path = filesystem(loc)
+    return fs.exists(path)
+
+
+def check_shared(out: Location) -> None:
+    """Refuse an output location that worker processes cannot reach (memory:// lives in one process)."""
+    if str(out).startswith("memory://"):
+        raise InputError(f"--out {out}: memory:// is private to one process, so shards written by Dask workers "
+                         "would be lost; use --in-memory with memory://, or a shared location (a local or "
+                         "network folder, s3://…) with a cluster")
+
+
+def start_run(out: Location, plan: dict, now: dt.datetime | None = None) -> tuple[Location, bool]:
     """The incomplete run with this plan to resume, or a new dated run folder; (folder, resumed)."""
     key = plan_key(plan)
-    root = Path(out) / "runs"
-    if root.is_dir():
-        for run in sorted(root.iterdir(), reverse=True):
-            plan_file = run / "plan.json"
-            if plan_file.exists() and not (run / "manifest.json").exists() and \
-                    json.loads(plan_file.read_text()).get("key") == key:
+    root = join(out, "runs")
+    fs, root_path = filesystem(root)
+    if fs.isdir(root_path):
+        for name in sorted((PurePosixPath(p).name for p in fs.ls(root_path, detail=False)), reverse=True):
+            run = join(root, name)
+            if _exists(join(run, "plan.json")) and not _exists(join(run, "manifest.json")) and \
+                    json.loads(_read_text(join(run, "plan.json"))).get("key") == key:
                 return run, True
     now = now or dt.datetime.now(dt.timezone.utc)
-    run = root / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-    run.mkdir(parents=True, exist_ok=False)
-    write_text_atomic(run / "plan.json", json.dumps({"key": key, "plan": plan}, indent=2, default=str))
+    run = join(root, f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}")
+    fs.makedirs(filesystem(run)[1], exist_ok=True)
+    write_text_atomic(join(run, "plan.json"), json.dumps({"key": key, "plan": plan}, indent=2, default=str))
     return run, False
 
 
@@ -54,74 +79,81 @@ def shard_name(shard: int) -> str:
     return f"part-{shard:05d}.parquet"
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(loc: Location) -> str:
+    fs, path = filesystem(loc)
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with fs.open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
 
 
-def write_shard(run: str | Path, shard: int, table: pa.Table, stats: dict | None = None) -> dict:
+def write_shard(run: Location, shard: int, table: pa.Table, stats: dict | None = None) -> dict:
     """Write one shard's rows, then its entry (both atomically); return the entry.
 
     The entry is written last, so a shard interrupted between the two is simply recomputed.
     """
-    path = Path(run) / shard_name(shard)
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
-    entry = {"shard": shard, "file": path.name, "rows": table.num_rows, "sha256": sha256_file(path), **(stats or {})}
-    write_text_atomic(path.with_suffix(".json"), json.dumps(entry))
+    path = join(run, shard_name(shard))
+    with atomic_file(path) as fh:
+        pq.write_table(table, fh, compression="zstd")
+    entry = {"shard": shard, "file": shard_name(shard), "rows": table.num_rows, "sha256": sha256_file(path),
+             **(stats or {})}
+    write_text_atomic(join(run, f"part-{shard:05d}.json"), json.dumps(entry))
     return entry
 
 
-def completed_shard(run: str | Path, shard: int) -> dict | None:
+def completed_shard(run: Location, shard: int) -> dict | None:
     """The recorded entry of a shard whose file is present and still matches its hash, else None."""
-    path = Path(run) / shard_name(shard)
-    side = path.with_suffix(".json")
-    if not (path.exists() and side.exists()):
+    path, side = join(run, shard_name(shard)), join(run, f"part-{shard:05d}.json")
+    if not (_exists(path) and _exists(side)):
         return None
-    entry = json.loads(side.read_text())
+    entry = json.loads(_read_text(side))
     return entry if sha256_file(path) == entry.get("sha256") else None
 
 
-def write_manifest(run: str | Path, manifest: dict) -> None:
-    write_text_atomic(Path(run) / "manifest.json", json.dumps(manifest, indent=2, default=str))
+def write_manifest(run: Location, manifest: dict) -> None:
+    write_text_atomic(join(run, "manifest.json"), json.dumps(manifest, indent=2, default=str))
 
 
-def read_manifest(run: str | Path) -> dict:
-    path = Path(run) / "manifest.json"
-    if not path.exists():
+def read_manifest(run: Location) -> dict:
+    path = join(run, "manifest.json")
+    if not _exists(path):
         raise InputError(f"{run}: no manifest.json; the run did not complete (use a run that LATEST points to)")
-    return json.loads(path.read_text())
+    return json.loads(_read_text(path))
 
 
-def finish_run(out: str | Path, run: str | Path, manifest: dict) -> None:
+def finish_run(out: Location, run: Location, manifest: dict) -> None:
     """Complete a run: drop temporaries of writers that died mid-write, write the manifest, move LATEST."""
-    for stray in Path(run).glob(".*.tmp-*"):
-        stray.unlink(missing_ok=True)
+    fs, path = filesystem(run)
+    for stray in fs.glob(f"{path}/.*.tmp-*"):
+        fs.rm(stray)
     write_manifest(run, manifest)
     publish_latest(out, run)
 
 
-def publish_latest(out: str | Path, run: str | Path) -> None:
+def publish_latest(out: Location, run: Location) -> None:
     """Point ``LATEST`` at ``run`` — call only after the manifest lists every shard."""
-    write_text_atomic(Path(out) / LATEST, Path(run).name + "\n")
+    write_text_atomic(join(out, LATEST), PurePosixPath(str(run)).name + "\n")
 
 
-def resolve_run(path: str | Path) -> Path:
+def resolve_run(path: Location) -> Location:
     """A run folder, or an output root whose LATEST names one."""
-    path = Path(path)
-    if (path / LATEST).exists():
-        return path / "runs" / (path / LATEST).read_text().strip()
-    if (path / "manifest.json").exists():
+    path = Path(path) if is_local(path) else str(path)
+    if _exists(join(path, LATEST)):
+        return join(path, "runs", _read_text(join(path, LATEST)).strip())
+    if _exists(join(path, "manifest.json")):
         return path
     raise InputError(f"{path}: neither a run folder (manifest.json) nor an output folder with {LATEST}; "
                      "pass the --out folder of a finished refresh")
 
 
-def open_run(run: str | Path) -> pads.Dataset:
+def open_run(run: Location) -> pads.Dataset:
     """The run's attributions as a pyarrow dataset over its manifest's files (filter before reading)."""
-    run = Path(run)
-    files = [str(run / s["file"]) for s in read_manifest(run)["shards"]]
-    return pads.dataset(files, format="parquet")
+    files = [join(run, s["file"]) for s in read_manifest(run)["shards"]]
+    if is_local(run):
+        return pads.dataset([str(f) for f in files], format="parquet")
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    fs, _ = filesystem(run)
+    return pads.dataset([filesystem(f)[1] for f in files], format="parquet",
+                        filesystem=PyFileSystem(FSSpecHandler(fs)))
