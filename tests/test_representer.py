@@ -186,3 +186,35 @@ def test_pruned_selection_equals_argpartition_selection(shape, top_k, d_real, mo
             want = set(np.flatnonzero(row > 0)[np.argsort(-row[row > 0])][:top_k]) | \
                 set(np.flatnonzero(row < 0)[np.argsort(row[row < 0])][:top_k])
             assert {d for bb, tt, d in as_set(got) if (bb, tt) == (b, t)} == want
+
+
+@pytest.mark.parametrize("long_row", [False, True])
+@pytest.mark.parametrize("top_k", [0, 3])
+def test_grouped_attributions_equal_a_dense_reference_in_both_product_layouts(long_row, top_k, monkeypatch):
+    """Groups of mixed history lengths against dense α·(F_tgt F_histᵀ), computed as (B,d,t) or as (B,t,d)."""
+    monkeypatch.setattr(K, "LONG_ROW", 1 if long_row else 10**9)
+    rng = np.random.default_rng(7)
+    n_hist, n_rows, k = 2000, 60, 5
+    d = rng.integers(1, 90, size=12)
+    d[3] = 0  # a group with no history
+    t = rng.integers(1, 6, size=12)
+    hist = rng.permutation(n_hist)[:d.sum()]  # distinct training interactions
+    g = K.Groups(np.concatenate([[0], np.cumsum(d)]), hist, rng.integers(0, n_rows, len(hist)),
+                 np.concatenate([[0], np.cumsum(t)]), np.arange(t.sum()), rng.integers(0, n_rows, t.sum()))
+    alpha = rng.standard_normal(n_hist)
+    F = rng.standard_normal((n_rows, k))
+    a = K.grouped_attributions(g, alpha, F, F, top_k)
+    got = {(int(x), int(y)): (gl, lo) for x, y, gl, lo in zip(a.target, a.train, a.global_importance, a.local_importance)}
+    want = {}
+    for grp in range(len(d)):
+        hs = np.arange(g.hist_ptr[grp], g.hist_ptr[grp + 1])
+        for p in range(g.tgt_ptr[grp], g.tgt_ptr[grp + 1]):
+            local = F[g.hist_row[hs]] @ F[g.tgt_row[p]]
+            imp = alpha[g.hist[hs]] * local
+            keep = np.arange(len(hs)) if top_k == 0 else np.concatenate(
+                [np.argsort(-imp)[:top_k][np.sort(-imp)[:top_k] < 0], np.argsort(imp)[:top_k][np.sort(imp)[:top_k] < 0]])
+            for q in keep:
+                want[(int(g.tgt[p]), int(g.hist[hs[q]]))] = (alpha[g.hist[hs[q]]], local[q])
+    assert got.keys() == want.keys() and len(a.target) == len(want)
+    for key, val in want.items():
+        assert got[key] == pytest.approx(val, rel=1e-12, abs=1e-14)

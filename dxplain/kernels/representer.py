@@ -111,6 +111,11 @@ def split_heavy_groups(g: Groups, budget: int | None = None) -> Groups:
     return Groups(new_hist_ptr, g.hist[hist_idx], g.hist_row[hist_idx], new_tgt_ptr, g.tgt[tgt_idx], g.tgt_row[tgt_idx])
 
 
+# With top-k selection, rows at least this long (heavy items) are computed as (B, t, d) = T·(α⊙H)ᵀ and
+# selected in float64; shorter ones as (B, d, t) = H·Tᵀ with contiguous operands, which numpy multiplies
+# twice as fast for small blocks, then scaled and cast in one pass (measured on both shapes).
+LONG_ROW = 2048
+
 # Rows at least this many times longer than top_k are selected by threshold pruning (see below).
 PRUNE_FACTOR = 50
 
@@ -125,8 +130,8 @@ def _select_top_k(imp: np.ndarray, top_k: int, d_real: int | None = None) -> tup
 def _select_flat(x: np.ndarray, value, top_k: int, d_real: int | None = None) -> np.ndarray:
     """C-order flat indices of each row's top_k largest positive and top_k most negative entries.
 
-    ``x`` is a C-ordered float32 (B, t, d) copy of the importances and ``value(flat)`` returns their
-    exact float64 values. Rounding to float32 is monotone, so a float32 threshold that is ≤ the
+    ``x`` is the (B, t, d) importance, C-ordered: a float32 copy (then ``value(flat)`` returns the
+    exact float64 values) or the float64 values themselves. Rounding to float32 is monotone, so a float32 threshold that is ≤ the
     float32 k-th largest passes every true top-k entry; only rows with float32 ties get more than k
     candidates, and only those are ranked, in float64 — the result is exact. Short rows take their
     threshold from a float32 sort (vectorised, ~1 ns an element here; an index-returning
@@ -184,12 +189,20 @@ def _best_per_row(flat: np.ndarray, value, d: int, k: int, sign: float) -> np.nd
     return np.concatenate([flat[~over], sub[order[rank < k]]])
 
 
-def _importance_at(L: np.ndarray, a: np.ndarray, flat: np.ndarray, t: int, d: int) -> np.ndarray:
-    """Exact α·local at C-order flat indices of the (B, t, d) importance, from L (B, d, t) and α (B, d)."""
+def _at(view: np.ndarray, bb: np.ndarray, tt: np.ndarray, dd: np.ndarray) -> np.ndarray:
+    """``view[bb, tt, dd]`` for a (B, t, d) view of a C-contiguous array, by flat offsets (3-D fancy indexing is slower)."""
+    sb, st, sd = (s // view.itemsize for s in view.strides)
+    base = view.base if view.base is not None else view
+    assert base.flags.c_contiguous and base.ctypes.data == view.ctypes.data, "a view of a whole C-contiguous array"
+    return base.reshape(-1)[bb * sb + tt * st + dd * sd]
+
+
+def _importance_at(Lv: np.ndarray, a: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """Exact α·local at C-order flat indices of the (B, t, d) importance, from the local view Lv and α (B, d)."""
+    _, t, d = Lv.shape
     bb, td = np.divmod(flat, t * d)
     tt, dd = np.divmod(td, d)
-    bd = bb * d + dd
-    return a.reshape(-1)[bd] * L.reshape(-1)[bd * t + tt]
+    return a[bb, dd] * _at(Lv, bb, tt, dd)
 
 
 def buckets(g: Groups, k: int, budget: int | None = None):
@@ -216,10 +229,11 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
                          top_k: int) -> Attributions:
     """Score every group's history against its targets: I = α ⊙ (F_tgt[tgt] F_hist[hist]ᵀ).
 
-    Groups are bucketed by (history, targets) length and each bucket is one stacked matmul
-    (B, d, k) @ (B, k, t) of contiguous operands (a transposed operand halves numpy's matmul rate),
-    with α applied to the (B, d, t) product, the smaller of the two. Selection runs on the product
-    viewed as (B, t, d). Padded history has α = 0 and padded targets a zero row, so their importance
+    Groups are bucketed by (history, targets) length and each bucket is one stacked matmul: for
+    ordinary rows (B, d, k) @ (B, k, t) of contiguous operands (a transposed operand halves numpy's
+    matmul rate there), with α applied to the product while it is cast to float32 for selection; for
+    heavy items (d ≥ ``LONG_ROW``) (B, t, k) @ (B, k, d) with α folded into the history rows, selected
+    in float64 without a cast. Either way selection is exact (see ``_select_flat``). Padded history has α = 0 and padded targets a zero row, so their importance
     is exactly 0 and is never selected (``top_k=0`` keeps all real pairs by mask and reports the
     local importance for them).
     """
@@ -241,20 +255,30 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
         H = np.take(F_hist, hist_row[hpos], axis=0)  # (B, d, k)
         Tt = np.take(F_tgt, tgt_row[tpos], axis=0)  # (B, t, k)
         Tt[~tv] = 0.0
-        L = np.matmul(H, np.ascontiguousarray(Tt.transpose(0, 2, 1)))  # (B, d, t) local importances
         a_b = np.where(hv, alpha[g.hist[hpos]], 0.0)  # (B, d)
-        if top_k > 0:
-            # α applied, transposed to (B, t, d) and cast for selection in one pass.
-            x = np.empty((len(b), t, d), np.float32)
-            np.multiply(L.transpose(0, 2, 1), a_b[:, None, :], out=x, casting="same_kind")
-            flat = _select_flat(x, lambda f: _importance_at(L, a_b, f, t, d), top_k, int(d_all[b].min()))
-            bb, td = np.divmod(flat, t * d)
-            tt, dd = np.divmod(td, d)
+        if top_k > 0 and d >= LONG_ROW:
+            # Heavy items: the (B, t, d) importance straight from BLAS with α folded into the history
+            # rows (d·k work, less than t·d when t > k); pruning selects on it in float64, no cast.
+            imp = np.matmul(Tt, (H * a_b[:, :, None]).transpose(0, 2, 1))
+            flat = _select_flat(imp, lambda f: imp.reshape(-1)[f], top_k, int(d_all[b].min()))
+            bb, tt, dd = np.unravel_index(flat, imp.shape)
+            local = np.einsum("ij,ij->i", Tt[bb, tt], H[bb, dd])  # exact, for the few selected pairs
         else:
-            bb, tt, dd = np.nonzero(hv[:, None, :] & tv[:, :, None])
+            # (B, d, t) = H·Tᵀ with contiguous operands (twice numpy's rate of a transposed operand on
+            # small blocks); α applied, laid out as (B, t, d) and cast for selection in one pass.
+            L = np.matmul(H, np.ascontiguousarray(Tt.transpose(0, 2, 1)))  # (B, d, t) local importances
+            Lv = L.transpose(0, 2, 1)  # viewed as (B, t, d)
+            if top_k > 0:
+                x = np.empty((len(b), t, d), np.float32)
+                np.multiply(Lv, a_b[:, None, :], out=x, casting="same_kind")
+                flat = _select_flat(x, lambda f: _importance_at(Lv, a_b, f), top_k, int(d_all[b].min()))
+                bb, tt, dd = np.unravel_index(flat, x.shape)
+            else:
+                bb, tt, dd = np.nonzero(hv[:, None, :] & tv[:, :, None])
+            local = _at(Lv, bb, tt, dd)
         bd = bb * d + dd
         parts.append(Attributions(g.tgt[tpos.reshape(-1)[bb * t + tt]], g.hist[hpos.reshape(-1)[bd]],
-                                  a_b.reshape(-1)[bd], L.reshape(-1)[bd * t + tt]))
+                                  a_b.reshape(-1)[bd], local))
     return Attributions.concat(parts)
 
 
