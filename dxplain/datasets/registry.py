@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..config import Settings
 from ..errors import InputError
+from ..io.atomic import is_local
 from ..io.interactions import Dataset, read_dataset
 from . import movielens
 
@@ -51,7 +52,7 @@ def resolve_dataset(name_or_path: str, settings: Settings | None = None, fetch: 
     settings = settings or Settings.from_env()
     name = ALIASES.get(name_or_path.lower())
     if name is None:
-        if "://" in name_or_path:  # an fsspec URL (memory://, s3://…): read_dataset checks it exists
+        if not is_local(name_or_path):  # an fsspec URL (memory://, s3://…): read_dataset checks it exists
             return read_dataset(name_or_path)
         path = Path(name_or_path)
         if not path.exists():

@@ -34,8 +34,30 @@ def filesystem(loc: Location):
     return fsspec.core.url_to_fs(str(loc))
 
 
+def exists(loc: Location) -> bool:
+    fs, path = filesystem(loc)
+    return fs.exists(path)
+
+
+def read_text(loc: Location) -> str:
+    fs, path = filesystem(loc)
+    return fs.cat_file(path).decode()
+
+
+def _tmp_name(name: str) -> str:
+    return f".{name}.tmp-{uuid.uuid4().hex[:8]}"
+
+
 def _tmp_sibling(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    return path.with_name(_tmp_name(path.name))
+
+
+def _remote_sibling(loc: Location) -> tuple:
+    """(fs, path of loc, URL and path of a fresh temporary sibling) for a non-local location."""
+    parent, name = str(loc).rstrip("/").rsplit("/", 1)
+    tmp_url = f"{parent}/{_tmp_name(name)}"
+    fs, path = filesystem(loc)
+    return fs, path, tmp_url, filesystem(tmp_url)[1]
 
 
 @contextlib.contextmanager
@@ -80,10 +102,8 @@ def atomic_file(loc: Location):
                 fh.flush()
                 os.fsync(fh.fileno())
         return
-    fs, path = filesystem(loc)
-    parent, name = path.rsplit("/", 1)
-    tmp = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:8]}"
-    fs.makedirs(parent, exist_ok=True)
+    fs, path, _, tmp = _remote_sibling(loc)
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     try:
         with fs.open(tmp, "wb") as fh:
             yield fh
@@ -100,11 +120,9 @@ def atomic_dir(loc: Location):
         with atomic_path(join(loc)) as tmp:
             yield tmp
         return
-    fs, path = filesystem(loc)
-    parent, name = path.rsplit("/", 1)
-    tmp = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:8]}"
+    fs, path, tmp_url, tmp = _remote_sibling(loc)
     try:
-        yield join(str(loc).rsplit("/", 1)[0], tmp.rsplit("/", 1)[1])
+        yield tmp_url
         if fs.exists(path):
             fs.rm(path, recursive=True)
         fs.mv(tmp, path, recursive=True)

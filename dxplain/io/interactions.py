@@ -64,9 +64,9 @@ def read_table(path: Location, columns: dict[str, str] | None = None, delimiter:
             suffix = PurePosixPath(p).suffix
             delim = delimiter or ("\t" if suffix in (".tsv", ".inter", ".data") else ",")
             # Only empty cells are missing: "nan"/"inf" must reach the rating check as numbers.
-            with (open(p, "rb") if arrow_fs is None else fs.open(p, "rb")) as fh:
-                table = pacsv.read_csv(fh, parse_options=pacsv.ParseOptions(delimiter=delim),
-                                       convert_options=pacsv.ConvertOptions(null_values=[""]))
+            table = pacsv.read_csv(p if arrow_fs is None else arrow_fs.open_input_stream(p),
+                                   parse_options=pacsv.ParseOptions(delimiter=delim),
+                                   convert_options=pacsv.ConvertOptions(null_values=[""]))
     except InputError:
         raise
     except (pa.ArrowInvalid, OSError) as exc:

@@ -23,7 +23,7 @@ from .. import __version__
 from ..errors import InputError
 from ..interactions import Interactions
 from ..models.mf import MFModel
-from .atomic import Location, atomic_dir, filesystem, is_local, join
+from .atomic import Location, atomic_dir, exists as _exists, join
 from .interactions import index_of
 
 ROW_CHUNK = 65536
@@ -48,8 +48,7 @@ def model_path(out: Location, dataset: str, fingerprint: str, k: int, lam: float
 
 def exists(path: Location) -> bool:
     """Whether a model store is at ``path`` (a local folder or an fsspec URL)."""
-    fs, p = filesystem(join(path, "zarr.json"))
-    return fs.exists(p)
+    return _exists(join(path, "zarr.json"))
 
 
 def save_model(path: Location, model: MFModel, data: Interactions) -> Location:

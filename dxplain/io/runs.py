@@ -23,30 +23,20 @@ import datetime as dt
 import hashlib
 import json
 import uuid
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from .atomic import Location, atomic_file, filesystem, is_local, join, write_text_atomic
+from .atomic import Location, atomic_file, exists, filesystem, is_local, join, read_text, write_text_atomic
 
 LATEST = "LATEST"
 
 
 def plan_key(plan: dict) -> str:
     return hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()[:20]
-
-
-def _read_text(loc: Location) -> str:
-    fs, path = filesystem(loc)
-    return fs.cat_file(path).decode()
-
-
-def _exists(loc: Location) -> bool:
-    fs, path = filesystem(loc)
-    return fs.exists(path)
 
 
 def check_shared(out: Location) -> None:
@@ -65,8 +55,8 @@ def start_run(out: Location, plan: dict, now: dt.datetime | None = None) -> tupl
     if fs.isdir(root_path):
         for name in sorted((PurePosixPath(p).name for p in fs.ls(root_path, detail=False)), reverse=True):
             run = join(root, name)
-            if _exists(join(run, "plan.json")) and not _exists(join(run, "manifest.json")) and \
-                    json.loads(_read_text(join(run, "plan.json"))).get("key") == key:
+            if exists(join(run, "plan.json")) and not exists(join(run, "manifest.json")) and \
+                    json.loads(read_text(join(run, "plan.json"))).get("key") == key:
                 return run, True
     now = now or dt.datetime.now(dt.timezone.utc)
     run = join(root, f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}")
@@ -105,9 +95,9 @@ def write_shard(run: Location, shard: int, table: pa.Table, stats: dict | None =
 def completed_shard(run: Location, shard: int) -> dict | None:
     """The recorded entry of a shard whose file is present and still matches its hash, else None."""
     path, side = join(run, shard_name(shard)), join(run, f"part-{shard:05d}.json")
-    if not (_exists(path) and _exists(side)):
+    if not (exists(path) and exists(side)):
         return None
-    entry = json.loads(_read_text(side))
+    entry = json.loads(read_text(side))
     return entry if sha256_file(path) == entry.get("sha256") else None
 
 
@@ -117,9 +107,9 @@ def write_manifest(run: Location, manifest: dict) -> None:
 
 def read_manifest(run: Location) -> dict:
     path = join(run, "manifest.json")
-    if not _exists(path):
+    if not exists(path):
         raise InputError(f"{run}: no manifest.json; the run did not complete (use a run that LATEST points to)")
-    return json.loads(_read_text(path))
+    return json.loads(read_text(path))
 
 
 def finish_run(out: Location, run: Location, manifest: dict) -> None:
@@ -138,10 +128,10 @@ def publish_latest(out: Location, run: Location) -> None:
 
 def resolve_run(path: Location) -> Location:
     """A run folder, or an output root whose LATEST names one."""
-    path = Path(path) if is_local(path) else str(path)
-    if _exists(join(path, LATEST)):
-        return join(path, "runs", _read_text(join(path, LATEST)).strip())
-    if _exists(join(path, "manifest.json")):
+    path = join(path)
+    if exists(join(path, LATEST)):
+        return join(path, "runs", read_text(join(path, LATEST)).strip())
+    if exists(join(path, "manifest.json")):
         return path
     raise InputError(f"{path}: neither a run folder (manifest.json) nor an output folder with {LATEST}; "
                      "pass the --out folder of a finished refresh")
@@ -149,11 +139,10 @@ def resolve_run(path: Location) -> Location:
 
 def open_run(run: Location) -> pads.Dataset:
     """The run's attributions as a pyarrow dataset over its manifest's files (filter before reading)."""
-    files = [join(run, s["file"]) for s in read_manifest(run)["shards"]]
+    files = [s["file"] for s in read_manifest(run)["shards"]]
     if is_local(run):
-        return pads.dataset([str(f) for f in files], format="parquet")
+        return pads.dataset([str(join(run, f)) for f in files], format="parquet")
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-    fs, _ = filesystem(run)
-    return pads.dataset([filesystem(f)[1] for f in files], format="parquet",
-                        filesystem=PyFileSystem(FSSpecHandler(fs)))
+    fs, root = filesystem(run)
+    return pads.dataset([f"{root}/{f}" for f in files], format="parquet", filesystem=PyFileSystem(FSSpecHandler(fs)))

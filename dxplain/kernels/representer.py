@@ -121,9 +121,9 @@ PRUNE_FACTOR = 50
 
 
 def _select_top_k(imp: np.ndarray, top_k: int, d_real: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Indices (b, t, d) of the top_k largest positive and top_k most negative entries along the last axis."""
-    x = np.asarray(imp, dtype=np.float32, order="C")
-    flat = _select_flat(x, lambda f: imp[np.unravel_index(f, imp.shape)], top_k, d_real)
+    """Indices (b, t, d) of the top_k largest positive and top_k most negative entries of a C-ordered
+    (B, t, d) array along its last axis, selected on the values as given (see ``_select_flat``)."""
+    flat = _select_flat(imp, lambda f: imp.reshape(-1)[f], top_k, d_real)
     return np.unravel_index(flat, imp.shape)
 
 
@@ -131,8 +131,8 @@ def _select_flat(x: np.ndarray, value, top_k: int, d_real: int | None = None) ->
     """C-order flat indices of each row's top_k largest positive and top_k most negative entries.
 
     ``x`` is the (B, t, d) importance, C-ordered: a float32 copy (then ``value(flat)`` returns the
-    exact float64 values) or the float64 values themselves. Rounding to float32 is monotone, so a float32 threshold that is ≤ the
-    float32 k-th largest passes every true top-k entry; only rows with float32 ties get more than k
+    exact float64 values) or the float64 values themselves. Rounding to float32 is monotone, so a
+    float32 threshold that is ≤ the float32 k-th largest passes every true top-k entry; only rows with float32 ties get more than k
     candidates, and only those are ranked, in float64 — the result is exact. Short rows take their
     threshold from a float32 sort (vectorised, ~1 ns an element here; an index-returning
     ``argpartition`` with two kth was 15x slower). Long rows (heavy items) take it by pruning over
@@ -189,20 +189,10 @@ def _best_per_row(flat: np.ndarray, value, d: int, k: int, sign: float) -> np.nd
     return np.concatenate([flat[~over], sub[order[rank < k]]])
 
 
-def _at(view: np.ndarray, bb: np.ndarray, tt: np.ndarray, dd: np.ndarray) -> np.ndarray:
-    """``view[bb, tt, dd]`` for a (B, t, d) view of a C-contiguous array, by flat offsets (3-D fancy indexing is slower)."""
-    sb, st, sd = (s // view.itemsize for s in view.strides)
-    base = view.base if view.base is not None else view
-    assert base.flags.c_contiguous and base.ctypes.data == view.ctypes.data, "a view of a whole C-contiguous array"
-    return base.reshape(-1)[bb * sb + tt * st + dd * sd]
-
-
-def _importance_at(Lv: np.ndarray, a: np.ndarray, flat: np.ndarray) -> np.ndarray:
-    """Exact α·local at C-order flat indices of the (B, t, d) importance, from the local view Lv and α (B, d)."""
-    _, t, d = Lv.shape
-    bb, td = np.divmod(flat, t * d)
-    tt, dd = np.divmod(td, d)
-    return a[bb, dd] * _at(Lv, bb, tt, dd)
+def _local_at(L: np.ndarray, bb: np.ndarray, tt: np.ndarray, dd: np.ndarray) -> np.ndarray:
+    """``L[bb, dd, tt]`` of the C-contiguous (B, d, t) product, by flat offsets (3-D fancy indexing is slower)."""
+    _, d, t = L.shape
+    return L.reshape(-1)[(bb * d + dd) * t + tt]
 
 
 def buckets(g: Groups, k: int, budget: int | None = None):
@@ -233,9 +223,9 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
     ordinary rows (B, d, k) @ (B, k, t) of contiguous operands (a transposed operand halves numpy's
     matmul rate there), with α applied to the product while it is cast to float32 for selection; for
     heavy items (d ≥ ``LONG_ROW``) (B, t, k) @ (B, k, d) with α folded into the history rows, selected
-    in float64 without a cast. Either way selection is exact (see ``_select_flat``). Padded history has α = 0 and padded targets a zero row, so their importance
-    is exactly 0 and is never selected (``top_k=0`` keeps all real pairs by mask and reports the
-    local importance for them).
+    in float64 without a cast. Either way selection is exact (see ``_select_flat``). Padded history
+    has α = 0 and padded targets a zero row, so their importance is exactly 0 and is never selected
+    (``top_k=0`` keeps all real pairs by mask and reports the local importance for them).
     """
     g = split_heavy_groups(g)
     d_all = np.diff(g.hist_ptr)
@@ -260,22 +250,25 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
             # Heavy items: the (B, t, d) importance straight from BLAS with α folded into the history
             # rows (d·k work, less than t·d when t > k); pruning selects on it in float64, no cast.
             imp = np.matmul(Tt, (H * a_b[:, :, None]).transpose(0, 2, 1))
-            flat = _select_flat(imp, lambda f: imp.reshape(-1)[f], top_k, int(d_all[b].min()))
-            bb, tt, dd = np.unravel_index(flat, imp.shape)
+            bb, tt, dd = _select_top_k(imp, top_k, int(d_all[b].min()))
             local = np.einsum("ij,ij->i", Tt[bb, tt], H[bb, dd])  # exact, for the few selected pairs
         else:
             # (B, d, t) = H·Tᵀ with contiguous operands (twice numpy's rate of a transposed operand on
             # small blocks); α applied, laid out as (B, t, d) and cast for selection in one pass.
             L = np.matmul(H, np.ascontiguousarray(Tt.transpose(0, 2, 1)))  # (B, d, t) local importances
-            Lv = L.transpose(0, 2, 1)  # viewed as (B, t, d)
             if top_k > 0:
                 x = np.empty((len(b), t, d), np.float32)
-                np.multiply(Lv, a_b[:, None, :], out=x, casting="same_kind")
-                flat = _select_flat(x, lambda f: _importance_at(Lv, a_b, f), top_k, int(d_all[b].min()))
+                np.multiply(L.transpose(0, 2, 1), a_b[:, None, :], out=x, casting="same_kind")
+
+                def importance(f):  # exact float64 α·local at flat indices of x
+                    bb, tt, dd = np.unravel_index(f, x.shape)
+                    return a_b[bb, dd] * _local_at(L, bb, tt, dd)
+
+                flat = _select_flat(x, importance, top_k, int(d_all[b].min()))
                 bb, tt, dd = np.unravel_index(flat, x.shape)
             else:
                 bb, tt, dd = np.nonzero(hv[:, None, :] & tv[:, :, None])
-            local = _at(Lv, bb, tt, dd)
+            local = _local_at(L, bb, tt, dd)
         bd = bb * d + dd
         parts.append(Attributions(g.tgt[tpos.reshape(-1)[bb * t + tt]], g.hist[hpos.reshape(-1)[bd]],
                                   a_b.reshape(-1)[bd], local))
