@@ -3,6 +3,7 @@
     python benchmarks/case_deletion.py      # breast-cancer and digits-4v9 at 40×40, synthetic-sparse at 3×8,
                                             # movielens-100k SGD-MF at 2×5 and ALS-MF at 1×4; ~1.5 h on 2 cores
     python benchmarks/case_deletion.py --only movielens-100k --trials 5 --targets 10
+    python benchmarks/case_deletion.py --only movielens-100k --model two-tower    # 4×10, ~35 min on 2 cores
 
 Copies each run's deletions.csv, auc_del.md and deletion_curves.png to benchmarks/results/case_deletion/<dataset>.*
 and adds to the Markdown a comparison on common targets: influence functions have no samples of one
@@ -27,7 +28,8 @@ from dxplain.explain.report import curve_aucs  # noqa: E402
 RESULTS = Path(__file__).parent / "results" / "case_deletion"
 # (dataset, model): (trials, targets) — the sizes run for the README; CF retraining is the costly part.
 PLAN = {("breast-cancer", None): (40, 40), ("digits-4v9", None): (40, 40), ("synthetic-sparse", None): (3, 8),
-        ("movielens-100k", "sgd"): (2, 5), ("movielens-100k", "als"): (1, 4), ("movielens-100k", "softimpute"): (1, 4)}
+        ("movielens-100k", "sgd"): (2, 5), ("movielens-100k", "als"): (1, 4), ("movielens-100k", "softimpute"): (1, 4),
+        ("movielens-100k", "two-tower"): (4, 10)}
 
 
 def common_targets(csv_path: Path) -> str:
@@ -52,13 +54,14 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="one dataset")
+    ap.add_argument("--model", help="one CF model (als, softimpute, sgd, two-tower)")
     ap.add_argument("--trials", type=int)
     ap.add_argument("--targets", type=int)
     ap.add_argument("--out", default="dxplain-out")
     args = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     for (name, model), (trials, targets) in PLAN.items():
-        if args.only and name != args.only:
+        if (args.only and name != args.only) or (args.model and model != args.model):
             continue
         s = evaluate(dataset=name, model=model or "als", trials=args.trials or trials,
                      targets=args.targets or targets, out=args.out)

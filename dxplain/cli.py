@@ -258,7 +258,7 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--trials", type=int, default=40, help="random splits (default 40, as the paper)")
     ev.add_argument("--targets", type=int, default=40, help="test points per trial (default 40)")
     ev.add_argument("--n-lam", type=float, default=1.0, help="n·λ of the ℓ1 model (default 1, as the paper)")
-    ev.add_argument("--model", default="als", help="movielens-100k only: als (default), softimpute, or sgd (adds TracInCP)")
+    ev.add_argument("--model", default="als", help="movielens-100k only: als (default), softimpute, sgd (adds TracInCP) or two-tower")
     _run_options(ev, None, "retrain")
     ev.set_defaults(func=cmd_evaluate)
 

@@ -26,6 +26,7 @@ from dxplain.explain.faithfulness import curve_rows, plan, trial_case
 from dxplain.explain.faithfulness_cf import cf_plan, cf_trial_case
 from dxplain.explain.report import auc_del_markdown, deletion_plot_png
 from dxplain.io.evaluation import cache_dir, write_evaluation
+from dxplain.models.two_tower import encode_features
 
 
 def code_fingerprint() -> str:
@@ -33,15 +34,15 @@ def code_fingerprint() -> str:
     from dxplain.datasets import tabular
     from dxplain.explain import deletion, faithfulness, faithfulness_cf, representer
     from dxplain.kernels import als, newton, sparse_representers
-    from dxplain.models import mf, sgd_mf, softimpute, sparse_logistic
+    from dxplain.models import mf, sgd_mf, softimpute, sparse_logistic, two_tower
 
     mods = (tabular, deletion, faithfulness, faithfulness_cf, representer, als, newton, mf, sgd_mf, softimpute,
-            sparse_representers, sparse_logistic)
+            sparse_representers, sparse_logistic, two_tower)
     return hashlib.sha256("".join(inspect.getsource(m) for m in mods).encode()).hexdigest()[:16]
 
 
 CF_DATASETS = ("movielens-100k",)
-CF_MODELS = ("als", "softimpute", "sgd")
+CF_MODELS = ("als", "softimpute", "sgd", "two-tower")
 
 
 @task(cache_policy=INPUTS - "client", persist_result=True, retries=1)
@@ -49,7 +50,9 @@ def evaluate_trial(dataset: str, trial: int, targets: int, n_lam: float, model: 
                    client=None) -> dict:
     """One trial's deletion curves; cached on its inputs and the code's fingerprint, so a rerun skips it."""
     if dataset in CF_DATASETS:
-        case = cf_trial_case(resolve_dataset(dataset).interactions, trial, targets, model=model)
+        ds = resolve_dataset(dataset)
+        features = encode_features(ds.users) if model == "two-tower" else None
+        case = cf_trial_case(ds.interactions, trial, targets, model=model, user_features=features)
         jobs, ms = cf_plan(case, seed=trial)
         info = {"grad_norm": case.model.grad_norm}
     else:
@@ -71,8 +74,8 @@ def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40
     if dataset not in TABULAR + CF_DATASETS:
         raise InputError(f"--dataset {dataset!r}: choose one of {', '.join(TABULAR + CF_DATASETS)}")
     if model not in CF_MODELS:
-        raise InputError(f"--model {model!r}: for movielens-100k choose als (ALS-MF), softimpute, or sgd "
-                         "(SGD-MF, adds TracInCP)")
+        raise InputError(f"--model {model!r}: for movielens-100k choose als (ALS-MF), softimpute, sgd "
+                         "(SGD-MF, adds TracInCP) or two-tower (YoutubeNet-style)")
     if trials < 1 or targets < 1:
         raise InputError(f"--trials {trials} --targets {targets}: both must be ≥ 1 (the paper uses 40 × 40)")
     t0 = time.perf_counter()
@@ -85,7 +88,7 @@ def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40
         results = [run_trial(dataset, t, targets, n_lam, model, code, client) for t in range(trials)]
     rows = [r for res in results for r in res["rows"]]
     ms = {m: sum(res["ms"][m] for res in results) / len(results) for m in results[0]["ms"]}
-    name = f"{dataset} ({ {'als': 'ALS-MF', 'sgd': 'SGD-MF', 'softimpute': 'SoftImpute'}[model]})" \
+    name = f"{dataset} ({ {'als': 'ALS-MF', 'sgd': 'SGD-MF', 'softimpute': 'SoftImpute', 'two-tower': 'two-tower'}[model]})" \
         if dataset in CF_DATASETS else dataset
     title = f"{name}, {trials} trials × {targets} targets"
     summary = {"dataset": dataset, "model": model if dataset in CF_DATASETS else "l1-logistic", "trials": trials,

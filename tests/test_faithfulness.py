@@ -177,3 +177,74 @@ def test_sgd_mf_is_deterministic_and_deletion_only_removes_rows():
     assert len(a.checkpoints) == 3 and a.checkpoints[-1].lr == 0.5
     c = fit.fit(d, drop=np.array([0, 5]))
     assert c.n_train == len(d) - 2 and not np.allclose(c.U, a.U)
+
+
+def _two_tower_problem(seed=9):
+    import pyarrow as pa
+
+    from dxplain.models.two_tower import TwoTower, encode_features
+
+    from conftest import random_interactions
+
+    d = random_interactions(25, 18, 0.35, seed=seed)
+    rng = np.random.default_rng(seed)
+    users = pa.table({"id": np.arange(25), "age": rng.integers(18, 70, 25),
+                      "gender": rng.choice(["F", "M"], 25), "zip": [f"{z:05d}" for z in range(25)]})
+    return d, TwoTower(encode_features(users, max_categories=10), k=4, hidden=6, batch=20, epochs=3, seed=1)
+
+
+def test_two_tower_features_and_backpropagation_match_finite_differences():
+    import scipy.sparse as sp
+
+    d, tt = _two_tower_problem()
+    assert tt.F.shape == (25, 3)  # age standardised + gender one-hot; the id and the 25 zip codes left out
+    np.testing.assert_allclose(tt.F[:, 0].mean(), 0, atol=1e-12)
+    rng = np.random.default_rng(0)
+    params = tt._init(rng, d.n_items)
+    H = sp.random_array((25, 18), density=0.3, random_state=2, format="csr")
+    users, G = np.array([1, 4, 7, 20]), rng.normal(size=(4, 4))
+
+    def loss(ps):  # ⟨G, f(users)⟩: its gradient is what _tower_grads back-propagates from g_f = G
+        return float(np.sum(G * tt._tower(ps, H, users)[-1]))
+
+    g_E, g_W = tt._tower_grads(params, H, users, tt._tower(params, H, users), G)
+    for which, grad in [(0, g_E)] + [(2 + n, g) for n, g in enumerate(g_W)]:
+        for idx in list(np.ndindex(grad.shape))[::5][:6]:
+            up = [p.copy() for p in params]
+            dn = [p.copy() for p in params]
+            up[which][idx] += 1e-6
+            dn[which][idx] -= 1e-6
+            assert (loss(up) - loss(dn)) / 2e-6 == pytest.approx(grad[idx], rel=1e-5, abs=1e-8)
+
+
+def test_two_tower_is_deterministic_and_deletion_removes_rows_from_batches_and_histories():
+    d, tt = _two_tower_problem()
+    a, b = tt.fit(d), tt.fit(d, drop=np.array([], dtype=int))
+    np.testing.assert_array_equal(a.U, b.U)
+    assert a.kind == "two-tower" and a.lam is None and a.U.shape == (25, 4) and a.V.shape == (18, 4)
+    np.testing.assert_allclose(a.predict(d.user, d.item), a.mu + np.einsum("nk,nk->n", a.U[d.user], a.V[d.item]))
+    # Deleting user 0's ratings changes the model; deleting only one of them changes it differently.
+    rows = np.flatnonzero(d.user == 0)
+    c = tt.fit(d, drop=rows)
+    assert c.n_train == len(d) - len(rows) and not np.allclose(c.U, a.U)
+    first = tt.fit(d, drop=rows[:1])
+    assert not np.allclose(first.U, a.U) and not np.allclose(first.U, c.U)
+
+
+def test_two_tower_case_runs_the_deletion_plan():
+    from dxplain.explain.faithfulness_cf import MFCase, cf_plan
+    from dxplain.interactions import Targets
+
+    d, tt = _two_tower_problem()
+    seen = set(zip(d.user.tolist(), d.item.tolist()))
+    pairs = [(a, b) for a in range(25) for b in range(18) if (a, b) not in seen][:2]
+    case = MFCase(d, Targets.from_pairs(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])),
+                  tt.fit(d), two_tower=tt)
+    jobs, ms = cf_plan(case, fractions=(0.1, 0.3))
+    assert set(ms) == {"representer", "fia", "random"}
+    base = [case.prediction(t) for t in range(2)]
+    curves = run_in_memory(case, jobs[:3], base)
+    for job, c in zip(jobs[:3], curves):  # each point is a real retraining without that set
+        retrained = case.retrain_without(job.sets[0])
+        u, i = pairs[job.target]
+        assert c[0] == pytest.approx(retrained.predict(np.array([u]), np.array([i]))[0] - base[job.target])

@@ -1,7 +1,8 @@
 """Case-deletion trials for matrix factorisation: the high-dimensional representer against Fast Influence
 Analysis (Cheng et al., KDD 2019), TracInCP (SGD-MF only: it needs training checkpoints) and random, on
 ml-100k with ratings mapped to [−1, 1]. Models: ALS-MF (trained to a stationary point), SoftImpute
-(nuclear norm) or SGD-MF (App. G).
+(nuclear norm), SGD-MF (App. G) or a YoutubeNet-style two-tower model (explained through its final
+embeddings, §5.3).
 
 One trial = a random 90/10 split, ALS-MF fitted on the 90% (seeded initialisation), T random held-out
 pairs as targets. A target (u, j)'s candidates are the training ratings that share its user or its item
@@ -13,14 +14,16 @@ pairs as targets. A target (u, j)'s candidates are the training ratings that sha
                  (2 r_z / n) · V_jᵀ H_U⁻¹ V_k (user side) or (2 r_z / n) · U_uᵀ H_V⁻¹ U_i (item side), with
                  H_U = (2/n) Σ_{k ∈ D_u} V_k V_kᵀ + λI and H_V the mirror (the exact Hessian blocks: the
                  target is not a training pair, so there is no cross term)
-                 (SGD-MF has λ = 0: H gets a small damping, 10⁻³ of its mean diagonal)
+                 (SGD-MF and two-tower have no λ: H gets a small damping, 10⁻³ of its mean diagonal; for the
+                 two-tower model U_u is the user tower's output, as for the representer)
     tracin       Σ over epoch checkpoints of η · 2 r_z ∇ŷ_z·∇ŷ_{uj} (``models.sgd_mf.tracin_cp``)
     random       independent normal scores over the candidates
 
 Retraining after a deletion: ALS-MF starts from the trained factors and runs the same Newton-CG polish
 to the same gradient tolerance (a cold ALS start costs ~10 s per retraining on ml-100k; warm, ~1 s).
 SGD-MF reruns from the same initialisation with the same batches, minus the deleted rows. SoftImpute
-restarts its iterations from the trained SVD.
+restarts its iterations from the trained SVD. The two-tower model, like SGD-MF, reruns Adam from the same
+initialisation with the same batches, minus the deleted rows, which also leave the users' history inputs.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ..kernels.als import Pattern, curvature_grams
 from ..models.mf import ALSMF, MFModel, default_lam
 from ..models.sgd_mf import SGDMF, tracin_cp
 from ..models.softimpute import SoftImpute
+from ..models.two_tower import TwoTower
 from .deletion import FRACTIONS, deletion_sets
 from .faithfulness import Job
 from .representer import Preprocessed
@@ -58,6 +62,7 @@ class MFCase:
     tol: float = 1e-7
     sgd: SGDMF | None = None  # the trainer of an SGD-MF model, reused for retraining
     softimpute: SoftImpute | None = None  # likewise for a SoftImpute model (warm-started from its SVD)
+    two_tower: TwoTower | None = None  # likewise for a two-tower model
 
     @property
     def n_targets(self) -> int:
@@ -69,8 +74,8 @@ class MFCase:
 
     def retrain_without(self, rows: np.ndarray) -> MFModel:
         """The same solver from the same start, on the training ratings minus ``rows``."""
-        if self.sgd is not None:  # SGD keeps every other row in its original batch
-            return self.sgd.fit(self.data, drop=rows)
+        if self.sgd is not None or self.two_tower is not None:  # every other row keeps its original batch
+            return (self.sgd or self.two_tower).fit(self.data, drop=rows)
         keep = np.ones(len(self.data), dtype=bool)
         keep[rows] = False
         data, m = self.data.subset(keep), self.model
@@ -112,11 +117,13 @@ def cf_importances(case: MFCase, method: str, pre: Preprocessed | None = None, g
     return out
 
 
-def cf_trial_case(data: Interactions, trial: int, n_targets: int, k: int = 32, model: str = "als") -> MFCase:
+def cf_trial_case(data: Interactions, trial: int, n_targets: int, k: int = 32, model: str = "als",
+                  user_features: np.ndarray | None = None) -> MFCase:
     """Trial ``trial``: its own 90/10 split, the model with seed ``trial``, ``n_targets`` random held-out
     pairs. ALS-MF's λ is the refresh default for the [−1, 1] scale (the same model up to a factor);
     SGD-MF follows App. E (learning rate 2, batches of 3000, 10 epochs); SoftImpute is Mazumder et al.'s
-    nuclear-norm solver, explained through its SVD (Cor. 4)."""
+    nuclear-norm solver, explained through its SVD (Cor. 4); the two-tower model follows App. E's
+    YoutubeNet (Adam, learning rate 10⁻³, batches of 3000, 20 epochs) over ``user_features``."""
     rng = np.random.default_rng(trial)
     data = normalised(data)
     test = rng.random(len(data)) < 0.1
@@ -126,6 +133,9 @@ def cf_trial_case(data: Interactions, trial: int, n_targets: int, k: int = 32, m
     if model == "sgd":
         sgd = SGDMF(k=k, seed=trial)
         return MFCase(train, targets, sgd.fit(train), sgd=sgd)
+    if model == "two-tower":
+        tt = TwoTower(user_features, k=k, seed=trial)
+        return MFCase(train, targets, tt.fit(train), two_tower=tt)
     if model == "softimpute":  # λ = 3e-4 gives rank ~7 on ml-100k (the paper: rank 12 on ML-1M)
         si = SoftImpute(lam=3e-4, max_rank=48, tol=1e-6)
         return MFCase(train, targets, si.fit(train), softimpute=si)
