@@ -188,11 +188,14 @@ def test_pruned_selection_equals_argpartition_selection(shape, top_k, d_real, mo
             assert {d for bb, tt, d in as_set(got) if (bb, tt) == (b, t)} == want
 
 
-@pytest.mark.parametrize("long_row", [False, True])
+@pytest.mark.parametrize("long_row", [False, True, "streamed"])
 @pytest.mark.parametrize("top_k", [0, 3])
 def test_grouped_attributions_equal_a_dense_reference_in_both_product_layouts(long_row, top_k, monkeypatch):
-    """Groups of mixed history lengths against dense α·(F_tgt F_histᵀ), computed as (B,d,t) or as (B,t,d)."""
+    """Groups of mixed history lengths against dense α·(F_tgt F_histᵀ), computed as (B,d,t) or as (B,t,d)
+    or, for groups over the block budget, streamed in (target chunk × history chunk) blocks and merged."""
     monkeypatch.setattr(K, "LONG_ROW", 1 if long_row else 10**9)
+    if long_row == "streamed":
+        monkeypatch.setattr(K, "BLOCK_ELEMENTS", 40)  # blocks of 1 target × 40 rows: up to 3 chunks to merge
     rng = np.random.default_rng(7)
     n_hist, n_rows, k = 2000, 60, 5
     d = rng.integers(1, 90, size=12)
@@ -218,3 +221,44 @@ def test_grouped_attributions_equal_a_dense_reference_in_both_product_layouts(lo
     assert got.keys() == want.keys() and len(a.target) == len(want)
     for key, val in want.items():
         assert got[key] == pytest.approx(val, rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("top_k", [1, 4])
+def test_norm_ordered_search_is_exact_when_it_stops_early(top_k):
+    """Rows with very uneven norms (as α makes them): the Cauchy–Schwarz stop must not lose any top-k row."""
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((5000, 6)) * np.exp(rng.normal(scale=2.5, size=5000))[:, None]
+    X[7] = 0.0  # a zero row is never selected
+    T = rng.standard_normal((300, 6))
+    tt, dd = K._norm_ordered_top_k(X, T, top_k, budget=2000)  # blocks of a few rows: many rounds, early stops
+    S = T @ X.T
+    got = set(zip(tt.tolist(), dd.tolist()))
+    want = {(u, int(i)) for u in range(len(T)) for i in np.argsort(-S[u])[:top_k]} | \
+        {(u, int(i)) for u in range(len(T)) for i in np.argsort(S[u])[:top_k]}
+    assert got == want and len(tt) == 2 * top_k * len(T)
+
+
+def test_approximate_heavy_item_search_finds_the_exact_top_k_and_reports_exact_values(monkeypatch):
+    """HNSW (faiss) on the inner product: nearly every exact top-k rater found, and every value exact."""
+    pytest.importorskip("faiss")
+    from dxplain.explain.ann import hnsw_search
+
+    monkeypatch.setattr(K, "LONG_ROW", 100)
+    monkeypatch.setattr(K, "BLOCK_ELEMENTS", 10_000)  # the group (3000 rows × 40 targets) is heavy
+    rng = np.random.default_rng(3)
+    n_hist, k = 3000, 8
+    g = K.Groups(np.array([0, n_hist]), np.arange(n_hist), np.arange(n_hist), np.array([0, 40]), np.arange(40),
+                 n_hist + np.arange(40))
+    F = rng.standard_normal((n_hist + 40, k))
+    alpha = rng.standard_normal(n_hist)
+    exact = K.grouped_attributions(g, alpha, F, F, 5)
+    calls = []
+    search = hnsw_search(ef_search=64)
+    approx = K.grouped_attributions(g, alpha, F, F, 5, lambda X, T, m: calls.append(len(X)) or search(X, T, m))
+    assert calls == [n_hist]
+    key = lambda a: set(zip(a.target.tolist(), a.train.tolist()))  # noqa: E731
+    assert len(key(approx) & key(exact)) >= 0.95 * len(key(exact))
+    np.testing.assert_allclose(approx.importance, alpha[approx.train] * np.einsum(
+        "ij,ij->i", F[n_hist + approx.target], F[approx.train]), rtol=1e-12)
+    with pytest.raises(ValueError, match="top_k > 0"):
+        K.grouped_attributions(g, alpha, F, F, 0, hnsw_search())

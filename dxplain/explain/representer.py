@@ -87,9 +87,10 @@ class RepresenterExplainer:
         g, F = self.groups(t, "item")
         return K.grouped_attributions(g, self.pre.alpha, F, F, top_k)
 
-    def user_side(self, t: Targets, top_k: int) -> K.Attributions:
+    def user_side(self, t: Targets, top_k: int, search=None) -> K.Attributions:
+        """``search``: an approximate top-k for heavy items (``explain.ann.hnsw_search()``); exact by default."""
         g, F = self.groups(t, "user")
-        return K.grouped_attributions(g, self.pre.alpha, F, F, top_k)
+        return K.grouped_attributions(g, self.pre.alpha, F, F, top_k, search)
 
     def side_sums(self, t: Targets) -> tuple[np.ndarray, np.ndarray]:
         """Exact Σ importance per target and side in O(k): ⟨A_{i'}, Ṽ_{j'}⟩ and ⟨B_{j'}, Ũ_{i'}⟩.

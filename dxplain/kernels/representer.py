@@ -195,6 +195,111 @@ def _local_at(L: np.ndarray, bb: np.ndarray, tt: np.ndarray, dd: np.ndarray) -> 
     return L.reshape(-1)[(bb * d + dd) * t + tt]
 
 
+def heavy_groups(g: Groups, budget: int | None = None) -> np.ndarray:
+    """Groups with at least ``LONG_ROW`` history rows whose history × targets block exceeds ``budget``."""
+    d, t = np.diff(g.hist_ptr), np.diff(g.tgt_ptr)
+    return np.flatnonzero((d >= LONG_ROW) & (d * t > (budget or BLOCK_ELEMENTS)))
+
+
+def without_groups(g: Groups, drop: np.ndarray) -> Groups:
+    """``g`` minus the groups ``drop`` (their history and targets removed)."""
+    keep = np.ones(len(g.hist_ptr) - 1, bool)
+    keep[drop] = False
+    h = np.repeat(keep, np.diff(g.hist_ptr))
+    t = np.repeat(keep, np.diff(g.tgt_ptr))
+    return Groups(np.concatenate([[0], np.cumsum(np.diff(g.hist_ptr)[keep])]), g.hist[h], g.hist_row[h],
+                  np.concatenate([[0], np.cumsum(np.diff(g.tgt_ptr)[keep])]), g.tgt[t], g.tgt_row[t])
+
+
+def streamed_group_attributions(g: Groups, x: int, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray,
+                                top_k: int, search=None, budget: int | None = None) -> Attributions:
+    """Top_k positive and negative attributions of one heavy group (say an item with 10⁵ raters).
+
+    The α-scaled history X = α ⊙ F_hist[hist] is gathered once and searched exactly in blocks within
+    ``budget`` by ``_norm_ordered_top_k``, which stops scanning for a target as soon as no unseen row
+    can enter its top_k — so no block larger than the budget, and no second gather of X, is made.
+
+    ``search(X, T, m)``, if given, replaces the blocks by an approximate maximum-inner-product search:
+    it returns (t, m) candidate rows of X for T (largest ⟨X, T⟩) and for −T, and the candidates are
+    then ranked by their exact importance. Only which rows are found is approximate; every value
+    reported is exact.
+    """
+    budget = budget or BLOCK_ELEMENTS
+    h = np.arange(g.hist_ptr[x], g.hist_ptr[x + 1])
+    p = np.arange(g.tgt_ptr[x], g.tgt_ptr[x + 1])
+    a_h = alpha[g.hist[h]]
+    H = np.take(F_hist, g.hist_row[h].astype(np.intp), axis=0)
+    X = H * a_h[:, None]  # (d, k)
+    T = np.take(F_tgt, g.tgt_row[p].astype(np.intp), axis=0)  # (t, k)
+    d, t = len(h), len(p)
+    if search is not None:
+        hi, lo = search(X, T, top_k)
+        cand_t = np.repeat(np.arange(t), hi.shape[1] + lo.shape[1])
+        cand_d = np.concatenate([hi, lo], axis=1).reshape(-1)
+        ok = cand_d >= 0  # a search may return fewer than asked (-1)
+        cand_t, cand_d = cand_t[ok], cand_d[ok]
+        key = np.unique(cand_t * d + cand_d)  # a row found by both queries counts once
+        cand_t, cand_d = key // d, key % d
+    else:
+        cand_t, cand_d = _norm_ordered_top_k(X, T, top_k, budget)
+    # The merge: per target, the top_k of each sign among the candidates, by exact importance.
+    value = np.einsum("ij,ij->i", T[cand_t], X[cand_d])
+    flat = cand_t * d + cand_d
+    order = np.argsort(flat)
+    flat, value = flat[order], value[order]
+    pos, neg = value > 0, value < 0
+    keep = np.concatenate([_best_per_row(flat[pos], lambda f: value[np.searchsorted(flat, f)], d, top_k, -1.0),
+                           _best_per_row(flat[neg], lambda f: value[np.searchsorted(flat, f)], d, top_k, 1.0)])
+    tt, dd = keep // d, keep % d
+    local = np.einsum("ij,ij->i", T[tt], H[dd])  # exact, for the selected pairs
+    return Attributions(g.tgt[p[tt]], g.hist[h[dd]], a_h[dd], local)
+
+
+def _norm_ordered_top_k(X: np.ndarray, T: np.ndarray, top_k: int, budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """(target, row) pairs of each target's exact top_k largest positive and most negative ⟨X_i, T_u⟩.
+
+    Rows are scanned in blocks in order of decreasing ‖X_i‖ and each target keeps its running top_k per
+    sign. By Cauchy–Schwarz every unseen row has |⟨X_i, T_u⟩| ≤ ‖X_next‖·‖T_u‖, so a target whose
+    k-th best of both signs already exceeds that bound is finished and leaves the scan. α makes the
+    norms very uneven (a heavy item of the 5M set: median ‖X_i‖ 5.6·10⁻⁴, largest 0.18), so most
+    targets finish after a few percent of the rows — an exact search that beats a graph index there
+    (``benchmarks/heavy_items.py``). Blocks grow from 1024 rows, within ``budget`` elements.
+    """
+    norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+    perm = np.argsort(-norms, kind="stable")
+    Xs, ns = X[perm], norms[perm]
+    t, d, k = len(T), len(X), min(top_k, len(X))
+    qn = np.sqrt(np.einsum("ij,ij->i", T, T))
+    best = {s: (np.zeros((t, k)), np.full((t, k), -1, np.int64)) for s in (1.0, -1.0)}  # s·value > 0 only
+    active = np.arange(t)
+    start, r = 0, 1024
+    while start < d and len(active):
+        r = max(1, min(r, budget // len(active)))
+        block = slice(start, min(d, start + r))
+        S = T[active] @ Xs[block].T  # (a, r)
+        rows = np.arange(block.start, block.stop)
+        for s in (1.0, -1.0):
+            v, i = best[s]
+            allv = np.concatenate([v[active], s * S], axis=1)
+            alli = np.concatenate([i[active], np.broadcast_to(rows, S.shape)], axis=1)
+            top = np.argpartition(-allv, k - 1, axis=1)[:, :k]
+            v[active] = np.take_along_axis(allv, top, axis=1)
+            i[active] = np.take_along_axis(alli, top, axis=1)
+        start = block.stop
+        if start < d:  # the bound on every unseen row (with a margin for rounding in the products)
+            bound = ns[start] * qn[active] * (1 + 1e-9)
+            kth = np.minimum(best[1.0][0][active].min(axis=1), best[-1.0][0][active].min(axis=1))
+            active = active[kth <= bound]
+        r *= 2
+    tt, dd = [], []
+    for s in (1.0, -1.0):
+        v, i = best[s]
+        found = v > 0
+        tt.append(np.nonzero(found)[0])
+        dd.append(perm[i[found]])
+    return np.concatenate(tt), np.concatenate(dd)
+
+
 def buckets(g: Groups, k: int, budget: int | None = None):
     """Yield (group indices, padded history length d, padded target count t) per stacked matmul.
 
@@ -216,7 +321,7 @@ def buckets(g: Groups, k: int, budget: int | None = None):
 
 
 def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray,
-                         top_k: int) -> Attributions:
+                         top_k: int, search=None) -> Attributions:
     """Score every group's history against its targets: I = α ⊙ (F_tgt[tgt] F_hist[hist]ᵀ).
 
     Groups are bucketed by (history, targets) length and each bucket is one stacked matmul: for
@@ -226,7 +331,18 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
     in float64 without a cast. Either way selection is exact (see ``_select_flat``). Padded history
     has α = 0 and padded targets a zero row, so their importance is exactly 0 and is never selected
     (``top_k=0`` keeps all real pairs by mask and reports the local importance for them).
+
+    Groups whose (history × targets) block exceeds the budget (the user side of popular items) go to
+    ``streamed_group_attributions`` instead, exactly or through an approximate ``search``.
     """
+    if top_k > 0:
+        heavy = heavy_groups(g)
+        if len(heavy):
+            streamed = [streamed_group_attributions(g, x, alpha, F_hist, F_tgt, top_k, search) for x in heavy]
+            return Attributions.concat([grouped_attributions(without_groups(g, heavy), alpha, F_hist, F_tgt, top_k)]
+                                       + streamed)
+    elif search is not None:
+        raise ValueError("an approximate search needs top_k > 0")
     g = split_heavy_groups(g)
     d_all = np.diff(g.hist_ptr)
     t_all = np.diff(g.tgt_ptr)
