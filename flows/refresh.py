@@ -76,22 +76,35 @@ def publish(out: str, run_dir: str, entries: list[dict], meta: dict) -> dict:
     return manifest
 
 
+@contextlib.contextmanager
+def stage(seconds: dict, name: str):
+    """Record the wall seconds of one stage of the refresh (reported in the run's summary)."""
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = round(time.perf_counter() - t, 2)
+
+
 @flow(name="dxplain-refresh", log_prints=True)
 def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str | None = None,
             scheduler: str | None = None, workers: int | None = None, top_n: int = 10, top_k: int = 10,
             targets: str | None = None, shards: int | None = None, k: int = DEFAULT_K, lam: float | None = None,
             seed: int = 0, in_memory: bool = False) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run."""
-    t0 = time.perf_counter()
+    t0, seconds = time.perf_counter(), {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
-    ds = load_data(dataset, settings)
-    supplied = read_targets(targets, ds.interactions) if targets else None  # bad input fails before any work
+    with stage(seconds, "load"):
+        ds = load_data(dataset, settings)
+        supplied = read_targets(targets, ds.interactions) if targets else None  # bad input fails before any work
     n_shards = shards or 4 * settings.workers
     if not in_memory:
         runs.check_shared(settings.out)  # before any work: workers must reach the run folder
     with contextlib.nullcontext() if in_memory else connect(settings) as client:
-        m, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client)
-        job = RefreshJob(ds.interactions, preprocess(m, ds), top_n=top_n, top_k=top_k, targets=supplied)
+        with stage(seconds, "train"):
+            m, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client)
+        with stage(seconds, "preprocess"):
+            job = RefreshJob(ds.interactions, preprocess(m, ds), top_n=top_n, top_k=top_k, targets=supplied)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
         plan = {"data": ds.interactions.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
                 "top_n": top_n, "top_k": top_k, "shards": n_shards,
@@ -99,14 +112,17 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         run_dir, resumed = runs.start_run(settings.out, plan)
         if resumed:
             get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
-        entries = explain_all(job, n_shards, str(run_dir), client)
+        with stage(seconds, "recommend_explain_write"):  # targets, attributions and shard files, per shard
+            entries = explain_all(job, n_shards, str(run_dir), client)
     summary = {"run": str(run_dir), "dataset": dataset, "model": model_path, **summarize(entries),
-               "seconds": round(time.perf_counter() - t0, 2), "grad_norm": m.grad_norm, "lam": m.lam,
-               "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k}
-    publish(settings.out, str(run_dir), entries, {"summary": summary})
+               "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "grad_norm": m.grad_norm,
+               "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k}
+    with stage(seconds, "publish"):
+        publish(settings.out, str(run_dir), entries, {"summary": summary})
     get_run_logger().info(
-        "refresh done: %d users, %d targets, %d attributions in %.1fs (%d attributions/s in shards); "
+        "refresh done: %d users, %d targets, %d attributions in %.1fs (%s; %d attributions/s in shards); "
         "fidelity max rel. error item %.1e, user %.1e; LATEST → %s", summary["users"], summary["targets"],
-        summary["attributions"], summary["seconds"], summary["attributions_per_second"],
+        summary["attributions"], summary["seconds"], ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
+        summary["attributions_per_second"],
         summary["fidelity_max_rel_error"]["item"], summary["fidelity_max_rel_error"]["user"], run_dir)
     return summary

@@ -38,6 +38,9 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
     assert table.num_rows == s["attributions"] == sum(e["rows"] for e in manifest["shards"])
     assert s["targets"] == 3 * 50 and s["users"] == 50
     assert s["fidelity_max_rel_error"]["item"] < 1e-6
+    stages = s["stage_seconds"]  # every stage timed, within the whole run's wall time
+    assert list(stages) == ["load", "train", "preprocess", "recommend_explain_write", "publish"]
+    assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= s["seconds"] + stages["publish"] + 0.1
     # Second run on unchanged data reuses the stored model and moves LATEST to the new run.
     s2 = refresh(dataset=str(dataset), out=str(out), top_n=3, top_k=2, k=4, lam=5e-3, in_memory=True)
     assert s2["model"] == s["model"] and runs.resolve_run(out) != run
