@@ -35,6 +35,26 @@ class SGDModel(MFModel):
     checkpoints: list = field(default_factory=list)
 
 
+def kept_ratings(data: Interactions, drop: np.ndarray | None) -> tuple[np.ndarray, float, np.ndarray]:
+    """Row weights (0 for the dropped rows), the mean of the kept ratings, and the ratings minus it."""
+    w = np.ones(len(data))
+    if drop is not None:
+        w[drop] = 0.0
+    mu = float(np.average(data.rating, weights=w))
+    return w, mu, data.rating - mu
+
+
+def minibatches(rng: np.random.Generator, keep: np.ndarray, batch: int):
+    """One epoch's minibatches of the kept rows. The order is drawn for every row, kept or not, so a
+    deletion leaves every other row in the batch it had: the "same solver" of case deletion."""
+    order = rng.permutation(len(keep))
+    for a in range(0, len(order), batch):
+        b = order[a:a + batch]
+        b = b[keep[b]]
+        if len(b):
+            yield b
+
+
 class SGDMF:
     def __init__(self, k: int = 32, lr: float = 2.0, batch: int = 3000, epochs: int = 10, lam: float = 0.0,
                  seed: int = 0, init_scale: float = 0.1):
@@ -47,19 +67,10 @@ class SGDMF:
         U = rng.normal(scale=self.init_scale, size=(data.n_users, self.k))
         V = rng.normal(scale=self.init_scale, size=(data.n_items, self.k))
         u, i = data.user.astype(np.intp), data.item.astype(np.intp)
-        w = np.ones(len(data))
-        if drop is not None:
-            w[drop] = 0.0
-        mu = float(np.average(data.rating, weights=w))
-        y = data.rating - mu
+        w, mu, y = kept_ratings(data, drop)
         checkpoints = []
         for _ in range(self.epochs):
-            order = rng.permutation(len(data))  # drawn for every row, so deletions leave the batches as they were
-            for a in range(0, len(order), self.batch):
-                b = order[a:a + self.batch]
-                b = b[w[b] > 0]
-                if len(b) == 0:
-                    continue
+            for b in minibatches(rng, w > 0, self.batch):
                 ub, ib = u[b], i[b]
                 r = y[b] - np.einsum("nk,nk->n", U[ub], V[ib])
                 scale = 2.0 / self.batch  # a fixed denominator: a deleted row changes no other row's weight

@@ -27,6 +27,7 @@ import scipy.sparse as sp
 
 from ..interactions import Interactions
 from .mf import MFModel
+from .sgd_mf import kept_ratings, minibatches
 
 
 def encode_features(table: pa.Table, max_categories: int = 64) -> np.ndarray:
@@ -122,25 +123,16 @@ class TwoTower:
         t0 = time.perf_counter()
         rng = np.random.default_rng(self.seed)
         params = self._init(rng, data.n_items)
-        E, V = params[0], params[1]
+        V = params[1]  # the item embeddings (params[0] holds the history input embeddings E)
         u, i = data.user.astype(np.intp), data.item.astype(np.intp)
-        w = np.ones(len(data))
-        if drop is not None:
-            w[drop] = 0.0
-        mu = float(np.average(data.rating, weights=w))
-        y = data.rating - mu
+        w, mu, y = kept_ratings(data, drop)
         # H: each user's kept history, rows summing to 1 (h_u = H_u E)
         deg = np.bincount(u, weights=w, minlength=data.n_users)
         H = sp.csr_array((w / np.maximum(deg[u], 1.0), (u, i)), shape=(data.n_users, data.n_items))
         H.eliminate_zeros()
         adam = _Adam(params, self.lr)
         for _ in range(self.epochs):
-            order = rng.permutation(len(data))  # drawn for every row, so deletions leave the batches as they were
-            for a in range(0, len(order), self.batch):
-                b = order[a:a + self.batch]
-                b = b[w[b] > 0]
-                if len(b) == 0:
-                    continue
+            for b in minibatches(rng, w > 0, self.batch):
                 users, pos = np.unique(u[b], return_inverse=True)
                 acts = self._tower(params, H, users)
                 f = acts[-1]
