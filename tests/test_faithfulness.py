@@ -205,9 +205,9 @@ def test_two_tower_features_and_backpropagation_match_finite_differences():
     users, G = np.array([1, 4, 7, 20]), rng.normal(size=(4, 4))
 
     def loss(ps):  # ⟨G, f(users)⟩: its gradient is what _tower_grads back-propagates from g_f = G
-        return float(np.sum(G * tt._tower(ps, H, users)[-1]))
+        return float(np.sum(G * tt._tower(ps, users, H[users])[-1]))
 
-    g_E, g_W = tt._tower_grads(params, H, users, tt._tower(params, H, users), G)
+    g_E, g_W = tt._tower_grads(params, H[users], tt._tower(params, users, H[users]), G)
     for which, grad in [(0, g_E)] + [(2 + n, g) for n, g in enumerate(g_W)]:
         for idx in list(np.ndindex(grad.shape))[::5][:6]:
             up = [p.copy() for p in params]

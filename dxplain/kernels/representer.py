@@ -231,28 +231,32 @@ def streamed_group_attributions(g: Groups, x: int, alpha: np.ndarray, F_hist: np
     H = np.take(F_hist, g.hist_row[h].astype(np.intp), axis=0)
     X = H * a_h[:, None]  # (d, k)
     T = np.take(F_tgt, g.tgt_row[p].astype(np.intp), axis=0)  # (t, k)
-    d, t = len(h), len(p)
-    if search is not None:
-        hi, lo = search(X, T, top_k)
-        cand_t = np.repeat(np.arange(t), hi.shape[1] + lo.shape[1])
-        cand_d = np.concatenate([hi, lo], axis=1).reshape(-1)
-        ok = cand_d >= 0  # a search may return fewer than asked (-1)
-        cand_t, cand_d = cand_t[ok], cand_d[ok]
-        key = np.unique(cand_t * d + cand_d)  # a row found by both queries counts once
-        cand_t, cand_d = key // d, key % d
+    if search is None:
+        tt, dd = _norm_ordered_top_k(X, T, top_k, budget)
     else:
-        cand_t, cand_d = _norm_ordered_top_k(X, T, top_k, budget)
-    # The merge: per target, the top_k of each sign among the candidates, by exact importance.
-    value = np.einsum("ij,ij->i", T[cand_t], X[cand_d])
-    flat = cand_t * d + cand_d
-    order = np.argsort(flat)
-    flat, value = flat[order], value[order]
-    pos, neg = value > 0, value < 0
-    keep = np.concatenate([_best_per_row(flat[pos], lambda f: value[np.searchsorted(flat, f)], d, top_k, -1.0),
-                           _best_per_row(flat[neg], lambda f: value[np.searchsorted(flat, f)], d, top_k, 1.0)])
-    tt, dd = keep // d, keep % d
+        tt, dd = _exact_rerank(X, T, search(X, T, top_k), top_k)
     local = np.einsum("ij,ij->i", T[tt], H[dd])  # exact, for the selected pairs
     return Attributions(g.tgt[p[tt]], g.hist[h[dd]], a_h[dd], local)
+
+
+def _exact_rerank(X: np.ndarray, T: np.ndarray, found: tuple[np.ndarray, np.ndarray],
+                  top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(target, row) pairs of each target's top_k of each sign among an approximate search's candidates
+    (``found``: (t, m) rows for T and for −T, −1 for none), ranked by their exact ⟨X_i, T_u⟩."""
+    d = len(X)
+    hi, lo = found
+    cand_t = np.repeat(np.arange(len(T)), hi.shape[1] + lo.shape[1])
+    cand_d = np.concatenate([hi, lo], axis=1).reshape(-1)
+    ok = cand_d >= 0  # a search may return fewer than asked (-1)
+    flat = np.unique(cand_t[ok] * d + cand_d[ok])  # sorted; a row found by both queries counts once
+    value = np.einsum("ij,ij->i", T[flat // d], X[flat % d])
+
+    def exact(f):
+        return value[np.searchsorted(flat, f)]
+
+    keep = np.concatenate([_best_per_row(flat[value > 0], exact, d, top_k, -1.0),
+                           _best_per_row(flat[value < 0], exact, d, top_k, 1.0)])
+    return keep // d, keep % d
 
 
 def _norm_ordered_top_k(X: np.ndarray, T: np.ndarray, top_k: int, budget: int) -> tuple[np.ndarray, np.ndarray]:

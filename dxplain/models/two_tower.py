@@ -95,17 +95,17 @@ class TwoTower:
             params += [rng.normal(scale=np.sqrt(2.0 / a), size=(a, b)), np.zeros(b)]
         return params
 
-    def _tower(self, params, H: sp.csr_array, users: np.ndarray):
-        """f(users) and the activations the backward pass needs."""
+    def _tower(self, params, users: np.ndarray, H_users: sp.csr_array):
+        """f(users) and the activations the backward pass needs; ``H_users`` = the users' rows of H."""
         E, Ws = params[0], params[2:]
-        x = np.hstack([self.F[users], H[users] @ E])
+        x = np.hstack([self.F[users], H_users @ E])
         acts = [x]
         for layer in range(0, len(Ws), 2):
             z = acts[-1] @ Ws[layer] + Ws[layer + 1]
             acts.append(np.maximum(z, 0.0) if layer + 2 < len(Ws) else z)
         return acts
 
-    def _tower_grads(self, params, H, users, acts, g_f) -> tuple[np.ndarray, list[np.ndarray]]:
+    def _tower_grads(self, params, H_users, acts, g_f) -> tuple[np.ndarray, list[np.ndarray]]:
         """Back-propagate dL/df(users) = g_f through the tower: (dL/dE, [dL/dW₁, dL/db₁, …])."""
         Ws = params[2:]
         grads = [None] * len(Ws)
@@ -117,7 +117,7 @@ class TwoTower:
             if layer > 0:
                 g = g * (a > 0)  # relu′ of the layer below (its activation is > 0 exactly where z > 0)
         g_h = g[:, self.F.shape[1]:]
-        return H[users].T @ g_h, grads
+        return H_users.T @ g_h, grads
 
     def fit(self, data: Interactions, drop: np.ndarray | None = None) -> MFModel:
         t0 = time.perf_counter()
@@ -134,14 +134,15 @@ class TwoTower:
         for _ in range(self.epochs):
             for b in minibatches(rng, w > 0, self.batch):
                 users, pos = np.unique(u[b], return_inverse=True)
-                acts = self._tower(params, H, users)
+                H_users = H[users]  # sliced once for both passes
+                acts = self._tower(params, users, H_users)
                 f = acts[-1]
                 r = y[b] - np.einsum("nk,nk->n", f[pos], V[i[b]])
                 # d/dŷ of (1/batch) Σ r²; a fixed denominator, so a deleted row changes no other row's weight
                 A = sp.csr_array((-2.0 * r / self.batch, (pos, i[b])), shape=(len(users), data.n_items))
-                g_E, g_W = self._tower_grads(params, H, users, acts, A @ V)
+                g_E, g_W = self._tower_grads(params, H_users, acts, A @ V)
                 adam.step([g_E, A.T @ f] + g_W)
-        U = self._tower(params, H, np.arange(data.n_users))[-1]
+        U = self._tower(params, np.arange(data.n_users), H)[-1]
         r = (y - np.einsum("nk,nk->n", U[u], V[i])) * (w > 0)
         return MFModel(U, V.copy(), mu, None, int(w.sum()), kind="two-tower",
                        info={"epochs": self.epochs, "lr": self.lr, "batch": self.batch, "hidden": self.hidden,
