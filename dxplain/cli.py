@@ -30,7 +30,7 @@ def cmd_refresh(a) -> int:
 
     summary = refresh(dataset=a.dataset, model=a.model, out=a.out, scheduler=a.scheduler, workers=a.workers,
                       top_n=a.top_n, top_k=a.top_k, targets=a.targets, shards=a.shards, k=a.k, lam=a.lam,
-                      in_memory=a.in_memory)
+                      in_memory=a.in_memory, max_sweeps=a.max_sweeps, newton_steps=a.newton_steps)
     print(json.dumps(summary, indent=2, default=str))
     print(f"\nResults: {summary['run']} (LATEST in {a.out or 'dxplain-out'} points here)")
     from .io import runs
@@ -189,6 +189,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--targets", help="Parquet/CSV of (user, item) to explain instead of the top-N")
     r.add_argument("--k", type=int, default=DEFAULT_K, help="rank when training")
     r.add_argument("--lam", type=float, help=LAM_HELP)
+    r.add_argument("--max-sweeps", type=int, help="cap ALS sweeps when training (default: up to 60, until they stall)")
+    r.add_argument("--newton-steps", type=int,
+                   help="cap the Newton polish after ALS (default: up to 200, until ‖∇f‖ ≤ 1e-9); 0 = ALS only")
     _run_options(r, "user shards", "run the shards")
     r.set_defaults(func=cmd_refresh)
 

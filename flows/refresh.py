@@ -15,8 +15,9 @@ from prefect.cache_policies import NO_CACHE
 
 from dxplain.config import Settings
 from dxplain.datasets import resolve_dataset
+from dxplain.errors import InputError
 from dxplain.distributed.als import ClusterHalfSteps
-from dxplain.distributed.cluster import connect
+from dxplain.distributed.cluster import connect, peak_rss_mib
 from dxplain.distributed.refresh import run_on_cluster
 from dxplain.explain.representer import Preprocessed
 from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users, summarize
@@ -34,23 +35,31 @@ def load_data(dataset: str, settings: Settings):
 
 
 @task(cache_policy=NO_CACHE)
-def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, seed: int, client=None):
+def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, seed: int, client=None,
+                  budget: dict | None = None):
     """Use --model if given; else reuse the model trained on this exact data, else train and store one
-    (ALS half-steps sharded on the cluster when there is one)."""
+    (ALS half-steps sharded on the cluster when there is one). ``budget`` caps ALS sweeps and Newton
+    steps (``max_sweeps``, ``polish_iters``); a capped model is stored under its own name."""
     logger = get_run_logger()
     data = ds.interactions
     if model:
         logger.info("loading model %s", model)
         return model_store.load_model(model, data), model
     lam = lam if lam is not None else default_lam(len(data))
-    path = model_store.model_path(out, ds.name, data.fingerprint(), k, lam, seed)
+    budget = budget or {}
+    path = model_store.model_path(out, ds.name, data.fingerprint(), k, lam, seed, **budget)
     if model_store.exists(path):
         logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
         return model_store.load_model(path, data), str(path)
-    m = ALSMF(k=k, lam=lam, seed=seed).fit(data, half_steps=partial(ClusterHalfSteps, client) if client else None)
+    half_steps = partial(ClusterHalfSteps, client) if client else None
+    m = ALSMF(k=k, lam=lam, seed=seed, **budget).fit(data, half_steps=half_steps)
     model_store.save_model(path, m, data)
     logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
                 k, lam, m.grad_norm, m.info["sweeps"], m.info["newton_iters"], m.info["seconds"], path)
+    if m.grad_norm > ALSMF.tol:
+        logger.warning("training stopped at ‖∇f‖=%.1e, above %.0e (budget %s): attributions will sum to the "
+                       "score only approximately; the run's fidelity error says by how much", m.grad_norm,
+                       ALSMF.tol, budget or "default")
     return m, str(path)
 
 
@@ -90,9 +99,18 @@ def stage(seconds: dict, name: str):
 def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str | None = None,
             scheduler: str | None = None, workers: int | None = None, top_n: int = 10, top_k: int = 10,
             targets: str | None = None, shards: int | None = None, k: int = DEFAULT_K, lam: float | None = None,
-            seed: int = 0, in_memory: bool = False) -> dict:
-    """Explain every user's top-N recommendations (or a supplied target list) and publish the run."""
+            seed: int = 0, in_memory: bool = False, max_sweeps: int | None = None,
+            newton_steps: int | None = None) -> dict:
+    """Explain every user's top-N recommendations (or a supplied target list) and publish the run.
+
+    ``max_sweeps`` / ``newton_steps`` cap training (default: train to ‖∇f‖ ≤ 1e-9). A capped model
+    stops short of the optimum, so its attributions sum to the score only approximately: the
+    summary's fidelity error says by how much.
+    """
     t0, seconds = time.perf_counter(), {}
+    for name, value, least in (("max-sweeps", max_sweeps, 1), ("newton-steps", newton_steps, 0)):
+        if value is not None and value < least:
+            raise InputError(f"--{name} {value}: must be at least {least} (leave it out to train to convergence)")
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     with stage(seconds, "load"):
         ds = load_data(dataset, settings)
@@ -102,7 +120,9 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         runs.check_shared(settings.out)  # before any work: workers must reach the run folder
     with contextlib.nullcontext() if in_memory else connect(settings) as client:
         with stage(seconds, "train"):
-            m, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client)
+            budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
+                      if v is not None}
+            m, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client, budget)
         with stage(seconds, "preprocess"):
             job = RefreshJob(ds.interactions, preprocess(m, ds), top_n=top_n, top_k=top_k, targets=supplied)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
@@ -114,15 +134,19 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
         with stage(seconds, "recommend_explain_write"):  # targets, attributions and shard files, per shard
             entries = explain_all(job, n_shards, str(run_dir), client)
+        memory = peak_rss_mib(client)
     summary = {"run": str(run_dir), "dataset": dataset, "model": model_path, **summarize(entries),
-               "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "grad_norm": m.grad_norm,
+               "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "peak_rss_mib": memory,
+               "grad_norm": m.grad_norm,
                "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k}
     with stage(seconds, "publish"):
         publish(settings.out, str(run_dir), entries, {"summary": summary})
     get_run_logger().info(
         "refresh done: %d users, %d targets, %d attributions in %.1fs (%s; %d attributions/s in shards); "
-        "fidelity max rel. error item %.1e, user %.1e; LATEST → %s", summary["users"], summary["targets"],
+        "fidelity max rel. error item %.1e, user %.1e; peak RSS MiB %s; LATEST → %s",
+        summary["users"], summary["targets"],
         summary["attributions"], summary["seconds"], ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
         summary["attributions_per_second"],
-        summary["fidelity_max_rel_error"]["item"], summary["fidelity_max_rel_error"]["user"], run_dir)
+        summary["fidelity_max_rel_error"]["item"], summary["fidelity_max_rel_error"]["user"],
+        {"flow": memory["flow"], "workers": sorted(memory["workers"].values())}, run_dir)
     return summary

@@ -41,6 +41,12 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
     stages = s["stage_seconds"]  # every stage timed, within the whole run's wall time
     assert list(stages) == ["load", "train", "preprocess", "recommend_explain_write", "publish"]
     assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= s["seconds"] + stages["publish"] + 0.1
+    phases = s["shard_seconds"]  # inside the shard tasks: at most the stage's wall time on 2 workers
+    assert list(phases) == ["recommend", "explain", "write"] and all(v > 0 for v in phases.values())
+    assert sum(phases.values()) <= 2 * stages["recommend_explain_write"] + 0.1
+    memory = s["peak_rss_mib"]  # this process and both worker processes, each a real high-water mark
+    assert len(memory["workers"]) == 2 and all(50 < v < 8192 for v in memory["workers"].values())
+    assert memory["flow"] > 50
     # Second run on unchanged data reuses the stored model and moves LATEST to the new run.
     s2 = refresh(dataset=str(dataset), out=str(out), top_n=3, top_k=2, k=4, lam=5e-3, in_memory=True)
     assert s2["model"] == s["model"] and runs.resolve_run(out) != run
@@ -49,6 +55,20 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
     a, b = table.sort_by(keys), t2.sort_by(keys)
     assert a.column("side").to_pylist() == b.column("side").to_pylist()
     np.testing.assert_allclose(a.column("importance").to_numpy(), b.column("importance").to_numpy(), rtol=1e-12)
+
+
+def test_a_training_budget_caps_training_and_names_its_model(dataset, tmp_path):
+    out = str(tmp_path / "out")
+    capped = refresh(dataset=str(dataset), out=out, top_n=2, top_k=2, k=4, lam=5e-3, in_memory=True,
+                     max_sweeps=1, newton_steps=0)
+    assert capped["model"].endswith("-sweeps1-newton0.zarr")
+    assert capped["grad_norm"] > 1e-6  # one sweep is far from the optimum; the fidelity error shows it
+    assert capped["fidelity_max_rel_error"]["item"] > 1e-6
+    full = refresh(dataset=str(dataset), out=out, top_n=2, top_k=2, k=4, lam=5e-3, in_memory=True)
+    assert full["model"] != capped["model"] and full["grad_norm"] <= 1e-9  # the capped model is not reused
+    with pytest.raises(InputError, match="--max-sweeps 0"):
+        refresh(dataset=str(dataset), out=out, k=4, in_memory=True, max_sweeps=0)
+
 
 @pytest.mark.distributed
 def test_refresh_submits_to_an_existing_scheduler(dataset, tmp_path):

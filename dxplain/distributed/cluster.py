@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import resource
 
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -41,6 +42,16 @@ def blas_threads(client: Client) -> dict:
         return max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=0)
 
     return client.run(info)
+
+
+def _peak_rss_mib() -> float:
+    # ru_maxrss is in KiB on Linux: the process's high-water mark, the number a memory limit is about.
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def peak_rss_mib(client: Client | None = None) -> dict:
+    """Peak resident memory (MiB) of this process and of every worker process since it started."""
+    return {"flow": _peak_rss_mib(), "workers": client.run(_peak_rss_mib) if client is not None else {}}
 
 
 @contextlib.contextmanager

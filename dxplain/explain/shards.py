@@ -46,14 +46,20 @@ def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> d
         t = recommend(job.pre.Ut, job.pre.Vt, job.data, users, job.top_n)
     else:
         t = job.targets.for_users(users)
+    t1 = time.perf_counter()
     ex = RepresenterExplainer(job.data, job.pre)
     table = ex.explain(t, job.top_k)
     # Fidelity (Σ attributions vs score, relative) per side; the flow merges it over shards.
     fid = fidelity(*ex.side_sums(t), ex.scores(t))
+    t2 = time.perf_counter()
     entry = runs.write_shard(run_dir, shard, table, {
-        "users": int(len(users)), "targets": int(len(t)), "seconds": time.perf_counter() - t0,
+        "users": int(len(users)), "targets": int(len(t)),
         **{f"{stat}_{side}": v for side, stats in fid.items() for stat, v in stats.items()},
+        "seconds_recommend": t1 - t0, "seconds_explain": t2 - t1,
     })
+    # Known only once the file is written, so in the returned entry (the manifest), not the side file.
+    entry["seconds_write"] = time.perf_counter() - t2
+    entry["seconds"] = time.perf_counter() - t0
     return entry
 
 
@@ -70,6 +76,9 @@ def summarize(entries: list[dict]) -> dict:
         "users": sum(e["users"] for e in entries), "targets": sum(e["targets"] for e in entries),
         "attributions": rows, "shards": len(entries), "resumed_shards": sum(bool(e.get("resumed")) for e in entries),
         "attributions_per_second": round(rows / max(busy, 1e-9)),  # per shard-second of work
+        # Seconds inside the shard tasks per phase, summed over shards (CPU-side split of the stage's wall time).
+        "shard_seconds": {p: round(sum(e.get(f"seconds_{p}", 0.0) for e in entries if not e.get("resumed")), 2)
+                          for p in ("recommend", "explain", "write")},
         "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in entries), default=0.0)
                                    for s in ("item", "user")},
         "fidelity_median_rel_error": {s: float(np.median([e[f"median_rel_error_{s}"] for e in entries]))

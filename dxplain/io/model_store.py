@@ -41,9 +41,14 @@ def _ids_from_zarr(arr) -> pa.Array:
     return pa.array(values.astype(np.int64) if values.dtype.kind in "iu" else [str(v) for v in values])
 
 
-def model_path(out: Location, dataset: str, fingerprint: str, k: int, lam: float, seed: int) -> Location:
-    """Where the refresh keeps the model it trained on this exact data: reused while the data is unchanged."""
-    return join(out, "models", f"{dataset}-{fingerprint}-k{k}-lam{lam:g}-s{seed}.zarr")
+def model_path(out: Location, dataset: str, fingerprint: str, k: int, lam: float, seed: int,
+               max_sweeps: int | None = None, polish_iters: int | None = None) -> Location:
+    """Where the refresh keeps the model it trained on this exact data: reused while the data is unchanged.
+
+    A training budget is part of the name, so a capped model is never reused by an uncapped run.
+    """
+    budget = "".join(f"-{tag}{v}" for tag, v in (("sweeps", max_sweeps), ("newton", polish_iters)) if v is not None)
+    return join(out, "models", f"{dataset}-{fingerprint}-k{k}-lam{lam:g}-s{seed}{budget}.zarr")
 
 
 def exists(path: Location) -> bool:
