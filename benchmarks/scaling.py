@@ -1,0 +1,228 @@
+"""Scaling benchmark (issue 3): the whole refresh on synthetic sets of 1M–50M interactions.
+
+    python benchmarks/scaling.py                                  # 1M, 5M, 20M, 50M; supplied and own targets
+    python benchmarks/scaling.py --sizes 1m,5m --modes supplied   # a quick look
+
+Each size runs ``dxplain refresh`` as a user would (a subprocess: a LocalCluster of 2 workers, Prefect's
+ephemeral mode), twice:
+
+- ``supplied``: 10 targets per user given as a Parquet list (the production case: another system
+  recommends, dxplain explains). This run trains the model.
+- ``own``: dxplain's own top-10 per user (block GEMM with a memory budget). It reuses the model.
+
+Sets (``dxplain.datasets.synthetic``, Zipf degrees): |D|/100 users and |D|/400 items, so the top size
+has 500k users and 125k items. Users are heavier than Amazon's (~5 ratings) on purpose: with 10 targets
+per user and the top 10 positive and negative attributions per side, every target writes 40 rows, and
+Amazon's user count would make the 50M output 4·10⁹ rows. Here it is 2·10⁸.
+
+Training is capped at ``--max-sweeps`` ALS sweeps without the Newton polish (``--newton-steps 0``): the
+polish to ‖∇f‖ ≤ 1e-9 does not have a size-independent cost (its Hessian-vector products are cheap, but
+their number grows with conditioning), so a capped run is what measures cost against |D|. The summary's
+gradient norm and fidelity error say how far from the optimum that leaves the model.
+
+Records wall seconds per stage, seconds per phase inside the shard tasks, throughput and the peak RSS of
+the flow process and of every worker process into ``benchmarks/results/scaling/`` (JSON, CSV, Markdown
+and a PNG plot of cost against |D|).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dxplain.datasets import resolve_dataset  # noqa: E402
+from dxplain.datasets.synthetic import generate  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "scaling"
+SIZES = {"1m": 1_000_000, "5m": 5_000_000, "20m": 20_000_000, "50m": 50_000_000}
+TARGETS_PER_USER = 10
+
+
+def dataset(cache: Path, n: int) -> Path:
+    folder = cache / f"scaling-{n}"
+    if not (folder / "interactions.parquet").exists():
+        t0 = time.perf_counter()
+        generate(folder, n, n_users=n // 100, n_items=n // 400, seed=0)
+        print(f"generated {folder} in {time.perf_counter() - t0:.0f}s", flush=True)
+    return folder
+
+
+def supplied_targets(folder: Path) -> Path:
+    """10 unseen items per user, drawn by popularity (what another recommender would plausibly list)."""
+    path = folder / "targets-10.parquet"
+    if path.exists():
+        return path
+    d = resolve_dataset(str(folder)).interactions
+    rng = np.random.default_rng(1)
+    p = d.item_degree() / len(d)
+    seen = d.user.astype(np.int64) * d.n_items + d.item  # sorted: interactions are sorted by (user, item)
+    users, items = [], []
+    for start in range(0, d.n_users, 100_000):
+        u = np.arange(start, min(d.n_users, start + 100_000))
+        cand = rng.choice(d.n_items, size=(len(u), 4 * TARGETS_PER_USER), p=p)
+        key = u[:, None] * d.n_items + cand
+        pos = np.minimum(np.searchsorted(seen, key), len(seen) - 1)
+        ok = seen[pos] != key
+        cand = np.where(ok, cand, -1)
+        cand.sort(axis=1)
+        ok = (cand >= 0) & np.concatenate([np.ones((len(u), 1), bool), cand[:, 1:] != cand[:, :-1]], axis=1)
+        # Keep each user's first 10 distinct unseen candidates (a few heavy users may get fewer).
+        rank = np.cumsum(ok, axis=1)
+        take = ok & (rank <= TARGETS_PER_USER)
+        users.append(np.repeat(u, take.sum(axis=1)))
+        items.append(cand[take])
+    u, i = np.concatenate(users), np.concatenate(items)
+    pq.write_table(pa.table({"user": d.user_ids.take(pa.array(u)), "item": d.item_ids.take(pa.array(i))}), path)
+    return path
+
+
+def refresh(folder: Path, out: Path, mode: str, a) -> dict:
+    cmd = [sys.executable, "-m", "dxplain.cli", "refresh", "--dataset", str(folder), "--out", str(out),
+           "--k", str(a.k), "--top-k", "10", "--workers", str(a.workers),
+           "--max-sweeps", str(a.max_sweeps), "--newton-steps", "0"]
+    cmd += ["--targets", str(supplied_targets(folder))] if mode == "supplied" else ["--top-n", str(TARGETS_PER_USER)]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    wall = time.perf_counter() - t0
+    (out / f"{mode}.log").write_text(p.stderr)
+    if p.returncode != 0:
+        raise SystemExit(f"refresh failed ({mode}, {folder}); log in {out / f'{mode}.log'}:\n{p.stderr[-3000:]}")
+    summary = json.loads(p.stdout[: p.stdout.index("\n}") + 2])
+    return {**summary, "process_wall_seconds": round(wall, 1)}
+
+
+def record(n_asked: int, mode: str, s: dict, data_info: dict) -> dict:
+    st, ph, mem = s["stage_seconds"], s["shard_seconds"], s["peak_rss_mib"]
+    return {
+        "size": n_asked, "interactions": data_info["interactions"], "users": data_info["users"],
+        "items": data_info["items"], "mode": mode, "targets": s["targets"], "attributions": s["attributions"],
+        "train_s": st["train"], "preprocess_s": st["preprocess"], "recommend_explain_write_s": st["recommend_explain_write"],
+        "load_s": st["load"], "publish_s": st["publish"], "total_s": s["seconds"],
+        # Task seconds per phase (summed over the 2 workers), and the stage's wall split in their proportion.
+        **{f"task_{k}_s": v for k, v in ph.items()},
+        **{f"{k}_wall_s": round(st["recommend_explain_write"] * v / max(sum(ph.values()), 1e-9), 1)
+           for k, v in ph.items()},
+        "targets_per_s": round(s["targets"] / max(st["recommend_explain_write"], 1e-9)),
+        "attributions_per_s": round(s["attributions"] / max(st["recommend_explain_write"], 1e-9)),
+        "peak_rss_flow_mib": mem["flow"], "peak_rss_worker_max_mib": max(mem["workers"].values()),
+        "grad_norm": s["grad_norm"], "fidelity_max_rel_error_item": s["fidelity_max_rel_error"]["item"],
+        "fidelity_median_rel_error_item": s["fidelity_median_rel_error"]["item"],
+        "fidelity_median_rel_error_user": s["fidelity_median_rel_error"]["user"],
+    }
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for mode, marker in (("supplied", "o"), ("own", "s")):
+        r = sorted((x for x in rows if x["mode"] == mode), key=lambda x: x["interactions"])
+        if not r:
+            continue
+        n = np.array([x["interactions"] for x in r])
+        for key, label in (("explain_wall_s", "explanation"), ("recommend_wall_s", "recommendation"),
+                           ("write_wall_s", "writing"), ("preprocess_s", "preprocessing")):
+            if mode == "supplied" and key == "recommend_wall_s":
+                continue
+            ax.loglog(n, [x[key] for x in r], marker=marker, ls="-" if mode == "supplied" else "--",
+                      label=f"{label} ({mode})")
+        if mode == "supplied":
+            ax.loglog(n, [x["train_s"] for x in r], marker=marker, color="k", label="training (supplied run)")
+            ref = r[0]["train_s"] * n / n[0]
+            ax.loglog(n, ref, color="grey", lw=0.8, ls=":", label="linear from 1M")
+        bx.plot(n / 1e6, [x["peak_rss_worker_max_mib"] / 1024 for x in r], marker=marker, label=f"worker ({mode})")
+        bx.plot(n / 1e6, [x["peak_rss_flow_mib"] / 1024 for x in r], marker=marker, ls="--", label=f"flow ({mode})")
+    bx.axhline(8, color="red", lw=0.8, label="8 GiB limit")
+    ax.set_xlabel("|D| (interactions)")
+    ax.set_ylabel("wall seconds")
+    ax.set_title("Refresh stages against |D| (2 workers)")
+    ax.legend(fontsize=7)
+    bx.set_xlabel("|D| (millions)")
+    bx.set_ylabel("peak RSS (GiB)")
+    bx.set_title("Peak memory per process")
+    bx.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def markdown(rows: list[dict]) -> str:
+    cols = [("interactions", "|D|"), ("users", "users"), ("items", "items"), ("mode", "targets"),
+            ("targets", "explained"), ("train_s", "train s"), ("preprocess_s", "preprocess s"),
+            ("recommend_wall_s", "recommend s"), ("explain_wall_s", "explain s"), ("write_wall_s", "write s"),
+            ("total_s", "total s"), ("targets_per_s", "targets/s"), ("peak_rss_worker_max_mib", "worker peak MiB"),
+            ("peak_rss_flow_mib", "flow peak MiB"), ("fidelity_median_rel_error_item", "fidelity (median rel. err.)")]
+    out = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = []
+        for key, _ in cols:
+            v = r[key]
+            cells.append(f"{v:,}" if isinstance(v, int) else f"{v:.1e}" if "fidelity" in key else
+                         f"{v:,.1f}" if isinstance(v, float) else str(v))
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1m,5m,20m,50m")
+    ap.add_argument("--modes", default="supplied,own")
+    ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--max-sweeps", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
+    ap.add_argument("--out", default=str(RESULTS))
+    a = ap.parse_args()
+    results, out = Path(a.out), Path(a.cache) / "scaling-runs"
+    results.mkdir(parents=True, exist_ok=True)
+    store = results / "scaling.json"
+    rows = json.loads(store.read_text()) if store.exists() else []
+    for name in a.sizes.split(","):
+        n = SIZES[name]
+        folder = dataset(Path(a.cache), n)
+        info = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else None
+        if info is None:
+            d = resolve_dataset(str(folder)).interactions
+            info = {"interactions": len(d), "users": d.n_users, "items": d.n_items}
+            (folder / "summary.json").write_text(json.dumps(info))
+            del d
+        for mode in a.modes.split(","):
+            run_out = out / name
+            # Start clean (the earlier runs of this size are GBs); the supplied run trains afresh, own reuses it.
+            for old in run_out.glob("*"):
+                if mode == "supplied" or old.name != "models":
+                    shutil.rmtree(old) if old.is_dir() else old.unlink()
+            run_out.mkdir(parents=True, exist_ok=True)
+            s = refresh(folder, run_out, mode, a)
+            r = record(n, mode, s, info)
+            print(json.dumps(r), flush=True)
+            rows = [x for x in rows if (x["size"], x["mode"]) != (n, mode)] + [r]
+            rows.sort(key=lambda x: (x["mode"] != "supplied", x["size"]))
+            store.write_text(json.dumps(rows, indent=2))
+            with open(results / "scaling.csv", "w", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
+            (results / "scaling.md").write_text(markdown(rows))
+            plot(rows, results / "scaling.png")
+    print((results / "scaling.md").read_text())
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
