@@ -132,6 +132,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
     for mode, marker in (("supplied", "o"), ("own", "s")):
+        colour = {"worker": "C0" if mode == "supplied" else "C2", "flow": "C1" if mode == "supplied" else "C3"}
         r = sorted((x for x in rows if x["mode"] == mode), key=lambda x: x["interactions"])
         if not r:
             continue
@@ -144,10 +145,13 @@ def plot(rows: list[dict], path: Path) -> None:
                       label=f"{label} ({mode})")
         if mode == "supplied":
             ax.loglog(n, [x["train_s"] for x in r], marker=marker, color="k", label="training (supplied run)")
-            ref = r[0]["train_s"] * n / n[0]
-            ax.loglog(n, ref, color="grey", lw=0.8, ls=":", label="linear from 1M")
-        bx.plot(n / 1e6, [x["peak_rss_worker_max_mib"] / 1024 for x in r], marker=marker, label=f"worker ({mode})")
-        bx.plot(n / 1e6, [x["peak_rss_flow_mib"] / 1024 for x in r], marker=marker, ls="--", label=f"flow ({mode})")
+            # Linear through the largest point: a steeper curve would cross it from below.
+            ref = r[-1]["train_s"] * n / n[-1]
+            ax.loglog(n, ref, color="grey", lw=0.8, ls=":", label="∝ |D| (through the top size)")
+        bx.plot(n / 1e6, [x["peak_rss_worker_max_mib"] / 1024 for x in r], marker=marker, color=colour["worker"],
+                label=f"worker, max ({mode})")
+        bx.plot(n / 1e6, [x["peak_rss_flow_mib"] / 1024 for x in r], marker=marker, ls="--", color=colour["flow"],
+                label=f"flow ({mode})")
     bx.axhline(8, color="red", lw=0.8, label="8 GiB limit")
     ax.set_xlabel("|D| (interactions)")
     ax.set_ylabel("wall seconds")
@@ -221,6 +225,11 @@ def main():
             (results / "scaling.md").write_text(markdown(rows))
             plot(rows, results / "scaling.png")
     print((results / "scaling.md").read_text())
+
+
+def replot():
+    rows = json.loads((RESULTS / "scaling.json").read_text())
+    plot(rows, RESULTS / "scaling.png")
 
 
 if __name__ == "__main__":
