@@ -42,7 +42,8 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
     assert list(stages) == ["load", "train", "preprocess", "recommend_explain_write", "publish"]
     assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= s["seconds"] + stages["publish"] + 0.1
     phases = s["shard_seconds"]  # inside the shard tasks: at most the stage's wall time on 2 workers
-    assert list(phases) == ["recommend", "explain", "write"] and all(v > 0 for v in phases.values())
+    assert list(phases) == ["recommend", "explain", "write"] and all(v >= 0 for v in phases.values())
+    assert phases["explain"] > 0 and phases["write"] > 0  # recommending 50 users' top-3 can round to 0
     assert sum(phases.values()) <= 2 * stages["recommend_explain_write"] + 0.1
     memory = s["peak_rss_mib"]  # this process and both worker processes, each a real high-water mark
     assert len(memory["workers"]) == 2 and all(50 < v < 8192 for v in memory["workers"].values())

@@ -77,7 +77,7 @@ def summarize(entries: list[dict]) -> dict:
         "attributions": rows, "shards": len(entries), "resumed_shards": sum(bool(e.get("resumed")) for e in entries),
         "attributions_per_second": round(rows / max(busy, 1e-9)),  # per shard-second of work
         # Seconds inside the shard tasks per phase, summed over shards (CPU-side split of the stage's wall time).
-        "shard_seconds": {p: round(sum(e.get(f"seconds_{p}", 0.0) for e in entries if not e.get("resumed")), 2)
+        "shard_seconds": {p: round(sum(e.get(f"seconds_{p}", 0.0) for e in entries if not e.get("resumed")), 3)
                           for p in ("recommend", "explain", "write")},
         "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in entries), default=0.0)
                                    for s in ("item", "user")},
