@@ -29,3 +29,5 @@ def test_dask_config_is_valid_yaml_with_memory_limits():
     cfg = yaml.safe_load((ROOT / "deploy" / "dask.yaml").read_text())
     mem = cfg["distributed"]["worker"]["memory"]
     assert 0 < mem["target"] < mem["spill"] < mem["pause"] < mem["terminate"] < 1
+    # A deployed cluster's workers keep glibc's dynamic mmap threshold, as a LocalCluster's do.
+    assert cfg["distributed"]["nanny"]["pre-spawn-environ"] == {"MALLOC_TRIM_THRESHOLD_": None}

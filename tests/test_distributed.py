@@ -27,6 +27,13 @@ def test_workers_have_capped_blas_threads(client):
     assert len(threads) == 2 and set(threads.values()) == {1}
 
 
+def test_workers_keep_glibc_dynamic_mmap_threshold(client):
+    # Dask's default MALLOC_TRIM_THRESHOLD_ makes every numpy temporary a fresh, page-faulted mmap.
+    import os
+
+    assert set(client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).values()) == {None}
+
+
 def test_cluster_output_equals_in_memory(client, tmp_path):
     d = random_interactions(80, 60, 0.2, seed=11)
     m = ALSMF(k=5, lam=3e-3).fit(d)

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import resource
 
+import dask
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -69,10 +70,13 @@ def connect(settings: Settings, security=None):
             yield client
         return
     threads = settings.blas_threads_per_worker()
+    # Workers inherit no MALLOC_TRIM_THRESHOLD_ (see deploy/dask.yaml for why and the measurement).
+    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), "MALLOC_TRIM_THRESHOLD_": None}
     log.info("starting a LocalCluster: %d worker processes × %d thread(s), BLAS threads per worker %d",
              settings.workers, settings.threads_per_worker, threads)
     tls = {"security": security, "protocol": "tls://"} if security is not None else {}
-    with LocalCluster(n_workers=settings.workers, threads_per_worker=settings.threads_per_worker,
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), \
+            LocalCluster(n_workers=settings.workers, threads_per_worker=settings.threads_per_worker,
                       processes=True, dashboard_address=None, silence_logs=logging.WARNING, **tls) as cluster, \
             Client(cluster, security=security) as client:
         client.register_plugin(BlasThreads(threads))
