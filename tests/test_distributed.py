@@ -34,6 +34,14 @@ def test_workers_keep_glibc_dynamic_mmap_threshold(client):
     assert set(client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).values()) == {None}
 
 
+def test_workers_do_not_inherit_a_trim_threshold_left_by_an_earlier_cluster(monkeypatch):
+    import os
+
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # what any default-config nanny leaves behind
+    with connect(Settings(workers=1, threads_per_worker=1, blas_threads=1)) as c:
+        assert list(c.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).values()) == [None]
+
+
 def test_cluster_output_equals_in_memory(client, tmp_path):
     d = random_interactions(80, 60, 0.2, seed=11)
     m = ALSMF(k=5, lam=3e-3).fit(d)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import resource
 
 import dask
@@ -70,8 +71,12 @@ def connect(settings: Settings, security=None):
             yield client
         return
     threads = settings.blas_threads_per_worker()
-    # Workers inherit no MALLOC_TRIM_THRESHOLD_ (see deploy/dask.yaml for why and the measurement).
+    # Workers start without MALLOC_TRIM_THRESHOLD_ (see deploy/dask.yaml for why and the measurement).
+    # A nanny copies its pre-spawn variables into this process's environment for good, and the
+    # environment wins over the config, so a cluster started earlier in this process (a test, a
+    # notebook) would pass its value on: drop it here too. This process's own malloc read it at startup.
     environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), "MALLOC_TRIM_THRESHOLD_": None}
+    os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     log.info("starting a LocalCluster: %d worker processes × %d thread(s), BLAS threads per worker %d",
              settings.workers, settings.threads_per_worker, threads)
     tls = {"security": security, "protocol": "tls://"} if security is not None else {}
