@@ -79,7 +79,8 @@ def supplied_targets(folder: Path) -> Path:
         cand = np.where(ok, cand, -1)
         cand.sort(axis=1)
         ok = (cand >= 0) & np.concatenate([np.ones((len(u), 1), bool), cand[:, 1:] != cand[:, :-1]], axis=1)
-        # Keep each user's first 10 distinct unseen candidates (a few heavy users may get fewer).
+        # Keep 10 of each user's distinct unseen candidates, the lowest ids after the sort (ids carry no
+        # popularity order: the generator shuffles its Zipf weights); a few heavy users may get fewer.
         rank = np.cumsum(ok, axis=1)
         take = ok & (rank <= TARGETS_PER_USER)
         users.append(np.repeat(u, take.sum(axis=1)))
