@@ -4,7 +4,7 @@
                                             # movielens-100k SGD-MF at 2×5, ALS-MF, SoftImpute and two-tower at 2×8;
                                             # ~4 h on 2 cores
     python benchmarks/case_deletion.py --only movielens-100k --trials 5 --targets 10
-    python benchmarks/case_deletion.py --only movielens-100k --model two-tower    # 2×8, ~15 min on 2 cores
+    python benchmarks/case_deletion.py --only movielens-100k --model two-tower    # 2×8, ~40 min on 2 cores
 
 Copies each run's deletions.csv, auc_del.md and deletion_curves.png to benchmarks/results/case_deletion/<dataset>.*
 and adds to the Markdown a comparison on common targets: influence functions have no samples of one
