@@ -58,8 +58,8 @@ def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> d
         "seconds_recommend": t1 - t0, "seconds_explain": t2 - t1,
     })
     # Known only once the file is written, so in the returned entry (the manifest), not the side file.
-    entry["seconds_write"] = time.perf_counter() - t2
-    entry["seconds"] = time.perf_counter() - t0
+    t3 = time.perf_counter()
+    entry["seconds_write"], entry["seconds"] = t3 - t2, t3 - t0
     return entry
 
 
