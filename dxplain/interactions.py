@@ -157,5 +157,18 @@ class Targets:
         return cls(user[order], item[order], rank[order])
 
     def for_users(self, users: np.ndarray) -> "Targets":
-        keep = np.isin(self.user, users)
-        return Targets(self.user[keep], self.item[keep], self.rec_rank[keep])
+        return self.take(np.isin(self.user, users))
+
+    def take(self, index: np.ndarray) -> "Targets":
+        """The targets at ``index`` (positions or a mask), in that order."""
+        return Targets(self.user[index], self.item[index], self.rec_rank[index])
+
+
+def equal_cuts(indptr: np.ndarray, n_parts: int) -> np.ndarray:
+    """Boundaries of contiguous row ranges holding about equal numbers of interactions (rows never split).
+
+    ``indptr`` is a CSR pointer (by user or by item); returns ``edges`` with part p = rows edges[p]:edges[p+1].
+    """
+    n = len(indptr) - 1
+    bounds = np.searchsorted(indptr, np.linspace(0, indptr[-1], max(1, n_parts) + 1)[1:-1])
+    return np.unique(np.concatenate([[0], np.clip(bounds, 0, n), [n]])).astype(np.int64)

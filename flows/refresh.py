@@ -21,7 +21,7 @@ from dxplain.distributed.cluster import connect, peak_rss_mib
 from dxplain.distributed.refresh import run_on_cluster
 from dxplain.explain.representer import Preprocessed
 from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users, summarize
-from dxplain.io import model_store, runs
+from dxplain.io import model_store, partitions, runs
 from dxplain.io.interactions import read_targets
 from dxplain.models.mf import ALSMF, DEFAULT_K, default_lam
 
@@ -64,17 +64,24 @@ def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, se
 
 
 @task(cache_policy=NO_CACHE)
-def preprocess(m, ds):
+def preprocess(m, ds, out: str, top_n: int, top_k: int, targets) -> RefreshJob:
+    """Balanced factors and α, and the interactions with α partitioned on storage for the shards to read."""
+    logger = get_run_logger()
     if m.lam is None:
-        get_run_logger().warning("the model has no λ (imported factors): global importance omits the factor "
-                                 "1/(λ|D|), so importances are relative — their ranking and signs are unchanged, "
-                                 "but they do not sum to the score")
-    return Preprocessed.from_model(m, ds.interactions)
+        logger.warning("the model has no λ (imported factors): global importance omits the factor "
+                       "1/(λ|D|), so importances are relative — their ranking and signs are unchanged, "
+                       "but they do not sum to the score")
+    data = ds.interactions
+    job = RefreshJob.create(data, Preprocessed.from_model(m, data), partitions.store_path(out, ds.name, data),
+                            top_n=top_n, top_k=top_k, targets=targets)
+    logger.info("interactions and α in %d by-user and %d by-item parts at %s", len(job.parts.user_cuts) - 1,
+                len(job.parts.item_cuts) - 1, job.parts.root)
+    return job
 
 
 @task(cache_policy=NO_CACHE)
-def explain_all(job: RefreshJob, n_shards: int, run_dir: str, client=None):
-    shards = shard_users(job.data, n_shards)
+def explain_all(job: RefreshJob, ds, n_shards: int, run_dir: str, client=None):
+    shards = shard_users(ds.interactions, n_shards)
     return run_on_cluster(client, job, shards, run_dir) if client else run_in_memory(job, shards, run_dir)
 
 
@@ -124,7 +131,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
                       if v is not None}
             m, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client, budget)
         with stage(seconds, "preprocess"):
-            job = RefreshJob(ds.interactions, preprocess(m, ds), top_n=top_n, top_k=top_k, targets=supplied)
+            job = preprocess(m, ds, settings.out, top_n, top_k, supplied)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
         plan = {"data": ds.interactions.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
                 "top_n": top_n, "top_k": top_k, "shards": n_shards,
@@ -133,7 +140,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         if resumed:
             get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
         with stage(seconds, "recommend_explain_write"):  # targets, attributions and shard files, per shard
-            entries = explain_all(job, n_shards, str(run_dir), client)
+            entries = explain_all(job, ds, n_shards, str(run_dir), client)
         memory = peak_rss_mib(client)
     summary = {"run": str(run_dir), "dataset": dataset, "model": model_path, **summarize(entries),
                "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "peak_rss_mib": memory,

@@ -45,7 +45,9 @@ def test_workers_do_not_inherit_a_trim_threshold_left_by_an_earlier_cluster(monk
 def test_cluster_output_equals_in_memory(client, tmp_path):
     d = random_interactions(80, 60, 0.2, seed=11)
     m = ALSMF(k=5, lam=3e-3).fit(d)
-    job = RefreshJob(d, Preprocessed.from_model(m, d), top_n=5, top_k=3)
+    # Small parts: each shard reads its users from several by-user parts and streams several item parts.
+    job = RefreshJob.create(d, Preprocessed.from_model(m, d), tmp_path / "parts", top_n=5, top_k=3, rows_per_part=150)
+    assert len(job.parts.user_cuts) > 4 and len(job.parts.item_cuts) > 4
     shards = shard_users(d, 6)
     assert sum(len(s) for s in shards) == d.n_users
     (tmp_path / "mem").mkdir()
@@ -62,10 +64,10 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
     assert written == sorted([e["file"] for e in dsk] + [e["file"].replace(".parquet", ".json") for e in dsk])
 
 
-def _job(seed=11, n_users=80, n_items=60, top_k=3):
+def _job(root, seed=11, n_users=80, n_items=60, top_k=3):
     d = random_interactions(n_users, n_items, 0.2, seed=seed)
     m = ALSMF(k=5, lam=3e-3).fit(d)
-    return RefreshJob(d, Preprocessed.from_model(m, d), top_n=5, top_k=top_k)
+    return d, RefreshJob.create(d, Preprocessed.from_model(m, d), root, top_n=5, top_k=top_k, rows_per_part=300)
 
 
 def _same_files(a_dir, a, b_dir, b):
@@ -78,8 +80,8 @@ def test_tls_cluster_with_certificates_made_here(tmp_path):
     from distributed.security import Security
 
     security = Security.temporary()  # self-signed CA and certificates, generated inside the test
-    job = _job()
-    shards = shard_users(job.data, 4)
+    d, job = _job(tmp_path / "parts")
+    shards = shard_users(d, 4)
     for sub in ("mem", "tls"):
         (tmp_path / sub).mkdir()
     mem = run_in_memory(job, shards, str(tmp_path / "mem"))
@@ -104,8 +106,8 @@ def test_killed_worker_loses_nothing(tmp_path):
     import threading
     import time
 
-    job = _job(seed=3, n_users=300, n_items=200, top_k=0)
-    shards = shard_users(job.data, 40)
+    d, job = _job(tmp_path / "parts", seed=3, n_users=300, n_items=200, top_k=0)
+    shards = shard_users(d, 40)
     for sub in ("mem", "kill"):
         (tmp_path / sub).mkdir()
     mem = run_in_memory(job, shards, str(tmp_path / "mem"))

@@ -7,10 +7,12 @@ training starts, and stays there for every sweep; per half-step only the fixed f
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from distributed import Client
 
-from ..interactions import Interactions
+from ..interactions import Interactions, equal_cuts
 from ..kernels import als
 from ..models.mf import HalfSteps, csr_views
 
@@ -25,14 +27,6 @@ def _solve(part, F, ridge):
     return als.ridge_solve_rows(indptr, cols, y, F, ridge)
 
 
-def _cuts(indptr: np.ndarray, n_shards: int) -> list[tuple[int, int]]:
-    """Contiguous row ranges of about equal interaction count."""
-    n = len(indptr) - 1
-    bounds = np.searchsorted(indptr, np.linspace(0, indptr[-1], n_shards + 1)[1:-1])
-    edges = np.unique(np.concatenate([[0], np.clip(bounds, 0, n), [n]]))
-    return list(zip(edges[:-1], edges[1:]))
-
-
 class ClusterHalfSteps(HalfSteps):
     """Half-steps sharded over a Dask cluster (``client`` passed in; the library creates none)."""
 
@@ -40,7 +34,7 @@ class ClusterHalfSteps(HalfSteps):
         self.client, self.ridge = client, ridge
         self.parts = {}
         for side, (indptr, cols, vals) in csr_views(data, y).items():
-            parts = [_slice(indptr, cols, vals, a, b) for a, b in _cuts(indptr, n_shards)]
+            parts = [_slice(indptr, cols, vals, a, b) for a, b in itertools.pairwise(equal_cuts(indptr, n_shards))]
             self.parts[side] = client.scatter(parts)  # each shard's slice is sent once, kept for all sweeps
 
     def _half(self, side: str, F: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import scipy.sparse as sp
 
 from ..interactions import Interactions, Targets
 from ..kernels import representer as K
@@ -37,10 +38,10 @@ class Preprocessed:
 
     Ut: np.ndarray  # Ũ (n_users, r)
     Vt: np.ndarray  # Ṽ (n_items, r)
-    alpha: np.ndarray  # α per training interaction, in data order
+    alpha: np.ndarray | None  # α per training interaction, in data order (None: read with each part)
     mu: float
-    A: np.ndarray  # representer embedding of users: A_i = Σ_{j:(i,j)∈D} α_ij Ṽ_j
-    B: np.ndarray  # representer embedding of items: B_j = Σ_{i:(i,j)∈D} α_ij Ũ_i
+    A: np.ndarray | None  # representer embedding of users: A_i = Σ_{j:(i,j)∈D} α_ij Ṽ_j
+    B: np.ndarray | None  # representer embedding of items: B_j = Σ_{i:(i,j)∈D} α_ij Ũ_i
 
     @classmethod
     def from_model(cls, model: MFModel, data: Interactions) -> "Preprocessed":
@@ -51,6 +52,14 @@ class Preprocessed:
         A = data.by_user(alpha) @ Vt  # one sparse pass each; at the optimum A = Ũ and B = Ṽ
         B = data.by_item(alpha) @ Ut
         return cls(Ut, Vt, alpha, model.mu, A, B)
+
+    def factors(self) -> "Preprocessed":
+        """Only the O(users + items) factors: what a worker needs besides the part of the data it reads."""
+        return Preprocessed(self.Ut, self.Vt, None, self.mu, None, None)
+
+    def with_alpha(self, alpha: np.ndarray) -> "Preprocessed":
+        """These factors with the α of one part of the data (in that part's row order)."""
+        return Preprocessed(self.Ut, self.Vt, alpha, self.mu, self.A, self.B)
 
 
 class RepresenterExplainer:
@@ -96,21 +105,38 @@ class RepresenterExplainer:
         """Exact Σ importance per target and side in O(k): ⟨A_{i'}, Ṽ_{j'}⟩ and ⟨B_{j'}, Ũ_{i'}⟩.
 
         A = (α⊙R) Ṽ and B = (α⊙R)ᵀ Ũ are the representer embeddings, computed once in preprocessing.
+        Without them (a shard's part of the data) each side's rows are summed from the part itself.
         """
+        if self.pre.A is None:
+            return self.side_sum(t, "item"), self.side_sum(t, "user")
         u, i = t.user.astype(np.intp), t.item.astype(np.intp)
         return pair_scores(self.pre.A, self.pre.Vt, u, i), pair_scores(self.pre.B, self.pre.Ut, i, u)
+
+    def side_sum(self, t: Targets, side: str) -> np.ndarray:
+        """Σ importance per target on one side, from the rows this explainer's data holds.
+
+        One sparse product gives the representer embedding row of every group (A_{i'} or B_{j'}, as in
+        preprocessing), then one dot product per target: O(history · k), no per-target pass over history.
+        """
+        g, F = self.groups(t, side)
+        G = len(g.tgt_ptr) - 1
+        E = sp.csr_array((self.pre.alpha[g.hist], g.hist_row, g.hist_ptr), shape=(G, len(F))) @ F
+        out = np.empty(len(t))
+        out[g.tgt] = pair_scores(E, F, np.repeat(np.arange(G), np.diff(g.tgt_ptr)), g.tgt_row.astype(np.intp))
+        return out
 
     def explain(self, t: Targets, top_k: int = 10) -> pa.Table:
         """One row per attribution (schema: ``SCHEMA_FIELDS``), sorted by target, side, importance."""
         s = self.scores(t)
         tables = []
         for side, attr in (("item", self.item_side(t, top_k)), ("user", self.user_side(t, top_k))):
-            tables.append(self._rows(t, s, side, attr))
+            tables.append(self.rows(t, s, side, attr))
         return pa.concat_tables(tables)
 
-    def _rows(self, t: Targets, s: np.ndarray, side: str, a: K.Attributions) -> pa.Table:
+    def rows(self, t: Targets, s: np.ndarray, side: str, a: K.Attributions) -> pa.Table:
+        """The output rows of one side's attributions, by target then decreasing importance (``row_order``)."""
+        order = row_order(a)
         imp = a.importance
-        order = np.lexsort((-imp, a.target))
         tgt, tr = a.target[order], a.train[order]
         d = self.data
         return pa.table({
@@ -128,6 +154,11 @@ class RepresenterExplainer:
             "local_importance": a.local_importance[order],
             "importance": imp[order],
         })
+
+
+def row_order(a: K.Attributions) -> np.ndarray:
+    """The order of output rows: by target, then by decreasing importance (stable, so ties keep kernel order)."""
+    return np.lexsort((-a.importance, a.target))
 
 
 def fidelity(item_sum: np.ndarray, user_sum: np.ndarray, score: np.ndarray) -> dict:

@@ -2,27 +2,43 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
-from ..interactions import Interactions
+from ..interactions import Interactions, Targets
 from ..io import runs
-from .representer import Preprocessed, RepresenterExplainer, fidelity
-from ..interactions import Targets
+from ..io.partitions import ROWS_PER_PART, Part, Partitions, write_partitions
+from ..kernels.representer import Attributions
+from .representer import Preprocessed, RepresenterExplainer, fidelity, row_order
 from .targets import recommend
 
 
 @dataclass
 class RefreshJob:
-    """Read-only state every shard needs; scattered to each worker once."""
+    """Read-only state every shard needs, scattered to each worker once: O(users + items), never O(|D|).
 
-    data: Interactions
-    pre: Preprocessed
+    The interactions and α stay on storage in ``parts``: a shard reads its own users' part and streams
+    the item parts its targets need, one at a time, so no worker holds the whole table.
+    """
+
+    parts: Partitions
+    pre: Preprocessed  # factors only (``Preprocessed.factors``): α comes with each part
     top_n: int = 10
     top_k: int = 10
     targets: Targets | None = None  # supplied targets; None = every user's top-n unseen items
+
+    @classmethod
+    def create(cls, data: Interactions, pre: Preprocessed, root, top_n: int = 10, top_k: int = 10,
+               targets: Targets | None = None, rows_per_part: int = ROWS_PER_PART) -> "RefreshJob":
+        """Write (or reuse) the partitioned interactions and α at ``root``; keep only the factors in memory."""
+        # The data and α are all the parts hold: a store with this key is reused, any other rewritten.
+        key = f"{data.fingerprint()}-{hashlib.sha256(np.ascontiguousarray(pre.alpha).tobytes()).hexdigest()[:16]}"
+        parts = write_partitions(root, data, pre.alpha, key, rows_per_part)
+        return cls(parts, pre.factors(), top_n, top_k, targets)
 
 
 def shard_users(data: Interactions, n_shards: int) -> list[np.ndarray]:
@@ -33,24 +49,55 @@ def shard_users(data: Interactions, n_shards: int) -> list[np.ndarray]:
     return [b for b in np.split(np.arange(data.n_users), cuts) if len(b)]
 
 
+def explain_parts(job: RefreshJob, own: Part, t: Targets) -> tuple[pa.Table, dict]:
+    """Both sides of the targets' explanations and their fidelity, from the parts of the data they need.
+
+    Item side: the target users' histories, all in ``own``. User side: each target item's raters, all in
+    the one item part that holds the item, read one part at a time. Rows come out as the whole-table
+    ``RepresenterExplainer.explain`` gives them: item side then user side, each by target and importance.
+    """
+    ex = RepresenterExplainer(own.data, job.pre.with_alpha(own.alpha))
+    s = ex.scores(t)
+    item_rows = ex.rows(t, s, "item", ex.item_side(t, job.top_k))
+    item_sum, user_sum = ex.side_sum(t, "item"), np.empty(len(t))
+    tables, target, importance = [ex.rows(t, s, "user", Attributions.concat([]))], [], []
+    for p in job.parts.item_parts(t.item):
+        part = job.parts.read_items(int(p))
+        lo, hi = job.parts.item_range(int(p))
+        sel = np.flatnonzero((t.item >= lo) & (t.item < hi))
+        tp = t.take(sel)
+        ex_p = RepresenterExplainer(part.data, job.pre.with_alpha(part.alpha))
+        a = ex_p.user_side(tp, job.top_k)
+        user_sum[sel] = ex_p.side_sum(tp, "user")
+        tables.append(ex_p.rows(tp, s[sel], "user", a))
+        order = row_order(a)
+        target.append(sel[a.target[order]])
+        importance.append(a.importance[order])
+    # Each target's rows come from one part, already by importance; order the parts' rows by target.
+    merge = np.lexsort((-np.concatenate([np.empty(0), *importance]),
+                        np.concatenate([np.empty(0, np.int64), *target])))
+    user_rows = pa.concat_tables(tables).take(merge)
+    return pa.concat_tables([item_rows, user_rows]), fidelity(item_sum, user_sum, s)
+
+
 def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> dict:
     """Explain the shard's users' targets and write ``part-<shard>.parquet``; return its manifest entry.
 
-    A shard already written by an interrupted run of the same plan (file hash verified) is kept.
+    ``users`` is a contiguous block. A shard already written by an interrupted run of the same plan
+    (file hash verified) is kept.
     """
     done = runs.completed_shard(run_dir, shard)
     if done is not None:
         return {**done, "resumed": True}
     t0 = time.perf_counter()
+    own = job.parts.read_users(int(users[0]), int(users[-1]) + 1)
     if job.targets is None:
-        t = recommend(job.pre.Ut, job.pre.Vt, job.data, users, job.top_n)
+        t = recommend(job.pre.Ut, job.pre.Vt, own.data, users, job.top_n)
     else:
         t = job.targets.for_users(users)
     t1 = time.perf_counter()
-    ex = RepresenterExplainer(job.data, job.pre)
-    table = ex.explain(t, job.top_k)
     # Fidelity (Σ attributions vs score, relative) per side; the flow merges it over shards.
-    fid = fidelity(*ex.side_sums(t), ex.scores(t))
+    table, fid = explain_parts(job, own, t)
     t2 = time.perf_counter()
     entry = runs.write_shard(run_dir, shard, table, {
         "users": int(len(users)), "targets": int(len(t)),

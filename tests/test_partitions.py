@@ -1,0 +1,126 @@
+"""Interactions partitioned on storage: each part is whole for its side, and shards explain from parts
+exactly as the whole-table explainer does."""
+
+import numpy as np
+import pytest
+
+from dxplain.explain.representer import Preprocessed, RepresenterExplainer, fidelity
+from dxplain.explain.shards import RefreshJob, explain_parts, shard_users
+from dxplain.explain.targets import recommend
+from dxplain.interactions import Targets
+from dxplain.io import partitions
+from dxplain.models.mf import ALSMF
+
+from conftest import random_interactions
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    d = random_interactions(90, 70, 0.2, seed=5)
+    m = ALSMF(k=5, lam=3e-3).fit(d)
+    return d, Preprocessed.from_model(m, d)
+
+
+def test_parts_hold_whole_histories_and_whole_rater_lists(fitted, tmp_path):
+    d, pre = fitted
+    parts = partitions.write_partitions(tmp_path, d, pre.alpha, "k", rows_per_part=200)
+    n_user_parts, n_item_parts = len(parts.user_cuts) - 1, len(parts.item_cuts) - 1
+    assert n_user_parts >= 4 and n_item_parts >= 4
+    seen = []
+    for p in range(n_item_parts):
+        part = parts.read_items(p)
+        lo, hi = parts.item_range(p)
+        assert np.all((part.data.item >= lo) & (part.data.item < hi))
+        assert np.array_equal(part.data.item_degree()[lo:hi], d.item_degree()[lo:hi])  # every rater of its items
+        seen.append(len(part.data))
+    assert sum(seen) == len(d)
+    # Any user block, across part boundaries: exactly those users' rows, α aligned with them.
+    lo, hi = 7, 61
+    got = parts.read_users(lo, hi)
+    rows = slice(d.user_indptr[lo], d.user_indptr[hi])
+    assert np.array_equal(got.data.user, d.user[rows]) and np.array_equal(got.data.item, d.item[rows])
+    assert np.array_equal(got.alpha, pre.alpha[rows]) and np.array_equal(got.data.rating, d.rating[rows])
+
+
+@pytest.mark.parametrize("rows_per_part", [1, 150, 10**9])  # one item per part, several, one part
+def test_shard_explanations_from_parts_equal_the_whole_table(fitted, tmp_path, rows_per_part):
+    d, pre = fitted
+    job = RefreshJob.create(d, pre, tmp_path, top_n=5, top_k=3, rows_per_part=rows_per_part)
+    ex = RepresenterExplainer(d, pre)
+    for users in shard_users(d, 3):
+        own = job.parts.read_users(int(users[0]), int(users[-1]) + 1)
+        t = recommend(pre.Ut, pre.Vt, own.data, users, 5)
+        t_whole = recommend(pre.Ut, pre.Vt, d, users, 5)
+        assert np.array_equal(t.item, t_whole.item)  # seen-item masking from the part alone
+        got, fid = explain_parts(job, own, t)
+        want = ex.explain(t, 3)
+        for col in ("user", "item", "rec_rank", "side", "train_user", "train_item", "rating"):
+            assert got[col].equals(want[col]), col
+        for col in ("score", "global_importance", "local_importance", "importance"):
+            np.testing.assert_allclose(got[col].to_numpy(), want[col].to_numpy(), rtol=1e-12, atol=1e-15)
+        want_fid = fidelity(*ex.side_sums(t), ex.scores(t))
+        for side in ("item", "user"):
+            assert fid[side]["max_rel_error"] == pytest.approx(want_fid[side]["max_rel_error"], rel=1e-6, abs=1e-12)
+            assert fid[side]["max_rel_error"] < 1e-6  # the identity holds shard by shard
+
+
+def test_supplied_targets_on_seen_items_and_no_targets(fitted, tmp_path):
+    d, pre = fitted
+    job = RefreshJob.create(d, pre, tmp_path, top_k=2, rows_per_part=100)
+    users = np.arange(10, 30)
+    own = job.parts.read_users(10, 30)
+    t = Targets.from_pairs(np.repeat(users, 2), np.tile([0, 69], len(users)))  # includes rated items
+    got, _ = explain_parts(job, own, t)
+    want = RepresenterExplainer(d, pre).explain(t, 2)
+    assert got.select(["user", "item", "side", "train_user", "train_item"]).equals(
+        want.select(["user", "item", "side", "train_user", "train_item"]))
+    empty, fid = explain_parts(job, own, t.take(np.zeros(len(t), bool)))
+    assert empty.num_rows == 0 and empty.schema.equals(want.schema) and fid["user"]["max_rel_error"] == 0.0
+
+
+def test_store_is_reused_for_the_same_data_and_alpha_and_never_trusted_half_rewritten(fitted, tmp_path, monkeypatch):
+    d, pre = fitted
+    written = []
+    real = partitions._write
+    monkeypatch.setattr(partitions, "_write", lambda loc, *a: (written.append(loc), real(loc, *a)))
+    RefreshJob.create(d, pre, tmp_path, rows_per_part=200)
+    n_files = len(written)
+    RefreshJob.create(d, pre, tmp_path, rows_per_part=200)
+    assert len(written) == n_files  # same data and α: reused, nothing rewritten
+
+    other = pre.with_alpha(pre.alpha * 2)
+
+    def crash(loc, *a):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(partitions, "_write", crash)
+    with pytest.raises(OSError):
+        RefreshJob.create(d, other, tmp_path, rows_per_part=200)
+    assert not (tmp_path / "index.json").exists()  # a store mid-rewrite has no index, so nobody reuses it
+    monkeypatch.setattr(partitions, "_write", real)
+    job = RefreshJob.create(d, pre, tmp_path, rows_per_part=200)
+    assert np.array_equal(job.parts.read_users(0, d.n_users).alpha, pre.alpha)
+
+
+def test_store_on_an_fsspec_url(fitted):
+    d, pre = fitted
+    job = RefreshJob.create(d, pre, "memory://dxplain-test-parts", rows_per_part=300)
+    part = job.parts.read_items(1)
+    lo, hi = job.parts.item_range(1)
+    assert len(part.data) == int(d.item_degree()[lo:hi].sum()) > 0
+
+
+def test_job_carries_factors_only(fitted, tmp_path):
+    d, pre = fitted
+    job = RefreshJob.create(d, pre, tmp_path)
+    assert job.pre.alpha is None and job.pre.A is None and job.pre.B is None
+    assert not any(isinstance(v, np.ndarray) and len(v) == len(d) for v in vars(job.parts).values())
+
+
+def test_local_side_sums_equal_the_representer_embeddings(fitted):
+    d, pre = fitted
+    t = Targets.from_pairs(np.arange(d.n_users), np.arange(d.n_users) % d.n_items)
+    with_ab = RepresenterExplainer(d, pre).side_sums(t)
+    without = RepresenterExplainer(d, pre.factors().with_alpha(pre.alpha)).side_sums(t)
+    for a, b in zip(with_ab, without):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
