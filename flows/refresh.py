@@ -1,7 +1,9 @@
 """The nightly explanation refresh.
 
-load interactions → train (or load) the model → preprocess (Ũ, Ṽ, α) → shard users over Dask →
-each shard recommends, explains and writes one Parquet file atomically → manifest → move LATEST.
+load interactions → partition them (by user, by item) → train (or load) the model, ALS shards reading
+the parts → preprocess (Ũ, Ṽ, α beside the parts) → shard users over Dask → each shard reads its users'
+part, streams the item parts its targets need, recommends, explains and writes one Parquet file
+atomically → manifest → move LATEST.
 """
 
 from __future__ import annotations
@@ -35,7 +37,17 @@ def load_data(dataset: str, settings: Settings):
 
 
 @task(cache_policy=NO_CACHE)
-def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, seed: int, client=None,
+def partition(ds, out: str):
+    """The interactions as by-user and by-item Parquet parts: what training and explanation shards read."""
+    t = time.perf_counter()
+    parts = partitions.write_partitions(partitions.store_path(out, ds.name, ds.interactions), ds.interactions)
+    get_run_logger().info("interactions in %d by-user and %d by-item parts at %s (%.1fs)", len(parts.user_cuts) - 1,
+                          len(parts.item_cuts) - 1, parts.root, time.perf_counter() - t)
+    return parts
+
+
+@task(cache_policy=NO_CACHE)
+def train_or_load(ds, parts, model: str | None, out: str, k: int, lam: float | None, seed: int, client=None,
                   budget: dict | None = None):
     """Use --model if given; else reuse the model trained on this exact data, else train and store one
     (ALS half-steps sharded on the cluster when there is one). ``budget`` caps ALS sweeps and Newton
@@ -51,7 +63,7 @@ def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, se
     if model_store.exists(path):
         logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
         return model_store.load_model(path, data), str(path)
-    half_steps = partial(ClusterHalfSteps, client) if client else None
+    half_steps = partial(ClusterHalfSteps, client, parts) if client else None
     m = ALSMF(k=k, lam=lam, seed=seed, **budget).fit(data, half_steps=half_steps)
     model_store.save_model(path, m, data)
     logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
@@ -64,19 +76,16 @@ def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, se
 
 
 @task(cache_policy=NO_CACHE)
-def preprocess(m, ds, out: str, top_n: int, top_k: int, targets) -> RefreshJob:
-    """Balanced factors and α, and the interactions with α partitioned on storage for the shards to read."""
+def preprocess(m, ds, parts, top_n: int, top_k: int, targets) -> RefreshJob:
+    """Balanced factors and α; α written beside the parts for the shards to read."""
     logger = get_run_logger()
     if m.lam is None:
         logger.warning("the model has no λ (imported factors): global importance omits the factor "
                        "1/(λ|D|), so importances are relative — their ranking and signs are unchanged, "
                        "but they do not sum to the score")
     data = ds.interactions
-    job = RefreshJob.create(data, Preprocessed.from_model(m, data), partitions.store_path(out, ds.name, data),
-                            top_n=top_n, top_k=top_k, targets=targets)
-    logger.info("interactions and α in %d by-user and %d by-item parts at %s", len(job.parts.user_cuts) - 1,
-                len(job.parts.item_cuts) - 1, job.parts.root)
-    return job
+    return RefreshJob.create(data, Preprocessed.from_model(m, data), parts.root, top_n=top_n, top_k=top_k,
+                             targets=targets)
 
 
 @task(cache_policy=NO_CACHE)
@@ -126,12 +135,14 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     if not in_memory:
         runs.check_shared(settings.out)  # before any work: workers must reach the run folder
     with contextlib.nullcontext() if in_memory else connect(settings) as client:
+        with stage(seconds, "partition"):
+            parts = partition(ds, settings.out)
         with stage(seconds, "train"):
             budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
                       if v is not None}
-            m, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client, budget)
+            m, model_path = train_or_load(ds, parts, model, settings.out, k, lam, seed, client, budget)
         with stage(seconds, "preprocess"):
-            job = preprocess(m, ds, settings.out, top_n, top_k, supplied)
+            job = preprocess(m, ds, parts, top_n, top_k, supplied)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
         plan = {"data": ds.interactions.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
                 "top_n": top_n, "top_k": top_k, "shards": n_shards,

@@ -133,14 +133,16 @@ def test_killed_worker_loses_nothing(tmp_path):
     assert real == sorted([e["file"] for e in mem] + [e["file"].replace(".parquet", ".json") for e in mem])
 
 
-def test_distributed_als_equals_in_memory_als(client):
+def test_distributed_als_equals_in_memory_als(client, tmp_path):
     from functools import partial
 
     from dxplain.distributed.als import ClusterHalfSteps
+    from dxplain.io.partitions import write_partitions
 
     d = random_interactions(120, 90, 0.15, seed=21)
+    parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 5 + 1)  # the workers read 5 parts per side
     made = []
-    half = lambda *a: made.append(ClusterHalfSteps(client, *a, n_shards=5)) or made[-1]  # noqa: E731
+    half = lambda *a: made.append(ClusterHalfSteps(client, parts, *a)) or made[-1]  # noqa: E731
     for polish in (0, 200):  # sweeps alone, and sweeps followed by the (in-memory) Newton polish
         model = ALSMF(k=6, max_sweeps=12, polish_iters=polish, seed=4)
         mem, dsk = model.fit(d), model.fit(d, half_steps=half)
@@ -149,7 +151,38 @@ def test_distributed_als_equals_in_memory_als(client):
         np.testing.assert_allclose(dsk.V, mem.V, rtol=1e-9, atol=1e-12)
         assert dsk.grad_norm == pytest.approx(mem.grad_norm, rel=1e-6, abs=1e-13)
     assert len(made) == 2 and len(made[0].parts["user"]) == 5 and len(made[0].parts["item"]) == 5
-    assert partial(ClusterHalfSteps, client)  # the form the flow uses
+    assert partial(ClusterHalfSteps, client, parts)  # the form the flow uses
+
+
+def test_worker_killed_mid_training_loses_nothing(tmp_path):
+    """SIGKILL a worker between sweeps: its parts are re-read from storage elsewhere; the model is unchanged."""
+    import os
+    import signal
+
+    from dxplain.distributed.als import ClusterHalfSteps
+    from dxplain.io.partitions import write_partitions
+
+    d = random_interactions(120, 90, 0.15, seed=22)
+    parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 4 + 1)
+    model = ALSMF(k=6, max_sweeps=6, polish_iters=0, seed=1)
+    with connect(Settings(workers=2, blas_threads=1)) as c:
+        victim = sorted(c.run(os.getpid).values())[0]
+
+        class KillAfterTwoSweeps(ClusterHalfSteps):
+            calls = 0
+
+            def users(self, V):
+                KillAfterTwoSweeps.calls += 1
+                if KillAfterTwoSweeps.calls == 3:
+                    os.kill(victim, signal.SIGKILL)
+                return super().users(V)
+
+        got = model.fit(d, half_steps=lambda *a: KillAfterTwoSweeps(c, parts, *a))
+        assert victim not in c.run(os.getpid).values()
+    assert KillAfterTwoSweeps.calls == 6
+    want = model.fit(d)
+    np.testing.assert_allclose(got.U, want.U, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got.V, want.V, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("method", ["representer", "random"])

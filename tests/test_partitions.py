@@ -23,7 +23,7 @@ def fitted():
 
 def test_parts_hold_whole_histories_and_whole_rater_lists(fitted, tmp_path):
     d, pre = fitted
-    parts = partitions.write_partitions(tmp_path, d, pre.alpha, "k", rows_per_part=200)
+    parts = partitions.write_alpha(partitions.write_partitions(tmp_path, d, rows_per_part=200), d, pre.alpha, "k")
     n_user_parts, n_item_parts = len(parts.user_cuts) - 1, len(parts.item_cuts) - 1
     assert n_user_parts >= 4 and n_item_parts >= 4
     seen = []
@@ -88,17 +88,18 @@ def test_store_is_reused_for_the_same_data_and_alpha_and_never_trusted_half_rewr
     RefreshJob.create(d, pre, tmp_path, rows_per_part=200)
     assert len(written) == n_files  # same data and α: reused, nothing rewritten
 
-    other = pre.with_alpha(pre.alpha * 2)
-
     def crash(loc, *a):
         raise OSError("disk full")
 
     monkeypatch.setattr(partitions, "_write", crash)
     with pytest.raises(OSError):
-        RefreshJob.create(d, other, tmp_path, rows_per_part=200)
-    assert not (tmp_path / "index.json").exists()  # a store mid-rewrite has no index, so nobody reuses it
-    monkeypatch.setattr(partitions, "_write", real)
+        RefreshJob.create(d, pre.with_alpha(pre.alpha * 2), tmp_path, rows_per_part=200)  # another model's α
+    assert not (tmp_path / "alpha" / "index.json").exists()  # α mid-rewrite has no index: nobody reuses it
+    assert (tmp_path / "index.json").exists()  # the data parts did not change and stay reusable
+    monkeypatch.setattr(partitions, "_write", lambda loc, *a: (written.append(loc), real(loc, *a)))
+    written.clear()
     job = RefreshJob.create(d, pre, tmp_path, rows_per_part=200)
+    assert written and all("alpha" in str(loc) for loc in written)  # only α is rewritten
     assert np.array_equal(job.parts.read_users(0, d.n_users).alpha, pre.alpha)
 
 

@@ -1,25 +1,37 @@
 """ALS half-steps on Dask: shards of rows solved in parallel, the fixed factor broadcast once per half-step.
 
-Each shard's slice of the by-user (and by-item) CSR view is scattered to the cluster once, when
-training starts, and stays there for every sweep; per half-step only the fixed factor matrix travels
-(broadcast to every worker), and each task returns its rows of the new factors.
+Each shard is one part of the partitioned interactions (``io.partitions``): a worker reads its part
+from storage once, when training starts, and keeps its CSR slice for every sweep. Per half-step only
+the fixed factor matrix travels (once to each worker), and each task returns its rows of the new
+factors. A worker lost mid-training loses nothing: the scheduler re-reads its parts elsewhere.
 """
 
 from __future__ import annotations
 
-import itertools
+import logging
+import time
 
 import numpy as np
 from distributed import Client
 
-from ..interactions import Interactions, equal_cuts
+from ..interactions import Interactions
+from ..io.partitions import Partitions
 from ..kernels import als
-from ..models.mf import HalfSteps, csr_views
+from ..models.mf import HalfSteps
+
+log = logging.getLogger(__name__)
 
 
-def _slice(indptr, cols, y, a: int, b: int):
-    s, e = indptr[a], indptr[b]
-    return indptr[a:b + 1] - s, cols[s:e], y[s:e]
+def _load(parts: Partitions, side: str, p: int, mu: float):
+    """(indptr, columns, y − μ) of the rows in part p: users for ``user``, items for ``item``."""
+    if side == "user":
+        d = parts.read_users(int(parts.user_cuts[p]), int(parts.user_cuts[p + 1])).data
+        a, b = parts.user_cuts[p], parts.user_cuts[p + 1]
+        return d.user_indptr[a:b + 1] - d.user_indptr[a], d.item, d.rating - mu
+    d = parts.read_items(p).data
+    a, b = parts.item_range(p)
+    order = d.item_order
+    return d.item_indptr[a:b + 1] - d.item_indptr[a], d.user[order], (d.rating - mu)[order]
 
 
 def _solve(part, F, ridge):
@@ -28,19 +40,37 @@ def _solve(part, F, ridge):
 
 
 class ClusterHalfSteps(HalfSteps):
-    """Half-steps sharded over a Dask cluster (``client`` passed in; the library creates none)."""
+    """Half-steps sharded over a Dask cluster, one shard per part (``client`` passed in; the library creates none).
 
-    def __init__(self, client: Client, data: Interactions, y: np.ndarray, ridge: float, n_shards: int = 8):
+    Use as ``ALSMF.fit(data, half_steps=functools.partial(ClusterHalfSteps, client, parts))``.
+    """
+
+    def __init__(self, client: Client, parts: Partitions, data: Interactions, mu: float, ridge: float):
+        if parts.n_interactions != len(data):
+            raise ValueError(f"the parts hold {parts.n_interactions} interactions, the data {len(data)}")
         self.client, self.ridge = client, ridge
-        self.parts = {}
-        for side, (indptr, cols, vals) in csr_views(data, y).items():
-            parts = [_slice(indptr, cols, vals, a, b) for a, b in itertools.pairwise(equal_cuts(indptr, n_shards))]
-            self.parts[side] = client.scatter(parts)  # each shard's slice is sent once, kept for all sweeps
+        cuts = {"user": parts.user_cuts, "item": parts.item_cuts}
+        # Read once on the workers and kept there for all sweeps; recomputed from storage if a worker dies.
+        self.parts = {side: [client.submit(_load, parts, side, p, mu, pure=False, retries=2)
+                             for p in range(len(cuts[side]) - 1)] for side in cuts}
 
-    def _half(self, side: str, F: np.ndarray) -> np.ndarray:
-        F_f = self.client.scatter(F, broadcast=True)
-        futures = [self.client.submit(_solve, p, F_f, self.ridge, pure=False, retries=2) for p in self.parts[side]]
-        return np.vstack(self.client.gather(futures))
+    def _half(self, side: str, F: np.ndarray, attempts: int = 3) -> np.ndarray:
+        """Solve every shard of one side given F. A worker that dies under the scatter fails it with a
+        comm error before the scheduler has removed the worker: wait, then scatter again."""
+        for attempt in range(1, attempts + 1):
+            try:
+                # Sent to one worker, not broadcast: replicating to a worker that just died retries for
+                # minutes (measured); the other workers fetch F from their peer when their tasks need it.
+                F_f = self.client.scatter(F, hash=False)
+                futures = [self.client.submit(_solve, p, F_f, self.ridge, pure=False, retries=2)
+                           for p in self.parts[side]]
+                return np.vstack(self.client.gather(futures))
+            except OSError as e:  # CommClosedError is an OSError
+                if attempt == attempts:
+                    raise
+                log.warning("%s half-step attempt %d/%d failed (%s): a worker died; retrying", side, attempt,
+                            attempts, e)
+                time.sleep(2.0 * attempt)
 
     def users(self, V):
         return self._half("user", V)

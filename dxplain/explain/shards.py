@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from ..interactions import Interactions, Targets
 from ..io import runs
-from ..io.partitions import ROWS_PER_PART, Part, Partitions, write_partitions
+from ..io.partitions import ROWS_PER_PART, Part, Partitions, write_alpha, write_partitions
 from ..kernels.representer import Attributions
 from .representer import Preprocessed, RepresenterExplainer, fidelity, row_order
 from .targets import recommend
@@ -35,9 +35,10 @@ class RefreshJob:
     def create(cls, data: Interactions, pre: Preprocessed, root, top_n: int = 10, top_k: int = 10,
                targets: Targets | None = None, rows_per_part: int = ROWS_PER_PART) -> "RefreshJob":
         """Write (or reuse) the partitioned interactions and α at ``root``; keep only the factors in memory."""
-        # The data and α are all the parts hold: a store with this key is reused, any other rewritten.
+        parts = write_partitions(root, data, rows_per_part)
+        # α is all that changes with the model: the same α is reused, any other rewritten.
         key = f"{data.fingerprint()}-{hashlib.sha256(np.ascontiguousarray(pre.alpha).tobytes()).hexdigest()[:16]}"
-        parts = write_partitions(root, data, pre.alpha, key, rows_per_part)
+        parts = write_alpha(parts, data, pre.alpha, key)
         return cls(parts, pre.factors(), top_n, top_k, targets)
 
 

@@ -1,8 +1,13 @@
 """The training interactions and their global importance α, partitioned so that a worker reads only a part.
 
-    <root>/user/part-00000.parquet ...   users user_cuts[p]:user_cuts[p+1]   (user, item, rating, alpha)
+    <root>/user/part-00000.parquet ...   users user_cuts[p]:user_cuts[p+1]   (user, item, rating)
     <root>/item/part-00000.parquet ...   items item_cuts[p]:item_cuts[p+1]   same columns
     <root>/index.json                    key, cuts and counts: written last, so its presence means complete
+    <root>/alpha/{user,item}/part-…      α of the same rows, one column, for the model being explained
+    <root>/alpha/index.json              the α key (data and model), written last
+
+The interactions are written before training (ALS shards read them) and α after it (explanation
+shards read both), so the data parts are reused by every model trained on the same data.
 
 Rows keep the table's (user, item) order in both layouts, so every part is itself a valid ``Interactions``
 over the full id spaces: a by-user part holds its users' whole histories (the item side of an explanation),
@@ -12,6 +17,7 @@ interactions each, which bounds what a worker holds at once however large the ta
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from dataclasses import dataclass
@@ -28,10 +34,10 @@ ROWS_PER_PART = 2_000_000  # ~50 MB of columns per part; a shard holds one item 
 
 @dataclass(frozen=True)
 class Part:
-    """One part: interactions over the full id spaces, and α in the same row order."""
+    """One part: interactions over the full id spaces, and α in the same row order (None before α is written)."""
 
     data: Interactions
-    alpha: np.ndarray
+    alpha: np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class Partitions:
     user_ids: pa.Array
     item_ids: pa.Array
     n_interactions: int
+    with_alpha: bool = False
 
     def item_parts(self, items: np.ndarray) -> np.ndarray:
         """The item parts that hold any of ``items``, ascending."""
@@ -57,7 +64,7 @@ class Partitions:
         first = int(np.searchsorted(self.user_cuts, lo, side="right") - 1)
         last = int(np.searchsorted(self.user_cuts, hi, side="left"))
         tables = [self._read("user", p) for p in range(max(first, 0), min(last, len(self.user_cuts) - 1))]
-        t = pa.concat_tables(tables) if tables else _empty()
+        t = pa.concat_tables(tables) if tables else _empty(self.with_alpha)
         user = t["user"].to_numpy()
         keep = slice(*np.searchsorted(user, [lo, hi]))  # rows are sorted by user
         return self._part(t, keep)
@@ -67,69 +74,95 @@ class Partitions:
         return self._part(self._read("item", p), slice(None))
 
     def _read(self, side: str, p: int) -> pa.Table:
-        fs, path = filesystem(join(self.root, side, _name(p)))
-        with fs.open(path, "rb") as fh:
-            return pq.read_table(fh)
+        t = _read_table(join(self.root, side, _name(p)))
+        if self.with_alpha:
+            t = t.append_column("alpha", _read_table(join(self.root, "alpha", side, _name(p)))["alpha"])
+        return t
 
     def _part(self, t: pa.Table, keep: slice) -> Part:
         col = {c: t[c].to_numpy()[keep] for c in t.column_names}
         data = Interactions(col["user"], col["item"], col["rating"], self.user_ids, self.item_ids)
-        return Part(data, col["alpha"])
+        return Part(data, col.get("alpha"))
+
+
+def _read_table(loc: Location) -> pa.Table:
+    fs, path = filesystem(loc)
+    with fs.open(path, "rb") as fh:
+        return pq.read_table(fh)
 
 
 def _name(p: int) -> str:
     return f"part-{p:05d}.parquet"
 
 
-def _empty() -> pa.Table:
-    return pa.table({"user": pa.array([], pa.int32()), "item": pa.array([], pa.int32()),
-                     "rating": pa.array([], pa.float64()), "alpha": pa.array([], pa.float64())})
+def _empty(with_alpha: bool) -> pa.Table:
+    columns = {"user": pa.array([], pa.int32()), "item": pa.array([], pa.int32()), "rating": pa.array([], pa.float64())}
+    return pa.table({**columns, **({"alpha": pa.array([], pa.float64())} if with_alpha else {})})
 
 
 def store_path(out: Location, dataset: str, data: Interactions) -> Location:
-    """Where a refresh keeps the parts of this exact data (one store per data; a new model rewrites it)."""
+    """Where a refresh keeps the parts of this exact data (one store per data; a new model rewrites only α)."""
     return join(out, "partitions", f"{dataset}-{data.fingerprint()}")
 
 
-def write_partitions(root: Location, data: Interactions, alpha: np.ndarray, key: str,
-                     rows_per_part: int = ROWS_PER_PART) -> Partitions:
-    """Write (or reuse, when ``root`` already holds a complete store with this ``key``) the parts of ``data``.
+def write_partitions(root: Location, data: Interactions, rows_per_part: int = ROWS_PER_PART) -> Partitions:
+    """Write (or reuse, when ``root`` already holds this exact data) the by-user and by-item parts of ``data``.
 
-    ``key`` names what the parts hold (data and model); a store written for another key is rewritten.
     Each file is written atomically and the index last, so a crash leaves no store a reader would trust.
     """
-    if len(alpha) != len(data):
-        raise ValueError(f"alpha has {len(alpha)} values for {len(data)} interactions")
-    index_loc = join(root, "index.json")
+    key = data.fingerprint()
+    index = _reusable(join(root, "index.json"), key)
+    if index is None:
+        n_parts = max(1, -(-len(data) // max(1, rows_per_part)))
+        user_cuts, item_cuts = equal_cuts(data.user_indptr, n_parts), equal_cuts(data.item_indptr, n_parts)
+        def columns(rows):
+            return {"user": data.user[rows], "item": data.item[rows], "rating": data.rating[rows]}
+
+        _write_parts(root, data, user_cuts, item_cuts, columns)
+        index = {"key": key, "n_interactions": len(data), "n_users": data.n_users, "n_items": data.n_items,
+                 "user_cuts": user_cuts.tolist(), "item_cuts": item_cuts.tolist()}
+        write_text_atomic(join(root, "index.json"), json.dumps(index))
+    return Partitions(root, np.asarray(index["user_cuts"], np.int64), np.asarray(index["item_cuts"], np.int64),
+                      data.user_ids, data.item_ids, int(index["n_interactions"]))
+
+
+def write_alpha(parts: Partitions, data: Interactions, alpha: np.ndarray, key: str) -> Partitions:
+    """Write (or reuse, for the same ``key``) α beside the parts, in their row order; parts that read it back."""
+    if len(alpha) != len(data) or len(data) != parts.n_interactions:
+        raise ValueError(f"alpha has {len(alpha)} values for {len(data)} interactions in a store of "
+                         f"{parts.n_interactions}")
+    root = join(parts.root, "alpha")
+    if _reusable(join(root, "index.json"), key) is None:
+        _write_parts(root, data, parts.user_cuts, parts.item_cuts, lambda rows: {"alpha": alpha[rows]})
+        write_text_atomic(join(root, "index.json"), json.dumps({"key": key}))
+    return dataclasses.replace(parts, with_alpha=True)
+
+
+def _reusable(index_loc: Location, key: str) -> dict | None:
+    """The index at ``index_loc`` if it has ``key``; otherwise None, and a stale index is removed first,
+    because the files it vouches for are about to be rewritten."""
+    if not exists(index_loc):
+        return None
+    index = json.loads(read_text(index_loc))
+    if index.get("key") == key:
+        return index
+    fs, path = filesystem(index_loc)
+    fs.rm(path)
+    return None
+
+
+def _write_parts(root: Location, data: Interactions, user_cuts: np.ndarray, item_cuts: np.ndarray, columns) -> None:
+    """One file per part and side; ``columns(rows)`` gives a part's columns from its rows in data order."""
     fs, path = filesystem(root)
-    if exists(index_loc):
-        index = json.loads(read_text(index_loc))
-        if index.get("key") == key and index.get("n_interactions") == len(data):
-            return _partitions(root, index, data)
-        fs.rm(filesystem(index_loc)[1])  # the store is about to change: never trust it half-rewritten
-    n_parts = max(1, -(-len(data) // max(1, rows_per_part)))
-    user_cuts, item_cuts = equal_cuts(data.user_indptr, n_parts), equal_cuts(data.item_indptr, n_parts)
     for side in ("user", "item"):
         fs.makedirs(f"{path}/{side}", exist_ok=True)
     for p, (a, b) in enumerate(itertools.pairwise(user_cuts)):
-        rows = np.arange(data.user_indptr[a], data.user_indptr[b])
-        _write(join(root, "user", _name(p)), data, alpha, rows)
+        _write(join(root, "user", _name(p)), columns(np.arange(data.user_indptr[a], data.user_indptr[b])))
     for p, (a, b) in enumerate(itertools.pairwise(item_cuts)):
         rows = np.sort(data.item_order[data.item_indptr[a]:data.item_indptr[b]])  # back to (user, item) order
-        _write(join(root, "item", _name(p)), data, alpha, rows)
-    index = {"key": key, "n_interactions": len(data), "n_users": data.n_users, "n_items": data.n_items,
-             "user_cuts": user_cuts.tolist(), "item_cuts": item_cuts.tolist()}
-    write_text_atomic(index_loc, json.dumps(index))
-    return _partitions(root, index, data)
+        _write(join(root, "item", _name(p)), columns(rows))
 
 
-def _write(loc: Location, data: Interactions, alpha: np.ndarray, rows: np.ndarray) -> None:
-    table = pa.table({"user": data.user[rows], "item": data.item[rows], "rating": data.rating[rows],
-                      "alpha": alpha[rows]})
+def _write(loc: Location, columns: dict) -> None:
     with atomic_file(loc) as fh:
-        pq.write_table(table, fh, compression="lz4")  # read many times per run: lz4 decodes fastest (measured)
-
-
-def _partitions(root: Location, index: dict, data: Interactions) -> Partitions:
-    return Partitions(root, np.asarray(index["user_cuts"], np.int64), np.asarray(index["item_cuts"], np.int64),
-                      data.user_ids, data.item_ids, int(index["n_interactions"]))
+        pq.write_table(pa.table(columns), fh, compression="lz4")  # read many times per run: lz4 decodes fastest

@@ -81,8 +81,8 @@ def csr_views(data: Interactions, y: np.ndarray) -> dict:
 class LocalHalfSteps(HalfSteps):
     """Both half-steps in this process, over the whole table (the in-memory twin of the Dask ones)."""
 
-    def __init__(self, data: Interactions, y: np.ndarray, ridge: float):
-        self.views, self.ridge = csr_views(data, y), ridge
+    def __init__(self, data: Interactions, mu: float, ridge: float):
+        self.views, self.ridge = csr_views(data, data.rating - mu), ridge
 
     def users(self, V):
         return als.ridge_solve_rows(*self.views["user"], V, self.ridge)
@@ -115,8 +115,8 @@ class ALSMF:
     def fit(self, data: Interactions, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None) -> MFModel:
         """Train on ``data``.
 
-        ``half_steps(data, y, ridge) -> HalfSteps`` runs the two ridge half-steps elsewhere, e.g.
-        ``functools.partial(ClusterHalfSteps, client)`` shards them on Dask; by default they run here.
+        ``half_steps(data, mu, ridge) -> HalfSteps`` runs the two ridge half-steps elsewhere, e.g.
+        ``functools.partial(ClusterHalfSteps, client, parts)`` shards them on Dask; by default they run here.
         ``init=(U, V)`` starts from given factors instead of the seeded random ones (e.g. a retraining
         after deleting a few ratings, started from the original optimum).
         """
@@ -131,7 +131,7 @@ class ALSMF:
         U = rng.normal(scale=0.1, size=(data.n_users, self.k)) if init is None else init[0].copy()
         V = rng.normal(scale=0.1, size=(data.n_items, self.k)) if init is None else init[1].copy()
         P = als.Pattern(u, i, data.user_indptr, data.n_users, data.n_items)
-        half_steps = (half_steps or LocalHalfSteps)(data, y, ridge)
+        half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge)
         gnorm, history = np.inf, []
         for sweep in range(1, self.max_sweeps + 1):
             U = half_steps.users(V)
