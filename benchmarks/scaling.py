@@ -110,7 +110,7 @@ def record(n_asked: int, mode: str, s: dict, data_info: dict) -> dict:
     return {
         "size": n_asked, "interactions": data_info["interactions"], "users": data_info["users"],
         "items": data_info["items"], "mode": mode, "targets": s["targets"], "attributions": s["attributions"],
-        "train_s": st["train"], "preprocess_s": st["preprocess"], "recommend_explain_write_s": st["recommend_explain_write"],
+        "partition_s": st.get("partition", 0.0), "train_s": st["train"], "preprocess_s": st["preprocess"], "recommend_explain_write_s": st["recommend_explain_write"],
         "load_s": st["load"], "publish_s": st["publish"], "total_s": s["seconds"],
         # Task seconds per phase (summed over the 2 workers), and the stage's wall split in their proportion.
         **{f"task_{k}_s": v for k, v in ph.items()},
@@ -139,10 +139,11 @@ def plot(rows: list[dict], path: Path) -> None:
             continue
         n = np.array([x["interactions"] for x in r])
         for key, label in (("explain_wall_s", "explanation"), ("recommend_wall_s", "recommendation"),
-                           ("write_wall_s", "writing"), ("preprocess_s", "preprocessing")):
-            if mode == "supplied" and key == "recommend_wall_s":
-                continue
-            ax.loglog(n, [x[key] for x in r], marker=marker, ls="-" if mode == "supplied" else "--",
+                           ("write_wall_s", "writing"), ("preprocess_s", "preprocessing"),
+                           ("partition_s", "partitioning")):
+            if (mode == "supplied" and key == "recommend_wall_s") or (mode == "own" and key == "partition_s"):
+                continue  # own targets reuse the supplied run's parts
+            ax.loglog(n, [x.get(key, np.nan) for x in r], marker=marker, ls="-" if mode == "supplied" else "--",
                       label=f"{label} ({mode})")
         if mode == "supplied":
             ax.loglog(n, [x["train_s"] for x in r], marker=marker, color="k", label="training (supplied run)")
@@ -168,7 +169,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def markdown(rows: list[dict]) -> str:
     cols = [("interactions", "|D|"), ("users", "users"), ("items", "items"), ("mode", "targets"),
-            ("targets", "explained"), ("train_s", "train s"), ("preprocess_s", "preprocess s"),
+            ("targets", "explained"), ("partition_s", "partition s"), ("train_s", "train s"), ("preprocess_s", "preprocess s"),
             ("recommend_wall_s", "recommend s"), ("explain_wall_s", "explain s"), ("write_wall_s", "write s"),
             ("total_s", "total s"), ("targets_per_s", "targets/s"), ("peak_rss_worker_max_mib", "worker peak MiB"),
             ("peak_rss_flow_mib", "flow peak MiB"), ("fidelity_median_rel_error_item", "fidelity (median rel. err.)")]
@@ -176,7 +177,7 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         cells = []
         for key, _ in cols:
-            v = r[key]
+            v = r.get(key, float("nan"))
             cells.append(f"{v:,}" if isinstance(v, int) else f"{v:.1e}" if "fidelity" in key else
                          f"{v:,.1f}" if isinstance(v, float) else str(v))
         out.append("| " + " | ".join(cells) + " |")
@@ -204,9 +205,10 @@ def main():
         info = {key: pq.read_metadata(folder / f"{key}.parquet").num_rows for key in ("interactions", "users", "items")}
         for mode in a.modes.split(","):
             run_out = out / name
-            # Start clean (the earlier runs of this size are GBs); the supplied run trains afresh, own reuses it.
+            # Start clean (the earlier runs of this size are GBs); the supplied run partitions and trains
+            # afresh, own reuses its parts and model.
             for old in run_out.glob("*"):
-                if mode == "supplied" or old.name != "models":
+                if mode == "supplied" or old.name not in ("models", "partitions"):
                     shutil.rmtree(old) if old.is_dir() else old.unlink()
             run_out.mkdir(parents=True, exist_ok=True)
             s = refresh(folder, run_out, mode, a)

@@ -26,7 +26,7 @@ from dxplain.io.prototypes import write_prototypes_run
 from dxplain.kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
 from dxplain.kernels.sbq import mean_embedding
 from dxplain.models.mf import DEFAULT_K
-from flows.refresh import load_data, train_or_load
+from flows.refresh import load_data, partition, train_or_load
 
 
 def check_options(m: int, fisher: str, variant: str, targets: str | None, user: str | None, top_n: int) -> None:
@@ -79,7 +79,8 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
     supplied = read_targets(targets, data) if targets else None
     u = None if targets else index_of(pa.array([user]), data.user_ids, "user", "--user").astype(np.int64)
     with contextlib.nullcontext() if in_memory else connect(settings) as client:
-        mf, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client)
+        parts = partition(ds, settings.out) if client and not model else None  # what ALS shards read
+        mf, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client, parts=parts)
         T = supplied if supplied is not None else top_n_of(ds, mf, u, top_n)
         Phi, Phi_T = embed(mf, ds, T, fisher, damping)
         sel = choose_prototypes(Phi, mean_embedding(Phi_T), m, variant, shards or 4 * settings.workers, seed, client)

@@ -47,11 +47,12 @@ def partition(ds, out: str):
 
 
 @task(cache_policy=NO_CACHE)
-def train_or_load(ds, parts, model: str | None, out: str, k: int, lam: float | None, seed: int, client=None,
-                  budget: dict | None = None):
+def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, seed: int, client=None,
+                  budget: dict | None = None, parts=None):
     """Use --model if given; else reuse the model trained on this exact data, else train and store one
-    (ALS half-steps sharded on the cluster when there is one). ``budget`` caps ALS sweeps and Newton
-    steps (``max_sweeps``, ``polish_iters``); a capped model is stored under its own name."""
+    (ALS half-steps sharded on the cluster when there is one, each shard reading its part of ``parts``).
+    ``budget`` caps ALS sweeps and Newton steps (``max_sweeps``, ``polish_iters``); a capped model is
+    stored under its own name."""
     logger = get_run_logger()
     data = ds.interactions
     if model:
@@ -140,7 +141,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         with stage(seconds, "train"):
             budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
                       if v is not None}
-            m, model_path = train_or_load(ds, parts, model, settings.out, k, lam, seed, client, budget)
+            m, model_path = train_or_load(ds, model, settings.out, k, lam, seed, client, budget, parts)
         with stage(seconds, "preprocess"):
             job = preprocess(m, ds, parts, top_n, top_k, supplied)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.

@@ -39,7 +39,7 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
     assert s["targets"] == 3 * 50 and s["users"] == 50
     assert s["fidelity_max_rel_error"]["item"] < 1e-6
     stages = s["stage_seconds"]  # every stage timed, within the whole run's wall time
-    assert list(stages) == ["load", "train", "preprocess", "recommend_explain_write", "publish"]
+    assert list(stages) == ["load", "partition", "train", "preprocess", "recommend_explain_write", "publish"]
     assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= s["seconds"] + stages["publish"] + 0.1
     phases = s["shard_seconds"]  # inside the shard tasks: at most the stage's wall time on 2 workers
     assert list(phases) == ["recommend", "explain", "write"] and all(v >= 0 for v in phases.values())
@@ -51,6 +51,8 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
     # Second run on unchanged data reuses the stored model and moves LATEST to the new run.
     s2 = refresh(dataset=str(dataset), out=str(out), top_n=3, top_k=2, k=4, lam=5e-3, in_memory=True)
     assert s2["model"] == s["model"] and runs.resolve_run(out) != run
+    stores = list((out / "partitions").iterdir())  # one store for this data, complete, α beside it
+    assert len(stores) == 1 and (stores[0] / "index.json").exists() and (stores[0] / "alpha" / "index.json").exists()
     t2 = runs.open_run(runs.resolve_run(out)).to_table()
     keys = [(c, "ascending") for c in ("user", "item", "train_user", "train_item")]
     a, b = table.sort_by(keys), t2.sort_by(keys)
