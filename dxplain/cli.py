@@ -172,7 +172,7 @@ def _run_options(p: argparse.ArgumentParser, shards: str | None, in_memory: str)
     p.add_argument("--scheduler", help="tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)")
     p.add_argument("--workers", type=int, help="LocalCluster worker processes (default 2)")
     if shards:
-        p.add_argument("--shards", type=int, help=f"{shards} (default 4 per worker)")
+        p.add_argument("--shards", type=int, help=shards)
     p.add_argument("--in-memory", action="store_true", help=f"{in_memory} in this process (no Dask)")
 
 
@@ -192,7 +192,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--max-sweeps", type=int, help="cap ALS sweeps when training (default: up to 60, until they stall)")
     r.add_argument("--newton-steps", type=int,
                    help="cap the Newton polish after ALS (default: up to 200, until ‖∇f‖ ≤ 1e-9); 0 = ALS only")
-    _run_options(r, "user shards", "run the shards")
+    _run_options(r, "user shards (default 4 per worker, or more so that no shard holds over 8M output rows)",
+                 "run the shards")
     r.set_defaults(func=cmd_refresh)
 
     e = sub.add_parser("explain", help="print one target's explanation from a run")
@@ -233,7 +234,7 @@ def parser() -> argparse.ArgumentParser:
     n.add_argument("--lam", type=float, help="λ (default 3/|D|, chosen on validation recall@20 on ml-100k)")
     n.add_argument("--seed", type=int, default=0)
     n.add_argument("--retrain", action="store_true", help="retrain without the flagged negatives and store it")
-    _run_options(n, "user shards of the scan", "scan")
+    _run_options(n, "user shards of the scan (default 4 per worker)", "scan")
     n.set_defaults(func=cmd_negatives)
 
     pr = sub.add_parser("prototypes", help="the m training interactions that explain a set of predictions (SBQ)")
@@ -251,7 +252,7 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--k", type=int, default=DEFAULT_K, help="rank when training")
     pr.add_argument("--lam", type=float, help=LAM_HELP)
     pr.add_argument("--seed", type=int, default=0)
-    _run_options(pr, "candidate shards", "select")
+    _run_options(pr, "candidate shards (default 4 per worker)", "select")
     pr.set_defaults(func=cmd_prototypes)
 
     ev = sub.add_parser("evaluate", help="case-deletion evaluation of sparse-model explainers (AUC-DEL±)")

@@ -22,7 +22,7 @@ from dxplain.distributed.als import ClusterHalfSteps
 from dxplain.distributed.cluster import connect, peak_rss_mib
 from dxplain.distributed.refresh import run_on_cluster
 from dxplain.explain.representer import Preprocessed
-from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users, summarize
+from dxplain.explain.shards import RefreshJob, run_in_memory, shard_count, shard_users, summarize
 from dxplain.io import model_store, partitions, runs
 from dxplain.io.interactions import read_targets
 from dxplain.models.mf import ALSMF, DEFAULT_K, default_lam
@@ -132,7 +132,8 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     with stage(seconds, "load"):
         ds = load_data(dataset, settings)
         supplied = read_targets(targets, ds.interactions) if targets else None  # bad input fails before any work
-    n_shards = shards or 4 * settings.workers
+    n_targets = len(supplied) if supplied is not None else ds.interactions.n_users * top_n
+    n_shards = shards or shard_count(settings.workers, ds.interactions, n_targets, top_k)
     if not in_memory:
         runs.check_shared(settings.out)  # before any work: workers must reach the run folder
     with contextlib.nullcontext() if in_memory else connect(settings) as client:

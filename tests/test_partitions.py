@@ -125,3 +125,15 @@ def test_local_side_sums_equal_the_representer_embeddings(fitted):
     without = RepresenterExplainer(d, pre.factors().with_alpha(pre.alpha)).side_sums(t)
     for a, b in zip(with_ab, without):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
+
+
+def test_shard_count_keeps_each_shards_output_under_its_budget(fitted):
+    from dxplain.explain.shards import shard_count
+
+    d, _ = fitted
+    assert shard_count(2, d, n_targets=100, top_k=10) == 8  # small runs: 4 shards per worker
+    # 5M targets × 40 rows (top-10 ± per side) = 2·10⁸ rows: 25 shards of 8M
+    assert shard_count(2, d, n_targets=5_000_000, top_k=10) == 25
+    assert shard_count(2, d, n_targets=5_000_000, top_k=10, rows_per_shard=10**9) == 8
+    every = len(d) / d.n_users + len(d) / d.n_items  # top_k = 0 keeps whole histories and rater lists
+    assert shard_count(1, d, n_targets=10**6, top_k=0) == int(np.ceil(10**6 * every / 8_000_000))
