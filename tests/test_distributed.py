@@ -42,6 +42,17 @@ def test_workers_do_not_inherit_a_trim_threshold_left_by_an_earlier_cluster(monk
         assert list(c.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).values()) == [None]
 
 
+def test_worker_peak_memory_is_its_own_not_the_flows():
+    # A worker is forked from the flow's process and exec'd; ru_maxrss would report the flow's peak.
+    from dxplain.distributed.cluster import peak_rss_mib
+
+    held = np.ones(80_000_000)  # 610 MiB in this process before the workers start
+    with connect(Settings(workers=1, threads_per_worker=1, blas_threads=1)) as c:
+        memory = peak_rss_mib(c)
+    assert memory["flow"] > 610 and held[-1] == 1.0
+    assert all(v < 500 for v in memory["workers"].values()), memory
+
+
 def test_cluster_output_equals_in_memory(client, tmp_path):
     d = random_interactions(80, 60, 0.2, seed=11)
     m = ALSMF(k=5, lam=3e-3).fit(d)
