@@ -17,8 +17,9 @@ from ..kernels.representer import Attributions
 from .representer import Preprocessed, RepresenterExplainer, fidelity, row_order
 from .targets import recommend
 
-# Output rows one shard holds before writing. The 50M benchmark ran 25M rows per shard at 4.7 GiB peak
-# worker RSS; 8M keeps a shard near 1.5 GiB however many targets the run has.
+# Output rows one shard holds before writing: bounds a shard's memory however many targets the run has.
+# With 8M rows per shard, the 20M and 50M benchmarks peaked at 2.0 and 3.0 GiB per worker (VmHWM; the
+# rest of the growth is the worker's share of the ALS parts and the factors).
 ROWS_PER_SHARD = 8_000_000
 
 
