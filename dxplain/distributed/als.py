@@ -8,9 +8,6 @@ factors. A worker lost mid-training loses nothing: the scheduler re-reads its pa
 
 from __future__ import annotations
 
-import logging
-import time
-
 import numpy as np
 from distributed import Client
 
@@ -18,15 +15,14 @@ from ..interactions import Interactions
 from ..io.partitions import Partitions
 from ..kernels import als
 from ..models.mf import HalfSteps
-
-log = logging.getLogger(__name__)
+from .cluster import scatter
 
 
 def _load(parts: Partitions, side: str, p: int, mu: float):
     """(indptr, columns, y − μ) of the rows in part p: users for ``user``, items for ``item``."""
     if side == "user":
-        d = parts.read_users(int(parts.user_cuts[p]), int(parts.user_cuts[p + 1])).data
-        a, b = parts.user_cuts[p], parts.user_cuts[p + 1]
+        a, b = int(parts.user_cuts[p]), int(parts.user_cuts[p + 1])
+        d = parts.read_users(a, b).data
         return d.user_indptr[a:b + 1] - d.user_indptr[a], d.item, d.rating - mu
     d = parts.read_items(p).data
     a, b = parts.item_range(p)
@@ -54,23 +50,10 @@ class ClusterHalfSteps(HalfSteps):
         self.parts = {side: [client.submit(_load, parts, side, p, mu, pure=False, retries=2)
                              for p in range(len(cuts[side]) - 1)] for side in cuts}
 
-    def _half(self, side: str, F: np.ndarray, attempts: int = 3) -> np.ndarray:
-        """Solve every shard of one side given F. A worker that dies under the scatter fails it with a
-        comm error before the scheduler has removed the worker: wait, then scatter again."""
-        for attempt in range(1, attempts + 1):
-            try:
-                # Sent to one worker, not broadcast: replicating to a worker that just died retries for
-                # minutes (measured); the other workers fetch F from their peer when their tasks need it.
-                F_f = self.client.scatter(F, hash=False)
-                futures = [self.client.submit(_solve, p, F_f, self.ridge, pure=False, retries=2)
-                           for p in self.parts[side]]
-                return np.vstack(self.client.gather(futures))
-            except OSError as e:  # CommClosedError is an OSError
-                if attempt == attempts:
-                    raise
-                log.warning("%s half-step attempt %d/%d failed (%s): a worker died; retrying", side, attempt,
-                            attempts, e)
-                time.sleep(2.0 * attempt)
+    def _half(self, side: str, F: np.ndarray) -> np.ndarray:
+        F_f = scatter(self.client, F)  # to one worker, every half-step (see ``cluster.scatter``)
+        futures = [self.client.submit(_solve, p, F_f, self.ridge, pure=False, retries=2) for p in self.parts[side]]
+        return np.vstack(self.client.gather(futures))
 
     def users(self, V):
         return self._half("user", V)

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import resource
+import time
 
 import dask
 from distributed import Client, LocalCluster
@@ -44,6 +45,25 @@ def blas_threads(client: Client) -> dict:
         return max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=0)
 
     return client.run(info)
+
+
+def scatter(client: Client, data, broadcast: bool = False, attempts: int = 3):
+    """``client.scatter`` (unhashed) that survives a worker dying under it.
+
+    A worker killed just before a scatter is still on the scheduler's list for a moment, and sending
+    to it fails with a comm error (an OSError); wait, then scatter again. Measured by
+    ``test_worker_killed_mid_training_loses_nothing``. Broadcasting to such a worker can also retry
+    replication for minutes, so data sent repeatedly during a run goes to one worker (``broadcast=False``)
+    and the others fetch it from their peer.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return client.scatter(data, broadcast=broadcast, hash=False)
+        except OSError as e:  # CommClosedError is an OSError
+            if attempt == attempts:
+                raise
+            log.warning("scatter attempt %d/%d failed (%s): a worker died; retrying", attempt, attempts, e)
+            time.sleep(2.0 * attempt)
 
 
 def _peak_rss_mib() -> float:

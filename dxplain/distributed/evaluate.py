@@ -9,6 +9,7 @@ import time
 from distributed import Client, as_completed
 
 from ..explain.deletion import deletion_curve
+from .cluster import scatter
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def run_in_memory(case, jobs, base) -> list[list[float]]:
 
 def run_on_cluster(client: Client, case, jobs, base, retries: int = 2) -> list[list[float]]:
     t0 = time.perf_counter()
-    case_f = client.scatter(case, broadcast=True, hash=False)
+    case_f = scatter(client, case, broadcast=True)
     futures = [client.submit(_curve, case_f, job, base, retries=retries, pure=False) for job in jobs]
     index = {f.key: n for n, f in enumerate(futures)}
     out: list = [None] * len(jobs)

@@ -15,6 +15,7 @@ from distributed import Client, as_completed
 from ..explain.negatives import lowest, scan
 from ..kernels.bce import DenseTerms
 from ..kernels.negatives import LowestK, NegativeScore, scan_rows
+from .cluster import scatter
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ def scan_on_cluster(client: Client, score: NegativeScore, terms: DenseTerms, K: 
     """
     step = block_rows or scan_rows(terms.n_items)
     ranges = shard_ranges(terms.n_users, step, n_shards)
-    score_f = client.scatter(score, broadcast=True, hash=False)
-    terms_f = client.scatter(terms, broadcast=True, hash=False)
+    score_f = scatter(client, score, broadcast=True)
+    terms_f = scatter(client, terms, broadcast=True)
     return lowest(lambda t: _scan_shards(client, score_f, terms_f, terms, K, ranges, step, t, retries),
                   score, terms, K, step)
 

@@ -9,6 +9,7 @@ import numpy as np
 from distributed import Client, as_completed
 
 from ..explain.shards import RefreshJob, run_shard
+from .cluster import scatter
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def run_on_cluster(client: Client, job: RefreshJob, shards: list[np.ndarray], ru
     that runs twice leaves one complete file.
     """
     t0 = time.perf_counter()
-    job_f = client.scatter(job, broadcast=True, hash=False)
+    job_f = scatter(client, job, broadcast=True)
     futures = [client.submit(run_shard, job_f, s, users, run_dir, retries=retries, pure=False,
                              key=f"dxplain-shard-{s:05d}-{time.time_ns()}")
                for s, users in enumerate(shards)]

@@ -23,6 +23,7 @@ from distributed import Client
 
 from ..explain.prototypes import Progress
 from ..kernels.sbq import Selection, ShardState, as_rows, greedi, greedy, greedy_select, inner, split_rows
+from .cluster import scatter
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,8 @@ class ClusterShards:
     def __init__(self, client: Client, Phi, mu, m: int, n_shards: int, retries: int = 2):
         self.client, self.retries, self.tag = client, retries, uuid.uuid4().hex[:8]
         ranges = split_rows(Phi.shape[0], n_shards)
-        parts = client.scatter([Phi[a:b] for a, b in ranges], hash=False)
-        mu_f = client.scatter(mu, broadcast=True, hash=False)
+        parts = scatter(client, [Phi[a:b] for a, b in ranges])
+        mu_f = scatter(client, mu, broadcast=True)
         self.states = [client.submit(ShardState, part, mu_f, m, a, key=f"dxplain-sbq-{self.tag}-init-{s}")
                        for s, (part, (a, _)) in enumerate(zip(parts, ranges))]
         self.t = 0
@@ -70,11 +71,11 @@ def greedy_on_cluster(client: Client, Phi, mu, m: int, n_shards: int, retries: i
 
 def greedi_on_cluster(client: Client, Phi, mu, m: int, n_parts: int, seed: int = 0, retries: int = 2) -> Selection:
     """GreeDi: each part's greedy SBQ is one Dask task; the union round runs here."""
-    mu_f = client.scatter(mu, broadcast=True, hash=False)
+    mu_f = scatter(client, mu, broadcast=True)
 
     def map_parts(parts):
         t0 = time.perf_counter()
-        futures = client.map(greedy, client.scatter(parts, hash=False), mu=mu_f, m=m, retries=retries, pure=False)
+        futures = client.map(greedy, scatter(client, parts), mu=mu_f, m=m, retries=retries, pure=False)
         out = client.gather(futures)
         log.info("GreeDi: %d parts selected %d each in %.1fs", len(parts), m, time.perf_counter() - t0)
         return out

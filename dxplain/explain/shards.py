@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..interactions import Interactions, Targets
+from ..interactions import Interactions, Targets, equal_cuts
 from ..io import runs
 from ..io.partitions import ROWS_PER_PART, Part, Partitions, write_alpha, write_partitions
 from ..kernels.representer import Attributions
@@ -59,11 +60,9 @@ def shard_count(workers: int, data: Interactions, n_targets: int, top_k: int,
 
 
 def shard_users(data: Interactions, n_shards: int) -> list[np.ndarray]:
-    """Contiguous user blocks of about equal interaction count (the explanation cost follows it)."""
-    n_shards = max(1, min(n_shards, data.n_users))
-    work = np.cumsum(data.user_degree() + 1)
-    cuts = np.searchsorted(work, np.linspace(0, work[-1], n_shards + 1)[1:-1])
-    return [b for b in np.split(np.arange(data.n_users), cuts) if len(b)]
+    """Contiguous user blocks of about equal work: interactions (the explanation cost follows them) + 1 per user."""
+    work = np.concatenate([[0], np.cumsum(data.user_degree() + 1)])
+    return [np.arange(a, b) for a, b in itertools.pairwise(equal_cuts(work, min(n_shards, data.n_users)))]
 
 
 def explain_parts(job: RefreshJob, own: Part, t: Targets) -> tuple[pa.Table, dict]:
