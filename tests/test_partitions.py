@@ -114,7 +114,8 @@ def test_store_on_an_fsspec_url(fitted):
 def test_job_carries_factors_only(fitted, tmp_path):
     d, pre = fitted
     job = RefreshJob.create(d, pre, tmp_path)
-    assert job.pre.alpha is None and job.pre.A is None and job.pre.B is None
+    assert job.pre.alpha is None and job.pre.A is None  # O(|D|) and O(users·k) that a shard reads or sums itself
+    assert job.pre.B is pre.B and job.pre.Ut is pre.Ut and job.pre.Vt is pre.Vt
     assert not any(isinstance(v, np.ndarray) and len(v) == len(d) for v in vars(job.parts).values())
 
 
@@ -122,7 +123,7 @@ def test_local_side_sums_equal_the_representer_embeddings(fitted):
     d, pre = fitted
     t = Targets.from_pairs(np.arange(d.n_users), np.arange(d.n_users) % d.n_items)
     with_ab = RepresenterExplainer(d, pre).side_sums(t)
-    without = RepresenterExplainer(d, pre.factors().with_alpha(pre.alpha)).side_sums(t)
+    without = RepresenterExplainer(d, Preprocessed(pre.Ut, pre.Vt, pre.alpha, pre.mu, None, None)).side_sums(t)
     for a, b in zip(with_ab, without):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
 

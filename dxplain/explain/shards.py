@@ -14,8 +14,7 @@ import pyarrow as pa
 from ..interactions import Interactions, Targets, equal_cuts
 from ..io import runs
 from ..io.partitions import ROWS_PER_PART, Part, Partitions, write_alpha, write_partitions
-from ..kernels.representer import Attributions
-from .representer import Preprocessed, RepresenterExplainer, fidelity, row_order
+from .representer import Preprocessed, RepresenterExplainer, attribution_rows, fidelity
 from .targets import recommend
 
 # Output rows one shard holds before writing: bounds a shard's memory however many targets the run has.
@@ -33,10 +32,14 @@ class RefreshJob:
     """
 
     parts: Partitions
-    pre: Preprocessed  # factors only (``Preprocessed.factors``): α comes with each part
+    pre: Preprocessed  # Ũ, Ṽ and B only (``Preprocessed.factors``): α comes with each part
     top_n: int = 10
     top_k: int = 10
     targets: Targets | None = None  # supplied targets; None = every user's top-n unseen items
+
+    def __post_init__(self):
+        if self.pre.B is None or self.pre.A is not None or self.pre.alpha is not None:
+            raise ValueError("a RefreshJob holds Preprocessed.factors(): B for the user side's sums, no A or α")
 
     @classmethod
     def create(cls, data: Interactions, pre: Preprocessed, root, top_n: int = 10, top_k: int = 10,
@@ -69,14 +72,17 @@ def explain_parts(job: RefreshJob, own: Part, t: Targets) -> tuple[pa.Table, dic
     """Both sides of the targets' explanations and their fidelity, from the parts of the data they need.
 
     Item side: the target users' histories, all in ``own``. User side: each target item's raters, all in
-    the one item part that holds the item, read one part at a time. Rows come out as the whole-table
-    ``RepresenterExplainer.explain`` gives them: item side then user side, each by target and importance.
+    the one item part that holds the item, read one part at a time; its attributions from every part are
+    gathered as indices and ordered once. Rows come out as the whole-table ``RepresenterExplainer.explain``
+    gives them: item side then user side, each by target and importance.
     """
     ex = RepresenterExplainer(own.data, job.pre.with_alpha(own.alpha))
     s = ex.scores(t)
     item_rows = ex.rows(t, s, "item", ex.item_side(t, job.top_k))
-    item_sum, user_sum = ex.side_sum(t, "item"), np.empty(len(t))
-    tables, target, importance = [ex.rows(t, s, "user", Attributions.concat([]))], [], []
+    # Σ over every training row of each side, not only the top-k: the item side from the own part, the
+    # user side from B (its raters are spread over the item parts).
+    item_sum, user_sum = ex.side_sum(t, "item"), ex.side_sum(t, "user")
+    columns = []  # per part: target, train user, train item, rating, α, local importance
     for p in job.parts.item_parts(t.item):
         part = job.parts.read_items(int(p))
         lo, hi = job.parts.item_range(int(p))
@@ -84,15 +90,12 @@ def explain_parts(job: RefreshJob, own: Part, t: Targets) -> tuple[pa.Table, dic
         tp = t.take(sel)
         ex_p = RepresenterExplainer(part.data, job.pre.with_alpha(part.alpha))
         a = ex_p.user_side(tp, job.top_k)
-        user_sum[sel] = ex_p.side_sum(tp, "user")
-        tables.append(ex_p.rows(tp, s[sel], "user", a))
-        order = row_order(a)
-        target.append(sel[a.target[order]])
-        importance.append(a.importance[order])
-    # Each target's rows come from one part, already by importance; order the parts' rows by target.
-    merge = np.lexsort((-np.concatenate([np.empty(0), *importance]),
-                        np.concatenate([np.empty(0, np.int64), *target])))
-    user_rows = pa.concat_tables(tables).take(merge)
+        d = part.data
+        columns.append((sel[a.target], d.user[a.train], d.item[a.train], d.rating[a.train],
+                        a.global_importance, a.local_importance))
+    empty = (np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), *[np.empty(0)] * 3)
+    user_rows = attribution_rows(t, s, job.pre.mu, "user", job.parts.user_ids, job.parts.item_ids,
+                                 *(np.concatenate(c) for c in zip(empty, *columns)))
     return pa.concat_tables([item_rows, user_rows]), fidelity(item_sum, user_sum, s)
 
 
