@@ -116,6 +116,9 @@ def record(n_asked: int, mode: str, s: dict, data_info: dict) -> dict:
         **{f"task_{k}_s": v for k, v in ph.items()},
         **{f"{k}_wall_s": round(st["recommend_explain_write"] * v / max(sum(ph.values()), 1e-9), 1)
            for k, v in ph.items()},
+        # The exact explanation's work: (target, training row) pairs scored, Σ history + Σ raters over targets.
+        "pairs_scored": s["pairs_scored"], "pairs_per_interaction": round(s["pairs_scored"] / data_info["interactions"], 1),
+        "explain_ns_per_pair": round(ph["explain"] * 1e9 / max(s["pairs_scored"], 1), 1),
         "targets_per_s": round(s["targets"] / max(st["recommend_explain_write"], 1e-9)),
         "attributions_per_s": round(s["attributions"] / max(st["recommend_explain_write"], 1e-9)),
         "peak_rss_flow_mib": mem["flow"], "peak_rss_worker_max_mib": max(mem["workers"].values()),
@@ -131,7 +134,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(16, 4.4))
     for mode, marker in (("supplied", "o"), ("own", "s")):
         colour = {"worker": "C0" if mode == "supplied" else "C2", "flow": "C1" if mode == "supplied" else "C3"}
         r = sorted((x for x in rows if x["mode"] == mode), key=lambda x: x["interactions"])
@@ -150,6 +153,12 @@ def plot(rows: list[dict], path: Path) -> None:
             # Linear through the largest point: a steeper curve would cross it from below.
             ref = r[-1]["train_s"] * n / n[-1]
             ax.loglog(n, ref, color="grey", lw=0.8, ls=":", label="∝ |D| (through the top size)")
+        w = [x.get("pairs_scored", np.nan) for x in r]
+        cx.loglog(w, [x["task_explain_s"] for x in r], marker=marker, ls="-" if mode == "supplied" else "--",
+                  label=f"explanation task seconds ({mode})")
+        if mode == "supplied" and all(np.isfinite(w)):
+            cx.loglog(w, r[-1]["task_explain_s"] * np.array(w) / w[-1], color="grey", lw=0.8, ls=":",
+                      label="∝ pairs (through the top size)")
         bx.plot(n / 1e6, [x["peak_rss_worker_max_mib"] / 1024 for x in r], marker=marker, color=colour["worker"],
                 label=f"worker, max ({mode})")
         bx.plot(n / 1e6, [x["peak_rss_flow_mib"] / 1024 for x in r], marker=marker, ls="--", color=colour["flow"],
@@ -159,6 +168,10 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("wall seconds")
     ax.set_title("Refresh stages against |D| (2 workers)")
     ax.legend(fontsize=7)
+    cx.set_xlabel("(target, training row) pairs scored")
+    cx.set_ylabel("seconds in explanation tasks (both workers)")
+    cx.set_title("Explanation against its work")
+    cx.legend(fontsize=7)
     bx.set_xlabel("|D| (millions)")
     bx.set_ylabel("peak RSS (GiB)")
     bx.set_title("Peak memory per process")
@@ -171,7 +184,8 @@ def markdown(rows: list[dict]) -> str:
     cols = [("interactions", "|D|"), ("users", "users"), ("items", "items"), ("mode", "targets"),
             ("targets", "explained"), ("partition_s", "partition s"), ("train_s", "train s"), ("preprocess_s", "preprocess s"),
             ("recommend_wall_s", "recommend s"), ("explain_wall_s", "explain s"), ("write_wall_s", "write s"),
-            ("total_s", "total s"), ("targets_per_s", "targets/s"), ("peak_rss_worker_max_mib", "worker peak MiB"),
+            ("total_s", "total s"), ("targets_per_s", "targets/s"), ("pairs_per_interaction", "pairs scored / |D|"),
+            ("explain_ns_per_pair", "explain ns/pair"), ("peak_rss_worker_max_mib", "worker peak MiB"),
             ("peak_rss_flow_mib", "flow peak MiB"), ("fidelity_median_rel_error_item", "fidelity (median rel. err.)")]
     out = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
@@ -218,7 +232,7 @@ def main():
             rows.sort(key=lambda x: (x["mode"] != "supplied", x["size"]))
             store.write_text(json.dumps(rows, indent=2))
             with open(results / "scaling.csv", "w", newline="") as fh:
-                w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                w = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for x in rows for k in x)))
                 w.writeheader()
                 w.writerows(rows)
             (results / "scaling.md").write_text(markdown(rows))

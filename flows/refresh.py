@@ -162,10 +162,11 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     with stage(seconds, "publish"):
         publish(settings.out, str(run_dir), entries, {"summary": summary})
     get_run_logger().info(
-        "refresh done: %d users, %d targets, %d attributions in %.1fs (%s; %d attributions/s in shards); "
+        "refresh done: %d users, %d targets, %d attributions from %d scored pairs in %.1fs (%s; %d "
+        "attributions/s in shards); "
         "fidelity max rel. error item %.1e, user %.1e; peak RSS MiB %s; LATEST → %s",
         summary["users"], summary["targets"],
-        summary["attributions"], summary["seconds"], ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
+        summary["attributions"], summary["pairs_scored"], summary["seconds"], ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
         summary["attributions_per_second"],
         summary["fidelity_max_rel_error"]["item"], summary["fidelity_max_rel_error"]["user"],
         {"flow": memory["flow"], "workers": sorted(memory["workers"].values())}, run_dir)

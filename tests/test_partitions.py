@@ -52,12 +52,13 @@ def test_shard_explanations_from_parts_equal_the_whole_table(fitted, tmp_path, r
         t = recommend(pre.Ut, pre.Vt, own.data, users, 5)
         t_whole = recommend(pre.Ut, pre.Vt, d, users, 5)
         assert np.array_equal(t.item, t_whole.item)  # seen-item masking from the part alone
-        got, fid = explain_parts(job, own, t)
+        got, fid, pairs = explain_parts(job, own, t)
         want = ex.explain(t, 3)
         for col in ("user", "item", "rec_rank", "side", "train_user", "train_item", "rating"):
             assert got[col].equals(want[col]), col
         for col in ("score", "global_importance", "local_importance", "importance"):
             np.testing.assert_allclose(got[col].to_numpy(), want[col].to_numpy(), rtol=1e-12, atol=1e-15)
+        assert pairs == d.user_degree()[t.user].sum() + d.item_degree()[t.item].sum()
         want_fid = fidelity(*ex.side_sums(t), ex.scores(t))
         for side in ("item", "user"):
             assert fid[side]["max_rel_error"] == pytest.approx(want_fid[side]["max_rel_error"], rel=1e-6, abs=1e-12)
@@ -70,12 +71,13 @@ def test_supplied_targets_on_seen_items_and_no_targets(fitted, tmp_path):
     users = np.arange(10, 30)
     own = job.parts.read_users(10, 30)
     t = Targets.from_pairs(np.repeat(users, 2), np.tile([0, 69], len(users)))  # includes rated items
-    got, _ = explain_parts(job, own, t)
+    got, *_ = explain_parts(job, own, t)
     want = RepresenterExplainer(d, pre).explain(t, 2)
     assert got.select(["user", "item", "side", "train_user", "train_item"]).equals(
         want.select(["user", "item", "side", "train_user", "train_item"]))
-    empty, fid = explain_parts(job, own, t.take(np.zeros(len(t), bool)))
+    empty, fid, pairs = explain_parts(job, own, t.take(np.zeros(len(t), bool)))
     assert empty.num_rows == 0 and empty.schema.equals(want.schema) and fid["user"]["max_rel_error"] == 0.0
+    assert pairs == 0
 
 
 def test_store_is_reused_for_the_same_data_and_alpha_and_never_trusted_half_rewritten(fitted, tmp_path, monkeypatch):

@@ -68,13 +68,18 @@ def shard_users(data: Interactions, n_shards: int) -> list[np.ndarray]:
     return [np.arange(a, b) for a, b in itertools.pairwise(equal_cuts(work, min(n_shards, data.n_users)))]
 
 
-def explain_parts(job: RefreshJob, own: Part, t: Targets) -> tuple[pa.Table, dict]:
-    """Both sides of the targets' explanations and their fidelity, from the parts of the data they need.
+def explain_parts(job: RefreshJob, own: Part, t: Targets) -> tuple[pa.Table, dict, int]:
+    """Both sides of the targets' explanations, their fidelity and the work, from the parts of the data
+    they need.
 
     Item side: the target users' histories, all in ``own``. User side: each target item's raters, all in
     the one item part that holds the item, read one part at a time; its attributions from every part are
     gathered as indices and ordered once. Rows come out as the whole-table ``RepresenterExplainer.explain``
     gives them: item side then user side, each by target and importance.
+
+    The work is the number of (target, training row) pairs the exact explanation scores: Σ over targets
+    of the user's history length and the item's rater count. It sets the cost, and grows faster than
+    |D| when targets favour popular items.
     """
     ex = RepresenterExplainer(own.data, job.pre.with_alpha(own.alpha))
     s = ex.scores(t)
@@ -83,6 +88,7 @@ def explain_parts(job: RefreshJob, own: Part, t: Targets) -> tuple[pa.Table, dic
     # user side from B (its raters are spread over the item parts).
     item_sum, user_sum = ex.side_sum(t, "item"), ex.side_sum(t, "user")
     columns = []  # per part: target, train user, train item, rating, α, local importance
+    pairs = int(own.data.user_degree()[t.user].sum())
     for p in job.parts.item_parts(t.item):
         part = job.parts.read_items(int(p))
         lo, hi = job.parts.item_range(int(p))
@@ -91,12 +97,13 @@ def explain_parts(job: RefreshJob, own: Part, t: Targets) -> tuple[pa.Table, dic
         ex_p = RepresenterExplainer(part.data, job.pre.with_alpha(part.alpha))
         a = ex_p.user_side(tp, job.top_k)
         d = part.data
+        pairs += int(d.item_degree()[tp.item].sum())
         columns.append((sel[a.target], d.user[a.train], d.item[a.train], d.rating[a.train],
                         a.global_importance, a.local_importance))
     empty = (np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int32), *[np.empty(0)] * 3)
     user_rows = attribution_rows(t, s, job.pre.mu, "user", job.parts.user_ids, job.parts.item_ids,
                                  *(np.concatenate(c) for c in zip(empty, *columns)))
-    return pa.concat_tables([item_rows, user_rows]), fidelity(item_sum, user_sum, s)
+    return pa.concat_tables([item_rows, user_rows]), fidelity(item_sum, user_sum, s), pairs
 
 
 def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> dict:
@@ -116,10 +123,10 @@ def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> d
         t = job.targets.for_users(users)
     t1 = time.perf_counter()
     # Fidelity (Σ attributions vs score, relative) per side; the flow merges it over shards.
-    table, fid = explain_parts(job, own, t)
+    table, fid, pairs = explain_parts(job, own, t)
     t2 = time.perf_counter()
     entry = runs.write_shard(run_dir, shard, table, {
-        "users": int(len(users)), "targets": int(len(t)),
+        "users": int(len(users)), "targets": int(len(t)), "pairs_scored": pairs,
         **{f"{stat}_{side}": v for side, stats in fid.items() for stat, v in stats.items()},
         "seconds_recommend": t1 - t0, "seconds_explain": t2 - t1,
     })
@@ -140,7 +147,8 @@ def summarize(entries: list[dict]) -> dict:
     rows = sum(e["rows"] for e in entries)
     return {
         "users": sum(e["users"] for e in entries), "targets": sum(e["targets"] for e in entries),
-        "attributions": rows, "shards": len(entries), "resumed_shards": sum(bool(e.get("resumed")) for e in entries),
+        "attributions": rows, "pairs_scored": sum(e.get("pairs_scored", 0) for e in entries),
+        "shards": len(entries), "resumed_shards": sum(bool(e.get("resumed")) for e in entries),
         "attributions_per_second": round(rows / max(busy, 1e-9)),  # per shard-second of work
         # Seconds inside the shard tasks per phase, summed over shards (CPU-side split of the stage's wall time).
         "shard_seconds": {p: round(sum(e.get(f"seconds_{p}", 0.0) for e in entries if not e.get("resumed")), 3)
