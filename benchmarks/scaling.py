@@ -9,6 +9,10 @@ ephemeral mode), twice:
 - ``supplied``: 10 targets per user given as a Parquet list (the production case: another system
   recommends, dxplain explains). This run trains the model.
 - ``own``: dxplain's own top-10 per user (block GEMM with a memory budget). It reuses the model.
+- ``uniform``: a control. 10 supplied targets per user drawn uniformly over the catalogue, so the
+  explanation's work (pairs scored: Σ history + Σ raters over targets) grows like |D|. Drawn by
+  popularity (``supplied``), targets land on items whose rater counts grow with |D|, and the work grows
+  faster. It reuses the model.
 
 Sets (``dxplain.datasets.synthetic``, Zipf degrees): |D|/100 users and |D|/400 items, so the top size
 has 500k users and 125k items. Users are heavier than Amazon's (~5 ratings) on purpose: with 10 targets
@@ -60,14 +64,15 @@ def dataset(cache: Path, n: int) -> Path:
     return folder
 
 
-def supplied_targets(folder: Path) -> Path:
-    """10 unseen items per user, drawn by popularity (what another recommender would plausibly list)."""
-    path = folder / "targets-10.parquet"
+def supplied_targets(folder: Path, popular: bool = True) -> Path:
+    """10 unseen items per user, drawn by popularity (what another recommender would plausibly list), or
+    uniformly over the catalogue (the control)."""
+    path = folder / ("targets-10.parquet" if popular else "targets-10-uniform.parquet")
     if path.exists():
         return path
     d = resolve_dataset(str(folder)).interactions
     rng = np.random.default_rng(1)
-    p = d.item_degree() / len(d)
+    p = d.item_degree() / len(d) if popular else None
     seen = d.user.astype(np.int64) * d.n_items + d.item  # sorted: interactions are sorted by (user, item)
     users, items = [], []
     for start in range(0, d.n_users, 100_000):
@@ -94,7 +99,8 @@ def refresh(folder: Path, out: Path, mode: str, a) -> dict:
     cmd = [sys.executable, "-m", "dxplain.cli", "refresh", "--dataset", str(folder), "--out", str(out),
            "--k", str(a.k), "--top-k", "10", "--workers", str(a.workers),
            "--max-sweeps", str(a.max_sweeps), "--newton-steps", "0"]
-    cmd += ["--targets", str(supplied_targets(folder))] if mode == "supplied" else ["--top-n", str(TARGETS_PER_USER)]
+    cmd += ["--top-n", str(TARGETS_PER_USER)] if mode == "own" else \
+        ["--targets", str(supplied_targets(folder, popular=mode == "supplied"))]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     wall = time.perf_counter() - t0
@@ -135,12 +141,18 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, cx, bx) = plt.subplots(1, 3, figsize=(16, 4.4))
-    for mode, marker in (("supplied", "o"), ("own", "s")):
+    for mode, marker in (("supplied", "o"), ("own", "s"), ("uniform", "^")):
         colour = {"worker": "C0" if mode == "supplied" else "C2", "flow": "C1" if mode == "supplied" else "C3"}
         r = sorted((x for x in rows if x["mode"] == mode), key=lambda x: x["interactions"])
         if not r:
             continue
         n = np.array([x["interactions"] for x in r])
+        if mode == "uniform":  # the control: only its explanation, against |D| and against its work
+            ax.loglog(n, [x["explain_wall_s"] for x in r], marker=marker, color="C9", ls="-.",
+                      label="explanation (uniform targets, control)")
+            cx.loglog([x["pairs_scored"] for x in r], [x["task_explain_s"] for x in r], marker=marker, color="C9",
+                      ls="-.", label="explanation task seconds (uniform)")
+            continue
         for key, label in (("explain_wall_s", "explanation"), ("recommend_wall_s", "recommendation"),
                            ("write_wall_s", "writing"), ("preprocess_s", "preprocessing"),
                            ("partition_s", "partitioning")):
@@ -222,14 +234,14 @@ def main():
             # Start clean (the earlier runs of this size are GBs); the supplied run partitions and trains
             # afresh, own reuses its parts and model.
             for old in run_out.glob("*"):
-                if mode == "supplied" or old.name not in ("models", "partitions"):
+                if mode == "supplied" or old.name not in ("models", "partitions"):  # own, uniform reuse them
                     shutil.rmtree(old) if old.is_dir() else old.unlink()
             run_out.mkdir(parents=True, exist_ok=True)
             s = refresh(folder, run_out, mode, a)
             r = record(n, mode, s, info)
             print(json.dumps(r), flush=True)
             rows = [x for x in rows if (x["size"], x["mode"]) != (n, mode)] + [r]
-            rows.sort(key=lambda x: (x["mode"] != "supplied", x["size"]))
+            rows.sort(key=lambda x: (["supplied", "own", "uniform"].index(x["mode"]), x["size"]))
             store.write_text(json.dumps(rows, indent=2))
             with open(results / "scaling.csv", "w", newline="") as fh:
                 w = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for x in rows for k in x)))

@@ -1,8 +1,13 @@
+import atexit
 import os
+import shutil
 import tempfile
 
-# Keep Prefect's ephemeral database out of the user's home during tests (set before prefect loads).
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="dxplain-prefect-"))
+# Keep Prefect's ephemeral database out of the user's home during tests (set before prefect loads),
+# and remove it when the session ends: repeated test runs must not pile up folders in the temp dir.
+if "PREFECT_HOME" not in os.environ:
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dxplain-prefect-")
+    atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "dxplain")
 # Unit tests call dxplain functions that log outside any flow run: expected, not an API problem.
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
