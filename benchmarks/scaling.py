@@ -1,10 +1,10 @@
 """Scaling benchmark (issue 3): the whole refresh on synthetic sets of 1M–50M interactions.
 
-    python benchmarks/scaling.py                                  # 1M, 5M, 20M, 50M; supplied and own targets
+    python benchmarks/scaling.py                                  # 1M, 5M, 20M, 50M; every mode
     python benchmarks/scaling.py --sizes 1m,5m --modes supplied   # a quick look
 
 Each size runs ``dxplain refresh`` as a user would (a subprocess: a LocalCluster of 2 workers, Prefect's
-ephemeral mode), twice:
+ephemeral mode), in each of these modes:
 
 - ``supplied``: 10 targets per user given as a Parquet list (the production case: another system
   recommends, dxplain explains). This run trains the model.
@@ -213,7 +213,7 @@ def markdown(rows: list[dict]) -> str:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1m,5m,20m,50m")
-    ap.add_argument("--modes", default="supplied,own")
+    ap.add_argument("--modes", default="supplied,own,uniform")
     ap.add_argument("--k", type=int, default=64)
     ap.add_argument("--max-sweeps", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
