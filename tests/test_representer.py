@@ -262,3 +262,14 @@ def test_approximate_heavy_item_search_finds_the_exact_top_k_and_reports_exact_v
         "ij,ij->i", F[n_hist + approx.target], F[approx.train]), rtol=1e-12)
     with pytest.raises(ValueError, match="top_k > 0"):
         K.grouped_attributions(g, alpha, F, F, 0, hnsw_search())
+
+
+def test_row_order_is_by_target_then_decreasing_importance_ties_in_input_order():
+    from dxplain.explain.representer import row_order
+
+    rng = np.random.default_rng(3)
+    target = rng.integers(0, 50, 2000)
+    importance = rng.choice([-1.5, -0.25, 0.0, 0.25, 2.0], 2000)  # many ties, both signs
+    importance[::7] = rng.standard_normal(len(importance[::7]))
+    assert np.array_equal(row_order(target, importance), np.lexsort((-importance, target)))
+    assert len(row_order(np.empty(0, np.int64), np.empty(0))) == 0
