@@ -14,7 +14,7 @@ from distributed import Client
 from ..interactions import Interactions
 from ..io.partitions import Partitions
 from ..kernels import als
-from ..models.mf import HalfSteps
+from ..models.mf import HalfSteps, csr_view
 from .cluster import scatter
 
 
@@ -23,11 +23,11 @@ def _load(parts: Partitions, side: str, p: int, mu: float):
     if side == "user":
         a, b = int(parts.user_cuts[p]), int(parts.user_cuts[p + 1])
         d = parts.read_users(a, b).data
-        return d.user_indptr[a:b + 1] - d.user_indptr[a], d.item, d.rating - mu
-    d = parts.read_items(p).data
-    a, b = parts.item_range(p)
-    order = d.item_order
-    return d.item_indptr[a:b + 1] - d.item_indptr[a], d.user[order], (d.rating - mu)[order]
+    else:
+        a, b = parts.item_range(p)
+        d = parts.read_items(p).data
+    indptr, cols, y = csr_view(d, d.rating - mu, side)  # the part's rows are already the only ones there
+    return indptr[a:b + 1] - indptr[a], cols, y
 
 
 def _solve(part, F, ridge):

@@ -72,17 +72,20 @@ class HalfSteps:
         raise NotImplementedError
 
 
-def csr_views(data: Interactions, y: np.ndarray) -> dict:
-    """(indptr, columns, values) of the by-user and by-item views, the inputs of the half-steps."""
+def csr_view(data: Interactions, y: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr, columns, values) of the by-user or by-item view, the input of one half-step."""
+    if side == "user":
+        return data.user_indptr, data.item, y
     order = data.item_order
-    return {"user": (data.user_indptr, data.item, y), "item": (data.item_indptr, data.user[order], y[order])}
+    return data.item_indptr, data.user[order], y[order]
 
 
 class LocalHalfSteps(HalfSteps):
     """Both half-steps in this process, over the whole table (the in-memory twin of the Dask ones)."""
 
     def __init__(self, data: Interactions, mu: float, ridge: float):
-        self.views, self.ridge = csr_views(data, data.rating - mu), ridge
+        self.views = {side: csr_view(data, data.rating - mu, side) for side in ("user", "item")}
+        self.ridge = ridge
 
     def users(self, V):
         return als.ridge_solve_rows(*self.views["user"], V, self.ridge)
