@@ -112,14 +112,18 @@ def refresh(folder: Path, out: Path, mode: str, a) -> dict:
 
 
 def record(n_asked: int, mode: str, s: dict, data_info: dict) -> dict:
-    st, ph, mem = s["stage_seconds"], s["shard_seconds"], s["peak_rss_mib"]
+    st, passes, mem = s["stage_seconds"], s["task_seconds"], s["peak_rss_mib"]
+    # Task seconds by what they do: targets (the plan pass: recommended, or supplied ones selected),
+    # explanation (the item-keyed user side, the shards' gather and item side), writing.
+    ph = {"recommend": passes["plan"], "explain": passes["user_side"] + passes["gather"] + passes["explain"],
+          "write": passes["write"]}
     return {
         "size": n_asked, "interactions": data_info["interactions"], "users": data_info["users"],
         "items": data_info["items"], "mode": mode, "targets": s["targets"], "attributions": s["attributions"],
         "partition_s": st.get("partition", 0.0), "train_s": st["train"], "preprocess_s": st["preprocess"], "recommend_explain_write_s": st["recommend_explain_write"],
         "load_s": st["load"], "publish_s": st["publish"], "total_s": s["seconds"],
         # Task seconds per phase (summed over the 2 workers), and the stage's wall split in their proportion.
-        **{f"task_{k}_s": v for k, v in ph.items()},
+        **{f"task_{k}_s": round(v, 3) for k, v in ph.items()}, **{f"pass_{k}_s": v for k, v in passes.items()},
         **{f"{k}_wall_s": round(st["recommend_explain_write"] * v / max(sum(ph.values()), 1e-9), 1)
            for k, v in ph.items()},
         # The exact explanation's work: (target, training row) pairs scored, Σ history + Σ raters over targets.

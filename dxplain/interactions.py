@@ -161,8 +161,10 @@ class Targets:
         order = np.lexsort((rank, item, user)) if rec_rank is None else np.lexsort((rank, user))
         return cls(user[order], item[order], rank[order])
 
-    def for_users(self, users: np.ndarray) -> "Targets":
-        return self.take(np.isin(self.user, users))
+    def for_user_range(self, lo: int, hi: int) -> "Targets":
+        """The targets of users lo:hi: one slice, since targets are sorted by user."""
+        a, b = np.searchsorted(self.user, [lo, hi])
+        return self.take(slice(int(a), int(b)))
 
     def take(self, index: np.ndarray) -> "Targets":
         """The targets at ``index`` (positions or a mask), in that order."""

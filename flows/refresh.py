@@ -1,9 +1,10 @@
 """The nightly explanation refresh.
 
 load interactions → partition them (by user, by item) → train (or load) the model, ALS shards reading
-the parts → preprocess (Ũ, Ṽ, α beside the parts) → shard users over Dask → each shard reads its users'
-part, streams the item parts its targets need, recommends, explains and writes one Parquet file
-atomically → manifest → move LATEST.
+the parts → preprocess (Ũ, Ṽ, α beside the parts) → shard users over Dask: each shard's targets
+(recommended or supplied) → the user side per item part, all of a part's targets at once → each shard
+explains its item side, gathers its user side and writes one Parquet file atomically → manifest →
+move LATEST.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def preprocess(m, ds, parts, top_n: int, top_k: int, targets) -> RefreshJob:
 
 @task(cache_policy=NO_CACHE)
 def explain_all(job: RefreshJob, ds, n_shards: int, run_dir: str, client=None):
+    """Shard entries and the passes' stats (``explain.shards``)."""
     shards = shard_users(ds.interactions, n_shards)
     return run_on_cluster(client, job, shards, run_dir) if client else run_in_memory(job, shards, run_dir)
 
@@ -153,9 +155,9 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         if resumed:
             get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
         with stage(seconds, "recommend_explain_write"):  # targets, attributions and shard files, per shard
-            entries = explain_all(job, ds, n_shards, str(run_dir), client)
+            entries, passes = explain_all(job, ds, n_shards, str(run_dir), client)
         memory = peak_rss_mib(client)
-    summary = {"run": str(run_dir), "dataset": dataset, "model": model_path, **summarize(entries),
+    summary = {"run": str(run_dir), "dataset": dataset, "model": model_path, **summarize(entries, passes),
                "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "peak_rss_mib": memory,
                "grad_norm": m.grad_norm,
                "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k}
@@ -163,7 +165,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         publish(settings.out, str(run_dir), entries, {"summary": summary})
     get_run_logger().info(
         "refresh done: %d users, %d targets, %d attributions from %d scored pairs in %.1fs (%s; %d "
-        "attributions/s in shards); "
+        "attributions/s in tasks); "
         "fidelity max rel. error item %.1e, user %.1e; peak RSS MiB %s; LATEST → %s",
         summary["users"], summary["targets"],
         summary["attributions"], summary["pairs_scored"], summary["seconds"], ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),

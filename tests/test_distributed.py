@@ -56,15 +56,18 @@ def test_worker_peak_memory_is_its_own_not_the_flows():
 def test_cluster_output_equals_in_memory(client, tmp_path):
     d = random_interactions(80, 60, 0.2, seed=11)
     m = ALSMF(k=5, lam=3e-3).fit(d)
-    # Small parts: each shard reads its users from several by-user parts and streams several item parts.
+    # Small parts: each shard reads its users from several by-user parts; several item parts make the user side.
     job = RefreshJob.create(d, Preprocessed.from_model(m, d), tmp_path / "parts", top_n=5, top_k=3, rows_per_part=150)
     assert len(job.parts.user_cuts) > 4 and len(job.parts.item_cuts) > 4
     shards = shard_users(d, 6)
     assert sum(len(s) for s in shards) == d.n_users
     (tmp_path / "mem").mkdir()
     (tmp_path / "dask").mkdir()
-    mem = run_in_memory(job, shards, str(tmp_path / "mem"))
-    dsk = run_on_cluster(client, job, shards, str(tmp_path / "dask"))
+    mem, mem_passes = run_in_memory(job, shards, str(tmp_path / "mem"))
+    dsk, passes = run_on_cluster(client, job, shards, str(tmp_path / "dask"))
+    # One user-side task per item part (all six shards fit one task), each part read once.
+    assert passes["user_side_tasks"] == mem_passes["user_side_tasks"] == len(job.parts.item_cuts) - 1
+    assert passes["user_side_rows"] == mem_passes["user_side_rows"] > 0
     assert [e["rows"] for e in mem] == [e["rows"] for e in dsk]
     assert sum(e["targets"] for e in dsk) == 5 * d.n_users
     for a, b in zip(mem, dsk):
@@ -95,11 +98,11 @@ def test_tls_cluster_with_certificates_made_here(tmp_path):
     shards = shard_users(d, 4)
     for sub in ("mem", "tls"):
         (tmp_path / sub).mkdir()
-    mem = run_in_memory(job, shards, str(tmp_path / "mem"))
+    mem, _ = run_in_memory(job, shards, str(tmp_path / "mem"))
     with connect(Settings(workers=2, blas_threads=1), security=security) as c:
         assert c.scheduler.address.startswith("tls://")
         assert all(addr.startswith("tls://") for addr in c.scheduler_info()["workers"])
-        got = run_on_cluster(c, job, shards, str(tmp_path / "tls"))
+        got, _ = run_on_cluster(c, job, shards, str(tmp_path / "tls"))
     _same_files(tmp_path / "mem", mem, tmp_path / "tls", got)
 
 
@@ -121,12 +124,12 @@ def test_killed_worker_loses_nothing(tmp_path):
     shards = shard_users(d, 40)
     for sub in ("mem", "kill"):
         (tmp_path / sub).mkdir()
-    mem = run_in_memory(job, shards, str(tmp_path / "mem"))
+    mem, _ = run_in_memory(job, shards, str(tmp_path / "mem"))
     with connect(Settings(workers=2, blas_threads=1)) as c:
         pids = c.run(os.getpid)
         result = {}
         runner = threading.Thread(target=lambda: result.update(
-            entries=run_on_cluster(c, job, shards, str(tmp_path / "kill"))))
+            entries=run_on_cluster(c, job, shards, str(tmp_path / "kill"))[0]))
         runner.start()
         deadline = time.time() + 60
         while not list((tmp_path / "kill").glob("part-*.json")) and time.time() < deadline:

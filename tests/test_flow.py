@@ -41,9 +41,10 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
     stages = s["stage_seconds"]  # every stage timed, within the whole run's wall time
     assert list(stages) == ["load", "partition", "train", "preprocess", "recommend_explain_write", "publish"]
     assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= s["seconds"] + stages["publish"] + 0.1
-    phases = s["shard_seconds"]  # inside the shard tasks: at most the stage's wall time on 2 workers
-    assert list(phases) == ["recommend", "explain", "write"] and all(v >= 0 for v in phases.values())
-    assert phases["explain"] > 0 and phases["write"] > 0  # recommending 50 users' top-3 can round to 0
+    phases = s["task_seconds"]  # inside the passes' tasks: at most the stage's wall time on 2 workers
+    assert list(phases) == ["plan", "user_side", "gather", "explain", "write"] and all(v >= 0 for v in phases.values())
+    assert phases["user_side"] > 0 and phases["explain"] > 0 and phases["write"] > 0
+    assert s["user_side_tasks"] >= 1
     assert sum(phases.values()) <= 2 * stages["recommend_explain_write"] + 0.1
     memory = s["peak_rss_mib"]  # this process and both worker processes, each a real high-water mark
     assert len(memory["workers"]) == 2 and all(50 < v < 8192 for v in memory["workers"].values())
@@ -128,11 +129,11 @@ def test_interrupted_run_resumes_keeping_verified_shards(dataset, tmp_path, monk
 
     real, calls = shard_mod.run_shard, []
 
-    def crash_on_fourth(job, shard, users, run_dir):
+    def crash_on_fourth(job, shard, users, run_dir, parts):
         calls.append(shard)
         if len(calls) == 4:
             raise RuntimeError("simulated crash")
-        return real(job, shard, users, run_dir)
+        return real(job, shard, users, run_dir, parts)
 
     monkeypatch.setattr(shard_mod, "run_shard", crash_on_fourth)
     out = tmp_path / "out"

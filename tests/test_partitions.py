@@ -2,10 +2,12 @@
 exactly as the whole-table explainer does."""
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer, fidelity
-from dxplain.explain.shards import RefreshJob, explain_parts, shard_users
+from dxplain.explain import shards as shard_mod
+from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Targets
 from dxplain.io import partitions
@@ -42,42 +44,98 @@ def test_parts_hold_whole_histories_and_whole_rater_lists(fitted, tmp_path):
     assert np.array_equal(got.alpha, pre.alpha[rows]) and np.array_equal(got.data.rating, d.rating[rows])
 
 
+def _run(job, shards, run_dir):
+    run_dir.mkdir()
+    entries, passes = run_in_memory(job, shards, str(run_dir))
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted(  # the stage is gone once all shards are written
+        [e["file"] for e in entries] + [e["file"].replace(".parquet", ".json") for e in entries])
+    return entries, passes
+
+
 @pytest.mark.parametrize("rows_per_part", [1, 150, 10**9])  # one item per part, several, one part
 def test_shard_explanations_from_parts_equal_the_whole_table(fitted, tmp_path, rows_per_part):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, tmp_path, top_n=5, top_k=3, rows_per_part=rows_per_part)
+    job = RefreshJob.create(d, pre, tmp_path / "parts", top_n=5, top_k=3, rows_per_part=rows_per_part)
     ex = RepresenterExplainer(d, pre)
-    for users in shard_users(d, 3):
-        own = job.parts.read_users(int(users[0]), int(users[-1]) + 1)
-        t = recommend(pre.Ut, pre.Vt, own.data, users, 5)
-        t_whole = recommend(pre.Ut, pre.Vt, d, users, 5)
-        assert np.array_equal(t.item, t_whole.item)  # seen-item masking from the part alone
-        got, fid, pairs = explain_parts(job, own, t)
+    shards = shard_users(d, 3)
+    entries, _ = _run(job, shards, tmp_path / "run")
+    for e, users in zip(entries, shards):
+        got = pq.read_table(tmp_path / "run" / e["file"])
+        t = recommend(pre.Ut, pre.Vt, d, users, 5)  # from the whole table: the plan masked seen items from a part
         want = ex.explain(t, 3)
         for col in ("user", "item", "rec_rank", "side", "train_user", "train_item", "rating"):
             assert got[col].equals(want[col]), col
         for col in ("score", "global_importance", "local_importance", "importance"):
             np.testing.assert_allclose(got[col].to_numpy(), want[col].to_numpy(), rtol=1e-12, atol=1e-15)
-        assert pairs == d.user_degree()[t.user].sum() + d.item_degree()[t.item].sum()
+        assert e["pairs_scored"] == d.user_degree()[t.user].sum() + d.item_degree()[t.item].sum()
         want_fid = fidelity(*ex.side_sums(t), ex.scores(t))
         for side in ("item", "user"):
-            assert fid[side]["max_rel_error"] == pytest.approx(want_fid[side]["max_rel_error"], rel=1e-6, abs=1e-12)
-            assert fid[side]["max_rel_error"] < 1e-6  # the identity holds shard by shard
+            assert e[f"max_rel_error_{side}"] == pytest.approx(want_fid[side]["max_rel_error"], rel=1e-6, abs=1e-12)
+            assert e[f"max_rel_error_{side}"] < 1e-6  # the identity holds shard by shard
+
+
+def test_user_side_chunks_do_not_change_the_output(fitted, tmp_path, monkeypatch):
+    d, pre = fitted
+    job = RefreshJob.create(d, pre, tmp_path / "parts", top_n=5, top_k=3, rows_per_part=400)
+    shards = shard_users(d, 5)
+    whole, passes = _run(job, shards, tmp_path / "whole")
+    n_parts = len(job.parts.item_cuts) - 1
+    assert passes["user_side_tasks"] == n_parts  # every part has targets; all shards in one task each
+    monkeypatch.setattr(shard_mod, "ROWS_PER_SHARD", 1)  # every (part, shard) its own task
+    split, passes = _run(job, shards, tmp_path / "split")
+    assert passes["user_side_tasks"] == n_parts * len(shards)
+    assert [e["sha256"] for e in split] == [e["sha256"] for e in whole]
+
+
+def test_a_run_interrupted_in_the_user_side_pass_resumes_from_its_stage(fitted, tmp_path, monkeypatch):
+    d, pre = fitted
+    job = RefreshJob.create(d, pre, tmp_path / "parts", top_n=5, top_k=3, rows_per_part=400)
+    shards = shard_users(d, 4)
+    clean, _ = _run(job, shards, tmp_path / "clean")
+    real, calls = shard_mod.user_side_chunk, []
+
+    def crash_on_second(*args):
+        if calls:
+            raise RuntimeError("simulated crash")
+        calls.append(real(*args))
+        return calls[-1]
+
+    monkeypatch.setattr(shard_mod, "user_side_chunk", crash_on_second)
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_in_memory(job, shards, str(run))
+    assert not list(run.glob("part-*")) and len(list((run / "_stage" / "targets").iterdir())) == len(shards)
+
+    def no_recommend(*args):
+        raise AssertionError("targets were recommended again instead of read from the stage")
+
+    calls.clear()
+    monkeypatch.setattr(shard_mod, "user_side_chunk", lambda *a: calls.append(real(*a)) or calls[-1])
+    monkeypatch.setattr(shard_mod, "recommend", no_recommend)
+    entries, _ = run_in_memory(job, shards, str(run))
+    assert [bool(c.get("resumed")) for c in calls] == [True] + [False] * (len(calls) - 1)  # first part kept
+    assert [e["sha256"] for e in entries] == [e["sha256"] for e in clean]
+    assert not (run / "_stage").exists()
 
 
 def test_supplied_targets_on_seen_items_and_no_targets(fitted, tmp_path):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, tmp_path, top_k=2, rows_per_part=100)
-    users = np.arange(10, 30)
-    own = job.parts.read_users(10, 30)
+    users = np.arange(25, 60)
     t = Targets.from_pairs(np.repeat(users, 2), np.tile([0, 69], len(users)))  # includes rated items
-    got, *_ = explain_parts(job, own, t)
-    want = RepresenterExplainer(d, pre).explain(t, 2)
-    assert got.select(["user", "item", "side", "train_user", "train_item"]).equals(
-        want.select(["user", "item", "side", "train_user", "train_item"]))
-    empty, fid, pairs = explain_parts(job, own, t.take(np.zeros(len(t), bool)))
-    assert empty.num_rows == 0 and empty.schema.equals(want.schema) and fid["user"]["max_rel_error"] == 0.0
-    assert pairs == 0
+    job = RefreshJob.create(d, pre, tmp_path / "parts", top_k=2, rows_per_part=100, targets=t)
+    shards = shard_users(d, 6)
+    assert shards[0][-1] < 25 and shards[-1][0] >= 60  # the first and last shards have no targets
+    entries, _ = _run(job, shards, tmp_path / "run")
+    ex = RepresenterExplainer(d, pre)
+    keys = ["user", "item", "side", "train_user", "train_item"]
+    for e, block in zip(entries, shards):
+        got = pq.read_table(tmp_path / "run" / e["file"])
+        want = ex.explain(t.for_user_range(block[0], block[-1] + 1), 2)
+        assert got.select(keys).equals(want.select(keys)) and got.schema.equals(want.schema)
+    assert sum(e["targets"] for e in entries) == len(t)
+    for e in (entries[0], entries[-1]):
+        assert e["rows"] == 0 and e["max_rel_error_user"] == 0.0 and e["pairs_scored"] == 0 and e["targets"] == 0
 
 
 def test_store_is_reused_for_the_same_data_and_alpha_and_never_trusted_half_rewritten(fitted, tmp_path, monkeypatch):

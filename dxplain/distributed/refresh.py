@@ -1,4 +1,5 @@
-"""The refresh's shard map on Dask: scatter the job once, one task per shard, retries, progress in the log."""
+"""The refresh's passes on Dask: scatter the job once, one task per shard or item-part chunk, retries,
+progress in the log."""
 
 from __future__ import annotations
 
@@ -8,33 +9,48 @@ import time
 import numpy as np
 from distributed import Client, as_completed
 
-from ..explain.shards import RefreshJob, run_shard
+from ..explain.shards import (RefreshJob, parts_with_targets, pass_stats, pending_shards, plan_shard, run_shard,
+                              user_side_chunk, user_side_chunks)
+from ..io import runs
 from .cluster import scatter
 
 log = logging.getLogger(__name__)
 
 
 def run_on_cluster(client: Client, job: RefreshJob, shards: list[np.ndarray], run_dir: str,
-                   retries: int = 2) -> list[dict]:
-    """Run ``run_shard`` for every shard on the cluster; entries come back in shard order.
+                   retries: int = 2) -> tuple[list[dict], dict]:
+    """The three passes of ``explain.shards`` on the cluster; shard entries in shard order and the passes' stats.
 
-    The job (interactions, balanced factors, α) is scattered to every worker once, so tasks carry
-    only their user block. A task lost with its worker is recomputed elsewhere by the scheduler;
-    ``retries`` covers errors raised inside a task. Shard files are written atomically, so a task
-    that runs twice leaves one complete file.
+    The job (factors, B, where the parts are) is scattered to every worker once, so tasks carry only
+    their user block or item part. A task lost with its worker is recomputed elsewhere by the
+    scheduler; ``retries`` covers errors raised inside a task. Every file is written atomically, so a
+    task that runs twice leaves one complete file. Each pass waits for the one before: user-side tasks
+    need every shard's targets, shards every user-side piece of theirs.
     """
-    t0 = time.perf_counter()
     job_f = scatter(client, job, broadcast=True)
-    futures = [client.submit(run_shard, job_f, s, users, run_dir, retries=retries, pure=False,
-                             key=f"dxplain-shard-{s:05d}-{time.time_ns()}")
-               for s, users in enumerate(shards)]
-    entries: dict[int, dict] = {}
-    rows = 0
-    for fut in as_completed(futures):
-        e = fut.result()
-        entries[e["shard"]] = e
-        rows += e["rows"]
-        elapsed = time.perf_counter() - t0
-        log.info("shard %d/%d done: %d users, %d targets, %d rows (%.0f rows/s overall)",
-                 len(entries), len(shards), e["users"], e["targets"], e["rows"], rows / max(elapsed, 1e-9))
-    return [entries[s] for s in range(len(shards))]
+    stamp = time.time_ns()
+
+    def run_pass(name: str, fn, args: list[tuple], describe) -> list:
+        t0 = time.perf_counter()
+        futures = [client.submit(fn, job_f, *a, retries=retries, pure=False,
+                                 key=f"dxplain-{name}-{n:05d}-{stamp}") for n, a in enumerate(args)]
+        index = {f.key: n for n, f in enumerate(futures)}
+        out = [None] * len(futures)
+        for done, fut in enumerate(as_completed(futures), 1):
+            out[index[fut.key]] = r = fut.result()
+            log.info("%s %d/%d done: %s (%.1fs)", name, done, len(futures), describe(r), time.perf_counter() - t0)
+        return out
+
+    todo = pending_shards(shards, run_dir)
+    plans = run_pass("plan", plan_shard, [(s, shards[s], run_dir) for s in todo],
+                     lambda r: f"shard {r['shard']}, {r['targets']} targets")
+    chunks = run_pass("user-side", user_side_chunk,
+                      [(p, [(s, shards[s]) for s in members], run_dir) for p, members in user_side_chunks(plans)],
+                      lambda r: f"item part {r['part']}, {r['targets']} targets of {r['shards']} shards, "
+                                f"{r['rows']} rows")
+    by_shard = {plan["shard"]: plan for plan in plans}
+    entries = run_pass("shard", run_shard, [(s, users, run_dir, parts_with_targets(by_shard.get(s)))
+                                            for s, users in enumerate(shards)],
+                       lambda r: f"shard {r['shard']}, {r['users']} users, {r['targets']} targets, {r['rows']} rows")
+    runs.clear_stage(run_dir)
+    return entries, pass_stats(plans, chunks)

@@ -4,6 +4,7 @@
     <out>/runs/<...>/part-00000.parquet ...                    one per shard (temp file, then rename)
     <out>/runs/<...>/part-00000.json ...                       the shard's entry: rows, sha256, stats
     <out>/runs/<...>/manifest.json                             all shards and the summary: the run is complete
+    <out>/runs/<...>/_stage/…                                  intermediate files between a run's passes
     <out>/LATEST                                               the complete run's folder name
 
 ``LATEST`` moves only after every shard of a run is written and the manifest lists them all, so a
@@ -33,6 +34,7 @@ from ..errors import InputError
 from .atomic import Location, atomic_file, exists, filesystem, is_local, join, read_text, write_text_atomic
 
 LATEST = "LATEST"
+STAGE = "_stage"
 
 
 def plan_key(plan: dict) -> str:
@@ -101,6 +103,37 @@ def completed_shard(run: Location, shard: int) -> dict | None:
     return entry if sha256_file(path) == entry.get("sha256") else None
 
 
+def write_stage(run: Location, name: str, table: pa.Table) -> None:
+    """Keep an intermediate table of the run (atomically) under ``_stage/<name>.parquet``.
+
+    The stage carries work from one pass of the refresh to the next (a shard's targets, the user-side
+    rows an item part computed for a shard), so a resumed run reuses what an interrupted one staged.
+    """
+    with atomic_file(join(run, STAGE, f"{name}.parquet")) as fh:
+        pq.write_table(table, fh, compression="lz4")  # read back once, soon: speed over size
+
+
+def read_stage(run: Location, name: str) -> pa.Table | None:
+    """A staged table, or None if it was never (completely) written."""
+    loc = join(run, STAGE, f"{name}.parquet")
+    if not exists(loc):
+        return None
+    fs, path = filesystem(loc)
+    with fs.open(path, "rb") as fh:
+        return pq.read_table(fh)
+
+
+def staged(run: Location, name: str) -> bool:
+    return exists(join(run, STAGE, f"{name}.parquet"))
+
+
+def clear_stage(run: Location) -> None:
+    """Remove the run's intermediate files (once every shard is written; they are not part of the output)."""
+    fs, path = filesystem(join(run, STAGE))
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
 def write_manifest(run: Location, manifest: dict) -> None:
     write_text_atomic(join(run, "manifest.json"), json.dumps(manifest, indent=2, default=str))
 
@@ -113,10 +146,12 @@ def read_manifest(run: Location) -> dict:
 
 
 def finish_run(out: Location, run: Location, manifest: dict) -> None:
-    """Complete a run: drop temporaries of writers that died mid-write, write the manifest, move LATEST."""
+    """Complete a run: drop temporaries of writers that died mid-write and the stage, write the manifest,
+    move LATEST."""
     fs, path = filesystem(run)
     for stray in fs.glob(f"{path}/.*.tmp-*"):
         fs.rm(stray)
+    clear_stage(run)
     write_manifest(run, manifest)
     publish_latest(out, run)
 

@@ -386,9 +386,12 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
 
                 flat = _select_flat(x, importance, top_k, int(d_all[b].min()))
                 bb, tt, dd = np.unravel_index(flat, x.shape)
+                # Reported from the two rows alone, not from the batched product: the same bits however
+                # the targets were grouped into batches, chunks or shards (BLAS sums differ by batch shape).
+                local = np.einsum("ij,ij->i", Tt[bb, tt], H[bb, dd])
             else:
                 bb, tt, dd = np.nonzero(hv[:, None, :] & tv[:, :, None])
-            local = _local_at(L, bb, tt, dd)
+                local = _local_at(L, bb, tt, dd)
         bd = bb * d + dd
         parts.append(Attributions(g.tgt[tpos.reshape(-1)[bb * t + tt]], g.hist[hpos.reshape(-1)[bd]],
                                   a_b.reshape(-1)[bd], local))
