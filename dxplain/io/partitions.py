@@ -69,9 +69,13 @@ class Partitions:
         keep = slice(*np.searchsorted(user, [lo, hi]))  # rows are sorted by user
         return self._part(t, keep)
 
-    def read_items(self, p: int) -> Part:
-        """The interactions of the items in item part p (whole rater lists)."""
-        return self._part(self._read("item", p), slice(None))
+    def read_items(self, p: int, lo: int | None = None, hi: int | None = None) -> Part:
+        """The interactions of the items in item part p (whole rater lists), or of its items lo:hi only."""
+        t = self._read("item", p)
+        if lo is None:
+            return self._part(t, slice(None))
+        item = t["item"].to_numpy()
+        return self._part(t, (item >= lo) & (item < hi))  # rows are in (user, item) order, not by item
 
     def _read(self, side: str, p: int) -> pa.Table:
         t = _read_table(join(self.root, side, _name(p)))
@@ -79,7 +83,7 @@ class Partitions:
             t = t.append_column("alpha", _read_table(join(self.root, "alpha", side, _name(p)))["alpha"])
         return t
 
-    def _part(self, t: pa.Table, keep: slice) -> Part:
+    def _part(self, t: pa.Table, keep: slice | np.ndarray) -> Part:
         col = {c: t[c].to_numpy()[keep] for c in t.column_names}
         data = Interactions(col["user"], col["item"], col["rating"], self.user_ids, self.item_ids)
         return Part(data, col.get("alpha"))

@@ -189,6 +189,13 @@ def _best_per_row(flat: np.ndarray, value, d: int, k: int, sign: float) -> np.nd
     return np.concatenate([flat[~over], sub[order[rank < k]]])
 
 
+def _pair_dots(A: np.ndarray, ia: np.ndarray, B: np.ndarray, ib: np.ndarray) -> np.ndarray:
+    """⟨A_ia, B_ib⟩ per pair, for rows of (…, k) arrays at flat row indices (np.take of flat rows, not
+    3-D fancy indexing such as A[bb, tt], which is several times slower)."""
+    k = A.shape[-1]
+    return np.einsum("ij,ij->i", np.take(A.reshape(-1, k), ia, axis=0), np.take(B.reshape(-1, k), ib, axis=0))
+
+
 def _local_at(L: np.ndarray, bb: np.ndarray, tt: np.ndarray, dd: np.ndarray) -> np.ndarray:
     """``L[bb, dd, tt]`` of the C-contiguous (B, d, t) product, by flat offsets (3-D fancy indexing is slower)."""
     _, d, t = L.shape
@@ -371,7 +378,7 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
             # rows (d·k work, less than t·d when t > k); pruning selects on it in float64, no cast.
             imp = np.matmul(Tt, (H * a_b[:, :, None]).transpose(0, 2, 1))
             bb, tt, dd = _select_top_k(imp, top_k, int(d_all[b].min()))
-            local = np.einsum("ij,ij->i", Tt[bb, tt], H[bb, dd])  # exact, for the few selected pairs
+            local = _pair_dots(Tt, bb * t + tt, H, bb * d + dd)  # exact, for the few selected pairs
         else:
             # (B, d, t) = H·Tᵀ with contiguous operands (twice numpy's rate of a transposed operand on
             # small blocks); α applied, laid out as (B, t, d) and cast for selection in one pass.
@@ -386,12 +393,11 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
 
                 flat = _select_flat(x, importance, top_k, int(d_all[b].min()))
                 bb, tt, dd = np.unravel_index(flat, x.shape)
-                # Reported from the two rows alone, not from the batched product: the same bits however
-                # the targets were grouped into batches, chunks or shards (BLAS sums differ by batch shape).
-                local = np.einsum("ij,ij->i", Tt[bb, tt], H[bb, dd])
             else:
                 bb, tt, dd = np.nonzero(hv[:, None, :] & tv[:, :, None])
-                local = _local_at(L, bb, tt, dd)
+            # From the batched product: recomputing each selected pair from its two rows would give the
+            # same bits whatever the batch, but doubled the user side's time (random row gathers).
+            local = _local_at(L, bb, tt, dd)
         bd = bb * d + dd
         parts.append(Attributions(g.tgt[tpos.reshape(-1)[bb * t + tt]], g.hist[hpos.reshape(-1)[bd]],
                                   a_b.reshape(-1)[bd], local))
