@@ -169,6 +169,8 @@ def plot(rows: list[dict], path: Path) -> None:
             # Linear through the largest point: a steeper curve would cross it from below.
             ref = r[-1]["train_s"] * n / n[-1]
             ax.loglog(n, ref, color="grey", lw=0.8, ls=":", label="∝ |D| (through the top size)")
+            ax.loglog(n, r[-1]["explain_wall_s"] * n / n[-1], color="C0", lw=0.8, ls=":",
+                      label="∝ |D| (through the top explanation)")
         w = [x.get("pairs_scored", np.nan) for x in r]
         cx.loglog(w, [x["task_explain_s"] for x in r], marker=marker, ls="-" if mode == "supplied" else "--",
                   label=f"explanation task seconds ({mode})")
