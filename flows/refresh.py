@@ -2,7 +2,7 @@
 
 load interactions → partition them (by user, by item) → train (or load) the model, ALS shards reading
 the parts → preprocess (Ũ, Ṽ, α beside the parts) → shard users over Dask: each shard's targets
-(recommended or supplied) → the user side per item part, all of a part's targets at once → each shard
+(recommended or supplied) → the user side per range of items, all shards' targets on them at once → each shard
 explains its item side, gathers its user side and writes one Parquet file atomically → manifest →
 move LATEST.
 """

@@ -107,7 +107,7 @@ def write_stage(run: Location, name: str, table: pa.Table) -> None:
     """Keep an intermediate table of the run (atomically) under ``_stage/<name>.parquet``.
 
     The stage carries work from one pass of the refresh to the next (a shard's targets, the user-side
-    rows an item part computed for a shard), so a resumed run reuses what an interrupted one staged.
+    rows a task computed for a shard), so a resumed run reuses what an interrupted one staged.
     """
     with atomic_file(join(run, STAGE, f"{name}.parquet")) as fh:
         pq.write_table(table, fh, compression="lz4")  # read back once, soon: speed over size
