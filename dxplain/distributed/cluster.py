@@ -12,7 +12,7 @@ import resource
 import time
 
 import dask
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, as_completed
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..config import Settings
@@ -64,6 +64,17 @@ def scatter(client: Client, data, broadcast: bool = False, attempts: int = 3):
                 raise
             log.warning("scatter attempt %d/%d failed (%s): a worker died; retrying", attempt, attempts, e)
             time.sleep(2.0 * attempt)
+
+
+def gather_in_order(futures: list, report) -> list:
+    """The futures' results in submission order, calling ``report(done, result)`` as each completes
+    (progress for the log while the rest still run)."""
+    index = {f.key: n for n, f in enumerate(futures)}
+    out: list = [None] * len(futures)
+    for done, fut in enumerate(as_completed(futures), start=1):
+        out[index[fut.key]] = result = fut.result()
+        report(done, result)
+    return out
 
 
 def _peak_rss_mib() -> float:

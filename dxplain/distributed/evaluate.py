@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 import time
 
-from distributed import Client, as_completed
+from distributed import Client
 
 from ..explain.deletion import deletion_curve
-from .cluster import scatter
+from .cluster import gather_in_order, scatter
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +26,11 @@ def run_on_cluster(client: Client, case, jobs, base, retries: int = 2) -> list[l
     t0 = time.perf_counter()
     case_f = scatter(client, case, broadcast=True)
     futures = [client.submit(_curve, case_f, job, base, retries=retries, pure=False) for job in jobs]
-    index = {f.key: n for n, f in enumerate(futures)}
-    out: list = [None] * len(jobs)
     step = max(1, len(jobs) // 10)
-    for done, fut in enumerate(as_completed(futures), start=1):
-        out[index[fut.key]] = fut.result()
+
+    def report(done, _):
         if done % step == 0 or done == len(jobs):
-            el = time.perf_counter() - t0
             log.info("case deletion: %d/%d curves (%d retrainings) in %.1fs", done, len(jobs),
-                     done * len(jobs[0].sets), el)
-    return out
+                     done * len(jobs[0].sets), time.perf_counter() - t0)
+
+    return gather_in_order(futures, report)

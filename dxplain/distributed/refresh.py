@@ -1,4 +1,4 @@
-"""The refresh's passes on Dask: scatter the job once, one task per shard or item-part chunk, retries,
+"""The refresh's passes on Dask: scatter the job once, one task per shard or item range, retries,
 progress in the log."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import logging
 import time
 
 import numpy as np
-from distributed import Client, as_completed
+from distributed import Client
 
-from ..explain.shards import (RefreshJob, pass_stats, pending_shards, plan_shard, run_shard, shard_items,
-                              user_side_chunk, user_side_tasks)
+from ..explain.shards import (RefreshJob, completed_shards, in_shard_order, pass_stats, plan_shard, run_shard,
+                              shard_items, user_side_chunk, user_side_tasks)
 from ..io import runs
-from .cluster import scatter
+from .cluster import gather_in_order, scatter
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +34,11 @@ def run_on_cluster(client: Client, job: RefreshJob, shards: list[np.ndarray], ru
         t0 = time.perf_counter()
         futures = [client.submit(fn, job_f, *a, retries=retries, pure=False,
                                  key=f"dxplain-{name}-{n:05d}-{stamp}") for n, a in enumerate(args)]
-        index = {f.key: n for n, f in enumerate(futures)}
-        out = [None] * len(futures)
-        for done, fut in enumerate(as_completed(futures), 1):
-            out[index[fut.key]] = r = fut.result()
-            log.info("%s %d/%d done: %s (%.1fs)", name, done, len(futures), describe(r), time.perf_counter() - t0)
-        return out
+        return gather_in_order(futures, lambda done, r: log.info(
+            "%s %d/%d done: %s (%.1fs)", name, done, len(futures), describe(r), time.perf_counter() - t0))
 
-    pending = pending_shards(shards, run_dir)
+    done = completed_shards(len(shards), run_dir)
+    pending = [s for s in range(len(shards)) if s not in done]
     plans = run_pass("plan", plan_shard, [(s, shards[s], run_dir) for s in range(len(shards))] if pending else [],
                      lambda r: f"shard {r['shard']}, {r['targets']} targets")
     plan = user_side_tasks(job.parts, plans, pending)
@@ -50,7 +47,8 @@ def run_on_cluster(client: Client, job: RefreshJob, shards: list[np.ndarray], ru
                       lambda r: f"items {r['items'][0]}:{r['items'][1]}, {r['targets']} targets of {r['shards']} "
                                 f"shards, {r['rows']} rows")
     items = shard_items(plan)
-    entries = run_pass("shard", run_shard, [(s, users, run_dir, items.get(s, [])) for s, users in enumerate(shards)],
+    written = run_pass("shard", run_shard, [(s, shards[s], run_dir, items.get(s, [])) for s in pending],
                        lambda r: f"shard {r['shard']}, {r['users']} users, {r['targets']} targets, {r['rows']} rows")
+    entries = in_shard_order(done, written)
     runs.clear_stage(run_dir)
     return entries, pass_stats(plans, chunks)

@@ -264,8 +264,7 @@ def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str, item
     """Pass 3: explain the shard's users' targets and write ``part-<shard>.parquet``; return its manifest entry.
 
     ``users`` is a contiguous block; ``items`` are the item ranges of the user-side tasks that staged a
-    piece for it. A shard already written by an interrupted run of the same plan
-    (file hash verified) is kept.
+    piece for it. A shard already written (a task retried after its write) is kept.
     """
     done = runs.completed_shard(run_dir, shard)
     if done is not None:
@@ -297,9 +296,17 @@ def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str, item
     return entry
 
 
-def pending_shards(shards: list[np.ndarray], run_dir: str) -> list[int]:
-    """Shards without a verified file in ``run_dir``: the ones the passes must (re)compute."""
-    return [s for s in range(len(shards)) if runs.completed_shard(run_dir, s) is None]
+def completed_shards(n_shards: int, run_dir: str) -> dict[int, dict]:
+    """Entries of the shards an interrupted run of this plan already wrote (file hash verified), marked
+    resumed; every other shard is pending. Each file is hashed once here, not again by ``run_shard``."""
+    done = {s: runs.completed_shard(run_dir, s) for s in range(n_shards)}
+    return {s: {**e, "resumed": True} for s, e in done.items() if e is not None}
+
+
+def in_shard_order(done: dict[int, dict], written: list[dict]) -> list[dict]:
+    """Every shard's entry in shard order: the kept ones and the ones just written."""
+    entries = {**done, **{e["shard"]: e for e in written}}
+    return [entries[s] for s in sorted(entries)]
 
 
 def user_side_tasks(parts: Partitions, plans: list[dict],
@@ -329,15 +336,16 @@ def run_in_memory(job: RefreshJob, shards: list[np.ndarray], run_dir: str) -> tu
 
     Returns the shard entries and the passes' stats (``pass_stats``).
     """
-    pending = pending_shards(shards, run_dir)
+    done = completed_shards(len(shards), run_dir)
+    pending = [s for s in range(len(shards)) if s not in done]
     plans = [plan_shard(job, s, shards[s], run_dir) for s in range(len(shards))] if pending else []
     tasks = user_side_tasks(job.parts, plans, pending)
     chunks = [user_side_chunk(job, lo, hi, [(s, shards[s]) for s in members], write, run_dir)
               for lo, hi, members, write in tasks]
     items = shard_items(tasks)
-    entries = [run_shard(job, s, users, run_dir, items.get(s, [])) for s, users in enumerate(shards)]
+    written = [run_shard(job, s, shards[s], run_dir, items.get(s, [])) for s in pending]
     runs.clear_stage(run_dir)
-    return entries, pass_stats(plans, chunks)
+    return in_shard_order(done, written), pass_stats(plans, chunks)
 
 
 def pass_stats(plans: list[dict], chunks: list[dict]) -> dict:
