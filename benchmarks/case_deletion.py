@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dxplain.explain.deletion import summarise  # noqa: E402
-from dxplain.explain.report import curve_aucs  # noqa: E402
+from dxplain.evaluation.deletion import summarise  # noqa: E402
+from dxplain.evaluation.report import curve_aucs  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "case_deletion"
 # (dataset, model): (trials, targets) — the sizes run for the README; CF retraining is the costly part.
@@ -51,7 +51,7 @@ def common_targets(csv_path: Path) -> str:
 
 
 def main() -> None:
-    from flows.evaluate import evaluate
+    from dxplain.flows.evaluate import evaluate
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="one dataset")
@@ -71,7 +71,7 @@ def main() -> None:
 
 def collect(name: str, folder: Path) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    from dxplain.explain.report import deletion_plot_png
+    from dxplain.evaluation.report import deletion_plot_png
 
     shutil.copy(folder / "deletions.csv", RESULTS / f"{name}.csv")
     md = (folder / "auc_del.md").read_text()

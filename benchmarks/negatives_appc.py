@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dxplain.explain.deletion import summarise as t_interval  # noqa: E402
+from dxplain.evaluation.deletion import summarise as t_interval  # noqa: E402
 from dxplain.config import Settings  # noqa: E402
 from dxplain.datasets import resolve_dataset  # noqa: E402
 from dxplain.distributed.cluster import connect  # noqa: E402

@@ -30,7 +30,7 @@ from dxplain.config import Settings  # noqa: E402
 from dxplain.datasets import resolve_dataset  # noqa: E402
 from dxplain.datasets.synthetic import generate  # noqa: E402
 from dxplain.distributed.cluster import connect  # noqa: E402
-from dxplain.distributed.negatives import scan_on_cluster  # noqa: E402
+from dxplain.distributed.mapper import DaskMapper  # noqa: E402
 from dxplain.explain import negatives as N  # noqa: E402
 from dxplain.kernels.negatives import scan_rows  # noqa: E402
 from dxplain.models.implicit_mf import ImplicitMF, dense_terms, positive_pairs, sample_negatives, sparse_terms  # noqa: E402
@@ -89,7 +89,7 @@ def main():
     pairs = terms.n_users * terms.n_items
     with connect(Settings.from_env(workers=a.workers, blas_threads=1)) as client:
         t0 = time.perf_counter()
-        v, u, i = scan_on_cluster(client, score, terms, K, n_shards=8 * a.workers)
+        v, u, i = N.select_lowest(score, terms, a.percent, DaskMapper(client), n_shards=8 * a.workers)
         scan_s = time.perf_counter() - t0
         worker_rss = client.run(peak_rss_gib)
     mm_pairs, mm_gflops = matmul_pairs_per_second(terms.n_items, m.k)

@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dxplain.explain.deletion import summarise as t_interval  # noqa: E402
+from dxplain.evaluation.deletion import summarise as t_interval  # noqa: E402
 from dxplain.kernels import fisher as F  # noqa: E402
 from dxplain.kernels.sbq import greedy, mean_embedding, objective_of  # noqa: E402
 from dxplain.models.logistic import LogisticRegression  # noqa: E402

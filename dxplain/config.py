@@ -43,8 +43,8 @@ class Settings:
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
-    def security(self):
-        """A ``distributed.security.Security`` requiring TLS when certificates are configured, else None."""
+    def tls_files(self) -> tuple[str, str, str] | None:
+        """(CA file, certificate, key) when TLS is configured, else None; a partial set is refused."""
         if not (self.tls_ca_file or self.tls_cert or self.tls_key):
             return None
         missing = [n for n in ("tls_ca_file", "tls_cert", "tls_key") if not getattr(self, n)]
@@ -53,10 +53,7 @@ class Settings:
 
             raise InputError(f"TLS needs a CA file, a certificate and a key; missing {missing} "
                              "(set DXPLAIN_TLS_CA_FILE, DXPLAIN_TLS_CERT and DXPLAIN_TLS_KEY)")
-        from distributed.security import Security
-
-        return Security(tls_ca_file=self.tls_ca_file, tls_client_cert=self.tls_cert, tls_client_key=self.tls_key,
-                        require_encryption=True)
+        return self.tls_ca_file, self.tls_cert, self.tls_key
 
     def blas_threads_per_worker(self) -> int:
         if self.blas_threads > 0:

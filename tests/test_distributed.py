@@ -6,9 +6,11 @@ import pytest
 
 from dxplain.config import Settings
 from dxplain.distributed.cluster import blas_threads, connect
-from dxplain.distributed.refresh import run_on_cluster
 from dxplain.explain.representer import Preprocessed
-from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users
+from dxplain.distributed.mapper import DaskMapper
+from dxplain.io.partitions import write_partitions
+from dxplain.mapper import LocalMapper
+from dxplain.refresh import RefreshJob, run_passes, shard_users
 from dxplain.models.mf import ALSMF
 
 from conftest import random_interactions
@@ -44,11 +46,9 @@ def test_workers_do_not_inherit_a_trim_threshold_left_by_an_earlier_cluster(monk
 
 def test_worker_peak_memory_is_its_own_not_the_flows():
     # A worker is forked from the flow's process and exec'd; ru_maxrss would report the flow's peak.
-    from dxplain.distributed.cluster import peak_rss_mib
-
     held = np.ones(80_000_000)  # 610 MiB in this process before the workers start
     with connect(Settings(workers=1, threads_per_worker=1, blas_threads=1)) as c:
-        memory = peak_rss_mib(c)
+        memory = DaskMapper(c).peak_rss_mib()
     assert memory["flow"] > 610 and held[-1] == 1.0
     assert all(v < 500 for v in memory["workers"].values()), memory
 
@@ -57,14 +57,14 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
     d = random_interactions(80, 60, 0.2, seed=11)
     m = ALSMF(k=5, lam=3e-3).fit(d)
     # Small parts: each shard reads its users from several by-user parts; several item parts make the user side.
-    job = RefreshJob.create(d, Preprocessed.from_model(m, d), tmp_path / "parts", top_n=5, top_k=3, rows_per_part=150)
+    job = RefreshJob.create(d, Preprocessed.from_model(m, d), write_partitions(tmp_path / "parts", d, 150), top_n=5, top_k=3)
     assert len(job.parts.user_cuts) > 4 and len(job.parts.item_cuts) > 4
     shards = shard_users(d, 6)
     assert sum(len(s) for s in shards) == d.n_users
     (tmp_path / "mem").mkdir()
     (tmp_path / "dask").mkdir()
-    mem, mem_passes = run_in_memory(job, shards, str(tmp_path / "mem"))
-    dsk, passes = run_on_cluster(client, job, shards, str(tmp_path / "dask"))
+    mem, mem_passes = run_passes(LocalMapper(), job, shards, str(tmp_path / "mem"))
+    dsk, passes = run_passes(DaskMapper(client), job, shards, str(tmp_path / "dask"))
     # The same user-side tasks on both; none spans two item parts.
     assert passes["user_side_tasks"] == mem_passes["user_side_tasks"] >= len(job.parts.item_cuts) - 1
     assert passes["user_side_rows"] == mem_passes["user_side_rows"] > 0
@@ -81,7 +81,7 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
 def _job(root, seed=11, n_users=80, n_items=60, top_k=3):
     d = random_interactions(n_users, n_items, 0.2, seed=seed)
     m = ALSMF(k=5, lam=3e-3).fit(d)
-    return d, RefreshJob.create(d, Preprocessed.from_model(m, d), root, top_n=5, top_k=top_k, rows_per_part=300)
+    return d, RefreshJob.create(d, Preprocessed.from_model(m, d), write_partitions(root, d, 300), top_n=5, top_k=top_k)
 
 
 def _same_files(a_dir, a, b_dir, b):
@@ -98,11 +98,11 @@ def test_tls_cluster_with_certificates_made_here(tmp_path):
     shards = shard_users(d, 4)
     for sub in ("mem", "tls"):
         (tmp_path / sub).mkdir()
-    mem, _ = run_in_memory(job, shards, str(tmp_path / "mem"))
+    mem, _ = run_passes(LocalMapper(), job, shards, str(tmp_path / "mem"))
     with connect(Settings(workers=2, blas_threads=1), security=security) as c:
         assert c.scheduler.address.startswith("tls://")
         assert all(addr.startswith("tls://") for addr in c.scheduler_info()["workers"])
-        got, _ = run_on_cluster(c, job, shards, str(tmp_path / "tls"))
+        got, _ = run_passes(DaskMapper(c), job, shards, str(tmp_path / "tls"))
     _same_files(tmp_path / "mem", mem, tmp_path / "tls", got)
 
 
@@ -110,7 +110,7 @@ def test_incomplete_tls_settings_are_refused():
     from dxplain.errors import InputError
 
     with pytest.raises(InputError, match="missing \\['tls_key'\\]"):
-        Settings(tls_ca_file="ca.pem", tls_cert="cert.pem").security()
+        Settings(tls_ca_file="ca.pem", tls_cert="cert.pem").tls_files()
 
 
 def test_killed_worker_loses_nothing(tmp_path):
@@ -124,12 +124,12 @@ def test_killed_worker_loses_nothing(tmp_path):
     shards = shard_users(d, 40)
     for sub in ("mem", "kill"):
         (tmp_path / sub).mkdir()
-    mem, _ = run_in_memory(job, shards, str(tmp_path / "mem"))
+    mem, _ = run_passes(LocalMapper(), job, shards, str(tmp_path / "mem"))
     with connect(Settings(workers=2, blas_threads=1)) as c:
         pids = c.run(os.getpid)
         result = {}
         runner = threading.Thread(target=lambda: result.update(
-            entries=run_on_cluster(c, job, shards, str(tmp_path / "kill"))[0]))
+            entries=run_passes(DaskMapper(c), job, shards, str(tmp_path / "kill"))[0]))
         runner.start()
         deadline = time.time() + 60
         while not list((tmp_path / "kill").glob("part-*.json")) and time.time() < deadline:
@@ -150,13 +150,12 @@ def test_killed_worker_loses_nothing(tmp_path):
 def test_distributed_als_equals_in_memory_als(client, tmp_path):
     from functools import partial
 
-    from dxplain.distributed.als import ClusterHalfSteps
-    from dxplain.io.partitions import write_partitions
+    from dxplain.models.mf import PartHalfSteps
 
     d = random_interactions(120, 90, 0.15, seed=21)
     parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 5 + 1)  # the workers read 5 parts per side
     made = []
-    half = lambda *a: made.append(ClusterHalfSteps(client, parts, *a)) or made[-1]  # noqa: E731
+    half = lambda *a: made.append(PartHalfSteps(DaskMapper(client), parts, *a)) or made[-1]  # noqa: E731
     for polish in (0, 200):  # sweeps alone, and sweeps followed by the (in-memory) Newton polish
         model = ALSMF(k=6, max_sweeps=12, polish_iters=polish, seed=4)
         mem, dsk = model.fit(d), model.fit(d, half_steps=half)
@@ -165,7 +164,7 @@ def test_distributed_als_equals_in_memory_als(client, tmp_path):
         np.testing.assert_allclose(dsk.V, mem.V, rtol=1e-9, atol=1e-12)
         assert dsk.grad_norm == pytest.approx(mem.grad_norm, rel=1e-6, abs=1e-13)
     assert len(made) == 2 and len(made[0].parts["user"]) == 5 and len(made[0].parts["item"]) == 5
-    assert partial(ClusterHalfSteps, client, parts)  # the form the flow uses
+    assert partial(PartHalfSteps, DaskMapper(client), parts)  # the form the flow uses
 
 
 def test_worker_killed_mid_training_loses_nothing(tmp_path):
@@ -173,8 +172,7 @@ def test_worker_killed_mid_training_loses_nothing(tmp_path):
     import os
     import signal
 
-    from dxplain.distributed.als import ClusterHalfSteps
-    from dxplain.io.partitions import write_partitions
+    from dxplain.models.mf import PartHalfSteps
 
     d = random_interactions(120, 90, 0.15, seed=22)
     parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 4 + 1)
@@ -182,7 +180,7 @@ def test_worker_killed_mid_training_loses_nothing(tmp_path):
     with connect(Settings(workers=2, blas_threads=1)) as c:
         victim = sorted(c.run(os.getpid).values())[0]
 
-        class KillAfterTwoSweeps(ClusterHalfSteps):
+        class KillAfterTwoSweeps(PartHalfSteps):
             calls = 0
 
             def users(self, V):
@@ -191,7 +189,7 @@ def test_worker_killed_mid_training_loses_nothing(tmp_path):
                     os.kill(victim, signal.SIGKILL)
                 return super().users(V)
 
-        got = model.fit(d, half_steps=lambda *a: KillAfterTwoSweeps(c, parts, *a))
+        got = model.fit(d, half_steps=lambda *a: KillAfterTwoSweeps(DaskMapper(c), parts, *a))
         assert victim not in c.run(os.getpid).values()
     assert KillAfterTwoSweeps.calls == 6
     want = model.fit(d)
@@ -201,7 +199,6 @@ def test_worker_killed_mid_training_loses_nothing(tmp_path):
 
 @pytest.mark.parametrize("method", ["representer", "random"])
 def test_negative_scan_on_cluster_equals_in_memory(client, method):
-    from dxplain.distributed.negatives import scan_on_cluster, shard_ranges
     from dxplain.explain import negatives as N
     from dxplain.models.implicit_mf import ImplicitMF, dense_terms, positive_pairs
 
@@ -210,11 +207,11 @@ def test_negative_scan_on_cluster_equals_in_memory(client, method):
     m = ImplicitMF(k=4, lam=0.3 / terms.n_terms).fit(terms)
     score = N.negative_score(method, m, terms, P, seed=2)
     K = N.flag_count(terms, 5)
-    ranges = shard_ranges(terms.n_users, 7, 4)
+    ranges = N.shard_ranges(terms.n_users, 7, 4)
     assert len(ranges) == 4 and ranges[0][0] == 0 and ranges[-1][1] == terms.n_users
     assert all(a % 7 == 0 for a, _ in ranges)
     want = N.scan(score, terms, K, block_rows=7)
-    got = scan_on_cluster(client, score, terms, K, n_shards=4, block_rows=7)
+    got = N.select_lowest(score, terms, 5, DaskMapper(client), n_shards=4, block_rows=7)
     assert len(want[0]) == K
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
@@ -224,7 +221,7 @@ def test_negative_scan_on_cluster_equals_in_memory(client, method):
 def test_exact_distributed_sbq_selects_the_same_points_as_centralised(client, sparse):
     import scipy.sparse as sp
 
-    from dxplain.distributed.sbq import greedy_on_cluster
+    from dxplain.explain.prototypes import select
     from dxplain.kernels.sbq import greedy, mean_embedding
 
     rng = np.random.default_rng(21)
@@ -234,31 +231,31 @@ def test_exact_distributed_sbq_selects_the_same_points_as_centralised(client, sp
         Phi, T = sp.csr_array(Phi * (rng.random(Phi.shape) < 0.3)), sp.csr_array(T)
     mu = mean_embedding(T)
     central = greedy(Phi, mu, 20)
-    dist = greedy_on_cluster(client, Phi, mu, 20, n_shards=5)
+    dist = select(Phi, mu, 20, "greedy", n_shards=5, mapper=DaskMapper(client))
     np.testing.assert_array_equal(dist.index, central.index)
     np.testing.assert_allclose(dist.weights, central.weights, rtol=1e-10)
     np.testing.assert_allclose(dist.objective, central.objective, rtol=1e-10, atol=1e-14)
 
 
 def test_greedi_on_cluster_equals_in_memory_greedi(client):
-    from dxplain.distributed.sbq import greedi_on_cluster
+    from dxplain.explain.prototypes import select
     from dxplain.kernels.sbq import greedi, mean_embedding
 
     rng = np.random.default_rng(22)
     Phi = rng.normal(size=(600, 30))
     mu = mean_embedding(rng.normal(size=(30, 30)) + 0.2)
     mem = greedi(Phi, mu, 12, n_parts=4, seed=5)
-    dist = greedi_on_cluster(client, Phi, mu, 12, n_parts=4, seed=5)
+    dist = select(Phi, mu, 12, "greedi", n_shards=4, seed=5, mapper=DaskMapper(client))
     np.testing.assert_array_equal(dist.index, mem.index)
     np.testing.assert_allclose(dist.objective, mem.objective, rtol=1e-12)
 
 
 def test_case_deletion_on_cluster_equals_sequential(client):
     from dxplain.datasets.tabular import load_tabular
-    from dxplain.distributed.evaluate import run_in_memory, run_on_cluster
-    from dxplain.explain.faithfulness import plan, trial_case
+    from dxplain.evaluation.deletion import deletion_curves
+    from dxplain.evaluation.faithfulness import plan, trial_case
 
     case = trial_case(*load_tabular("synthetic-small"), trial=3, n_targets=3)
     jobs, _ = plan(case, seed=3)
     base = [case.prediction(t) for t in range(3)]
-    assert run_on_cluster(client, case, jobs, base) == run_in_memory(case, jobs, base)
+    assert deletion_curves(DaskMapper(client), case, jobs, base) == deletion_curves(LocalMapper(), case, jobs, base)

@@ -5,10 +5,11 @@ import pytest
 import scipy.sparse as sp
 
 from dxplain.datasets.tabular import load_tabular
-from dxplain.distributed.evaluate import run_in_memory
-from dxplain.explain.deletion import deletion_sets, summarise
-from dxplain.explain.faithfulness import SparseCase, importances, plan, trial_case
-from dxplain.explain.report import auc_del
+from dxplain.evaluation.deletion import deletion_curves
+from dxplain.mapper import LocalMapper
+from dxplain.evaluation.deletion import deletion_sets, summarise
+from dxplain.evaluation.faithfulness import SparseCase, importances, plan, trial_case
+from dxplain.evaluation.report import auc_del
 from dxplain.models.sparse_logistic import L1Logistic, loss_derivatives
 
 
@@ -73,7 +74,7 @@ def test_removing_the_top_positive_samples_lowers_the_prediction():
     jobs, _ = plan(case, methods=("l1-representer", "random"), seed=0)
     base = [case.prediction(t) for t in range(6)]
     rows = [dict(method=j.method, side="DEL+" if j.sign > 0 else "DEL-", trial=0, target=j.target, delta=d)
-            for j, c in zip(jobs, run_in_memory(case, jobs, base)) for d in c]
+            for j, c in zip(jobs, deletion_curves(LocalMapper(), case, jobs, base)) for d in c]
     table = auc_del(rows)
     assert table[("l1-representer", "DEL+")].mean < 0 < table[("l1-representer", "DEL-")].mean
     assert abs(table[("random", "DEL+")].mean) < abs(table[("l1-representer", "DEL+")].mean)
@@ -86,7 +87,7 @@ def test_summary_ci():
 
 def test_fia_is_the_derivative_of_the_restricted_refit():
     """FIA for MF = d ŷ(u, j)/dε when z is upweighted by ε and only U_u (or V_j) is refitted: a ridge solve."""
-    from dxplain.explain.faithfulness_cf import MFCase, cf_importances
+    from dxplain.evaluation.faithfulness_cf import MFCase, cf_importances
     from dxplain.interactions import Targets
     from dxplain.kernels.als import Pattern, curvature_grams
     from dxplain.models.mf import ALSMF
@@ -121,7 +122,7 @@ def test_fia_is_the_derivative_of_the_restricted_refit():
 
 
 def test_cf_plan_deletes_only_ratings_of_the_targets_user_or_item():
-    from dxplain.explain.faithfulness_cf import MFCase, cf_plan
+    from dxplain.evaluation.faithfulness_cf import MFCase, cf_plan
     from dxplain.interactions import Targets
     from dxplain.models.mf import ALSMF
 
@@ -141,7 +142,7 @@ def test_cf_plan_deletes_only_ratings_of_the_targets_user_or_item():
             assert np.all((d.user[rows] == u) | (d.item[rows] == i))
             assert len(rows) <= int(np.ceil(f * n_cand))
     base = [case.prediction(t) for t in range(3)]
-    curves = run_in_memory(case, jobs[:2], base)
+    curves = deletion_curves(LocalMapper(), case, jobs[:2], base)
     assert all(len(c) == 2 and np.all(np.isfinite(c)) for c in curves)
 
 
@@ -232,7 +233,7 @@ def test_two_tower_is_deterministic_and_deletion_removes_rows_from_batches_and_h
 
 
 def test_two_tower_case_runs_the_deletion_plan():
-    from dxplain.explain.faithfulness_cf import MFCase, cf_plan
+    from dxplain.evaluation.faithfulness_cf import MFCase, cf_plan
     from dxplain.interactions import Targets
 
     d, tt = _two_tower_problem()
@@ -243,7 +244,7 @@ def test_two_tower_case_runs_the_deletion_plan():
     jobs, ms = cf_plan(case, fractions=(0.1, 0.3))
     assert set(ms) == {"representer", "fia", "random"}
     base = [case.prediction(t) for t in range(2)]
-    curves = run_in_memory(case, jobs[:3], base)
+    curves = deletion_curves(LocalMapper(), case, jobs[:3], base)
     for job, c in zip(jobs[:3], curves):  # each point is a real retraining without that set
         retrained = case.retrain_without(job.sets[0])
         u, i = pairs[job.target]

@@ -10,7 +10,7 @@ from dxplain.cli import main
 from dxplain.errors import InputError
 from dxplain.io import runs
 from dxplain.io.interactions import write_dataset
-from flows.refresh import refresh
+from dxplain.flows.refresh import refresh
 
 from conftest import interactions_table, random_interactions
 
@@ -122,7 +122,7 @@ def test_cli_refuses_unknown_target_ids_and_publishes_nothing(dataset, tmp_path,
 
 
 def test_interrupted_run_resumes_keeping_verified_shards(dataset, tmp_path, monkeypatch):
-    from dxplain.explain import shards as shard_mod
+    from dxplain.refresh import passes as shard_mod
 
     params = dict(dataset=str(dataset), top_n=3, top_k=2, k=4, lam=5e-3, shards=6, in_memory=True)
     clean = refresh(out=str(tmp_path / "clean"), **params)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from dxplain.cli import main
-from flows.evaluate import evaluate
+from dxplain.flows.evaluate import evaluate
 
 from conftest import only_run
 
@@ -29,7 +29,7 @@ def test_cli_writes_curves_and_auc_table(tmp_path, capsys):
 
 
 def test_rerun_reuses_cached_trials(tmp_path, monkeypatch):
-    import flows.evaluate as F
+    import dxplain.flows.evaluate as F
 
     built = []
     real = F.trial_case

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dxplain.cli import main
-from flows.negatives import negatives
+from dxplain.flows.negatives import negatives
 
 from conftest import only_run, write_random_dataset
 

@@ -12,9 +12,9 @@ from dxplain.cli import main
 from dxplain.datasets import resolve_dataset
 from dxplain.explain.prototypes import mf_fisher_embedding
 from dxplain.interactions import Targets
-from dxplain.io import model_store
+from dxplain.models.base import FactorModel
 from dxplain.kernels.sbq import greedy, mean_embedding
-from flows.prototypes import prototypes
+from dxplain.flows.prototypes import prototypes
 
 from conftest import only_run, write_random_dataset
 
@@ -46,7 +46,7 @@ def test_cli_explains_one_users_list(dataset, tmp_path, capsys):
     assert 0 < summary["explained_share"] <= 1
     # Independent recomputation from the stored model: the same points in the same order.
     data = resolve_dataset(str(folder)).interactions
-    mf = model_store.load_model(summary["model"], data)
+    mf = FactorModel.load(summary["model"], data)
     uid = {str(u): n for n, u in enumerate(data.user_ids.to_pylist())}
     iid = {str(i): n for n, i in enumerate(data.item_ids.to_pylist())}
     T = Targets.from_pairs(np.array([uid[u] for u in targets.column("user").to_pylist()]),

@@ -5,6 +5,7 @@ import pytest
 
 from dxplain.errors import InputError
 from dxplain.io import model_store
+from dxplain.models.base import FactorModel
 from dxplain.models.mf import ALSMF
 
 from conftest import random_interactions
@@ -12,8 +13,8 @@ from conftest import random_interactions
 
 def test_save_load_roundtrip_with_attributes(tmp_path, small):
     m = ALSMF(k=3, lam=1e-2).fit(small)
-    path = model_store.save_model(tmp_path / "m.zarr", m, small)
-    back = model_store.load_model(path, small)
+    path = m.save(tmp_path / "m.zarr", small)
+    back = FactorModel.load(path, small)
     np.testing.assert_array_equal(back.U, m.U)
     np.testing.assert_array_equal(back.V, m.V)
     attrs = model_store.model_attrs(path)
@@ -25,9 +26,9 @@ def test_save_load_roundtrip_with_attributes(tmp_path, small):
 
 def test_model_of_other_data_is_refused(tmp_path, small):
     m = ALSMF(k=3, lam=1e-2).fit(small)
-    path = model_store.save_model(tmp_path / "m.zarr", m, small)
+    path = m.save(tmp_path / "m.zarr", small)
     with pytest.raises(InputError, match="fitted on other data"):
-        model_store.load_model(path, random_interactions(seed=99))
+        FactorModel.load(path, random_interactions(seed=99))
 
 
 def _export(tmp_path, small, k=4, drop_user=False):
@@ -47,7 +48,7 @@ def test_import_embeddings_aligns_ids(tmp_path, small):
     U, V = _export(tmp_path, small)
     out = model_store.import_embeddings(tmp_path / "imp.zarr", small, tmp_path / "U.npy", tmp_path / "V.parquet",
                                         user_ids=tmp_path / "uids.txt")
-    m = model_store.load_model(out, small)
+    m = FactorModel.load(out, small)
     np.testing.assert_allclose(m.U, U)
     np.testing.assert_allclose(m.V, V)
     assert m.lam is None and m.kind == "imported"

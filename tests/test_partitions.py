@@ -6,8 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer, fidelity
-from dxplain.explain import shards as shard_mod
-from dxplain.explain.shards import RefreshJob, run_in_memory, shard_users
+from dxplain.io.partitions import write_partitions
+from dxplain.mapper import LocalMapper
+from dxplain.refresh import RefreshJob, passes, plan, run_passes, shard_users
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Targets
 from dxplain.io import partitions
@@ -46,7 +47,7 @@ def test_parts_hold_whole_histories_and_whole_rater_lists(fitted, tmp_path):
 
 def _run(job, shards, run_dir):
     run_dir.mkdir()
-    entries, passes = run_in_memory(job, shards, str(run_dir))
+    entries, passes = run_passes(LocalMapper(), job, shards, str(run_dir))
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(  # the stage is gone once all shards are written
         [e["file"] for e in entries] + [e["file"].replace(".parquet", ".json") for e in entries])
     return entries, passes
@@ -55,7 +56,7 @@ def _run(job, shards, run_dir):
 @pytest.mark.parametrize("rows_per_part", [1, 150, 10**9])  # one item per part, several, one part
 def test_shard_explanations_from_parts_equal_the_whole_table(fitted, tmp_path, rows_per_part):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, tmp_path / "parts", top_n=5, top_k=3, rows_per_part=rows_per_part)
+    job = RefreshJob.create(d, pre, write_partitions(tmp_path / "parts", d, rows_per_part), top_n=5, top_k=3)
     ex = RepresenterExplainer(d, pre)
     shards = shard_users(d, 3)
     entries, _ = _run(job, shards, tmp_path / "run")
@@ -76,12 +77,12 @@ def test_shard_explanations_from_parts_equal_the_whole_table(fitted, tmp_path, r
 
 def test_user_side_tasks_do_not_change_the_output(fitted, tmp_path, monkeypatch):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, tmp_path / "parts", top_n=5, top_k=3, rows_per_part=400)
+    job = RefreshJob.create(d, pre, write_partitions(tmp_path / "parts", d, 400), top_n=5, top_k=3)
     shards = shard_users(d, 5)
     whole, passes = _run(job, shards, tmp_path / "whole")
     n_parts = len(job.parts.item_cuts) - 1
     assert n_parts <= passes["user_side_tasks"]  # a task never spans item parts
-    monkeypatch.setattr(shard_mod, "ROWS_PER_SHARD", 1)  # every (item block, shard) its own task
+    monkeypatch.setattr(plan, "ROWS_PER_SHARD", 1)  # every (item block, shard) its own task
     split, split_passes = _run(job, shards, tmp_path / "split")
     assert split_passes["user_side_tasks"] > 3 * passes["user_side_tasks"]
     assert split_passes["user_side_rows"] == passes["user_side_rows"]
@@ -93,11 +94,11 @@ def test_user_side_tasks_do_not_change_the_output(fitted, tmp_path, monkeypatch)
 
 
 def test_user_side_tasks_cover_every_target_once_within_budget():
-    from dxplain.explain.shards import item_blocks, user_side_chunks
+    from dxplain.refresh.plan import item_blocks, user_side_chunks
 
     parts = partitions.Partitions("unused", np.array([0, 5]), np.array([0, 100, 300]), None, None, 0)
     edges = item_blocks(parts)
-    assert edges[0] == 0 and edges[-1] == 300 and 100 in edges and len(edges) == 2 * shard_mod.BLOCKS_PER_PART + 1
+    assert edges[0] == 0 and edges[-1] == 300 and 100 in edges and len(edges) == 2 * plan.BLOCKS_PER_PART + 1
     rng = np.random.default_rng(0)
     targets = rng.poisson(0.5, size=(6, len(edges) - 1))
     targets[:, 70] = [50, 0, 40, 30, 0, 60]  # one popular block, above the budget alone
@@ -119,10 +120,10 @@ def test_user_side_tasks_cover_every_target_once_within_budget():
 
 def test_a_run_interrupted_in_the_user_side_pass_resumes_from_its_stage(fitted, tmp_path, monkeypatch):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, tmp_path / "parts", top_n=5, top_k=3, rows_per_part=400)
+    job = RefreshJob.create(d, pre, write_partitions(tmp_path / "parts", d, 400), top_n=5, top_k=3)
     shards = shard_users(d, 4)
     clean, _ = _run(job, shards, tmp_path / "clean")
-    real, calls = shard_mod.user_side_chunk, []
+    real, calls = passes.user_side_chunk, []
 
     def crash_on_second(*args):
         if calls:
@@ -130,20 +131,20 @@ def test_a_run_interrupted_in_the_user_side_pass_resumes_from_its_stage(fitted, 
         calls.append(real(*args))
         return calls[-1]
 
-    monkeypatch.setattr(shard_mod, "user_side_chunk", crash_on_second)
+    monkeypatch.setattr(passes, "user_side_chunk", crash_on_second)
     run = tmp_path / "run"
     run.mkdir()
     with pytest.raises(RuntimeError, match="simulated crash"):
-        run_in_memory(job, shards, str(run))
+        run_passes(LocalMapper(), job, shards, str(run))
     assert not list(run.glob("part-*")) and len(list((run / "_stage" / "targets").iterdir())) == len(shards)
 
     def no_recommend(*args):
         raise AssertionError("targets were recommended again instead of read from the stage")
 
     calls.clear()
-    monkeypatch.setattr(shard_mod, "user_side_chunk", lambda *a: calls.append(real(*a)) or calls[-1])
-    monkeypatch.setattr(shard_mod, "recommend", no_recommend)
-    entries, _ = run_in_memory(job, shards, str(run))
+    monkeypatch.setattr(passes, "user_side_chunk", lambda *a: calls.append(real(*a)) or calls[-1])
+    monkeypatch.setattr(passes, "recommend", no_recommend)
+    entries, _ = run_passes(LocalMapper(), job, shards, str(run))
     assert [bool(c.get("resumed")) for c in calls] == [True] + [False] * (len(calls) - 1)  # first part kept
     assert [e["sha256"] for e in entries] == [e["sha256"] for e in clean]
     assert not (run / "_stage").exists()
@@ -153,7 +154,7 @@ def test_supplied_targets_on_seen_items_and_no_targets(fitted, tmp_path):
     d, pre = fitted
     users = np.arange(25, 60)
     t = Targets.from_pairs(np.repeat(users, 2), np.tile([0, 69], len(users)))  # includes rated items
-    job = RefreshJob.create(d, pre, tmp_path / "parts", top_k=2, rows_per_part=100, targets=t)
+    job = RefreshJob.create(d, pre, write_partitions(tmp_path / "parts", d, 100), top_k=2, targets=t)
     shards = shard_users(d, 6)
     assert shards[0][-1] < 25 and shards[-1][0] >= 60  # the first and last shards have no targets
     entries, _ = _run(job, shards, tmp_path / "run")
@@ -173,9 +174,9 @@ def test_store_is_reused_for_the_same_data_and_alpha_and_never_trusted_half_rewr
     written = []
     real = partitions._write
     monkeypatch.setattr(partitions, "_write", lambda loc, *a: (written.append(loc), real(loc, *a)))
-    RefreshJob.create(d, pre, tmp_path, rows_per_part=200)
+    RefreshJob.create(d, pre, write_partitions(tmp_path, d, 200))
     n_files = len(written)
-    RefreshJob.create(d, pre, tmp_path, rows_per_part=200)
+    RefreshJob.create(d, pre, write_partitions(tmp_path, d, 200))
     assert len(written) == n_files  # same data and α: reused, nothing rewritten
 
     def crash(loc, *a):
@@ -183,19 +184,19 @@ def test_store_is_reused_for_the_same_data_and_alpha_and_never_trusted_half_rewr
 
     monkeypatch.setattr(partitions, "_write", crash)
     with pytest.raises(OSError):
-        RefreshJob.create(d, pre.with_alpha(pre.alpha * 2), tmp_path, rows_per_part=200)  # another model's α
+        RefreshJob.create(d, pre.with_alpha(pre.alpha * 2), write_partitions(tmp_path, d, 200))  # another model's α
     assert not (tmp_path / "alpha" / "index.json").exists()  # α mid-rewrite has no index: nobody reuses it
     assert (tmp_path / "index.json").exists()  # the data parts did not change and stay reusable
     monkeypatch.setattr(partitions, "_write", lambda loc, *a: (written.append(loc), real(loc, *a)))
     written.clear()
-    job = RefreshJob.create(d, pre, tmp_path, rows_per_part=200)
+    job = RefreshJob.create(d, pre, write_partitions(tmp_path, d, 200))
     assert written and all("alpha" in str(loc) for loc in written)  # only α is rewritten
     assert np.array_equal(job.parts.read_users(0, d.n_users).alpha, pre.alpha)
 
 
 def test_store_on_an_fsspec_url(fitted):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, "memory://dxplain-test-parts", rows_per_part=300)
+    job = RefreshJob.create(d, pre, write_partitions("memory://dxplain-test-parts", d, 300))
     part = job.parts.read_items(1)
     lo, hi = job.parts.item_range(1)
     assert len(part.data) == int(d.item_degree()[lo:hi].sum()) > 0
@@ -203,7 +204,7 @@ def test_store_on_an_fsspec_url(fitted):
 
 def test_job_carries_factors_only(fitted, tmp_path):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, tmp_path)
+    job = RefreshJob.create(d, pre, write_partitions(tmp_path, d))
     assert job.pre.alpha is None and job.pre.A is None  # O(|D|) and O(users·k) that a shard reads or sums itself
     assert job.pre.B is pre.B and job.pre.Ut is pre.Ut and job.pre.Vt is pre.Vt
     assert not any(isinstance(v, np.ndarray) and len(v) == len(d) for v in vars(job.parts).values())
@@ -219,7 +220,7 @@ def test_local_side_sums_equal_the_representer_embeddings(fitted):
 
 
 def test_shard_count_keeps_each_shards_output_under_its_budget(fitted):
-    from dxplain.explain.shards import shard_count
+    from dxplain.refresh.plan import shard_count
 
     d, _ = fitted
     assert shard_count(2, d, n_targets=100, top_k=10) == 8  # small runs: 4 shards per worker

@@ -8,11 +8,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import resource
 import time
 
 import dask
-from distributed import Client, LocalCluster, as_completed
+from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..config import Settings
@@ -66,38 +65,15 @@ def scatter(client: Client, data, broadcast: bool = False, attempts: int = 3):
             time.sleep(2.0 * attempt)
 
 
-def gather_in_order(futures: list, report) -> list:
-    """The futures' results in submission order, calling ``report(done, result)`` as each completes
-    (progress for the log while the rest still run)."""
-    index = {f.key: n for n, f in enumerate(futures)}
-    out: list = [None] * len(futures)
-    for done, fut in enumerate(as_completed(futures), start=1):
-        out[index[fut.key]] = result = fut.result()
-        report(done, result)
-    return out
+def tls_security(settings: Settings):
+    """A ``distributed.security.Security`` requiring TLS when the settings name certificates, else None."""
+    files = settings.tls_files()
+    if files is None:
+        return None
+    from distributed.security import Security
 
-
-def _peak_rss_mib() -> float:
-    """This process's high-water mark of resident memory: the number a memory limit is about.
-
-    Linux: VmHWM of /proc/self/status. Not ru_maxrss: a worker is forked from the process that starts
-    the cluster and then exec'd, and Linux carries the parent's high-water mark across both, so a worker
-    started by a flow holding the whole table reported the flow's peak as its own (measured: a spawned
-    child of a 1.5 GiB process had ru_maxrss 1.5 GiB and VmHWM 28 MiB).
-    """
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)  # kB
-    except OSError:
-        pass
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux, bytes on macOS
-
-
-def peak_rss_mib(client: Client | None = None) -> dict:
-    """Peak resident memory (MiB) of this process and of every worker process since it started."""
-    return {"flow": _peak_rss_mib(), "workers": client.run(_peak_rss_mib) if client is not None else {}}
+    ca, cert, key = files
+    return Security(tls_ca_file=ca, tls_client_cert=cert, tls_client_key=key, require_encryption=True)
 
 
 @contextlib.contextmanager
@@ -107,7 +83,7 @@ def connect(settings: Settings, security=None):
     ``security`` (a ``distributed.security.Security``; default from the settings' TLS files) makes
     every connection TLS; a LocalCluster then listens on tls:// as well.
     """
-    security = security if security is not None else settings.security()
+    security = security if security is not None else tls_security(settings)
     if settings.scheduler:
         log.info("connecting to the Dask scheduler at %s", settings.scheduler)
         with Client(settings.scheduler, security=security) as client:

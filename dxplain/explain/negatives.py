@@ -12,8 +12,10 @@ Four ways to score a negative (i, j), lower = flag first:
 ``loss``         −(loss of the negative): the highest-loss negatives first.
 ``random``       seeded uniform noise.
 
-The scan over *all* unobserved pairs keeps the lowest K = p%·|N| in user blocks × the catalogue;
-``scan`` is the in-memory twin of ``distributed.negatives.scan_on_cluster``.
+The scan over *all* unobserved pairs keeps the lowest K = p%·|N| in user blocks × the catalogue,
+mapped over user shards by any ``Mapper`` (``select_lowest``): each shard returns its K lowest, merged
+here in O(K) memory. Shard boundaries are multiples of the block size, so every pair is scored by the
+same block computation however many shards there are, and the result is identical.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..interactions import Interactions
 from ..kernels.bce import DenseTerms, SparseTerms, csr_rows
 from ..kernels.negatives import LowestK, NegativeScore, scan_rows
 from ..kernels.representer import balance_transforms
+from ..mapper import LocalMapper, Mapper
 from ..models.implicit_mf import ImplicitModel
 
 log = logging.getLogger(__name__)
@@ -180,13 +183,42 @@ def flagged_table(values, users, items, P: Interactions, method: str) -> pa.Tabl
     })
 
 
-def select_lowest(score: NegativeScore, terms: DenseTerms | SparseTerms, percent: float) -> tuple:
-    """The lowest p% of the negatives under ``score``: scanned over all unobserved pairs (DenseTerms)
-    or ranked from the explicit list (SparseTerms). Returns (values, users, items), lowest first."""
+def shard_ranges(n_users: int, step: int, n_shards: int) -> list[tuple[int, int]]:
+    """Contiguous user ranges aligned to blocks of ``step`` rows, about equal in size."""
+    n_blocks = -(-n_users // step)
+    cuts = np.unique(np.linspace(0, n_blocks, max(1, min(n_shards, n_blocks)) + 1).round().astype(int)) * step
+    cuts[-1] = n_users
+    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def select_lowest(score: NegativeScore, terms: DenseTerms | SparseTerms, percent: float,
+                  mapper: Mapper | None = None, n_shards: int = 1, block_rows: int | None = None) -> tuple:
+    """The lowest p% of the negatives under ``score``: scanned over all unobserved pairs (DenseTerms),
+    in user shards on ``mapper``, or ranked from the explicit list (SparseTerms). Returns (values, users,
+    items), lowest first.
+
+    The scan runs under the bound that ``lowest`` estimates (and again without, if it did not hold). The
+    score's embeddings and the positives' CSR go to every worker once; each shard returns its K lowest.
+    """
     if isinstance(terms, SparseTerms):
         return flag_table(terms, score, percent)
+    mapper = mapper or LocalMapper()
     K = flag_count(terms, percent)
-    return lowest(lambda t: scan(score, terms, K, threshold=t), score, terms, K)
+    step = block_rows or scan_rows(terms.n_items)
+    ranges = shard_ranges(terms.n_users, step, n_shards)
+    score_h, terms_h = mapper.put(score, broadcast=True), mapper.put(terms, broadcast=True)
+
+    def scan_shards(threshold: float) -> tuple:
+        t0, pairs, keep = time.perf_counter(), 0, LowestK(K)
+        shards = mapper.imap(scan, [(score_h, terms_h, K, r, step, threshold) for r in ranges], name="negscan")
+        for done, (s, result) in enumerate(shards, start=1):
+            keep.push(*result)
+            pairs += (ranges[s][1] - ranges[s][0]) * terms.n_items
+            log.debug("negative scan: shard %d/%d done, %.3g pairs scored (%.3g pairs/s)", done, len(ranges),
+                      pairs, pairs / max(time.perf_counter() - t0, 1e-9))
+        return keep.result()
+
+    return lowest(scan_shards, score, terms, K, step)
 
 
 def flag(method: str, model: ImplicitModel, terms, P: Interactions, percent: float, seed: int = 0) -> tuple:

@@ -18,7 +18,9 @@ import pyarrow as pa
 
 from ..interactions import Interactions, Targets
 from ..kernels import fisher as F
-from ..kernels.sbq import Selection, greedi, greedy, matching_pursuit, stochastic_greedy
+from ..kernels.sbq import (Selection, ShardState, as_rows, greedi, greedy, greedy_select, inner, matching_pursuit,
+                           split_rows, stochastic_greedy)
+from ..mapper import LocalMapper, Mapper
 from ..models.mf import MFModel
 
 log = logging.getLogger(__name__)
@@ -44,16 +46,58 @@ class Progress:
                      el / self.steps)
 
 
-def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: int = 0, eps: float = 0.01) -> Selection:
-    """m prototypes among the rows of Φ for the mean embedding μ, in memory.
+def _best(state: ShardState):
+    return state.best()
 
-    ``greedy`` is the paper's Algorithm 1; ``greedi`` its two-round distributed approximation run on
-    ``n_shards`` parts; ``stochastic`` scores a ⌈(n/m)·log(1/ε)⌉ sample per step; ``mp`` is matching pursuit.
+
+def _add(state: ShardState, cand, d: float, beta_t: float) -> ShardState:
+    return state.add(cand, d, beta_t)
+
+
+class MappedShards:
+    """Candidate shards held where ``mapper`` runs its tasks, for ``kernels.sbq.greedy_select``.
+
+    Every step each shard reports its best candidate, the caller picks the overall best, and each shard
+    appends it to its rows of L⁻¹k_S·: one round trip and O(p + m) bytes per shard, while the O(n·m)
+    state stays on the workers. States are chained task by task (state_t = add(state_{t-1}, …)), so a
+    lost worker's shard is recomputed from its lineage, and a retried step rewrites identical values.
     """
+
+    def __init__(self, mapper: Mapper, Phi, mu, m: int, n_shards: int):
+        ranges = split_rows(Phi.shape[0], n_shards)
+        self.mapper = mapper
+        parts = mapper.put([Phi[a:b] for a, b in ranges])
+        mu_h = mapper.put(mu, broadcast=True)
+        self.states = mapper.persist(ShardState, [(part, mu_h, m, a) for part, (a, _) in zip(parts, ranges)],
+                                     name="sbq-init")
+
+    def best(self):
+        return self.mapper.map(_best, [(st,) for st in self.states], name="sbq-best")
+
+    def add(self, cand, d, beta_t):
+        self.states = self.mapper.persist(_add, [(st, cand, d, beta_t) for st in self.states], name="sbq-add")
+
+
+def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: int = 0, eps: float = 0.01,
+           mapper: Mapper | None = None) -> Selection:
+    """m prototypes among the rows of Φ for the mean embedding μ, the candidates in ``n_shards`` shards
+    on ``mapper`` (this process by default).
+
+    ``greedy`` is the paper's Algorithm 1, exact, with its shards on the mapper; ``greedi`` its two-round
+    approximation (GreeDi: greedy on ``n_shards`` random parts as mapper tasks, then over their union);
+    ``stochastic`` scores a ⌈(n/m)·log(1/ε)⌉ sample per step; ``mp`` is matching pursuit (both in this
+    process).
+    """
+    mapper = mapper or LocalMapper()
     if variant == "greedy":
-        return greedy(Phi, mu, m, n_shards, wrap=lambda shards, m: Progress(shards, m, "SBQ greedy"))
+        Phi = as_rows(Phi)
+        m = min(m, Phi.shape[0])
+        shards = MappedShards(mapper, Phi, mu, m, n_shards)
+        return greedy_select(Progress(shards, m, "SBQ greedy"), m, inner(mu, mu))
     if variant == "greedi":
-        return greedi(Phi, mu, m, max(2, n_shards), seed)
+        mu_h = mapper.put(mu, broadcast=True)
+        return greedi(Phi, mu, m, max(2, n_shards), seed,
+                      lambda parts: mapper.map(greedy, [(p, mu_h, m) for p in mapper.put(parts)], name="greedi"))
     if variant == "stochastic":
         return stochastic_greedy(Phi, mu, m, eps, seed)
     if variant == "mp":

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import json
 import os
 import shutil
 import uuid
 from pathlib import Path
 
 import fsspec.core
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 # A local folder or file (Path or plain path string), or an fsspec URL such as memory://… or s3://….
 Location = str | os.PathLike
@@ -134,20 +130,3 @@ def atomic_dir(loc: Location):
 def write_text_atomic(path: Location, text: str) -> None:
     with atomic_file(path) as fh:
         fh.write(text.encode())
-
-
-def write_result_folder(out: str | os.PathLike, kind: str, tables: dict[str, pa.Table], summary: dict,
-                        now: dt.datetime | None = None, files: dict[str, str | bytes] | None = None) -> Path:
-    """``<out>/<kind>/<UTC timestamp>-<id>/`` holding ``<name>.parquet`` per table, any other ``files``
-    (name → text or bytes) and ``summary.json``, written whole in a temporary folder and renamed into
-    place: a crashed run leaves nothing behind."""
-    now = now or dt.datetime.now(dt.timezone.utc)
-    path = Path(out) / kind / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-    with atomic_path(path) as tmp:
-        tmp.mkdir(parents=True)
-        for name, table in tables.items():
-            pq.write_table(table, tmp / f"{name}.parquet")
-        for name, content in (files or {}).items():
-            (tmp / name).write_bytes(content if isinstance(content, bytes) else content.encode())
-        (tmp / "summary.json").write_text(json.dumps({**summary, "folder": str(path)}, indent=2, default=str))
-    return path

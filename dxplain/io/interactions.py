@@ -222,3 +222,20 @@ def read_targets(path: Location, data: Interactions):
         raise InputError(f"{path}: the targets list repeats (user, item) pairs; list each pair once")
     rank = table.column("rec_rank").to_numpy() if "rec_rank" in table.column_names else None
     return Targets.from_pairs(u, i, rank)
+
+
+def read_negatives(path: str | Path, P: Interactions) -> tuple[np.ndarray, np.ndarray]:
+    """A Parquet/CSV list of negative (user, item) pairs in original ids; unknown ids or positives are errors."""
+    t = read_targets(path, P)
+    key = t.user.astype(np.int64) * P.n_items + t.item
+    bad = np.isin(key, P.user.astype(np.int64) * P.n_items + P.item)
+    if bad.any():
+        n = int(np.flatnonzero(bad)[0])
+        raise InputError(f"{path}: ({P.user_ids[t.user[n]]}, {P.item_ids[t.item[n]]}) is a positive interaction, "
+                         f"not a negative ({int(bad.sum())} such pairs); remove positives from the negatives list")
+    order = np.argsort(key)
+    return t.user[order].astype(np.int64), t.item[order].astype(np.int64)
+
+
+def pairs_table(P: Interactions, u: np.ndarray, i: np.ndarray) -> pa.Table:
+    return pa.table({"user": P.user_ids.take(pa.array(u)), "item": P.item_ids.take(pa.array(i))})

@@ -22,7 +22,6 @@ import zarr
 from .. import __version__
 from ..errors import InputError
 from ..interactions import Interactions
-from ..models.mf import MFModel
 from .atomic import Location, atomic_dir, exists as _exists, join
 from .interactions import index_of
 
@@ -41,14 +40,13 @@ def _ids_from_zarr(arr) -> pa.Array:
     return pa.array(values.astype(np.int64) if values.dtype.kind in "iu" else [str(v) for v in values])
 
 
-def model_path(out: Location, dataset: str, fingerprint: str, k: int, lam: float, seed: int,
-               max_sweeps: int | None = None, polish_iters: int | None = None) -> Location:
-    """Where the refresh keeps the model it trained on this exact data: reused while the data is unchanged.
-
-    A training budget is part of the name, so a capped model is never reused by an uncapped run.
-    """
-    budget = "".join(f"-{tag}{v}" for tag, v in (("sweeps", max_sweeps), ("newton", polish_iters)) if v is not None)
-    return join(out, "models", f"{dataset}-{fingerprint}-k{k}-lam{lam:g}-s{seed}{budget}.zarr")
+def model_path(out: Location, dataset: str, fingerprint: str, **tags) -> Location:
+    """Where a flow keeps the model it trained on this exact data: reused while the data and every
+    hyperparameter in ``tags`` are unchanged (``None`` tags are left out), e.g.
+    ``models/ml-100k-<fingerprint>-k32-lam0.0003-s0.zarr``. A training budget is one of the tags, so a
+    capped model is never reused by an uncapped run."""
+    parts = [f"{tag}{v:g}" if isinstance(v, float) else f"{tag}{v}" for tag, v in tags.items() if v is not None]
+    return join(out, "models", "-".join([dataset, fingerprint, *parts]) + ".zarr")
 
 
 def exists(path: Location) -> bool:
@@ -56,23 +54,18 @@ def exists(path: Location) -> bool:
     return _exists(join(path, "zarr.json"))
 
 
-def save_model(path: Location, model: MFModel, data: Interactions) -> Location:
-    """Write ``model`` atomically (local folder or fsspec URL); its attributes tie it to ``data`` by fingerprint."""
+def write_model(path: Location, U: np.ndarray, V: np.ndarray, meta: dict, data: Interactions) -> Location:
+    """Write factors and their attributes atomically (local folder or fsspec URL); the attributes tie
+    them to ``data`` by fingerprint. ``meta`` holds at least ``kind``, ``loss`` and ``lam``."""
     path = join(path)
     with atomic_dir(path) as tmp:
         g = zarr.open_group(str(tmp), mode="w")
-        chunk = (min(ROW_CHUNK, max(1, len(model.U))), model.k)
-        g.create_array("user_factors", data=model.U, chunks=chunk)
-        g.create_array("item_factors", data=model.V, chunks=(min(ROW_CHUNK, max(1, len(model.V))), model.k))
+        g.create_array("user_factors", data=U, chunks=(min(ROW_CHUNK, max(1, len(U))), U.shape[1]))
+        g.create_array("item_factors", data=V, chunks=(min(ROW_CHUNK, max(1, len(V))), V.shape[1]))
         g.create_array("user_ids", data=_ids_to_zarr(data.user_ids))
         g.create_array("item_ids", data=_ids_to_zarr(data.item_ids))
-        g.attrs.update({
-            "kind": model.kind, "loss": model.loss, "lam": model.lam, "k": model.k, "n_train": model.n_train,
-            "objective_scaling": getattr(model, "objective_scaling",
-                                         "(1/|D|) Σ (y − μ − ⟨U_i,V_j⟩)² + (λ/2)(‖U‖² + ‖V‖²)"),
-            "mu": model.mu, "grad_norm": model.grad_norm, "fingerprint": data.fingerprint(),
-            "dxplain_version": __version__, "info": model.info,
-        })
+        g.attrs.update({**meta, "k": int(U.shape[1]), "fingerprint": data.fingerprint(),
+                        "dxplain_version": __version__})
     return path
 
 
@@ -84,8 +77,9 @@ def model_attrs(path: Location) -> dict:
     return dict(zarr.open_group(str(path), mode="r").attrs)
 
 
-def load_model(path: Location, data: Interactions | None = None) -> MFModel:
-    """Read a model; with ``data``, check that it was fitted on exactly these interactions and ids."""
+def read_model(path: Location, data: Interactions | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(U, V, attributes) of a stored model; with ``data``, check that it was fitted on exactly these
+    interactions and ids. Stores written before the loss was recorded are squared-loss models."""
     attrs = model_attrs(path)
     g = zarr.open_group(str(path), mode="r")
     if data is not None:
@@ -97,9 +91,9 @@ def load_model(path: Location, data: Interactions | None = None) -> MFModel:
             if not stored.cast(pa.string()).equals(ids.cast(pa.string())):
                 raise InputError(f"{path}: its {side} ids differ from the dataset's; re-import the embeddings "
                                  "against this dataset")
-    return MFModel(U=g["user_factors"][:], V=g["item_factors"][:], mu=float(attrs.get("mu", 0.0)),
-                   lam=attrs.get("lam"), n_train=int(attrs.get("n_train", 0)), loss=attrs.get("loss", "squared"),
-                   kind=attrs.get("kind", "imported"), grad_norm=attrs.get("grad_norm"), info=attrs.get("info", {}))
+    attrs = {"mu": 0.0, "loss": "squared", "kind": "imported", "info": {}, **attrs}
+    attrs["mu"], attrs["n_train"] = float(attrs["mu"]), int(attrs.get("n_train", 0))
+    return g["user_factors"][:], g["item_factors"][:], attrs
 
 
 # --- import of factors trained elsewhere ------------------------------------------------------------
@@ -170,6 +164,6 @@ def import_embeddings(out: str | Path, data: Interactions, user_factors, item_fa
                          "both towers must end in the same embedding size")
     U = align_factors(U, uids, data.user_ids, "user", str(user_factors))
     V = align_factors(V, iids, data.item_ids, "item", str(item_factors))
-    model = MFModel(U, V, mu=mu, lam=lam, n_train=len(data), kind="imported", grad_norm=None,
-                    info={"source": [str(user_factors), str(item_factors)]})
-    return save_model(out, model, data)
+    meta = {"kind": "imported", "loss": "squared", "lam": lam, "mu": mu, "n_train": len(data), "grad_norm": None,
+            "info": {"source": [str(user_factors), str(item_factors)]}}
+    return write_model(out, U, V, meta, data)

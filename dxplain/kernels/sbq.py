@@ -19,7 +19,7 @@ objective after the step is c − ‖β‖². A step costs one kernel column plu
 
 Candidates may be split into shards (``ShardState``): each keeps its own rows of c, v, r and reports its
 best candidate; the driver (``greedy_select``) keeps L and β. One shard is the in-memory algorithm; many
-shards on Dask (``distributed.sbq``) run exactly the same arithmetic row by row.
+shards on a mapper (``explain.prototypes.MappedShards``) run exactly the same arithmetic row by row.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def greedy_select(shards, m: int, c: float) -> Selection:
 
 
 class LocalShards:
-    """Shards held in this process: the in-memory twin of ``distributed.sbq.ClusterShards``."""
+    """Shards held in this process, as a list: what ``greedy`` runs on (in a GreeDi part's task, too)."""
 
     def __init__(self, states: list[ShardState]):
         self.states = states

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
@@ -22,6 +22,7 @@ from scipy.optimize import minimize
 from ..interactions import Interactions
 from ..kernels.bce import DenseTerms, SparseTerms
 from ..kernels.newton import newton_pcg
+from .base import FactorModel
 
 log = logging.getLogger(__name__)
 
@@ -31,31 +32,24 @@ DEFAULT_NEG_WEIGHT = 0.05
 DEFAULT_RIDGE = 3.0
 
 
-@dataclass
-class ImplicitModel:
-    U: np.ndarray
-    V: np.ndarray
-    lam: float
-    n_train: int  # |D| = |P| + |N| (N weighted by w)
+@dataclass(kw_only=True)
+class ImplicitModel(FactorModel):
+    """BCE factors: the score s_ij = ⟨U_i, V_j⟩ is a logit (no offset, μ = 0)."""
+
     neg_weight: float
-    negatives: str  # "all" or "sampled:m"
-    grad_norm: float
+    negatives: str  # "all" or "sampled"
+    mu: float = 0.0
     kind: str = "implicit-mf"
     loss: str = "bce"
-    info: dict = field(default_factory=dict)
-    mu: float = 0.0  # no global offset: the score s_ij is the logit
     objective_scaling = "(1/|D|) Σ c_ij (softplus(s_ij) − y_ij s_ij) + (λ/2)(‖U‖² + ‖V‖²), c = 1 on P, w on N"
-
-    @property
-    def k(self) -> int:
-        return self.U.shape[1]
 
     @classmethod
     def from_stored(cls, m) -> "ImplicitModel":
-        """From the model store's generic factor model (``io.model_store.load_model``)."""
+        """From the model store's generic factor model (``FactorModel.load``)."""
         if m.kind != "implicit-mf":
             raise ValueError(f"the stored model is a {m.kind!r} model, not an implicit-feedback BCE model")
-        return cls(m.U, m.V, m.lam, m.n_train, m.info["neg_weight"], m.info["negatives"], m.grad_norm, info=m.info)
+        return cls(U=m.U, V=m.V, lam=m.lam, n_train=m.n_train, neg_weight=m.info["neg_weight"],
+                   negatives=m.info["negatives"], grad_norm=m.grad_norm, info=m.info)
 
 
 def positive_pairs(data: Interactions, threshold: float | None) -> Interactions:
@@ -182,7 +176,7 @@ class ImplicitMF:
         log.info("implicit MF k=%d λ=%g w=%g |P|=%d |N|=%d: %d L-BFGS + %d Newton steps, ‖∇f‖=%.2e, %.1fs",
                  self.k, lam, terms.w, terms.n_pos, terms.n_neg, lbfgs_iters, newton, gnorm, secs)
         mode = "all" if isinstance(terms, DenseTerms) else "sampled"
-        return ImplicitModel(U, V, lam, n, terms.w, mode, gnorm,
+        return ImplicitModel(U=U, V=V, lam=lam, n_train=n, neg_weight=terms.w, negatives=mode, grad_norm=gnorm,
                              info={"lbfgs_iters": lbfgs_iters, "newton_iters": newton, "hessian_products": products, "objective": f,
                                    "seed": self.seed, "seconds": secs, "n_pos": terms.n_pos, "n_neg": terms.n_neg,
                                    "neg_weight": terms.w, "negatives": mode})

@@ -21,6 +21,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from ..interactions import Interactions
+from .base import FactorModel
 from ..kernels import als
 from ..kernels.newton import newton_pcg
 
@@ -40,26 +41,7 @@ def default_lam(n_train: int) -> float:
     return 2.0 * DEFAULT_RIDGE / n_train
 
 
-@dataclass
-class MFModel:
-    """Trained factors and everything needed to explain them."""
-
-    U: np.ndarray  # (n_users, k)
-    V: np.ndarray  # (n_items, k)
-    mu: float  # global mean removed before fitting
-    lam: float | None  # λ; None for factors imported without one
-    n_train: int  # |D|
-    loss: str = "squared"
-    kind: str = "als-mf"
-    grad_norm: float | None = None
-    info: dict = field(default_factory=dict)
-
-    @property
-    def k(self) -> int:
-        return self.U.shape[1]
-
-    def predict(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
-        return self.mu + als.pair_scores(self.U, self.V, u, i)
+MFModel = FactorModel  # the squared-loss model's factors: the common base, under the name the explainers use
 
 
 class HalfSteps:
@@ -94,6 +76,54 @@ class LocalHalfSteps(HalfSteps):
         return als.ridge_solve_rows(*self.views["item"], U, self.ridge)
 
 
+def _load_part(parts, side: str, p: int, mu: float):
+    """(indptr, columns, y − μ) of the rows in part p of ``parts`` (``io.partitions.Partitions``): users
+    for ``user``, items for ``item``."""
+    if side == "user":
+        a, b = int(parts.user_cuts[p]), int(parts.user_cuts[p + 1])
+        d = parts.read_users(a, b).data
+    else:
+        a, b = parts.item_range(p)
+        d = parts.read_items(p).data
+    indptr, cols, y = csr_view(d, d.rating - mu, side)  # the part's rows are already the only ones there
+    return indptr[a:b + 1] - indptr[a], cols, y
+
+
+def _solve_part(part, F, ridge):
+    indptr, cols, y = part
+    return als.ridge_solve_rows(indptr, cols, y, F, ridge)
+
+
+class PartHalfSteps(HalfSteps):
+    """Half-steps mapped over the partitioned interactions, one task per part.
+
+    Each part is read once (``mapper.persist``) and kept where it was read for every sweep; per
+    half-step only the fixed factor matrix travels, and each task returns its rows of the new factors.
+    On a cluster, a worker lost mid-training loses nothing: the scheduler re-reads its parts elsewhere.
+    Use as ``ALSMF.fit(data, half_steps=functools.partial(PartHalfSteps, mapper, parts))``.
+    """
+
+    def __init__(self, mapper, parts, data: Interactions, mu: float, ridge: float):
+        if parts.n_interactions != len(data):
+            raise ValueError(f"the parts hold {parts.n_interactions} interactions, the data {len(data)}")
+        self.mapper, self.ridge = mapper, ridge
+        cuts = {"user": parts.user_cuts, "item": parts.item_cuts}
+        self.parts = {side: mapper.persist(_load_part, [(parts, side, p, mu) for p in range(len(cuts[side]) - 1)],
+                                           name=f"als-load-{side}") for side in cuts}
+
+    def _half(self, side: str, F: np.ndarray) -> np.ndarray:
+        # To one worker every half-step; the others fetch it from their peer (see ``distributed.cluster.scatter``).
+        F_h = self.mapper.put(F)
+        return np.vstack(self.mapper.map(_solve_part, [(p, F_h, self.ridge) for p in self.parts[side]],
+                                         name=f"als-{side}"))
+
+    def users(self, V):
+        return self._half("user", V)
+
+    def items(self, U):
+        return self._half("item", U)
+
+
 @dataclass
 class ALSMF:
     """ALS matrix factorisation trained to a stationary point.
@@ -119,7 +149,7 @@ class ALSMF:
         """Train on ``data``.
 
         ``half_steps(data, mu, ridge) -> HalfSteps`` runs the two ridge half-steps elsewhere, e.g.
-        ``functools.partial(ClusterHalfSteps, client, parts)`` shards them on Dask; by default they run here.
+        ``functools.partial(PartHalfSteps, mapper, parts)`` maps them over partitions; by default they run here.
         ``init=(U, V)`` starts from given factors instead of the seeded random ones (e.g. a retraining
         after deleting a few ratings, started from the original optimum).
         """

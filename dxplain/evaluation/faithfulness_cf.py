@@ -41,7 +41,7 @@ from ..models.softimpute import SoftImpute
 from ..models.two_tower import TwoTower
 from .deletion import FRACTIONS, deletion_sets
 from .faithfulness import Job
-from .representer import Preprocessed
+from ..explain.representer import Preprocessed
 
 CF_METHODS = ("representer", "fia", "random")
 SGD_METHODS = ("representer", "fia", "tracin", "random")

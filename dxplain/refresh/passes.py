@@ -1,4 +1,4 @@
-"""The refresh in three passes over user blocks (shards) and item ranges: the units Dask maps.
+"""The refresh in three passes over user blocks (shards) and item ranges, mapped by any ``Mapper``.
 
 1. ``plan_shard``: each shard's targets (supplied, or its users' top-n, kept in the run's stage) and
    how many fall in each item block.
@@ -10,38 +10,33 @@
    orders all rows once and writes ``part-<shard>.parquet`` atomically.
 
 Item-keying the user side is what keeps its cost linear: with user shards streaming the item parts, a
-target item's raters were gathered and scored once per shard, and shards multiply as |D| grows (at
-50M, 1.5 targets per item per shard). The 50M refresh's explanation stage went from 310 s to 207 s
-with popularity-drawn targets and from 214 s to 136 s with uniform ones (``benchmarks/scaling.py``).
+target item's raters were gathered and scored once per shard, and shards multiply as |D| grows
+(docs/scaling.md has the measurements). ``run_passes`` runs the three passes on a mapper: in this
+process or on Dask, the same tasks in the same batches, so both write the same bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
-import math
+import logging
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from ..interactions import Interactions, Targets, equal_cuts
+from ..explain.representer import Preprocessed, RepresenterExplainer, attribution_rows, fidelity
+from ..explain.targets import recommend
+from ..interactions import Interactions, Targets
 from ..io import runs
-from ..io.partitions import ROWS_PER_PART, Part, Partitions, write_alpha, write_partitions
-from .representer import Preprocessed, RepresenterExplainer, attribution_rows, fidelity
-from .targets import recommend
+from ..io.partitions import Part, Partitions, write_alpha
+from ..mapper import Mapper
+from .plan import item_blocks, pass_stats, shard_items, user_side_tasks
 
-# Output rows one shard (or one user-side chunk) holds before writing: bounds a task's memory however
-# many targets the run has. With 8M rows per shard, the 20M and 50M benchmarks peaked at 2.0 and 3.0 GiB
-# per worker (VmHWM; the rest of the growth is the worker's share of the ALS parts and the factors).
-ROWS_PER_SHARD = 8_000_000
+log = logging.getLogger(__name__)
 
 # The user-side columns a chunk stages for a shard: the target's position among the shard's targets,
 # then the training row and its attribution.
-# Item blocks per item part in the user side's plan: the grain its tasks are cut at.
-BLOCKS_PER_PART = 64
-
 USER_SIDE_COLUMNS = ("target", "train_user", "train_item", "rating", "global_importance", "local_importance")
 
 
@@ -65,30 +60,13 @@ class RefreshJob:
             raise ValueError("a RefreshJob holds Preprocessed.factors(): B for the user side's sums, no A or α")
 
     @classmethod
-    def create(cls, data: Interactions, pre: Preprocessed, root, top_n: int = 10, top_k: int = 10,
-               targets: Targets | None = None, rows_per_part: int = ROWS_PER_PART) -> "RefreshJob":
-        """Write (or reuse) the partitioned interactions and α at ``root``; keep only the factors in memory."""
-        parts = write_partitions(root, data, rows_per_part)
+    def create(cls, data: Interactions, pre: Preprocessed, parts: Partitions, top_n: int = 10, top_k: int = 10,
+               targets: Targets | None = None) -> "RefreshJob":
+        """Write (or reuse) α beside the partitioned interactions; keep only the factors in memory."""
         # α is all that changes with the model: the same α is reused, any other rewritten.
         key = f"{data.fingerprint()}-{hashlib.sha256(np.ascontiguousarray(pre.alpha).tobytes()).hexdigest()[:16]}"
         parts = write_alpha(parts, data, pre.alpha, key)
         return cls(parts, pre.factors(), data.item_degree(), top_n, top_k, targets)
-
-
-def shard_count(workers: int, data: Interactions, n_targets: int, top_k: int,
-                rows_per_shard: int = ROWS_PER_SHARD) -> int:
-    """Shards for a refresh: 4 per worker to balance the load, more when a shard's output would pass
-    ``rows_per_shard`` rows (a shard holds its rows until it writes them: this bounds worker memory)."""
-    # top_k most positive and top_k most negative per side; top_k = 0 keeps every attribution: a
-    # target's user history and its item's raters, on average.
-    per_target = 4 * top_k if top_k else len(data) / max(1, data.n_users) + len(data) / max(1, data.n_items)
-    return max(4 * workers, math.ceil(n_targets * per_target / rows_per_shard))
-
-
-def shard_users(data: Interactions, n_shards: int) -> list[np.ndarray]:
-    """Contiguous user blocks of about equal work: interactions (the explanation cost follows them) + 1 per user."""
-    work = np.concatenate([[0], np.cumsum(data.user_degree() + 1)])
-    return [np.arange(a, b) for a, b in itertools.pairwise(equal_cuts(work, min(n_shards, data.n_users)))]
 
 
 def shard_targets(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> Targets:
@@ -108,13 +86,6 @@ def shard_targets(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) 
     return t
 
 
-def item_blocks(parts: Partitions) -> np.ndarray:
-    """Edges of the item blocks the user side is planned in: each item part cut into up to
-    ``BLOCKS_PER_PART`` ranges of equal item count (block b holds items edges[b]:edges[b+1])."""
-    return np.unique(np.concatenate([np.linspace(lo, hi, BLOCKS_PER_PART + 1).astype(np.int64)
-                                     for lo, hi in itertools.pairwise(parts.item_cuts)]))
-
-
 def plan_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> dict:
     """Pass 1: the shard's targets, and how many targets and user-side rows fall in each item block.
 
@@ -130,61 +101,6 @@ def plan_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> 
     return {"shard": shard, "targets": len(t), "seconds": time.perf_counter() - t0,
             "block_targets": np.bincount(block, minlength=n).tolist(),
             "block_rows": np.bincount(block, weights=rows, minlength=n).astype(np.int64).tolist()}
-
-
-def user_side_chunks(parts: Partitions, plans: list[dict],
-                     rows_per_chunk: int | None = None) -> list[tuple[int, int, list[int]]]:
-    """(first item, end item, shards) per user-side task: a range of items inside one item part and
-    every shard with targets on them, so each item's raters are gathered and searched once for all
-    its targets.
-
-    Ranges are runs of item blocks holding at most ``rows_per_chunk`` rows: by default a shard's share
-    of all user-side rows (never more than ``ROWS_PER_SHARD``), about as many tasks as shards, so the
-    pass balances over the workers even when one part holds most targets. A single block above that
-    (a popular item's many targets) is split by shards instead, at worst one shard per task.
-    """
-    edges = item_blocks(parts)
-    if not plans:
-        return []
-    t = np.array([plan["block_targets"] for plan in plans])  # (shards, blocks)
-    r = np.array([plan["block_rows"] for plan in plans])
-    shard_ids = np.array([plan["shard"] for plan in plans])
-    total = int(r.sum())
-    limit = rows_per_chunk or min(ROWS_PER_SHARD, max(1, -(-total // len(plans))))
-    part_of = np.searchsorted(parts.item_cuts, edges[:-1], side="right") - 1
-    chunks = []  # (rows, lo, hi, shards)
-
-    def emit(b0, b1, members=None):
-        has = t[:, b0:b1].sum(axis=1) > 0
-        if members is not None:
-            has &= members
-        chunks.append((int(r[has, b0:b1].sum()), int(edges[b0]), int(edges[b1]), shard_ids[has].tolist()))
-
-    for p in np.unique(part_of):
-        blocks = np.flatnonzero(part_of == p)
-        start, rows = None, 0
-        for b in blocks:
-            rb = int(r[:, b].sum())
-            if rb > limit:  # one block alone is too big: close the run, then split the block by shards
-                if start is not None:
-                    emit(start, b)
-                start, rows = None, 0
-                acc = np.cumsum(r[:, b])
-                group = acc // limit  # runs of consecutive shards of about limit rows (one shard is never split)
-                for gid in np.unique(group[t[:, b] > 0]):
-                    emit(b, b + 1, group == gid)
-                continue
-            if start is not None and rows + rb > limit:
-                emit(start, b)
-                start, rows = None, 0
-            if start is None:
-                start = b
-            rows += rb
-        if start is not None:
-            emit(start, blocks[-1] + 1)
-    # Largest first: the last tasks to start are short ones, so no worker is left alone with a long one.
-    chunks = [c for c in chunks if c[3]]
-    return [(lo, hi, members) for _, lo, hi, members in sorted(chunks, key=lambda c: -c[0])]
 
 
 def user_side_chunk(job: RefreshJob, lo: int, hi: int, shards: list[tuple[int, np.ndarray]], write: list[int],
@@ -309,71 +225,32 @@ def in_shard_order(done: dict[int, dict], written: list[dict]) -> list[dict]:
     return [entries[s] for s in sorted(entries)]
 
 
-def user_side_tasks(parts: Partitions, plans: list[dict],
-                    pending: list[int]) -> list[tuple[int, int, list[int], list[int]]]:
-    """(first item, end item, member shards, shards to write) per user-side task for the ``pending`` shards.
+def run_passes(mapper: Mapper, job: RefreshJob, shards: list[np.ndarray], run_dir: str) -> tuple[list[dict], dict]:
+    """The three passes on ``mapper``; shard entries in shard order and the passes' stats (``pass_stats``).
 
-    Tasks are cut from every shard's plan and explain every member's targets, so a resumed run groups
-    targets exactly as a clean one (the same batches give the same bits: BLAS sums depend on a batch's
-    shape); only the pending members' pieces are written, and tasks with none are dropped.
+    The job (factors, B, where the parts are) is sent to every worker once, so tasks carry only their
+    user block or item range. Every file is written atomically, so a task that runs twice leaves one
+    complete file, and shards an interrupted run of this plan already wrote are kept. Each pass waits
+    for the one before: user-side tasks need every shard's targets, shards every user-side piece of theirs.
     """
-    keep = set(pending)
-    tasks = [(lo, hi, members, [s for s in members if s in keep]) for lo, hi, members in user_side_chunks(parts, plans)]
-    return [task for task in tasks if task[3]]
+    job_h = mapper.put(job, broadcast=True)
 
+    def run_pass(name: str, fn, args: list[tuple], describe) -> list:
+        t0 = time.perf_counter()
+        return mapper.map(fn, [(job_h, *a) for a in args], name=name, report=lambda done, r: log.debug(
+            "%s %d/%d done: %s (%.1fs)", name, done, len(args), describe(r), time.perf_counter() - t0))
 
-def shard_items(tasks: list[tuple[int, int, list[int], list[int]]]) -> dict[int, list[tuple[int, int]]]:
-    """Per shard, the item ranges of the user-side tasks that write a piece for it."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    for lo, hi, _, members in tasks:
-        for s in members:
-            out.setdefault(s, []).append((lo, hi))
-    return out
-
-
-def run_in_memory(job: RefreshJob, shards: list[np.ndarray], run_dir: str) -> tuple[list[dict], dict]:
-    """The in-memory twin of ``distributed.refresh.run_on_cluster``: same passes, same files.
-
-    Returns the shard entries and the passes' stats (``pass_stats``).
-    """
     done = completed_shards(len(shards), run_dir)
     pending = [s for s in range(len(shards)) if s not in done]
-    plans = [plan_shard(job, s, shards[s], run_dir) for s in range(len(shards))] if pending else []
+    plans = run_pass("plan", plan_shard, [(s, shards[s], run_dir) for s in range(len(shards))] if pending else [],
+                     lambda r: f"shard {r['shard']}, {r['targets']} targets")
     tasks = user_side_tasks(job.parts, plans, pending)
-    chunks = [user_side_chunk(job, lo, hi, [(s, shards[s]) for s in members], write, run_dir)
-              for lo, hi, members, write in tasks]
+    chunks = run_pass("user-side", user_side_chunk,
+                      [(lo, hi, [(s, shards[s]) for s in members], write, run_dir) for lo, hi, members, write in tasks],
+                      lambda r: f"items {r['items'][0]}:{r['items'][1]}, {r['targets']} targets of {r['shards']} "
+                                f"shards, {r['rows']} rows")
     items = shard_items(tasks)
-    written = [run_shard(job, s, shards[s], run_dir, items.get(s, [])) for s in pending]
+    written = run_pass("shard", run_shard, [(s, shards[s], run_dir, items.get(s, [])) for s in pending],
+                       lambda r: f"shard {r['shard']}, {r['users']} users, {r['targets']} targets, {r['rows']} rows")
     runs.clear_stage(run_dir)
     return in_shard_order(done, written), pass_stats(plans, chunks)
-
-
-def pass_stats(plans: list[dict], chunks: list[dict]) -> dict:
-    """Seconds inside the plan and user-side tasks, summed (the shards' own split is in their entries)."""
-    return {"plan_seconds": round(sum(p["seconds"] for p in plans), 3),
-            "user_side_seconds": round(sum(c["seconds"] for c in chunks), 3),
-            "user_side_tasks": len(chunks), "user_side_rows": sum(c["rows"] for c in chunks)}
-
-
-def summarize(entries: list[dict], passes: dict | None = None) -> dict:
-    """Counts, throughput and fidelity of a run, merged from its shard entries and its passes' stats."""
-    passes = passes or {}
-    fresh = [e for e in entries if not e.get("resumed")]
-    # Seconds inside the tasks per pass, summed (CPU-side split of the stage's wall time): plan (the targets,
-    # recommended or selected), the item-keyed user side, then the shards' gather, explain and write.
-    task_seconds = {"plan": passes.get("plan_seconds", 0.0), "user_side": passes.get("user_side_seconds", 0.0),
-                    **{p: round(sum(e.get(f"seconds_{p}", 0.0) for e in fresh), 3) for p in ("gather", "explain", "write")}}
-    busy = sum(task_seconds.values())
-    rows = sum(e["rows"] for e in entries)
-    return {
-        "users": sum(e["users"] for e in entries), "targets": sum(e["targets"] for e in entries),
-        "attributions": rows, "pairs_scored": sum(e.get("pairs_scored", 0) for e in entries),
-        "shards": len(entries), "resumed_shards": sum(bool(e.get("resumed")) for e in entries),
-        "user_side_tasks": passes.get("user_side_tasks", 0),
-        "attributions_per_second": round(rows / max(busy, 1e-9)),  # per task-second of work
-        "task_seconds": task_seconds,
-        "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in entries), default=0.0)
-                                   for s in ("item", "user")},
-        "fidelity_median_rel_error": {s: float(np.median([e[f"median_rel_error_{s}"] for e in entries]))
-                                      if entries else 0.0 for s in ("item", "user")},
-    }

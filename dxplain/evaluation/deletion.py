@@ -13,11 +13,17 @@ sparse linear models and for collaborative filtering.
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 from scipy import stats
+
+from ..mapper import Mapper
+
+log = logging.getLogger(__name__)
 
 FRACTIONS = (0.01, 0.02, 0.03, 0.04, 0.05)
 
@@ -41,6 +47,27 @@ def deletion_sets(scores: np.ndarray, sign: int, fractions=FRACTIONS, N: int | N
 
 def deletion_curve(case: Case, target: int, sets: list[np.ndarray], base: float) -> list[float]:
     return [case.prediction(target, rows) - base for rows in sets]
+
+
+def _job_curve(case: Case, job, base: list[float]) -> list[float]:
+    return deletion_curve(case, job.target, list(job.sets), base[job.target])
+
+
+def deletion_curves(mapper: Mapper, case: Case, jobs: list, base: list[float]) -> list[list[float]]:
+    """Every job's deletion curve (one retraining per set), one mapper task per curve, in job order.
+
+    The case (data and model) is sent to every worker once.
+    """
+    t0 = time.perf_counter()
+    case_h = mapper.put(case, broadcast=True)
+    step = max(1, len(jobs) // 10)
+
+    def report(done, _):
+        if done % step == 0 or done == len(jobs):
+            log.info("case deletion: %d/%d curves (%d retrainings) in %.1fs", done, len(jobs),
+                     done * len(jobs[0].sets), time.perf_counter() - t0)
+
+    return mapper.map(_job_curve, [(case_h, job, base) for job in jobs], name="deletion", report=report)
 
 
 @dataclass

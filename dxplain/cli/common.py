@@ -1,0 +1,68 @@
+"""What every command shares: options read from a flow's signature, validation before Prefect starts.
+
+A flow's keyword parameters are the single source of its defaults: ``flow_options`` turns the ones a
+command exposes into flags (type and default from the signature, help text from the command module), and
+``run_flow`` validates the values against the flow's ``CONSTRAINTS`` before calling it, so a bad value
+fails at once, before any Prefect server or cluster starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import types
+import typing
+
+from ..params import flag, validate
+
+
+def _base_type(hint):
+    """``int | None`` → int; ``str`` → str."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else str
+    return hint
+
+
+def flow_options(p: argparse.ArgumentParser, flow, helps: dict[str, str], types_: dict | None = None) -> None:
+    """Add a flag per entry of ``helps`` (parameter → help), typed and defaulted from ``flow``'s signature."""
+    fn = getattr(flow, "fn", flow)
+    sig, hints = inspect.signature(fn), typing.get_type_hints(fn)
+    for name, text in helps.items():
+        default = sig.parameters[name].default
+        kind = (types_ or {}).get(name) or _base_type(hints[name])
+        flags = [flag(name), f"--{name}"] if len(name) == 1 else [flag(name)]  # -m and --m, -k and --k
+        if kind is bool:
+            p.add_argument(*flags, dest=name, action="store_true", default=default, help=text)
+            continue
+        shown = f" (default {default})" if default not in (None, inspect.Parameter.empty) else ""
+        p.add_argument(*flags, dest=name, type=kind, default=default, help=text + shown,
+                       required=default is inspect.Parameter.empty)
+    p.set_defaults(flow_params=[*(p.get_default("flow_params") or []), *helps])
+
+
+def run_options(p: argparse.ArgumentParser, flow, shards: str | None, in_memory: str) -> None:
+    """Where results go and where the work runs: the same for every flow."""
+    helps = {"out": "output folder (default dxplain-out, or DXPLAIN_OUT)",
+             "scheduler": "tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)",
+             "workers": "LocalCluster worker processes (default 2, or DXPLAIN_WORKERS)"}
+    if shards:
+        helps["shards"] = shards
+    helps["in_memory"] = f"{in_memory} in this process (no Dask)"
+    flow_options(p, flow, helps)
+
+
+def flow_kwargs(a: argparse.Namespace) -> dict:
+    return {name: getattr(a, name) for name in a.flow_params}
+
+
+def run_flow(flow, constraints: dict, a: argparse.Namespace) -> dict:
+    """Validate the options (fails before Prefect starts), then run the flow and return its summary."""
+    kwargs = flow_kwargs(a)
+    validate(constraints, kwargs)
+    return flow(**kwargs)
+
+
+def print_summary(summary: dict) -> None:
+    print(json.dumps(summary, indent=2, default=str))

@@ -1,0 +1,103 @@
+"""``dxplain datasets``, ``dxplain train`` and ``dxplain import-embeddings``: data and models in, no flow."""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import DxplainError
+from ..models.mf import DEFAULT_K
+from .refresh import LAM_HELP
+
+
+def _columns(spec: str | None) -> dict | None:
+    if not spec:
+        return None
+    try:
+        return dict(kv.split("=", 1) for kv in spec.split(","))
+    except ValueError:
+        raise DxplainError(f"--columns {spec!r}: use dxplain=file pairs, e.g. user=reviewerID,item=asin,"
+                           "rating=overall") from None
+
+
+def cmd_datasets(a) -> int:
+    from ..config import Settings
+
+    settings = Settings.from_env()
+    if a.action == "fetch":
+        from ..datasets import registry
+
+        if a.name not in registry.ALIASES:
+            raise DxplainError(f"unknown dataset {a.name!r}; known: movielens-100k")
+        ds = registry.resolve_dataset(a.name, settings)
+        print(f"{a.name}: {len(ds.interactions)} interactions, {ds.interactions.n_users} users, "
+              f"{ds.interactions.n_items} items (prepared under {settings.data_home}/datasets)")
+    elif a.action == "synth":
+        from ..datasets.synthetic import generate
+
+        print(json.dumps(generate(a.out, a.interactions, n_users=a.users, n_items=a.items, seed=a.seed)))
+    elif a.action == "import":
+        from ..io.interactions import read_table, write_dataset
+
+        ds = write_dataset(a.out, read_table(a.path, _columns(a.columns)), source=a.path)
+        print(f"{a.out}: {len(ds.interactions)} interactions, {ds.interactions.n_users} users, "
+              f"{ds.interactions.n_items} items")
+    return 0
+
+
+def cmd_train(a) -> int:
+    from ..datasets import resolve_dataset
+    from ..models.mf import ALSMF
+
+    ds = resolve_dataset(a.dataset)
+    m = ALSMF(k=a.k, lam=a.lam, seed=a.seed).fit(ds.interactions)
+    m.save(a.out, ds.interactions)
+    print(f"{a.out}: ALS-MF k={a.k} λ={m.lam:g}, ‖∇f‖={m.grad_norm:.1e}")
+    return 0
+
+
+def cmd_import_embeddings(a) -> int:
+    from ..datasets import resolve_dataset
+    from ..io.model_store import import_embeddings
+
+    ds = resolve_dataset(a.dataset)
+    import_embeddings(a.out, ds.interactions, a.user_factors, a.item_factors, a.user_ids, a.item_ids,
+                      lam=a.lam, mu=a.mu)
+    print(f"{a.out}: imported factors for {ds.interactions.n_users} users and {ds.interactions.n_items} items")
+    return 0
+
+
+def register(sub) -> None:
+    d = sub.add_parser("datasets", help="fetch, generate or import datasets")
+    dsub = d.add_subparsers(dest="action", required=True)
+    f = dsub.add_parser("fetch", help="download and prepare a named dataset")
+    f.add_argument("name")
+    s = dsub.add_parser("synth", help="generate a synthetic Zipf-degree rating set to Parquet")
+    s.add_argument("--interactions", type=int, required=True)
+    s.add_argument("--users", type=int)
+    s.add_argument("--items", type=int)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True)
+    im = dsub.add_parser("import", help="import a CSV/Parquet interaction file as a prepared dataset")
+    im.add_argument("path")
+    im.add_argument("--out", required=True)
+    im.add_argument("--columns", help="column mapping, e.g. user=reviewerID,item=asin,rating=overall")
+    d.set_defaults(func=cmd_datasets)
+
+    t = sub.add_parser("train", help="train ALS-MF and store it")
+    t.add_argument("--dataset", default="movielens-100k")
+    t.add_argument("--out", required=True)
+    t.add_argument("--k", type=int, default=DEFAULT_K)
+    t.add_argument("--lam", type=float, help=LAM_HELP)
+    t.add_argument("--seed", type=int, default=0)
+    t.set_defaults(func=cmd_train)
+
+    ie = sub.add_parser("import-embeddings", help="store factors trained elsewhere as a dxplain model")
+    ie.add_argument("--dataset", required=True)
+    ie.add_argument("--user-factors", required=True)
+    ie.add_argument("--item-factors", required=True)
+    ie.add_argument("--user-ids")
+    ie.add_argument("--item-ids")
+    ie.add_argument("--lam", type=float, help="λ if known (else the 1/(λ|D|) factor is dropped)")
+    ie.add_argument("--mu", type=float, default=0.0, help="global offset added to scores")
+    ie.add_argument("--out", required=True)
+    ie.set_defaults(func=cmd_import_embeddings)

@@ -1,0 +1,112 @@
+"""What every flow shares: loading, partitioning, training or reusing the model, the mapper, stage timing.
+
+A flow reads as config → io → mapper → io. ``open_mapper`` is the one place that decides between this
+process and a Dask cluster; algorithms take the mapper it yields and never branch on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from functools import partial
+from typing import Iterator
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from ..config import Settings
+from ..datasets import resolve_dataset
+from ..errors import DxplainError
+from ..io import model_store, partitions, runs
+from ..mapper import LocalMapper, Mapper
+from ..models.base import FactorModel
+from ..models.mf import ALSMF, PartHalfSteps, default_lam
+
+
+def transient(task_, task_run, state) -> bool:
+    """Prefect ``retry_condition_fn``: retry what may pass (I/O, a lost worker), never a user's bad input."""
+    try:
+        state.result()
+    except DxplainError:
+        return False
+    except Exception:  # noqa: BLE001 - anything else may be transient
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def open_mapper(settings: Settings, in_memory: bool = False, shared: str | None = None) -> Iterator[Mapper]:
+    """This process (``in_memory``), or a Dask cluster: ``settings.scheduler`` or a LocalCluster sized for
+    the machine. The only branch between the two in the flows.
+
+    ``shared`` is a location the workers write to: a cluster refuses one they cannot see (``memory://``)
+    before it starts.
+    """
+    if in_memory:
+        yield LocalMapper()
+        return
+    if shared is not None:
+        runs.check_shared(shared)
+    from ..distributed.cluster import connect
+    from ..distributed.mapper import DaskMapper
+
+    with connect(settings) as client:
+        yield DaskMapper(client)
+
+
+@contextlib.contextmanager
+def stage(seconds: dict, name: str):
+    """Record the wall seconds of one stage of a flow (reported in its summary)."""
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = round(time.perf_counter() - t, 2)
+
+
+@task(retries=2, retry_delay_seconds=5, retry_condition_fn=transient, cache_policy=NO_CACHE)
+def load_data(dataset: str, settings: Settings):
+    ds = resolve_dataset(dataset, settings)
+    get_run_logger().info("dataset %s: %d interactions, %d users, %d items", ds.name, len(ds.interactions),
+                          ds.interactions.n_users, ds.interactions.n_items)
+    return ds
+
+
+@task(cache_policy=NO_CACHE)
+def partition(ds, out: str):
+    """The interactions as by-user and by-item Parquet parts: what training and explanation shards read."""
+    t = time.perf_counter()
+    parts = partitions.write_partitions(partitions.store_path(out, ds.name, ds.interactions), ds.interactions)
+    get_run_logger().info("interactions in %d by-user and %d by-item parts at %s (%.1fs)", len(parts.user_cuts) - 1,
+                          len(parts.item_cuts) - 1, parts.root, time.perf_counter() - t)
+    return parts
+
+
+@task(cache_policy=NO_CACHE)
+def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, seed: int, mapper: Mapper,
+                  parts, budget: dict | None = None):
+    """Use ``model`` if given; else reuse the model trained on this exact data, else train and store one,
+    its ALS half-steps mapped over ``parts`` (each task reads its part once and keeps it for every sweep).
+    ``budget`` caps ALS sweeps and Newton steps (``max_sweeps``, ``polish_iters``); a capped model is
+    stored under its own name."""
+    logger = get_run_logger()
+    data = ds.interactions
+    if model:
+        logger.info("loading model %s", model)
+        return FactorModel.load(model, data), model
+    lam = lam if lam is not None else default_lam(len(data))
+    budget = budget or {}
+    path = model_store.model_path(out, ds.name, data.fingerprint(), k=k, lam=lam, s=seed,
+                                  sweeps=budget.get("max_sweeps"), newton=budget.get("polish_iters"))
+    if model_store.exists(path):
+        logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
+        return FactorModel.load(path, data), str(path)
+    m = ALSMF(k=k, lam=lam, seed=seed, **budget).fit(data, half_steps=partial(PartHalfSteps, mapper, parts))
+    m.save(path, data)
+    logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
+                k, lam, m.grad_norm, m.info["sweeps"], m.info["newton_iters"], m.info["seconds"], path)
+    if m.grad_norm > ALSMF.tol:
+        logger.warning("training stopped at ‖∇f‖=%.1e, above %.0e (budget %s): attributions will sum to the "
+                       "score only approximately; the run's fidelity error says by how much", m.grad_norm,
+                       ALSMF.tol, budget or "default")
+    return m, str(path)

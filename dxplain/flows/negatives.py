@@ -1,0 +1,115 @@
+"""Find likely false negatives in implicit feedback (negative-sample aggregation, paper App. C).
+
+load interactions → positives (rating ≥ threshold) → negatives (all unobserved, sampled, or a list) →
+train (or reuse) the BCE model → score every negative → keep the lowest p% (scanned over user shards on
+the mapper when every unobserved pair is a negative) → write the flagged pairs → optionally retrain
+without them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from ..config import Settings
+from ..errors import InputError
+from ..explain import negatives as N
+from ..io import model_store
+from ..io.interactions import pairs_table, read_negatives
+from ..io.results import write_results
+from ..kernels.bce import DenseTerms, SparseTerms
+from ..models.base import FactorModel
+from ..models.implicit_mf import (DEFAULT_NEG_WEIGHT, ImplicitMF, ImplicitModel, dense_terms, positive_pairs,
+                                  sample_negatives, sparse_terms)
+from ..params import Interval, OneOf, Satisfies, validate
+from .common import load_data, open_mapper
+
+CONSTRAINTS = {
+    "percent": Interval(float, 0, 100, open_low=True, example=1),
+    "method": OneOf(*N.METHODS),
+    "negatives": Satisfies(lambda v: v == "all" or v.isdigit() or Path(v).exists(),
+                           "'all' (every unobserved pair), a number of samples per positive (e.g. 4), or a "
+                           "Parquet/CSV file of (user, item) negatives"),
+    "neg_weight": Interval(float, 0, open_low=True, example=0.05),
+    "k": Interval(int, 1, example=32), "lam": Interval(float, 0, open_low=True), "seed": Interval(int, 0),
+    "workers": Interval(int, 1, example=2), "shards": Interval(int, 1),
+}
+
+
+@task(cache_policy=NO_CACHE)
+def build_terms(P, negatives: str, neg_weight: float, seed: int, excluded=None) -> DenseTerms | SparseTerms:
+    if negatives == "all":
+        return dense_terms(P, neg_weight, excluded)
+    nu, ni = read_negatives(negatives, P) if not negatives.isdigit() else sample_negatives(P, int(negatives), seed)
+    return sparse_terms(P, nu, ni, neg_weight, excluded)
+
+
+@task(cache_policy=NO_CACHE)
+def train(terms, P, k: int, lam: float | None, seed: int, path):
+    logger = get_run_logger()
+    m = ImplicitMF(k=k, lam=lam, seed=seed).fit(terms)
+    m.save(path, P)
+    logger.info("trained implicit MF k=%d λ=%g on |P|=%d, |N|=%d: ‖∇f‖=%.1e after %d L-BFGS + %d Newton steps "
+                "in %.1fs → %s", k, m.lam, terms.n_pos, terms.n_neg, m.grad_norm, m.info["lbfgs_iters"],
+                m.info["newton_iters"], m.info["seconds"], path)
+    return m
+
+
+@task(cache_policy=NO_CACHE)
+def flag_negatives(method: str, m, terms, P, percent: float, seed: int, n_shards: int, mapper):
+    return N.select_lowest(N.negative_score(method, m, terms, P, seed), terms, percent, mapper, n_shards)
+
+
+@flow(name="dxplain-negatives", log_prints=True)
+def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str = "representer",
+              negatives: str = "all", neg_weight: float = DEFAULT_NEG_WEIGHT, positive_threshold: float | None = 4.0,
+              k: int = 32, lam: float | None = None, seed: int = 0, out: str | None = None,
+              scheduler: str | None = None, workers: int | None = None, shards: int | None = None,
+              retrain: bool = False, in_memory: bool = False) -> dict:
+    """Flag the p% negatives most likely to be false negatives; write them (and a cleaned set); retrain if asked."""
+    validate(CONSTRAINTS, locals())
+    t0 = time.perf_counter()
+    settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
+    logger = get_run_logger()
+    ds = load_data(dataset, settings)
+    P = positive_pairs(ds.interactions, positive_threshold)
+    if len(P) == 0:
+        raise InputError(f"no interaction has rating ≥ {positive_threshold}; lower --positive-threshold "
+                         "or pass --positive-threshold none to treat every interaction as a positive")
+    terms = build_terms(P, negatives, neg_weight, seed)
+    reusable = negatives == "all" or negatives.isdigit()  # a supplied file may change under the same name
+    tags = {"implicit-k": k, "lam": "default" if lam is None else lam, "w": neg_weight}
+    base_path = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
+                                       n=negatives if reusable else "file", s=seed)
+    with open_mapper(settings, in_memory) as mapper:
+        if reusable and model_store.exists(base_path):
+            logger.info("reusing model %s (same positives, negatives and hyperparameters)", base_path)
+            m = ImplicitModel.from_stored(FactorModel.load(base_path, P))
+        else:
+            m = train(terms, P, k, lam, seed, base_path)
+        values, users, items = flag_negatives(method, m, terms, P, percent, seed, shards or 4 * settings.workers,
+                                              mapper)
+    flagged = N.flagged_table(values, users, items, P, method)
+    summary = {"dataset": dataset, "method": method, "percent": percent, "negatives": negatives,
+               "neg_weight": neg_weight, "positives": len(P), "negatives_total": terms.n_neg,
+               "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam}
+    tables = {"flagged": flagged}
+    if isinstance(terms, SparseTerms):  # all-unobserved mode: the cleaned set is "all but flagged.parquet"
+        tables["cleaned-negatives"] = pairs_table(P, *sparse_terms(P, *terms.negatives(), neg_weight,
+                                                                    (users, items)).negatives())
+    if retrain:
+        terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
+        path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
+                                       cleaned=f"-{method}-p{percent:g}", s=seed)
+        m2 = train(terms2, P, k, lam, seed, path2)
+        summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm,
+                                "negatives": terms2.n_neg}
+    summary["seconds"] = round(time.perf_counter() - t0, 2)
+    folder = write_results(settings.out, "negatives", tables, summary)
+    summary["folder"] = str(folder)
+    logger.info("negatives done: %s flagged %d of %d negatives (%.3g%%) in %.1fs → %s", method, len(values),
+                terms.n_neg, percent, summary["seconds"], folder)
+    return summary

@@ -1,0 +1,62 @@
+"""Result folders of every flow other than the refresh (whose run folders are ``io.runs``).
+
+    <out>/<kind>/<UTC timestamp>-<id>/<name>.parquet   one file per table
+    <out>/<kind>/<...>/<file>                          any other file (Markdown, CSV, PNG, JSON)
+    <out>/<kind>/<...>/summary.json                    what was run and what it found
+
+Kinds and their tables:
+
+* ``prototypes``: ``prototypes.parquet`` (rank, user, item, rating, weight, objective) and
+  ``targets.parquet`` (the predictions being explained);
+* ``negatives``: ``flagged.parquet`` (user, item, score, rank, method) and, in sampled mode,
+  ``cleaned-negatives.parquet`` (the negatives minus the flagged ones);
+* ``evaluations``: ``deletions.csv`` (trial, target, method, side, fraction, k, delta), ``auc_del.md``
+  (AUC-DEL± per method with 95% CIs), ``deletion_curves.png``; finished trials are cached by Prefect
+  under ``<out>/evaluations/.cache`` so an interrupted evaluation resumes where it stopped.
+
+Every folder is written whole in a temporary folder and renamed into place: a crashed run leaves nothing
+behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from .atomic import atomic_path
+
+
+def write_results(out: str | os.PathLike, kind: str, tables: dict[str, pa.Table], summary: dict,
+                  files: dict[str, str | bytes] | None = None, now: dt.datetime | None = None) -> Path:
+    """``<out>/<kind>/<UTC timestamp>-<id>/``: ``<name>.parquet`` per table, any other ``files``
+    (name → text or bytes) and ``summary.json``, written whole and renamed into place."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    path = Path(out) / kind / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    with atomic_path(path) as tmp:
+        tmp.mkdir(parents=True)
+        for name, table in tables.items():
+            pq.write_table(table, tmp / f"{name}.parquet")
+        for name, content in (files or {}).items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+        (tmp / "summary.json").write_text(json.dumps({**summary, "folder": str(path)}, indent=2, default=str))
+    return path
+
+
+def csv_bytes(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pacsv.write_csv(table, buf)
+    return buf.getvalue()
+
+
+def evaluation_cache(out: str | Path) -> Path:
+    """Where Prefect keeps an evaluation's finished trials (keys), beside the outputs."""
+    return Path(out) / "evaluations" / ".cache"

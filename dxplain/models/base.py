@@ -1,0 +1,64 @@
+"""The common shape of every factor model: U, V, an offset μ, and what explaining them needs to know.
+
+The model store (``io.model_store``) reads and writes arrays and a flat dictionary of attributes; this
+class turns those into a model and back, so io never knows a model class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from ..kernels.als import pair_scores
+
+# Attribute names the store keeps beside the factors (everything but U and V).
+_META = ("mu", "lam", "n_train", "loss", "kind", "grad_norm", "info")
+
+
+@dataclass
+class FactorModel:
+    """Trained (or imported) factors and everything needed to explain them.
+
+    ``loss`` names the training loss (``squared``, ``bce``, …): the representer's α is −ℓ′ of that loss,
+    so an explainer refuses a loss it does not know rather than explain it with the wrong formula.
+    """
+
+    U: np.ndarray  # (n_users, k)
+    V: np.ndarray  # (n_items, k)
+    mu: float  # global offset added to every score (the mean removed before fitting)
+    lam: float | None  # λ; None for factors imported without one
+    n_train: int  # |D|
+    loss: str = "squared"
+    kind: str = "als-mf"
+    grad_norm: float | None = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return self.U.shape[1]
+
+    def predict(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
+        return self.mu + pair_scores(self.U, self.V, u, i)
+
+    def metadata(self) -> dict:
+        """What the store writes beside U and V."""
+        meta = {name: getattr(self, name) for name in _META}
+        meta["objective_scaling"] = getattr(self, "objective_scaling",
+                                            "(1/|D|) Σ (y − μ − ⟨U_i,V_j⟩)² + (λ/2)(‖U‖² + ‖V‖²)")
+        return meta
+
+    def save(self, path, data):
+        """Write the model to a Zarr store at ``path`` (atomically), tied to ``data`` by its fingerprint."""
+        from ..io import model_store
+
+        return model_store.write_model(path, self.U, self.V, self.metadata(), data)
+
+    @classmethod
+    def load(cls, path, data=None) -> "FactorModel":
+        """Read a stored model; with ``data``, check it was fitted on exactly these interactions and ids."""
+        from ..io import model_store
+
+        U, V, attrs = model_store.read_model(path, data)
+        known = {f.name for f in fields(FactorModel)}
+        return FactorModel(U=U, V=V, **{k: v for k, v in attrs.items() if k in known})
