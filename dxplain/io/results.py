@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from ..errors import InputError
 from .atomic import atomic_path
 
 
@@ -60,3 +61,33 @@ def csv_bytes(table: pa.Table) -> bytes:
 def evaluation_cache(out: str | Path) -> Path:
     """Where Prefect keeps an evaluation's finished trials (keys), beside the outputs."""
     return Path(out) / "evaluations" / ".cache"
+
+
+def write_folder(path: str | os.PathLike, tables: dict[str, pa.Table] | None = None,
+                 files: dict[str, str | bytes] | None = None, force: bool = False) -> Path:
+    """A result folder at a fixed path (a CLI contract's ``--out``): ``<name>.parquet`` per table and any
+    other ``files`` (relative name → text or bytes, sub-folders allowed), written whole in a temporary
+    sibling and renamed into place, so a failed run leaves nothing at ``path``.
+
+    An existing folder with anything in it is refused (``InputError``) unless ``force``, which replaces it.
+    """
+    path = Path(path)
+    check_out_folder(path, force)
+    with atomic_path(path) as tmp:
+        tmp.mkdir(parents=True)
+        for name, table in (tables or {}).items():
+            pq.write_table(table, tmp / f"{name}.parquet")
+        for name, content in (files or {}).items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+def check_out_folder(path: str | os.PathLike, force: bool = False) -> None:
+    """Refuse an ``--out`` that ``write_folder`` would refuse, before any work is done."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"--out {path}: is a file; give a folder path (it is created)")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        raise InputError(f"--out {path}: the folder exists and is not empty; give a new folder, or --force to "
+                         "replace it")
