@@ -1,13 +1,24 @@
-"""Render the README's benchmark tables from benchmarks/results/*.json (no figure is typed by hand).
+"""Render the docs' result tables from benchmarks/results/ (no figure is typed by hand).
 
-    python benchmarks/report.py            # print the tables
-    python benchmarks/report.py --readme   # rewrite them between the README's markers
+    python benchmarks/report.py            # print every table
+    python benchmarks/report.py --docs     # rewrite them between the markers of the docs/ pages
+    python benchmarks/report.py --check    # exit 1 if a page differs from what --docs would write
+
+A table lives between ``<!-- name -->`` and ``<!-- /name -->`` in exactly one page (``TABLES``). Tables
+come from the JSON results, or, where a benchmark already writes its own Markdown (scaling, negatives
+App. C, SBQ applications, case deletion), that Markdown is included as it is. ``--readme`` is kept as
+an alias of ``--docs``: the README holds no result tables any more. ``tests/test_docs.py`` checks that
+the committed pages equal this rendering.
 """
 
+from __future__ import annotations
+
 import json
+import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def lambda_table() -> str:
@@ -42,24 +53,128 @@ def throughput_table() -> str:
     return "\n".join(rows)
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+def heavy_items_table() -> str:
+    r = json.loads((RESULTS / "heavy_items_synthetic-5m.json").read_text())
+    rows = ["| item raters | before (re-gather per chunk) | exact, norm-ordered | HNSW inner product, ef 32 | ef 128 | "
+            "HNSW on the L2 augmentation, ef 128 |",
+            "|---|---|---|---|---|---|"]
+
+    def ann(item, metric, ef):
+        h = next(h for h in item["hnsw"] if h["metric"] == metric and h["ef_search"] == ef)
+        return f"{h['seconds']:.3g} s, recall {(h['recall_positive'] + h['recall_negative']) / 2:.3f}"
+
+    for it in r["items"]:
+        rows.append(f"| {it['raters']:,} | {it['split_seconds']:.3g} s | **{it['streamed_seconds']:.3g} s** "
+                    f"({it['streamed_speedup_vs_split']:.1f}×) | {ann(it, 'inner-product', 32)} | "
+                    f"{ann(it, 'inner-product', 128)} | {ann(it, 'l2-augmented', 128)} |")
+    return "\n".join(rows)
 
 
-def write_readme(path: Path = README) -> None:
-    text = path.read_text()
-    for name, table in (("lambda-table", lambda_table()), ("throughput-table", throughput_table())):
-        start, end = f"<!-- {name} -->\n", f"\n<!-- /{name} -->"
-        a, b = text.index(start) + len(start), text.index(end)
-        text = text[:a] + table + text[b:]
-    path.write_text(text)
+def negatives_scan_table() -> str:
+    r = json.loads((RESULTS / "negatives_scan.json").read_text())
+    workers = list(r["peak_rss_gib_per_worker"].values())
+    return "\n".join([
+        "| users × items | positives | k | flagged (p) | workers × BLAS threads | scan s | pairs/s | "
+        "pairs/s per worker | bare matmul pairs/s, one core | share of matmul | peak RSS per worker | "
+        "peak RSS client |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| {r['users']:,} × {r['items']:,} | {r['positives']:,} | {r['k']} | {r['flagged']:,} ({r['percent']:g}%) | "
+        f"{r['workers']} × {r['blas_threads_per_worker']} | {r['scan_seconds']:.1f} | "
+        f"{r['pairs_per_second'] / 1e6:.0f}M | {r['pairs_per_second_per_worker'] / 1e6:.0f}M | "
+        f"{r['bare_matmul_pairs_per_second_one_core'] / 1e6:.0f}M ({r['bare_matmul_gflops_one_core']:.1f} GFLOP/s) | "
+        f"{r['fraction_of_matmul_rate']:.0%} | {max(workers):.2f} GiB | {r['peak_rss_gib_client']:.2f} GiB |"])
+
+
+def sbq_scale_table() -> str:
+    r = json.loads((RESULTS / "sbq_scale.json").read_text())
+    rows = ["| case | Φ | greedy, 100 steps | per step | kernel evals/s | GFLOP/s (share of GEMM) | share of read bound | "
+            "L⁻¹k state | peak RSS |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for c in r["cases"]:
+        if c["case"] == "mf":
+            k = c["p"] // (c["users"] + c["items"])
+            phi = f"sparse {c['n']:.0e} × {c['p'] / 1e6:.1f}M, {2 * k} nnz/row"
+        else:
+            phi = f"dense {c['n']:.0e}×{c['p']}"
+        rows.append(f"| {c['case']} | {phi.replace('1e+06', '10⁶')} | {c['greedy_seconds']:.1f} s | "
+                    f"{c['seconds_per_step'] * 1e3:.0f} ms | {c['kernel_evals_per_second'] / 1e6:.1f}M | "
+                    f"{c['step_gflops']:.1f} ({c['share_of_gemm']:.1%} of {c['gemm_gflops']:.0f}) | "
+                    f"{c['share_of_read_bound']:.0%} | {c['state_gb']:.1f} GB | {c['peak_rss_gib']:.1f} GiB |")
+    rows += ["", "| case | GreeDi / greedy reduction, m = 10 · 25 · 100 (worst of 2, 4, 8 parts) | "
+             "stochastic greedy ε = 0.1 | matching pursuit | model fit, embedding |",
+             "|---|---|---|---|---|"]
+    for c in r["cases"]:
+        greedi = " · ".join(f"{min(c[f'greedi_m{m}_p{p}']['reduction_ratio'] for p in (2, 4, 8)):.3f}"
+                            for m in (10, 25, 100))
+        st, mp = c["stochastic_eps0.1"], c["matching_pursuit"]
+        rows.append(f"| {c['case']} | {greedi} | {st['reduction_ratio']:.3f} ({st['seconds']:.1f} s) | "
+                    f"{mp['reduction_ratio']:.4f} ({mp['seconds']:.1f} s) | "
+                    f"{c['fit_seconds']:.0f} s, {c['embed_seconds']:.0f} s |")
+    return "\n".join(rows)
+
+
+def include(path: str, shift: int = 0):
+    """A benchmark's own Markdown, headings moved ``shift`` levels down to fit the page."""
+    def render() -> str:
+        lines = (RESULTS / path).read_text().strip().splitlines()
+        return "\n".join("#" * shift + line if line.startswith("#") else line for line in lines)
+    return render
+
+
+def concat(*parts):
+    return lambda: "\n\n".join(p() for p in parts)
+
+
+def case_deletion(*names: str):
+    return concat(*(include(f"case_deletion/{n}.md") for n in names))
+
+
+# page → marker → renderer: each table lives in exactly one page.
+TABLES = {
+    "model.md": {"lambda-table": lambda_table},
+    "scaling.md": {"throughput-table": throughput_table,
+                   "heavy-items-table": heavy_items_table,
+                   "scaling-table": include("scaling/scaling.md")},
+    "negatives.md": {"negatives-appc-table": include("negatives_appc.md"),
+                     "negatives-appc-sampled4-table": include("negatives_appc_sampled4.md"),
+                     "negatives-scan-table": negatives_scan_table},
+    "prototypes.md": {"sbq-scale-table": sbq_scale_table,
+                      "sbq-applications": include("sbq_applications.md", shift=2)},
+    "faithfulness.md": {"case-deletion-sparse": case_deletion("breast-cancer", "digits-4v9", "synthetic-sparse"),
+                        "case-deletion-cf": case_deletion("movielens-100k-sgd", "movielens-100k-als",
+                                                          "movielens-100k-softimpute", "movielens-100k-two-tower")},
+}
+
+
+def fill(text: str, tables: dict) -> str:
+    """``text`` with each marker pair's content replaced by its rendered table."""
+    for name, render in tables.items():
+        start = f"<!-- {name} -->\n"
+        a = text.index(start) + len(start)
+        b = text.index(f"<!-- /{name} -->", a)
+        text = text[:a] + render() + "\n" + text[b:]
+    return text
+
+
+def render_docs(docs: Path = DOCS) -> dict[Path, str]:
+    """Every page that holds tables, as ``--docs`` would write it."""
+    return {docs / page: fill((docs / page).read_text(), tables) for page, tables in TABLES.items()}
+
+
+def write_docs(docs: Path = DOCS) -> None:
+    for path, text in render_docs(docs).items():
+        if path.read_text() != text:
+            path.write_text(text)
 
 
 if __name__ == "__main__":
-    import sys
-
-    if "--readme" in sys.argv:
-        write_readme()
+    if "--docs" in sys.argv or "--readme" in sys.argv:
+        write_docs()
+    elif "--check" in sys.argv:
+        stale = [str(p) for p, text in render_docs().items() if p.read_text() != text]
+        print("\n".join(f"{p}: tables differ from benchmarks/results (run report.py --docs)" for p in stale))
+        sys.exit(1 if stale else 0)
     else:
-        print(lambda_table())
-        print()
-        print(throughput_table())
+        for tables in TABLES.values():
+            for render in tables.values():
+                print(render(), end="\n\n")
