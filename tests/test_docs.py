@@ -1,0 +1,52 @@
+"""The README stays short, every relative link resolves inside the repository, and the docs' result
+tables are exactly what ``benchmarks/report.py --docs`` renders from ``benchmarks/results/``."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def load_report():
+    spec = importlib.util.spec_from_file_location("report", ROOT / "benchmarks" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_is_at_most_12_kb():
+    assert (ROOT / "README.md").stat().st_size <= 12 * 1024
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_point_to_files_in_the_repository(page):
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue  # a URL or an anchor in the same page
+        path = (page.parent / target.split("#")[0]).resolve()
+        if not path.exists() or ROOT not in path.parents:
+            broken.append(target)
+    assert not broken, f"{page.name}: links to missing files or outside the repository: {broken}"
+
+
+def test_result_tables_equal_the_rendering_of_benchmarks_results():
+    report = load_report()
+    stale = [p.name for p, text in report.render_docs(ROOT / "docs").items() if p.read_text() != text]
+    assert not stale, f"{stale}: tables differ from benchmarks/results; run python benchmarks/report.py --docs"
+
+
+def test_every_table_lives_in_exactly_one_page():
+    report = load_report()
+    names = [name for tables in report.TABLES.values() for name in tables]
+    assert len(names) == len(set(names))
+    for page in PAGES:
+        text = page.read_text()
+        for name in names:
+            owner = page.parent.name == "docs" and name in report.TABLES.get(page.name, {})
+            assert (f"<!-- {name} -->" in text) == owner, f"{page.name}: marker {name}"
