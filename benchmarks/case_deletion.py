@@ -27,7 +27,7 @@ from dxplain.evaluation.deletion import summarise  # noqa: E402
 from dxplain.evaluation.report import curve_aucs  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "case_deletion"
-# (dataset, model): (trials, targets) — the sizes run for the README; CF retraining is the costly part.
+# (dataset, model): (trials, targets) — the sizes in docs/faithfulness.md; CF retraining is the costly part.
 PLAN = {("breast-cancer", None): (40, 40), ("digits-4v9", None): (40, 40), ("synthetic-sparse", None): (3, 8),
         ("movielens-100k", "sgd"): (2, 5), ("movielens-100k", "als"): (2, 8), ("movielens-100k", "softimpute"): (2, 8),
         ("movielens-100k", "two-tower"): (2, 8)}

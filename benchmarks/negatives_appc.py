@@ -3,7 +3,7 @@
     python benchmarks/negatives_appc.py --seeds 5            # ~25 min on 2 cores
     python benchmarks/negatives_appc.py --select-ridge       # the default λ: validation recall@20
 
-Protocol (METHODS.md §1, paper App. C): ratings ≥ 4 are positives; a random 50/50 split of them per
+Protocol (docs/methods.md §1, paper App. C): ratings ≥ 4 are positives; a random 50/50 split of them per
 seed; the base model is BCE MF with every unobserved training pair a negative of weight 0.05. Each
 method flags the p% lowest-scoring negatives (p ∈ {1, 2, 5, 10}); we report (a) the share of flagged
 negatives that are test positives (the false negatives we can check) and (b) the change in test

@@ -1,4 +1,4 @@
-"""Case deletion (METHODS.md §1 "Evaluation"): do the samples a method calls important really move the target?
+"""Case deletion (docs/methods.md §1 "Evaluation"): do the samples a method calls important really move the target?
 
 For a target z′ and a method's importances I(·, z′): remove the top-k positive-importance training
 samples, retrain with the same initialisation and solver, and record DEL₊(k) = prediction after −

@@ -20,7 +20,7 @@ pairs as targets. A target (u, j)'s candidates are the training ratings that sha
     random       independent normal scores over the candidates
 
 Retraining after a deletion: ALS-MF starts from the trained factors and runs the same Newton-CG polish
-to the same gradient tolerance (a cold ALS start costs ~10 s per retraining on ml-100k; warm, ~1 s).
+to the same gradient tolerance (far cheaper than a cold start; docs/faithfulness.md).
 SGD-MF reruns from the same initialisation with the same batches, minus the deleted rows. SoftImpute
 restarts its iterations from the trained SVD. The two-tower model, like SGD-MF, reruns Adam from the same
 initialisation with the same batches, minus the deleted rows, which also leave the users' history inputs.

@@ -3,7 +3,7 @@
 The user side of an item j with R raters explains each target user u by the raters i with the largest
 (and most negative) α_ij ⟨Ũ_i, Ũ_u⟩ = ⟨X_i, Ũ_u⟩, X = α ⊙ Ũ[raters]: a maximum-inner-product search
 of Ũ_u (and of −Ũ_u) over X. Exact, that is R·k work per target; an index answers it in far less once
-built, and one index serves every target of the item (METHODS.md: "Top influential samples are a
+built, and one index serves every target of the item (docs/methods.md: "Top influential samples are a
 maximum-inner-product search over α-scaled embeddings").
 
 The index is faiss's HNSW graph with the inner product as its similarity (an optional extra:
@@ -13,7 +13,7 @@ makes the norms so uneven that almost every x' sits near [0, M], and that graph 
 the true top-10 on the 5M set's heaviest item, against 99.5% for the inner-product graph. The kernel
 ranks the candidates by their exact importance, so only which rows are found is approximate;
 ``benchmarks/heavy_items.py`` measures recall against exact. On those norms the exact norm-ordered
-search of ``kernels.representer`` is faster still (see the README), so the refresh uses it; this is
+search of ``kernels.representer`` is faster still (docs/scaling.md), so the refresh uses it; this is
 the path for histories whose norms are even.
 """
 

@@ -1,4 +1,4 @@
-"""Prototypes: the few weighted training points that explain a whole set of predictions (METHODS.md §2).
+"""Prototypes: the few weighted training points that explain a whole set of predictions (docs/methods.md §2).
 
 Embed training points and targets with the model's Fisher kernel (``kernels.fisher``), then select
 by SBQ (``kernels.sbq``) the points whose weighted embeddings best match the targets' mean embedding.

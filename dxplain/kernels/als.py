@@ -8,7 +8,7 @@ into a (B, d, k) tensor so that the Gram matrices are one batched matmul and the
 LAPACK call.
 
 For the representer identity the factors must be a stationary point, and plain ALS crawls when λ is
-small (METHODS.md §1), so the kernels also give the exact gradient and Hessian-vector product of f:
+small (docs/methods.md §1), so the kernels also give the exact gradient and Hessian-vector product of f:
 a trust-region Newton polish converges where ALS stalls. Everything works through sparse products
 over D; no users × items matrix is ever formed.
 """

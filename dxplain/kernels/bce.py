@@ -1,4 +1,4 @@
-"""Implicit-feedback matrix factorisation with weighted binary cross-entropy (METHODS.md §1, App. C).
+"""Implicit-feedback matrix factorisation with weighted binary cross-entropy (docs/methods.md §1, App. C).
 
     f(U, V) = (1/|D|) Σ_{(i,j)∈D} c_ij ℓ(y_ij, s_ij) + (λ/2)(‖U‖²_F + ‖V‖²_F),   s_ij = ⟨U_i, V_j⟩
     ℓ(y, s) = softplus(s) − y·s     (= −y log σ(s) − (1−y) log(1−σ(s)))

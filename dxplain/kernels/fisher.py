@@ -1,6 +1,6 @@
 """Fisher-kernel feature maps: φ(x) = L⁻¹ g(x) with F = LLᵀ, so φ(x)ᵀφ(x') = g(x)ᵀ F⁻¹ g(x').
 
-g(x) = ∇_θ log p(x | θ̂) is the per-sample score; F the Fisher information (METHODS.md §2):
+g(x) = ∇_θ log p(x | θ̂) is the per-sample score; F the Fisher information (docs/methods.md §2):
 
     "empirical"  F = (1/n) Σ_x g(x) g(x)ᵀ over the training samples
     "expected"   F = E_y[g gᵀ] under the model (logistic: (1/n) Σ p(1−p) x̃x̃ᵀ; Gaussian MF: σ̂²(1/n)Σ ∇f∇fᵀ)
@@ -126,7 +126,7 @@ def _block_grams(M: sp.csr_array, g_other: np.ndarray) -> np.ndarray:
 
 def mf_fisher_blocks(U, V, users, items, residual, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """Per-user and per-item k×k blocks of F over the training pairs (the off-diagonal user–item
-    blocks are dropped: F is taken block-diagonal, METHODS.md §2)."""
+    blocks are dropped: F is taken block-diagonal, docs/methods.md §2)."""
     n = len(users)
     k = U.shape[1]
     if kind == "identity":

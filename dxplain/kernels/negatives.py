@@ -1,4 +1,4 @@
-"""Aggregated importance of negative samples (METHODS.md §1 "Negative-sample aggregation", paper App. C).
+"""Aggregated importance of negative samples (docs/methods.md §1 "Negative-sample aggregation", paper App. C).
 
 Summing Definition 1 over every positive (i', j') ∈ P that shares the negative's user or item:
 

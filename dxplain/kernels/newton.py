@@ -1,7 +1,7 @@
 """Inexact Newton with preconditioned conjugate gradients, for polishing factor models to a stationary point.
 
 scipy's trust-ncg takes no preconditioner, and at the small λ where factor models are accurate its CG
-needs hundreds of Hessian-vector products per step (measured: 500 s for BCE MF on ml-100k). The
+needs hundreds of Hessian-vector products per step (docs/model.md has the measurement). The
 Hessian of a factor model is dominated by its per-row blocks — user i's k×k block Σ_j c ℓ''_ij V_j V_jᵀ/|D| + λI,
 and item j's mirror — so a block-Jacobi preconditioner built from those blocks makes CG converge in a
 handful of products. Globalised by an Armijo backtracking line search; a direction of negative

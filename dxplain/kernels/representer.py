@@ -1,4 +1,4 @@
-"""High-dimensional representer kernels for low-rank models (METHODS.md §1, paper App. F).
+"""High-dimensional representer kernels for low-rank models (docs/methods.md §1, paper App. F).
 
 For a target (i', j') and the nuclear-norm solution Θ̂ = ŨṼᵀ:
   item-based (the user's own items):  Θ̂_{i'j'} = Σ_{j:(i',j)∈D} α_{i'j} ⟨Ṽ_j, Ṽ_{j'}⟩

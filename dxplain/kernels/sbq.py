@@ -3,7 +3,7 @@
 The Fisher kernels of ``kernels.fisher`` are all of this form (φ = L⁻¹g with F = LLᵀ), so a kernel
 column k(·, s) = Φ φ_s is one matrix-vector product and the n×n kernel is never formed.
 
-Objective (METHODS.md §2): choose S and w to minimise ‖μ_T − Σ_s w_s φ(s)‖², μ_T the targets' mean
+Objective (docs/methods.md §2): choose S and w to minimise ‖μ_T − Σ_s w_s φ(s)‖², μ_T the targets' mean
 embedding. With z_x = φ(x)ᵀμ_T = (1/|T|)Σ_t k(x, t) and c = ‖μ_T‖², the optimum over w is
 w = K_SS⁻¹ z_S and the residual is c − z_Sᵀ K_SS⁻¹ z_S.
 

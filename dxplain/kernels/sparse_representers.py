@@ -1,6 +1,6 @@
 """Sample importances for a sparse linear model θ̂ (ℓ1 logistic regression), one column per target.
 
-For θ̂ = argmin (1/n)Σ ℓ(y_i, ⟨x_i,θ⟩ + b) + λ‖θ‖₁ (METHODS.md §1), with α_i = −ℓ'_i/(nλ):
+For θ̂ = argmin (1/n)Σ ℓ(y_i, ⟨x_i,θ⟩ + b) + λ‖θ‖₁ (docs/methods.md §1), with α_i = −ℓ'_i/(nλ):
 
     ℓ1 representer (Cor. 2)   I(i, x') = α_i ⟨|θ̂| ⊙ x_i, x'⟩          (only the support of θ̂ counts;
                                                                         Σ_i I(i, x') = ⟨x', θ̂⟩ exactly)

@@ -5,7 +5,7 @@
 Ratings are centred by their global mean μ, which the model keeps: the predicted rating is
 μ + ⟨U_i,V_j⟩, and the factor part ⟨U_i,V_j⟩ (the *score*) carries the personal signal that the
 representer decomposes. At a stationary point UᵀU = VᵀV and every user's score is exactly the sum of
-its representer attributions (METHODS.md §1), so training stops on the gradient norm, not a count.
+its representer attributions (docs/methods.md §1), so training stops on the gradient norm, not a count.
 
 Solver: ALS sweeps (batched ridge solves) while they make fast progress, then a trust-region Newton
 polish with exact Hessian-vector products, which converges where ALS crawls at accurate (small) λ.
@@ -27,7 +27,7 @@ from ..kernels.newton import newton_pcg
 
 log = logging.getLogger(__name__)
 
-# Defaults picked on a validation split of ml-100k (benchmarks/select_lambda.py, README).
+# Defaults picked on a validation split of ml-100k (benchmarks/select_lambda.py, docs/model.md).
 # The loss is an average over D, so the ridge in every ALS solve is λ|D|/2: a fixed λ regularises a
 # light user ever harder as the data grows. The default therefore fixes the ridge, not λ:
 # λ = 2·DEFAULT_RIDGE/|D|, which is the validated λ = 3e-4 on ml-100k.
