@@ -18,3 +18,17 @@ class NotConvergedError(DxplainError, RuntimeError):
 
 class DxplainWarning(UserWarning):
     """Warnings dxplain emits about its inputs or results (tests turn these into errors)."""
+
+
+class UnsupportedModelError(DxplainError, ValueError):
+    """A model the explainer has no formula for (an unknown loss), or data it was not trained on: refused,
+    never explained with the wrong formula."""
+
+
+class DegenerateError(DxplainError, RuntimeError):
+    """A fit or a run that produced nothing meaningful (all-zero factors, constant predictions, no
+    attributions): refused with the reason, and nothing is published."""
+
+
+class ConvergenceWarning(DxplainWarning):
+    """A solver stopped short of its tolerance: the achieved value is in the message."""

@@ -249,3 +249,71 @@ def test_two_tower_case_runs_the_deletion_plan():
         retrained = case.retrain_without(job.sets[0])
         u, i = pairs[job.target]
         assert c[0] == pytest.approx(retrained.predict(np.array([u]), np.array([i]))[0] - base[job.target])
+
+
+def test_l1_solver_reaches_kkt_on_raw_badly_scaled_features_with_p_much_larger_than_n():
+    import warnings
+
+    from dxplain.models.sparse_logistic import L1Logistic
+
+    rng = np.random.default_rng(0)
+    n, p = 60, 3000  # p ≫ n, raw feature values in the hundreds (as arcene's)
+    X = np.abs(rng.normal(size=(n, p))) * rng.choice([1.0, 10.0, 100.0, 900.0], p) * (rng.random((n, p)) < 0.5)
+    w = np.zeros(p)
+    w[rng.choice(p, 15, replace=False)] = rng.normal(size=15) / 100
+    y = (X @ w > np.median(X @ w)).astype(float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ConvergenceWarning: the solver gets there
+        m = L1Logistic(lam=0.02).fit(X, y)
+    assert m.kkt_violation <= 1e-8
+    assert 0 < len(m.support) <= n
+
+
+def test_l1_solver_warns_with_the_achieved_value_when_it_stops_short(monkeypatch):
+    from dxplain.errors import ConvergenceWarning
+    from dxplain.models import sparse_logistic as SL
+
+    monkeypatch.setattr(SL, "proximal_newton", lambda X, y, theta, b, *a, **k: (theta, b))  # no polish
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 300)) * 500
+    y = (rng.random(40) < 0.5).astype(float)
+    with pytest.warns(ConvergenceWarning, match=r"KKT violation of \d\.\de-\d+, above 1e-08"):
+        SL.L1Logistic(lam=0.01, max_iter=3).fit(X, y)
+
+
+def test_a_failing_method_is_recorded_and_the_trial_goes_on(monkeypatch):
+    from dxplain.evaluation import faithfulness as FA
+    from dxplain.evaluation.deletion import curve_rows
+    from dxplain.evaluation.report import auc_del_markdown
+
+    case = trial_case(*load_tabular("synthetic-small"), trial=0, n_targets=2)
+    real = FA.importances
+
+    def influence_breaks(case, method, seed=0):
+        if method == "influence":
+            raise np.linalg.LinAlgError("6-th leading minor of the array is not positive definite")
+        return real(case, method, seed)
+
+    monkeypatch.setattr(FA, "importances", influence_breaks)
+    jobs, ms = plan(case, seed=0)
+    assert ms["influence"] is None and ms["l1-representer"] > 0
+    failed = [j for j in jobs if j.method == "influence"]
+    assert len(failed) == 2 * 2 and all(j.failure.startswith("LinAlgError") and not j.sets for j in failed)
+    base = [case.prediction(t) for t in range(2)]
+    curves = deletion_curves(LocalMapper(), case, jobs, base)
+    rows = curve_rows(0, jobs, curves)
+    assert {r["method"] for r in rows if r["failure"] is None} == {"l1-representer", "l2-representer", "random"}
+    md = auc_del_markdown(rows, ms, "t")
+    assert "| influence | — | — | 0 + 0 | failed |" in md and "not positive definite" in md
+
+
+def test_influence_on_a_singular_restricted_hessian_is_damped_not_a_crash():
+    from dxplain.kernels.sparse_representers import influence_active_set
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(30, 1))
+    X = np.hstack([x, x, rng.normal(size=(30, 2))])  # two identical support columns: H_q is singular
+    theta = np.array([0.5, 0.5, 0.2, 0.0])
+    d2 = np.full(30, 0.25)
+    I = influence_active_set(X, rng.normal(size=30) * 0.1, d2, theta, 0.01, X[:3])
+    assert I.shape == (30, 3) and np.isfinite(I).all()

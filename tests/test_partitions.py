@@ -166,7 +166,7 @@ def test_supplied_targets_on_seen_items_and_no_targets(fitted, tmp_path):
         assert got.select(keys).equals(want.select(keys)) and got.schema.equals(want.schema)
     assert sum(e["targets"] for e in entries) == len(t)
     for e in (entries[0], entries[-1]):
-        assert e["rows"] == 0 and e["max_rel_error_user"] == 0.0 and e["pairs_scored"] == 0 and e["targets"] == 0
+        assert e["rows"] == 0 and e["max_rel_error_user"] is None and e["pairs_scored"] == 0 and e["targets"] == 0
 
 
 def test_store_is_reused_for_the_same_data_and_alpha_and_never_trusted_half_rewritten(fitted, tmp_path, monkeypatch):

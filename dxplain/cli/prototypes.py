@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .common import flow_options, print_summary, run_flow, run_options
-from .refresh import LAM_HELP
+from .refresh import IMPLICIT_HELP, LAM_HELP
 
 
 def cmd_prototypes(a) -> int:
@@ -44,6 +44,7 @@ def register(sub) -> None:
         "k": "rank when training",
         "lam": LAM_HELP,
         "seed": "seed of training and of the randomised variants",
+        **IMPLICIT_HELP,
     })
     run_options(pr, prototypes, "candidate shards (default 4 per worker)", "select")
     pr.set_defaults(func=cmd_prototypes)

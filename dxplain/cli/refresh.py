@@ -5,6 +5,12 @@ from __future__ import annotations
 from .common import print_summary, run_flow, flow_options, run_options
 
 LAM_HELP = "λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation)"
+IMPLICIT_HELP = {
+    "implicit": "implicit feedback: every interaction is a positive; BCE MF with sampled negatives (detected by "
+                "itself when all ratings are equal)",
+    "neg_samples": "implicit feedback: uniform unobserved items sampled per positive as negatives",
+    "neg_weight": "implicit feedback: weight of a negative term in the BCE loss",
+}
 
 
 def cmd_refresh(a) -> int:
@@ -34,12 +40,12 @@ def print_explanation(run_path: str, user: str, item: str, dataset: str | None, 
 
     run = runs.resolve_run(run_path)
     dset = runs.open_run(run)
-    name = dataset or runs.read_manifest(run)["summary"]["dataset"]
-    ds = resolve_dataset(name, fetch=False)
+    summary = runs.read_manifest(run)["summary"]
+    ds = resolve_dataset(dataset or summary["dataset"], fetch=False)
     u = ds.users.column("id").take(pa.array(index_of(pa.array([user]), ds.interactions.user_ids, "user", "--user")))
     i = ds.items.column("id").take(pa.array(index_of(pa.array([item]), ds.interactions.item_ids, "item", "--item")))
     rows = dset.to_table(filter=(pads.field("user") == u[0].as_py()) & (pads.field("item") == i[0].as_py()))
-    print(format_explanation(rows, ds.items, ds.users, limit=limit))
+    print(format_explanation(rows, ds.items, ds.users, limit=limit, loss=summary.get("loss", "squared")))
 
 
 def cmd_explain(a) -> int:
@@ -62,6 +68,9 @@ def register(sub) -> None:
         "seed": "initialisation seed when training",
         "max_sweeps": "cap ALS sweeps when training (default: up to 60, until they stall)",
         "newton_steps": "cap the Newton polish after ALS (default: up to 200, until ‖∇f‖ ≤ 1e-9); 0 = ALS only",
+        **IMPLICIT_HELP,
+        "tol": "relative fidelity error (|Σ attributions − score| / |score|) above which the run says so",
+        "strict": "refuse to publish a run whose fidelity error exceeds --tol",
     })
     run_options(r, refresh, "user shards (default 4 per worker, or more so that no shard holds over 8M output rows)",
                 "run the shards")

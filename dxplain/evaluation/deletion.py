@@ -45,6 +45,61 @@ def deletion_sets(scores: np.ndarray, sign: int, fractions=FRACTIONS, N: int | N
     return [order[:max(1, int(np.ceil(f * N)))] for f in fractions] if len(order) else []
 
 
+@dataclass(frozen=True)
+class Job:
+    """One deletion curve to measure: retrain once per set. A method that failed on the trial has no
+    sets and says why in ``failure``; its curve is recorded as failed and the trial goes on."""
+
+    target: int
+    method: str
+    sign: int
+    sets: tuple
+    failure: str | None = None
+
+
+def plan_jobs(methods, n_targets: int, scores_of, fractions=FRACTIONS) -> tuple[list[Job], dict]:
+    """Every (target, method, sign) deletion curve of a trial, and each method's ms per explained target.
+
+    ``scores_of(method)`` gives, per target, (rows, importances): the candidate training rows (None: all
+    rows) and their importance for that target. A method that raises is recorded, with the reason, as
+    failed curves for every target (ms None), and the other methods go on.
+    """
+    jobs, ms = [], {}
+    for method in methods:
+        t0 = time.perf_counter()
+        try:
+            scores = scores_of(method)
+        except Exception as exc:  # noqa: BLE001 - any failure of one explainer must not end the trial
+            reason = f"{type(exc).__name__}: {exc}"
+            log.warning("case deletion: %s failed on this trial (%s); its curves are recorded as failed", method,
+                        reason)
+            ms[method] = None
+            jobs += [Job(t, method, sign, (), reason) for t in range(n_targets) for sign in (1, -1)]
+            continue
+        ms[method] = 1000 * (time.perf_counter() - t0) / n_targets
+        for t, (rows, s) in enumerate(scores):
+            for sign in (1, -1):
+                sets = deletion_sets(s, sign, fractions)
+                if sets:
+                    jobs.append(Job(t, method, sign, tuple(sets if rows is None else (rows[x] for x in sets))))
+    return jobs, ms
+
+
+def curve_rows(trial: int, jobs: list[Job], curves: list[list[float]], fractions=FRACTIONS) -> list[dict]:
+    """One row per (trial, target, method, sign, k): the long table the summaries are computed from; a
+    failed method's curve is one row with delta NaN and its ``failure``."""
+    rows = []
+    for j, c in zip(jobs, curves):
+        side = "DEL+" if j.sign > 0 else "DEL-"
+        if j.failure is not None:
+            rows.append({"trial": trial, "target": j.target, "method": j.method, "side": side,
+                         "fraction": float("nan"), "k": 0, "delta": float("nan"), "failure": j.failure})
+            continue
+        rows += [{"trial": trial, "target": j.target, "method": j.method, "side": side, "fraction": f,
+                  "k": len(s), "delta": d, "failure": None} for f, s, d in zip(fractions, j.sets, c)]
+    return rows
+
+
 def deletion_curve(case: Case, target: int, sets: list[np.ndarray], base: float) -> list[float]:
     return [case.prediction(target, rows) - base for rows in sets]
 

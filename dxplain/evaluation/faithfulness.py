@@ -7,7 +7,6 @@ that sign (``explain.deletion``). Every retraining uses the same initialisation 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +14,7 @@ import scipy.sparse as sp
 
 from ..kernels import sparse_representers as R
 from ..models.sparse_logistic import L1Logistic, SparseLinearModel, loss_derivatives
-from .deletion import FRACTIONS, deletion_sets
+from .deletion import FRACTIONS, Job, plan_jobs
 
 SPARSE_METHODS = ("l1-representer", "l2-representer", "influence", "random")
 
@@ -65,30 +64,13 @@ def importances(case: SparseCase, method: str, seed: int = 0) -> np.ndarray:
     raise ValueError(f"unknown method {method!r}; choose from {SPARSE_METHODS}")
 
 
-@dataclass(frozen=True)
-class Job:
-    """One deletion curve to measure: retrain once per set."""
-
-    target: int
-    method: str
-    sign: int
-    sets: tuple
-
-
 def plan(case: SparseCase, methods=SPARSE_METHODS, seed: int = 0, fractions=FRACTIONS) -> tuple[list[Job], dict]:
     """Every (target, method, sign) deletion curve of a trial, and each method's ms per explained target."""
-    jobs, ms = [], {}
-    T = case.X_t.shape[0]
-    for method in methods:
-        t0 = time.perf_counter()
+    def scores_of(method):
         scores = importances(case, method, seed)
-        ms[method] = 1000 * (time.perf_counter() - t0) / T
-        for t in range(T):
-            for sign in (1, -1):
-                sets = deletion_sets(scores[:, t], sign, fractions)
-                if sets:
-                    jobs.append(Job(t, method, sign, tuple(sets)))
-    return jobs, ms
+        return [(None, scores[:, t]) for t in range(case.n_targets)]
+
+    return plan_jobs(methods, case.n_targets, scores_of, fractions)
 
 
 def trial_case(X, y, trial: int, n_targets: int, n_lam: float = 1.0, test_share: float = 0.2,
@@ -104,10 +86,3 @@ def trial_case(X, y, trial: int, n_targets: int, n_lam: float = 1.0, test_share:
         X = (X - mu) / np.where(sd > 0, sd, 1.0)
     targets = np.sort(rng.choice(te, min(n_targets, len(te)), replace=False))
     return SparseCase.fit(X[tr], y[tr], X[targets], n_lam / len(tr), gtol)
-
-
-def curve_rows(trial: int, jobs: list[Job], curves: list[list[float]], fractions=FRACTIONS) -> list[dict]:
-    """One row per (trial, target, method, sign, k): the long table the summaries are computed from."""
-    return [{"trial": trial, "target": j.target, "method": j.method, "side": "DEL+" if j.sign > 0 else "DEL-",
-             "fraction": f, "k": len(s), "delta": d}
-            for j, c in zip(jobs, curves) for f, s, d in zip(fractions, j.sets, c)]

@@ -28,7 +28,6 @@ initialisation with the same batches, minus the deleted rows, which also leave t
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,8 +38,7 @@ from ..models.mf import ALSMF, MFModel, default_lam
 from ..models.sgd_mf import SGDMF, tracin_cp
 from ..models.softimpute import SoftImpute
 from ..models.two_tower import TwoTower
-from .deletion import FRACTIONS, deletion_sets
-from .faithfulness import Job
+from .deletion import FRACTIONS, Job, plan_jobs
 from ..explain.representer import Preprocessed
 
 CF_METHODS = ("representer", "fia", "random")
@@ -144,19 +142,12 @@ def cf_trial_case(data: Interactions, trial: int, n_targets: int, k: int = 32, m
 
 def cf_plan(case: MFCase, methods=None, seed: int = 0, fractions=FRACTIONS) -> tuple[list[Job], dict]:
     methods = methods or (SGD_METHODS if case.sgd is not None else CF_METHODS)
-    jobs, ms = [], {}
-    T = len(case.targets)
     d, m = case.data, case.model
-    for method in methods:
-        t0 = time.perf_counter()
+
+    def scores_of(method):
         pre = Preprocessed.from_model(m, d) if method == "representer" else None
         grams = (curvature_grams(m.U, m.V, Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items), len(d))
                  if method == "fia" else None)
-        scores = cf_importances(case, method, pre, grams, np.random.default_rng(seed))
-        ms[method] = 1000 * (time.perf_counter() - t0) / T
-        for t, (rows, s) in enumerate(scores):
-            for sign in (1, -1):
-                sets = deletion_sets(s, sign, fractions)
-                if sets:
-                    jobs.append(Job(t, method, sign, tuple(rows[x] for x in sets)))
-    return jobs, ms
+        return cf_importances(case, method, pre, grams, np.random.default_rng(seed))
+
+    return plan_jobs(methods, len(case.targets), scores_of, fractions)

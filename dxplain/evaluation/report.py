@@ -32,9 +32,15 @@ def auc_del_markdown(rows: list[dict], ms: dict, title: str) -> str:
              "|---|---|---|---|---|"]
     for m in methods:
         p, n = table.get((m, "DEL+")), table.get((m, "DEL-"))
-        cell = lambda s: f"{s.mean:+.4f} ± {s.half_width:.4f}" if s else "—"  # noqa: E731
+        cell = lambda s: f"{s.mean:+.4f} ± {s.half_width:.4f}" if s and s.count else "—"  # noqa: E731
+        t = ms.get(m)
         lines.append(f"| {m} | {cell(p)} | {cell(n)} | {p.count if p else 0} + {n.count if n else 0} | "
-                     f"{ms.get(m, float('nan')):.3g} |")
+                     f"{'failed' if t is None else f'{t:.3g}'} |")
+    failures = {}
+    for r in rows:
+        if r.get("failure"):
+            failures.setdefault((r["method"], r["failure"]), set()).add((r["trial"], r["target"]))
+    lines += [""] * bool(failures) + [f"* {m} failed on {len(where)} target(s): {why}" for (m, why), where in failures.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+from scipy.special import expit
 
 from ..interactions import Interactions, Targets
 from ..kernels import fisher as F
@@ -22,6 +23,7 @@ from ..kernels.sbq import (Selection, ShardState, as_rows, greedi, greedy, greed
                            split_rows, stochastic_greedy)
 from ..mapper import LocalMapper, Mapper
 from ..models.mf import MFModel
+from .representer import check_explainable, negative_weight
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,19 @@ def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: in
     raise ValueError(f"unknown SBQ variant {variant!r}; choose one of {VARIANTS}")
 
 
+def sample_scores(model: MFModel, data: Interactions) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per training pair, the score's scale r (g = r·∇s) and the expected Fisher weight under the loss.
+
+    Squared loss (Gaussian likelihood): r = y − ŷ, expected weight σ̂² (None: ``mf_fisher_blocks`` takes
+    the mean r²). BCE: r = c(y − σ(s)), expected weight c²σ(s)(1 − σ(s)), the Bernoulli curvature."""
+    if model.loss != "bce":
+        return data.rating - model.predict(data.user, data.item), None
+    s = model.predict(data.user, data.item) - model.mu
+    c = np.where(data.rating > 0, 1.0, negative_weight(model))
+    p = expit(s)
+    return c * (data.rating - p), c**2 * p * (1 - p)
+
+
 def mf_fisher_embedding(model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical",
                         damping: float = F.DEFAULT_DAMPING):
     """Fisher embeddings of every training interaction and of the target pairs, for an MF model.
@@ -112,13 +127,14 @@ def mf_fisher_embedding(model: MFModel, data: Interactions, targets: Targets, ki
     Training pairs carry their residual (g = r·∇ŷ); targets are predictions without a label, so their
     embedding is F^{-1/2}∇ŷ. F is block-diagonal: one k×k block per user and per item."""
     t0 = time.perf_counter()
-    residual = data.rating - model.predict(data.user, data.item)
+    check_explainable(model, data)
+    residual, curvature = sample_scores(model, data)
     gU, gV = F.mf_scores(model.U, model.V, data.user, data.item, residual)
     if kind == "identity":
         WU = np.broadcast_to(np.eye(model.k), (data.n_users, model.k, model.k))
         WV = np.broadcast_to(np.eye(model.k), (data.n_items, model.k, model.k))
     else:
-        FU, FV = F.mf_fisher_blocks(model.U, model.V, data.user, data.item, residual, kind)
+        FU, FV = F.mf_fisher_blocks(model.U, model.V, data.user, data.item, residual, kind, curvature)
         WU, WV = F.inverse_cholesky(FU, damping), F.inverse_cholesky(FV, damping)
     Phi = F.mf_embedding(WU, WV, data.user, data.item, gU, gV)
     tU, tV = F.mf_scores(model.U, model.V, targets.user, targets.item)

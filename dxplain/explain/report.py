@@ -20,13 +20,15 @@ def _title(items, item_id) -> str:
 
 
 def format_explanation(rows: pa.Table, items: pa.Table | None = None, users: pa.Table | None = None,
-                       limit: int = 10) -> str:
+                       limit: int = 10, loss: str = "squared") -> str:
     """Render one target's attributions (rows of a run filtered to one user and item)."""
     if rows.num_rows == 0:
         return "no attributions for this (user, item) in the run"
     r0 = rows.slice(0, 1).to_pylist()[0]
     lines = [f"Why user {r0['user']} gets {_title(items, r0['item'])} "
-             f"(rank {r0['rec_rank']}, predicted rating {r0['prediction']:.2f}, score {r0['score']:+.3f})"]
+             f"(rank {r0['rec_rank']}, "
+             + (f"probability σ(score) {r0['prediction']:.3f}" if loss == "bce" else f"predicted rating {r0['prediction']:.2f}")
+             + f", score {r0['score']:+.3f})"]
     for side, heading in (("item", "the user's own ratings (item-based)"),
                           ("user", "other users of this item (user-based)")):
         part = rows.filter(pc.equal(rows.column("side").cast(pa.string()), side))

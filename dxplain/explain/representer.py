@@ -14,15 +14,60 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
+from scipy.special import expit
 
+from ..errors import UnsupportedModelError
 from ..interactions import Interactions, Targets
 from ..kernels import representer as K
 from ..kernels.als import pair_scores
-from ..models.mf import MFModel
+from ..models.base import FactorModel
 
 SIDES = ["item", "user"]
 SCHEMA_FIELDS = ["user", "item", "prediction", "score", "rec_rank", "side", "train_user", "train_item",
                  "rating", "global_importance", "local_importance", "importance"]
+
+
+# The losses the representer has a formula for: α = −c·ℓ′(y, s)/(λ|D|) needs ℓ′ (docs/methods.md §1).
+LOSSES = ("squared", "bce")
+PREDICTION = {"squared": "rating μ + score", "bce": "probability σ(score)"}
+
+
+def check_explainable(model: FactorModel, data: Interactions) -> None:
+    """Refuse a model whose loss has no representer formula here, or a BCE model explained against data
+    other than its training table (positives and the negatives it was trained with)."""
+    if model.loss not in LOSSES:
+        raise UnsupportedModelError(f"the model's loss {model.loss!r} has no representer formula in dxplain "
+                                    f"(known: {', '.join(LOSSES)}); it is not explained with another loss's α")
+    if model.loss == "bce":
+        y = data.rating
+        if not np.all((y == 0) | (y == 1)) or (model.n_train and model.n_train != len(data)):
+            raise UnsupportedModelError(
+                f"this BCE model was trained on {model.n_train} terms (positives and negatives), but the data to "
+                f"explain has {len(data)} rows{'' if np.all((y == 0) | (y == 1)) else ' with ratings other than 0/1'}"
+                ": α sums over the model's own training table. Let `dxplain refresh --implicit` train and "
+                "explain the BCE model on its sampled negatives")
+
+
+def negative_weight(model: FactorModel) -> float:
+    """w, the weight c of a negative term in a BCE model (1 for a positive)."""
+    w = getattr(model, "neg_weight", None)
+    return float(w if w is not None else model.info.get("neg_weight", 1.0))
+
+
+def loss_residual(model: FactorModel, data: Interactions, s: np.ndarray) -> np.ndarray:
+    """r = −c·ℓ′(y, s) per training row: the per-sample gradient's scale, the numerator of α.
+
+    squared: ℓ = (y − μ − s)², r = 2(y − μ − s); bce: ℓ = softplus(s) − y·s, r = c(y − σ(s)),
+    c = 1 on positives and w on negatives."""
+    if model.loss == "squared":
+        return 2.0 * ((data.rating - model.mu) - s)
+    y = data.rating
+    return np.where(y > 0, 1.0, negative_weight(model)) * (y - expit(s))
+
+
+def predictions(loss: str, mu: float, s: np.ndarray) -> np.ndarray:
+    """What a score means to a user: a rating μ + s (squared loss), a probability σ(s) (BCE)."""
+    return expit(s + mu) if loss == "bce" else s + mu
 
 
 def _group_targets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -42,16 +87,19 @@ class Preprocessed:
     mu: float
     A: np.ndarray | None  # representer embedding of users: A_i = Σ_{j:(i,j)∈D} α_ij Ṽ_j
     B: np.ndarray | None  # representer embedding of items: B_j = Σ_{i:(i,j)∈D} α_ij Ũ_i
+    loss: str = "squared"  # the model's loss: α and what a prediction means follow it
 
     @classmethod
-    def from_model(cls, model: MFModel, data: Interactions) -> "Preprocessed":
+    def from_model(cls, model: FactorModel, data: Interactions) -> "Preprocessed":
+        """Balanced factors and α = −c·ℓ′/(λ|D|) from the model's own loss (refused if unknown)."""
+        check_explainable(model, data)
         T_U, T_V = K.balance_transforms(model.U, model.V)
         Ut, Vt = model.U @ T_U, model.V @ T_V
         s = pair_scores(model.U, model.V, data.user.astype(np.intp), data.item.astype(np.intp))
-        alpha = K.global_importance_squared(data.rating - model.mu, s, model.lam, len(data))
+        alpha = K.global_importance(loss_residual(model, data, s), model.lam, len(data))
         A = data.by_user(alpha) @ Vt  # one sparse pass each; at the optimum A = Ũ and B = Ṽ
         B = data.by_item(alpha) @ Ut
-        return cls(Ut, Vt, alpha, model.mu, A, B)
+        return cls(Ut, Vt, alpha, model.mu, A, B, model.loss)
 
     def factors(self) -> "Preprocessed":
         """What a worker needs besides the part of the data it reads: Ũ, Ṽ and B, O(users + items).
@@ -61,11 +109,11 @@ class Preprocessed:
         shard (14% of a shard's time at 50M, measured). A goes: the item side sums over the shard's own
         users' histories, which it reads once anyway.
         """
-        return Preprocessed(self.Ut, self.Vt, None, self.mu, None, self.B)
+        return Preprocessed(self.Ut, self.Vt, None, self.mu, None, self.B, self.loss)
 
     def with_alpha(self, alpha: np.ndarray) -> "Preprocessed":
         """These factors with the α of one part of the data (in that part's row order)."""
-        return Preprocessed(self.Ut, self.Vt, alpha, self.mu, self.A, self.B)
+        return Preprocessed(self.Ut, self.Vt, alpha, self.mu, self.A, self.B, self.loss)
 
 
 class RepresenterExplainer:
@@ -142,13 +190,15 @@ class RepresenterExplainer:
         """The output rows of one side's attributions, by target then decreasing importance (``row_order``)."""
         d = self.data
         return attribution_rows(t, s, self.pre.mu, side, d.user_ids, d.item_ids, a.target, d.user[a.train],
-                                d.item[a.train], d.rating[a.train], a.global_importance, a.local_importance)
+                                d.item[a.train], d.rating[a.train], a.global_importance, a.local_importance,
+                                self.pre.loss)
 
 
 def attribution_rows(t: Targets, s: np.ndarray, mu: float, side: str, user_ids: pa.Array, item_ids: pa.Array,
                      target: np.ndarray, train_user: np.ndarray, train_item: np.ndarray, rating: np.ndarray,
-                     global_importance: np.ndarray, local_importance: np.ndarray) -> pa.Table:
-    """One output row per attribution (schema ``SCHEMA_FIELDS``), ordered by ``row_order``.
+                     global_importance: np.ndarray, local_importance: np.ndarray, loss: str = "squared") -> pa.Table:
+    """One output row per attribution (schema ``SCHEMA_FIELDS``), ordered by ``row_order``; ``prediction``
+    is what the score means under the model's ``loss`` (``predictions``).
 
     Attributions come as indices: ``target`` into ``t`` (and ``s``, its scores), the training row as its
     user and item indices and rating. So the rows of one side can be gathered from several parts of the
@@ -160,7 +210,7 @@ def attribution_rows(t: Targets, s: np.ndarray, mu: float, side: str, user_ids: 
     return pa.table({
         "user": user_ids.take(pa.array(t.user[tgt])),
         "item": item_ids.take(pa.array(t.item[tgt])),
-        "prediction": s[tgt] + mu,
+        "prediction": predictions(loss, mu, s[tgt]),
         "score": s[tgt],
         "rec_rank": t.rec_rank[tgt],
         # One shared dictionary for both sides, so tables of either side concatenate and group.
@@ -187,11 +237,12 @@ def row_order(target: np.ndarray, importance: np.ndarray) -> np.ndarray:
 
 
 def fidelity(item_sum: np.ndarray, user_sum: np.ndarray, score: np.ndarray) -> dict:
-    """Spread of |Σ importance − score| / |score| per side: 0 means the explanation is exact."""
+    """Spread of |Σ importance − score| / |score| per side: 0 means the explanation is exact; None when
+    there is no target to measure (never a 0 for nothing)."""
     scale = np.maximum(np.abs(score), 1e-12)
     out = {}
     for side, total in (("item", item_sum), ("user", user_sum)):
         rel = np.abs(total - score) / scale
-        out[side] = {"median_rel_error": float(np.median(rel)) if len(rel) else 0.0,
-                     "max_rel_error": float(rel.max()) if len(rel) else 0.0}
+        out[side] = {"median_rel_error": float(np.median(rel)) if len(rel) else None,
+                     "max_rel_error": float(rel.max()) if len(rel) else None}
     return out

@@ -20,7 +20,13 @@ from ..errors import DxplainError
 from ..io import model_store, partitions, runs
 from ..mapper import LocalMapper, Mapper
 from ..models.base import FactorModel
+from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives, terms_of
+from ..models.implicit_mf import training_table as implicit_table
 from ..models.mf import ALSMF, PartHalfSteps, default_lam
+
+# BCE training stops at ‖∇f‖ ≤ IDENTITY_RTOL·λ: the representer identity's residual in the factors is
+# ∇f/λ, so this bounds it in the factors' own units (docs/methods.md §1).
+IDENTITY_RTOL = 1e-8
 
 
 def transient(task_, task_run, state) -> bool:
@@ -73,40 +79,75 @@ def load_data(dataset: str, settings: Settings):
 
 
 @task(cache_policy=NO_CACHE)
-def partition(ds, out: str):
-    """The interactions as by-user and by-item Parquet parts: what training and explanation shards read."""
+def partition(name: str, data, out: str):
+    """The training table as by-user and by-item Parquet parts: what training and explanation shards read."""
     t = time.perf_counter()
-    parts = partitions.write_partitions(partitions.store_path(out, ds.name, ds.interactions), ds.interactions)
+    parts = partitions.write_partitions(partitions.store_path(out, name, data), data)
     get_run_logger().info("interactions in %d by-user and %d by-item parts at %s (%.1fs)", len(parts.user_cuts) - 1,
                           len(parts.item_cuts) - 1, parts.root, time.perf_counter() - t)
     return parts
 
 
 @task(cache_policy=NO_CACHE)
-def train_or_load(ds, model: str | None, out: str, k: int, lam: float | None, seed: int, mapper: Mapper,
-                  parts, budget: dict | None = None):
-    """Use ``model`` if given; else reuse the model trained on this exact data, else train and store one,
-    its ALS half-steps mapped over ``parts`` (each task reads its part once and keeps it for every sweep).
-    ``budget`` caps ALS sweeps and Newton steps (``max_sweeps``, ``polish_iters``); a capped model is
-    stored under its own name."""
-    logger = get_run_logger()
+def training_table(ds, implicit: bool, neg_samples: int, seed: int):
+    """What the model is fitted on and explained against, and whether it is implicit feedback.
+
+    Explicit ratings: the interactions themselves (squared-loss ALS-MF). Implicit feedback (``implicit``,
+    or a single rating value, as in click, purchase and review logs): every interaction is a positive
+    (y = 1) and ``neg_samples`` uniform unobserved items per positive are negatives (y = 0), the table a
+    BCE model is fitted on and its representer attributes over.
+    """
     data = ds.interactions
+    detected = looks_implicit(data)
+    if not (implicit or detected):
+        return data, False
+    nu, ni = sample_negatives(data, neg_samples, seed)
+    table = implicit_table(data, nu, ni)
+    get_run_logger().info("implicit feedback (%s): BCE MF on %d positives and %d sampled negatives (%d per positive)",
+                          "a single rating value" if detected else "--implicit", len(data), len(nu), neg_samples)
+    return table, True
+
+
+@task(cache_policy=NO_CACHE)
+def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: float | None, seed: int,
+                  mapper: Mapper, parts, budget: dict | None = None, implicit: bool = False,
+                  neg_weight: float = 1.0):
+    """Use ``model`` if given; else reuse the model trained on this exact table, else train and store one.
+
+    Explicit data: ALS-MF, its half-steps mapped over ``parts`` (each task reads its part once and keeps
+    it for every sweep); ``budget`` caps ALS sweeps and Newton steps (``max_sweeps``, ``polish_iters``), and
+    a capped model is stored under its own name. Implicit data (``training_table``): BCE MF on the
+    positives and sampled negatives, to the stationarity the representer identity needs.
+    """
+    logger = get_run_logger()
     if model:
         logger.info("loading model %s", model)
-        return FactorModel.load(model, data), model
-    lam = lam if lam is not None else default_lam(len(data))
+        m = FactorModel.load(model, data)
+        m.check_not_degenerate(data)
+        return m, model
     budget = budget or {}
-    path = model_store.model_path(out, ds.name, data.fingerprint(), k=k, lam=lam, s=seed,
-                                  sweeps=budget.get("max_sweeps"), newton=budget.get("polish_iters"))
+    if implicit:
+        path = model_store.model_path(out, name, data.fingerprint(), **{"bce-k": k}, lam=lam, w=neg_weight, s=seed)
+    else:
+        lam = lam if lam is not None else default_lam(len(data))
+        path = model_store.model_path(out, name, data.fingerprint(), k=k, lam=lam, s=seed,
+                                      sweeps=budget.get("max_sweeps"), newton=budget.get("polish_iters"))
     if model_store.exists(path):
         logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
-        return FactorModel.load(path, data), str(path)
-    m = ALSMF(k=k, lam=lam, seed=seed, **budget).fit(data, half_steps=partial(PartHalfSteps, mapper, parts))
+        m = FactorModel.load(path, data)
+        return (ImplicitModel.from_stored(m) if implicit else m), str(path)
+    if implicit:
+        m = ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed).fit(terms_of(data, neg_weight))
+        logger.info("trained BCE MF k=%d λ=%g w=%g: ‖∇f‖=%.1e after %d L-BFGS + %d Newton steps in %.1fs → %s",
+                    k, m.lam, neg_weight, m.grad_norm, m.info["lbfgs_iters"], m.info["newton_iters"],
+                    m.info["seconds"], path)
+    else:
+        m = ALSMF(k=k, lam=lam, seed=seed, **budget).fit(data, half_steps=partial(PartHalfSteps, mapper, parts))
+        logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
+                    k, lam, m.grad_norm, m.info["sweeps"], m.info["newton_iters"], m.info["seconds"], path)
+        if m.grad_norm > ALSMF.tol:
+            logger.warning("training stopped at ‖∇f‖=%.1e, above %.0e (budget %s): attributions will sum to the "
+                           "score only approximately; the run's fidelity error says by how much", m.grad_norm,
+                           ALSMF.tol, budget or "default")
     m.save(path, data)
-    logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
-                k, lam, m.grad_norm, m.info["sweeps"], m.info["newton_iters"], m.info["seconds"], path)
-    if m.grad_norm > ALSMF.tol:
-        logger.warning("training stopped at ‖∇f‖=%.1e, above %.0e (budget %s): attributions will sum to the "
-                       "score only approximately; the run's fidelity error says by how much", m.grad_norm,
-                       ALSMF.tol, budget or "default")
     return m, str(path)

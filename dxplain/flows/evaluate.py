@@ -18,8 +18,8 @@ from prefect.cache_policies import INPUTS
 from ..config import Settings
 from ..datasets import resolve_dataset
 from ..datasets.tabular import TABULAR, load_tabular
-from ..evaluation.deletion import deletion_curves
-from ..evaluation.faithfulness import curve_rows, plan, trial_case
+from ..evaluation.deletion import curve_rows, deletion_curves
+from ..evaluation.faithfulness import plan, trial_case
 from ..evaluation.faithfulness_cf import cf_plan, cf_trial_case
 from ..evaluation.report import auc_del_markdown, deletion_plot_png
 from ..io.results import csv_bytes, evaluation_cache, write_results
@@ -84,7 +84,9 @@ def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40
     with open_mapper(settings, in_memory) as mapper:
         results = [run_trial(dataset, t, targets, n_lam, model, code, mapper) for t in range(trials)]
     rows = [r for res in results for r in res["rows"]]
-    ms = {m: sum(res["ms"][m] for res in results) / len(results) for m in results[0]["ms"]}
+    # A method that failed on a trial has no time there (its curves are recorded as failed, with the reason).
+    ms = {m: (sum(t) / len(t) if (t := [r["ms"][m] for r in results if r["ms"][m] is not None]) else None)
+          for m in results[0]["ms"]}
     name = f"{dataset} ({ {'als': 'ALS-MF', 'sgd': 'SGD-MF', 'softimpute': 'SoftImpute', 'two-tower': 'two-tower'}[model]})" \
         if dataset in CF_DATASETS else dataset
     title = f"{name}, {trials} trials × {targets} targets"

@@ -24,13 +24,15 @@ from ..kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
 from ..kernels.sbq import mean_embedding
 from ..models.mf import DEFAULT_K
 from ..params import Interval, OneOf, validate
-from .common import load_data, open_mapper, partition, train_or_load
+from ..explain.representer import predictions
+from .common import load_data, open_mapper, partition, train_or_load, training_table
 
 CONSTRAINTS = {
     "m": Interval(int, 1, example=10), "fisher": OneOf(*FISHER_KINDS), "variant": OneOf(*VARIANTS),
     "top_n": Interval(int, 1, example=10), "damping": Interval(float, 0), "k": Interval(int, 1, example=32),
     "lam": Interval(float, 0, open_low=True), "seed": Interval(int, 0), "workers": Interval(int, 1, example=2),
-    "shards": Interval(int, 1),
+    "shards": Interval(int, 1), "neg_samples": Interval(int, 1, example=4),
+    "neg_weight": Interval(float, 0, open_low=True, example=1),
 }
 
 
@@ -40,8 +42,8 @@ def top_n_of(ds, mf, u: np.ndarray, top_n: int):
 
 
 @task(cache_policy=NO_CACHE)
-def embed(mf, ds, T, fisher: str, damping: float):
-    return mf_fisher_embedding(mf, ds.interactions, T, fisher, damping)
+def embed(mf, train, T, fisher: str, damping: float):
+    return mf_fisher_embedding(mf, train, T, fisher, damping)
 
 
 @task(cache_policy=NO_CACHE)
@@ -54,8 +56,12 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
                user: str | None = None, top_n: int = 10, m: int = 10, fisher: str = "empirical",
                variant: str = "greedy", damping: float = DEFAULT_DAMPING, out: str | None = None,
                scheduler: str | None = None, workers: int | None = None, shards: int | None = None,
-               k: int = DEFAULT_K, lam: float | None = None, seed: int = 0, in_memory: bool = False) -> dict:
-    """Select m training interactions whose Fisher embeddings, weighted, best match the targets' mean."""
+               k: int = DEFAULT_K, lam: float | None = None, seed: int = 0, in_memory: bool = False,
+               implicit: bool = False, neg_samples: int = 4, neg_weight: float = 1.0) -> dict:
+    """Select m training interactions whose Fisher embeddings, weighted, best match the targets' mean.
+
+    Implicit feedback (``implicit``, or a single rating value) trains the BCE model the refresh explains
+    (positives and sampled negatives) and uses its Bernoulli Fisher kernel."""
     validate(CONSTRAINTS, locals())
     if (targets is None) == (user is None):
         raise InputError("say what to explain: --targets FILE (a Parquet/CSV list of (user, item)) or --user ID "
@@ -67,16 +73,19 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
     # Bad targets or an unknown user fail before any training.
     supplied = read_targets(targets, data) if targets else None
     u = None if targets else index_of(pa.array([user]), data.user_ids, "user", "--user").astype(np.int64)
+    train, implicit = training_table(ds, implicit, neg_samples, seed)
     with open_mapper(settings, in_memory) as mapper:
-        parts = partition(ds, settings.out) if not model else None  # what ALS tasks read
-        mf, model_path = train_or_load(ds, model, settings.out, k, lam, seed, mapper, parts)
+        parts = partition(ds.name, train, settings.out) if not model else None  # what ALS tasks read
+        mf, model_path = train_or_load(ds.name, train, model, settings.out, k, lam, seed, mapper, parts,
+                                       implicit=implicit, neg_weight=neg_weight)
         T = supplied if supplied is not None else top_n_of(ds, mf, u, top_n)
-        Phi, Phi_T = embed(mf, ds, T, fisher, damping)
+        Phi, Phi_T = embed(mf, train, T, fisher, damping)
         sel = choose_prototypes(Phi, mean_embedding(Phi_T), m, variant, shards or 4 * settings.workers, seed, mapper)
-    table = prototype_table(sel, data)
+    table = prototype_table(sel, train)
     target_table = pa.table({"user": data.user_ids.take(pa.array(T.user)), "item": data.item_ids.take(pa.array(T.item)),
-                             "prediction": mf.predict(T.user, T.item)})
-    summary = {"dataset": dataset, "model": model_path, "targets": len(T), "candidates": len(data), "m": m,
+                             "prediction": predictions(mf.loss, 0.0, mf.predict(T.user, T.item))})
+    summary = {"dataset": dataset, "model": model_path, "loss": mf.loss, "targets": len(T), "candidates": len(train),
+               "m": m,
                "selected": len(sel.index), "fisher": fisher, "variant": variant, "damping": damping,
                "objective_start": float(sel.objective[0]), "objective_end": float(sel.objective[-1]),
                "explained_share": sel.reduction / sel.objective[0] if sel.objective[0] > 0 else 0.0,
@@ -84,6 +93,6 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
     folder = write_results(settings.out, "prototypes", {"prototypes": table, "targets": target_table}, summary)
     summary["folder"] = str(folder)
     get_run_logger().info("prototypes done: %d of %d training pairs explain %d targets (%.1f%% of ‖μ_T‖² matched) "
-                          "in %.1fs → %s", len(sel.index), len(data), len(T), 100 * summary["explained_share"],
+                          "in %.1fs → %s", len(sel.index), len(train), len(T), 100 * summary["explained_share"],
                           summary["seconds"], folder)
     return summary

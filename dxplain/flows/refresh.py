@@ -9,45 +9,65 @@ move LATEST.
 
 from __future__ import annotations
 
+import sys
 import time
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
-from ..explain.representer import Preprocessed
+from ..errors import DegenerateError
+from ..explain.representer import PREDICTION, Preprocessed
 from ..io import runs
 from ..io.interactions import read_targets
 from ..models.mf import DEFAULT_K
 from ..params import Interval, validate
 from ..refresh import RefreshJob, run_passes, shard_count, shard_users, summarize
-from .common import load_data, open_mapper, partition, stage, train_or_load
+from .common import load_data, open_mapper, partition, stage, train_or_load, training_table
 
 CONSTRAINTS = {
     "top_n": Interval(int, 1, example=10), "top_k": Interval(int, 0, example=10), "k": Interval(int, 1, example=32),
     "lam": Interval(float, 0, open_low=True, example=3e-4), "workers": Interval(int, 1, example=2),
     "shards": Interval(int, 1), "max_sweeps": Interval(int, 1, example=60), "newton_steps": Interval(int, 0),
-    "seed": Interval(int, 0),
+    "seed": Interval(int, 0), "neg_samples": Interval(int, 1, example=4),
+    "neg_weight": Interval(float, 0, open_low=True, example=1), "tol": Interval(float, 0, open_low=True, example=1e-4),
 }
 
 
 @task(cache_policy=NO_CACHE)
-def preprocess(m, ds, parts, top_n: int, top_k: int, targets) -> RefreshJob:
+def preprocess(m, data, parts, top_n: int, top_k: int, targets) -> RefreshJob:
     """Balanced factors and α; α written beside the parts for the shards to read."""
     logger = get_run_logger()
     if m.lam is None:
         logger.warning("the model has no λ (imported factors): global importance omits the factor "
                        "1/(λ|D|), so importances are relative — their ranking and signs are unchanged, "
                        "but they do not sum to the score")
-    data = ds.interactions
     return RefreshJob.create(data, Preprocessed.from_model(m, data), parts, top_n=top_n, top_k=top_k,
                              targets=targets)
 
 
 @task(cache_policy=NO_CACHE)
-def explain_all(job: RefreshJob, ds, n_shards: int, run_dir: str, mapper):
+def explain_all(job: RefreshJob, data, n_shards: int, run_dir: str, mapper):
     """Shard entries and the passes' stats (``refresh.passes``)."""
-    return run_passes(mapper, job, shard_users(ds.interactions, n_shards), run_dir)
+    return run_passes(mapper, job, shard_users(data, n_shards), run_dir)
+
+
+def check_result(summary: dict, tol: float, strict: bool) -> None:
+    """Refuse a run that explains nothing; say (and with ``strict`` refuse) one whose attributions miss the
+    score by more than ``tol``, relative. Runs before ``publish``: a refused run never moves LATEST."""
+    if summary["targets"] == 0 or summary["attributions"] == 0:
+        raise DegenerateError(f"the run explained nothing ({summary['targets']} targets, {summary['attributions']} "
+                              f"attributions), so it is not published and LATEST stays where it was; check the "
+                              f"targets, or the data (users with no unseen item have no recommendation)")
+    worst = max(summary["fidelity_max_rel_error"].values())  # not None: some target was explained
+    summary["fidelity_tol"], summary["fidelity_ok"] = tol, bool(worst <= tol)
+    if worst > tol:
+        message = (f"fidelity: attributions miss the score by up to {worst:.1e} (relative), above --tol {tol:g}; "
+                   f"the model is not stationary enough (‖∇f‖ = {summary['grad_norm']:.1e})")
+        if strict:
+            raise DegenerateError(message + ": --strict refuses to publish it")
+        get_run_logger().warning(message)
+        print(f"warning: {message}", file=sys.stderr)
 
 
 @task(cache_policy=NO_CACHE)
@@ -62,12 +82,19 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             scheduler: str | None = None, workers: int | None = None, top_n: int = 10, top_k: int = 10,
             targets: str | None = None, shards: int | None = None, k: int = DEFAULT_K, lam: float | None = None,
             seed: int = 0, in_memory: bool = False, max_sweeps: int | None = None,
-            newton_steps: int | None = None) -> dict:
+            newton_steps: int | None = None, implicit: bool = False, neg_samples: int = 4,
+            neg_weight: float = 1.0, tol: float = 1e-4, strict: bool = False) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run.
 
     ``max_sweeps`` / ``newton_steps`` cap training (default: train to ‖∇f‖ ≤ 1e-9). A capped model
     stops short of the optimum, so its attributions sum to the score only approximately: the
-    summary's fidelity error says by how much.
+    summary's fidelity error says by how much: above ``tol`` (relative) the run says so, and ``strict``
+    refuses to publish it.
+
+    Implicit feedback (``implicit``, or a single rating value) is explained through a BCE model fitted on
+    the positives and ``neg_samples`` sampled negatives per positive (weight ``neg_weight``): attributions
+    then credit positives that pushed the item up and sampled negatives that pushed it down, and
+    ``prediction`` is a probability σ(score).
     """
     validate(CONSTRAINTS, locals())
     t0, seconds = time.perf_counter(), {}
@@ -75,40 +102,43 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     with stage(seconds, "load"):
         ds = load_data(dataset, settings)
         supplied = read_targets(targets, ds.interactions) if targets else None  # bad input fails before any work
-    n_targets = len(supplied) if supplied is not None else ds.interactions.n_users * top_n
-    n_shards = shards or shard_count(settings.workers, ds.interactions, n_targets, top_k)
+        data, implicit = training_table(ds, implicit, neg_samples, seed)
+    n_targets = len(supplied) if supplied is not None else data.n_users * top_n
+    n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
     with open_mapper(settings, in_memory, shared=settings.out) as mapper:
         with stage(seconds, "partition"):
-            parts = partition(ds, settings.out)
+            parts = partition(ds.name, data, settings.out)
         with stage(seconds, "train"):
             budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
                       if v is not None}
-            m, model_path = train_or_load(ds, model, settings.out, k, lam, seed, mapper, parts, budget)
+            m, model_path = train_or_load(ds.name, data, model, settings.out, k, lam, seed, mapper, parts, budget,
+                                          implicit, neg_weight)
         with stage(seconds, "preprocess"):
-            job = preprocess(m, ds, parts, top_n, top_k, supplied)
+            job = preprocess(m, data, parts, top_n, top_k, supplied)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
-        plan = {"data": ds.interactions.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
+        plan = {"data": data.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
                 "top_n": top_n, "top_k": top_k, "shards": n_shards,
                 "targets": runs.sha256_file(targets) if targets else None}
         run_dir, resumed = runs.start_run(settings.out, plan)
         if resumed:
             get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
         with stage(seconds, "recommend_explain_write"):  # targets, attributions and shard files, per shard
-            entries, passes = explain_all(job, ds, n_shards, str(run_dir), mapper)
+            entries, passes = explain_all(job, data, n_shards, str(run_dir), mapper)
         memory = mapper.peak_rss_mib()
     summary = {"run": str(run_dir), "dataset": dataset, "model": model_path, **summarize(entries, passes),
                "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "peak_rss_mib": memory,
-               "grad_norm": m.grad_norm,
+               "grad_norm": m.grad_norm, "loss": m.loss, "prediction": PREDICTION[m.loss],
                "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k}
+    check_result(summary, tol, strict)
     with stage(seconds, "publish"):
         publish(settings.out, str(run_dir), entries, {"summary": summary})
     get_run_logger().info(
         "refresh done: %d users, %d targets, %d attributions from %d scored pairs in %.1fs (%s; %d "
         "attributions/s in tasks); "
-        "fidelity max rel. error item %.1e, user %.1e; peak RSS MiB %s; LATEST → %s",
+        "fidelity max rel. error item %.1e, user %.1e (tol %g); peak RSS MiB %s; LATEST → %s",
         summary["users"], summary["targets"],
         summary["attributions"], summary["pairs_scored"], summary["seconds"], ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
         summary["attributions_per_second"],
-        summary["fidelity_max_rel_error"]["item"], summary["fidelity_max_rel_error"]["user"],
+        *(summary["fidelity_max_rel_error"][side] for side in ("item", "user")), tol,
         {"flow": memory["flow"], "workers": sorted(memory["workers"].values())}, run_dir)
     return summary

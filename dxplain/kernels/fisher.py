@@ -124,16 +124,23 @@ def _block_grams(M: sp.csr_array, g_other: np.ndarray) -> np.ndarray:
     return np.asarray(M @ np.einsum("ik,il->ikl", g_other, g_other).reshape(len(g_other), k * k)).reshape(-1, k, k)
 
 
-def mf_fisher_blocks(U, V, users, items, residual, kind: str) -> tuple[np.ndarray, np.ndarray]:
+def mf_fisher_blocks(U, V, users, items, residual, kind: str,
+                     curvature: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-user and per-item k×k blocks of F over the training pairs (the off-diagonal user–item
-    blocks are dropped: F is taken block-diagonal, docs/methods.md §2)."""
+    blocks are dropped: F is taken block-diagonal, docs/methods.md §2).
+
+    ``empirical`` weighs each pair's ∇s∇sᵀ by r², ``expected`` by the loss's E_y[r²]: ``curvature`` per
+    pair when given (BCE: c²σ(1−σ)), else the Gaussian σ̂² = mean(r²)."""
     n = len(users)
     k = U.shape[1]
     if kind == "identity":
         return np.broadcast_to(np.eye(k), (len(U), k, k)), np.broadcast_to(np.eye(k), (len(V), k, k))
     if kind not in ("empirical", "expected"):
         raise ValueError(f"unknown Fisher kind {kind!r}; choose one of {FISHER_KINDS}")
-    w = (residual**2 if kind == "empirical" else np.full(n, np.mean(residual**2))) / n
+    if kind == "empirical":
+        w = residual**2 / n
+    else:
+        w = (np.full(n, np.mean(residual**2)) if curvature is None else np.asarray(curvature, np.float64)) / n
     M = sp.csr_array((w, (users, items)), shape=(len(U), len(V)))  # one entry per (user, item) pair
     return _block_grams(M, V.astype(np.float64)), _block_grams(sp.csr_array(M.T), U.astype(np.float64))
 

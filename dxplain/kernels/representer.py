@@ -45,6 +45,12 @@ def balance_transforms(U: np.ndarray, V: np.ndarray, rtol: float = 1e-12) -> tup
     return T_U, T_V
 
 
+def global_importance(residual: np.ndarray, lam: float | None, n: int) -> np.ndarray:
+    """α = −c·ℓ'(y, s)/(λ|D|) from the loss residual r = −c·ℓ'(y, s) (``explain.representer.loss_residual``);
+    without λ the factor 1/(λ|D|) is dropped."""
+    return residual / (lam * n) if lam else residual
+
+
 def global_importance_squared(y: np.ndarray, s: np.ndarray, lam: float | None, n: int) -> np.ndarray:
     """α = −ℓ'(y, s)/(λ|D|) for ℓ = (y − s)²: α = 2(y − s)/(λ|D|); without λ the factor 1/(λ|D|) is dropped."""
     alpha = 2.0 * (y - s)

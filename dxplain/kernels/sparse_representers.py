@@ -33,10 +33,29 @@ def l2_representer(X, dloss: np.ndarray, X_t) -> np.ndarray:
     return -dloss[:, None] * _dense(X @ X_t.T)
 
 
+# Relative damping of a restricted Hessian that is not positive definite (more support coordinates than the
+# data pins down, or collinear features): H + δI with δ = INFLUENCE_DAMPING·mean(diag H).
+INFLUENCE_DAMPING = 1e-6
+
+
+def _damped_cholesky(H: np.ndarray):
+    """Cholesky of H, or of H + δI (δ = INFLUENCE_DAMPING·mean diag, then ×10 up to 1e-2) when H is singular."""
+    try:
+        return cho_factor(H)
+    except np.linalg.LinAlgError:
+        scale = float(np.mean(np.diag(H))) or 1.0
+        for damping in INFLUENCE_DAMPING * 10.0 ** np.arange(5):
+            try:
+                return cho_factor(H + damping * scale * np.eye(len(H)))
+            except np.linalg.LinAlgError:
+                continue
+        raise
+
+
 def influence_active_set(X, dloss: np.ndarray, d2loss: np.ndarray, theta: np.ndarray, lam: float, X_t) -> np.ndarray:
     q = np.flatnonzero(theta)
     n = X.shape[0]
     Xq = X[:, q]
     H = _dense(Xq.T @ (sp.diags(d2loss) @ Xq))
-    W = cho_solve(cho_factor(H), _dense(X_t[:, q]).T)  # H_q⁻¹ x'_q for every target, (q, T)
+    W = cho_solve(_damped_cholesky(H), _dense(X_t[:, q]).T)  # H_q⁻¹ x'_q for every target, (q, T)
     return -(dloss[:, None] / n) * _dense(Xq @ W) - (lam * np.sign(theta[q]) @ W)[None, :]

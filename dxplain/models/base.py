@@ -41,6 +41,22 @@ class FactorModel:
     def predict(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
         return self.mu + pair_scores(self.U, self.V, u, i)
 
+    def check_not_degenerate(self, data) -> None:
+        """Refuse all-zero factors (every score 0, every recommendation a tie broken by index), naming why.
+
+        Squared loss on ratings of a single value is the common cause: centring makes every target 0."""
+        if np.any(self.U) and np.any(self.V):
+            return
+        from ..errors import DegenerateError
+
+        if len(data) and float(data.rating.min()) == float(data.rating.max()):
+            why = (f"the data has a single rating value ({float(data.rating.min()):g}), which centring turns into "
+                   "all-zero targets: use --implicit (BCE with sampled negatives; refresh and prototypes detect "
+                   "such data by themselves)")
+        else:
+            why = f"λ = {self.lam:g} outweighs the data: lower --lam"
+        raise DegenerateError(f"the fitted {self.kind} factors are all zero: {why}")
+
     def metadata(self) -> dict:
         """What the store writes beside U and V."""
         meta = {name: getattr(self, name) for name in _META}

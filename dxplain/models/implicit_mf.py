@@ -77,6 +77,30 @@ def sparse_terms(P: Interactions, neg_u, neg_i, w: float, excluded=None) -> Spar
     return SparseTerms.from_pairs(P.n_users, P.n_items, P.user, P.item, neg_u, neg_i, w)
 
 
+def looks_implicit(data: Interactions) -> bool:
+    """Implicit feedback: every interaction has the same rating value (clicks, purchases, reviews as 1.0).
+
+    Centring such ratings makes every target zero, so squared-loss factors are exactly zero: these data
+    are explained through a BCE model with sampled negatives instead."""
+    return len(data) > 0 and float(data.rating.min()) == float(data.rating.max())
+
+
+def training_table(P: Interactions, neg_u: np.ndarray, neg_i: np.ndarray) -> Interactions:
+    """D = P ∪ N as one table, the label y in ``rating`` (1 on positives, 0 on sampled negatives): what a
+    BCE model is fitted on and what its representer attributes over (``terms_of`` goes back)."""
+    u = np.concatenate([P.user, np.asarray(neg_u)])
+    i = np.concatenate([P.item, np.asarray(neg_i)])
+    y = np.concatenate([np.ones(len(P)), np.zeros(len(neg_u))])
+    return Interactions.from_indices(u, i, y, P.user_ids, P.item_ids)
+
+
+def terms_of(table: Interactions, w: float) -> SparseTerms:
+    """The BCE terms of a ``training_table``: c = 1 on positives (y = 1), w on negatives (y = 0)."""
+    pos = table.rating > 0
+    return SparseTerms.from_pairs(table.n_users, table.n_items, table.user[pos], table.item[pos],
+                                  table.user[~pos], table.item[~pos], w)
+
+
 def sample_negatives(P: Interactions, per_positive: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``per_positive`` uniform unobserved items per positive (distinct per user, at most every unobserved
     item), deterministic for a seed; returned sorted by (user, item)."""

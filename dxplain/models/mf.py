@@ -184,10 +184,12 @@ class ALSMF:
             U, V, gnorm, newton = self._polish(U, V, P, y, lam)
         log.info("ALS-MF k=%d λ=%g: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, %.1fs",
                  self.k, lam, sweeps, newton, gnorm, time.perf_counter() - t0)
-        return MFModel(U, V, mu, lam, n, grad_norm=gnorm,
+        model = MFModel(U, V, mu, lam, n, grad_norm=gnorm,
                        info={"sweeps": sweeps, "newton_iters": newton, "seed": self.seed,
                              "objective": als.objective(U, V, P, y, lam),
                              "seconds": time.perf_counter() - t0})
+        model.check_not_degenerate(data)
+        return model
 
     def _polish(self, U, V, P, y, lam):
         """Newton polish on f with exact Hessian-vector products: block-Jacobi-preconditioned, damped

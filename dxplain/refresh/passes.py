@@ -80,8 +80,10 @@ def shard_targets(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) 
     staged = runs.read_stage(run_dir, name)
     if staged is not None:
         return Targets(*(staged[c].to_numpy() for c in ("user", "item", "rec_rank")))
-    own = job.parts.read_users(int(users[0]), int(users[-1]) + 1)
-    t = recommend(job.pre.Ut, job.pre.Vt, own.data, users, job.top_n)
+    own = job.parts.read_users(int(users[0]), int(users[-1]) + 1).data
+    # An implicit model's table holds its sampled negatives too (y = 0): they stay recommendable.
+    seen = own.subset(own.rating > 0) if job.pre.loss == "bce" else own
+    t = recommend(job.pre.Ut, job.pre.Vt, seen, users, job.top_n)
     runs.write_stage(run_dir, name, pa.table({"user": t.user, "item": t.item, "rec_rank": t.rec_rank}))
     return t
 
@@ -171,7 +173,7 @@ def explain_shard(job: RefreshJob, own: Part, t: Targets, user_side: dict[str, n
     # user side from B (its raters are spread over the item parts).
     fid = fidelity(ex.side_sum(t, "item"), ex.side_sum(t, "user"), s)
     user_rows = attribution_rows(t, s, job.pre.mu, "user", job.parts.user_ids, job.parts.item_ids,
-                                 *(user_side[c] for c in USER_SIDE_COLUMNS))
+                                 *(user_side[c] for c in USER_SIDE_COLUMNS), loss=job.pre.loss)
     pairs = int(own.data.user_degree()[t.user].sum() + job.item_degree[t.item].sum())
     return pa.concat_tables([item_rows, user_rows]), fid, pairs
 

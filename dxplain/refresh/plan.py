@@ -140,6 +140,7 @@ def summarize(entries: list[dict], passes: dict | None = None) -> dict:
                     **{p: round(sum(e.get(f"seconds_{p}", 0.0) for e in fresh), 3) for p in ("gather", "explain", "write")}}
     busy = sum(task_seconds.values())
     rows = sum(e["rows"] for e in entries)
+    measured = [e for e in entries if e["targets"] > 0]
     return {
         "users": sum(e["users"] for e in entries), "targets": sum(e["targets"] for e in entries),
         "attributions": rows, "pairs_scored": sum(e.get("pairs_scored", 0) for e in entries),
@@ -147,8 +148,9 @@ def summarize(entries: list[dict], passes: dict | None = None) -> dict:
         "user_side_tasks": passes.get("user_side_tasks", 0),
         "attributions_per_second": round(rows / max(busy, 1e-9)),  # per task-second of work
         "task_seconds": task_seconds,
-        "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in entries), default=0.0)
+        # Over shards that explained something: a shard without targets has no error to report.
+        "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in measured), default=None)
                                    for s in ("item", "user")},
-        "fidelity_median_rel_error": {s: float(np.median([e[f"median_rel_error_{s}"] for e in entries]))
-                                      if entries else 0.0 for s in ("item", "user")},
+        "fidelity_median_rel_error": {s: float(np.median([e[f"median_rel_error_{s}"] for e in measured]))
+                                      if measured else None for s in ("item", "user")},
     }
