@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import re
 import types
 import typing
 
@@ -25,11 +26,31 @@ def _base_type(hint):
     return hint
 
 
-def flow_options(p: argparse.ArgumentParser, flow, helps: dict[str, str], types_: dict | None = None) -> None:
-    """Add a flag per entry of ``helps`` (parameter → help), typed and defaulted from ``flow``'s signature."""
+def param_docs(fn) -> dict[str, str]:
+    """Parameter → description, from the numpydoc ``Parameters`` section of ``fn``'s docstring (lines
+    ``name : type`` or ``a, b, c``, each followed by its indented description)."""
+    doc = inspect.getdoc(getattr(fn, "fn", fn)) or ""
+    section = re.search(r"^Parameters\n-+\n(.*?)(?=^\w[^\n]*\n-+\n|\Z)", doc, re.S | re.M)
+    out: dict[str, str] = {}
+    names: list[str] = []
+    for line in (section.group(1) if section else "").splitlines():
+        if line.strip() and not line.startswith(" "):
+            names = [n.strip() for n in line.split(":")[0].split(",")]
+            out.update({n: "" for n in names})
+        elif line.strip():
+            for n in names:
+                out[n] = f"{out[n]} {line.strip()}".strip()
+    return out
+
+
+def flow_options(p: argparse.ArgumentParser, flow, names: list[str], types_: dict | None = None,
+                 helps: dict[str, str] | None = None) -> None:
+    """Add a flag per parameter in ``names``: type and default from ``flow``'s signature, help from its
+    docstring's ``Parameters`` section (``helps`` overrides), so a flow documents its options once."""
     fn = getattr(flow, "fn", flow)
-    sig, hints = inspect.signature(fn), typing.get_type_hints(fn)
-    for name, text in helps.items():
+    sig, hints, docs = inspect.signature(fn), typing.get_type_hints(fn), {**param_docs(fn), **(helps or {})}
+    for name in names:
+        text = docs[name].rstrip(".").replace("%", "%%")  # KeyError here: a flag the flow does not document
         default = sig.parameters[name].default
         kind = (types_ or {}).get(name) or _base_type(hints[name])
         flags = [flag(name), f"--{name}"] if len(name) == 1 else [flag(name)]  # -m and --m, -k and --k
@@ -39,18 +60,17 @@ def flow_options(p: argparse.ArgumentParser, flow, helps: dict[str, str], types_
         shown = f" (default {default})" if default not in (None, inspect.Parameter.empty) else ""
         p.add_argument(*flags, dest=name, type=kind, default=default, help=text + shown,
                        required=default is inspect.Parameter.empty)
-    p.set_defaults(flow_params=[*(p.get_default("flow_params") or []), *helps])
+    p.set_defaults(flow_params=[*(p.get_default("flow_params") or []), *names])
 
 
 def run_options(p: argparse.ArgumentParser, flow, shards: str | None, in_memory: str) -> None:
     """Where results go and where the work runs: the same for every flow."""
     helps = {"out": "output folder (default dxplain-out, or DXPLAIN_OUT)",
              "scheduler": "tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)",
-             "workers": "LocalCluster worker processes (default 2, or DXPLAIN_WORKERS)"}
-    if shards:
-        helps["shards"] = shards
-    helps["in_memory"] = f"{in_memory} in this process (no Dask)"
-    flow_options(p, flow, helps)
+             "workers": "LocalCluster worker processes (default 2, or DXPLAIN_WORKERS)",
+             "shards": shards, "in_memory": f"{in_memory} in this process (no Dask)"}
+    flow_options(p, flow, [n for n in ("out", "scheduler", "workers", "shards", "in_memory") if helps[n]],
+                 helps=helps)
 
 
 def flow_kwargs(a: argparse.Namespace) -> dict:

@@ -22,18 +22,9 @@ def register(sub) -> None:
     from ..flows.negatives import negatives
 
     n = sub.add_parser("negatives", help="flag likely false negatives in implicit feedback (paper App. C)")
-    flow_options(n, negatives, {
-        "dataset": "dataset name or path",
-        "percent": "share of the negatives to flag, in %%",
-        "method": "representer, fia, loss or random",
-        "negatives": "'all' unobserved pairs, a number of uniform samples per positive, or a Parquet/CSV file "
-                     "of (user, item) negatives",
-        "neg_weight": "weight w of the negative terms (paper: 0.05)",
-        "positive_threshold": "ratings ≥ this are positives; 'none' = every interaction is a positive",
-        "k": "rank",
-        "lam": "λ (default 3/|D|, chosen on validation recall@20 on ml-100k)",
-        "seed": "seed of the initialisation and of sampled negatives",
-        "retrain": "retrain without the flagged negatives and store it",
-    }, types_={"positive_threshold": _threshold})
+    flow_options(n, negatives, [
+        "dataset", "percent", "method", "negatives", "neg_weight", "positive_threshold", "k", "lam", "seed",
+        "retrain"
+    ], types_={"positive_threshold": _threshold})
     run_options(n, negatives, "user shards of the scan (default 4 per worker)", "scan")
     n.set_defaults(func=cmd_negatives)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from .common import flow_options, print_summary, run_flow, run_options
-from .refresh import IMPLICIT_HELP, LAM_HELP
+from .common import flow_options, param_docs, print_summary, run_flow, run_options
 
 
 def cmd_prototypes(a) -> int:
@@ -29,22 +28,13 @@ def print_prototypes(folder: str, dataset: str, limit: int) -> None:
 
 def register(sub) -> None:
     from ..flows.prototypes import prototypes
+    from ..flows.refresh import refresh
 
     pr = sub.add_parser("prototypes", help="the m training interactions that explain a set of predictions (SBQ)")
-    flow_options(pr, prototypes, {
-        "dataset": "dataset name or path",
-        "model": "model Zarr (default: train or reuse ALS-MF as refresh does)",
-        "targets": "Parquet/CSV list of (user, item) predictions to explain",
-        "user": "explain this user's top-N list instead",
-        "top_n": "length of the user's list",
-        "m": "number of prototypes",
-        "fisher": "Fisher information: empirical, expected, identity (the 'practical' kernel)",
-        "variant": "greedy (exact, sharded over the cluster), greedi (two rounds), stochastic, mp (matching pursuit)",
-        "damping": "F + δI, δ = damping·tr(F)/p",
-        "k": "rank when training",
-        "lam": LAM_HELP,
-        "seed": "seed of training and of the randomised variants",
-        **IMPLICIT_HELP,
-    })
+    implicit = ("implicit", "neg_samples", "neg_weight")
+    flow_options(pr, prototypes, [
+        "dataset", "model", "targets", "user", "top_n", "m", "fisher", "variant", "damping", "k", "lam",
+        "seed"
+    ] + list(implicit), helps={n: param_docs(refresh)[n] for n in implicit})
     run_options(pr, prototypes, "candidate shards (default 4 per worker)", "select")
     pr.set_defaults(func=cmd_prototypes)

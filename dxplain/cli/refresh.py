@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from .common import print_summary, run_flow, flow_options, run_options
-
-LAM_HELP = "λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation)"
-IMPLICIT_HELP = {
-    "implicit": "implicit feedback: every interaction is a positive; BCE MF with sampled negatives (detected by "
-                "itself when all ratings are equal)",
-    "neg_samples": "implicit feedback: uniform unobserved items sampled per positive as negatives",
-    "neg_weight": "implicit feedback: weight of a negative term in the BCE loss",
-}
+from .common import flow_options, print_summary, run_flow, run_options
 
 
 def cmd_refresh(a) -> int:
@@ -57,21 +49,10 @@ def register(sub) -> None:
     from ..flows.refresh import refresh
 
     r = sub.add_parser("refresh", help="explain every user's top-N recommendations and publish a run")
-    flow_options(r, refresh, {
-        "dataset": "dataset name or path (prepared folder, Parquet, CSV)",
-        "model": "a model store (.zarr); default: train ALS-MF (reused while the data is unchanged)",
-        "top_n": "recommendations explained per user",
-        "top_k": "top positive and negative attributions per target; 0 = all",
-        "targets": "Parquet/CSV of (user, item) to explain instead of the top-N",
-        "k": "rank when training",
-        "lam": LAM_HELP,
-        "seed": "initialisation seed when training",
-        "max_sweeps": "cap ALS sweeps when training (default: up to 60, until they stall)",
-        "newton_steps": "cap the Newton polish after ALS (default: up to 200, until ‖∇f‖ ≤ 1e-9); 0 = ALS only",
-        **IMPLICIT_HELP,
-        "tol": "relative fidelity error (|Σ attributions − score| / |score|) above which the run says so",
-        "strict": "refuse to publish a run whose fidelity error exceeds --tol",
-    })
+    flow_options(r, refresh, [
+        "dataset", "model", "top_n", "top_k", "targets", "k", "lam", "seed", "max_sweeps", "newton_steps",
+        "implicit", "neg_samples", "neg_weight", "tol", "strict"
+    ])
     run_options(r, refresh, "user shards (default 4 per worker, or more so that no shard holds over 8M output rows)",
                 "run the shards")
     r.set_defaults(func=cmd_refresh)

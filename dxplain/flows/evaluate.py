@@ -73,7 +73,24 @@ def evaluate_trial(dataset: str, trial: int, targets: int, n_lam: float, model: 
 def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40, n_lam: float = 1.0,
              model: str = "als", out: str | None = None, scheduler: str | None = None, workers: int | None = None,
              in_memory: bool = False) -> dict:
-    """AUC-DEL± of every explainer over trials × targets, written as CSV, Markdown and PNG."""
+    """AUC-DEL± of every explainer over trials × targets, written as CSV, Markdown and PNG.
+
+    Parameters
+    ----------
+    dataset : str
+        ℓ1 logistic regression on breast-cancer, digits-4v9, synthetic-sparse (p = 50,000) or
+        synthetic-small (these need the bench extra); or ALS-MF on movielens-100k.
+    trials : int
+        Random splits (the paper: 40).
+    targets : int
+        Test points per trial (the paper: 40).
+    n_lam : float
+        n·λ of the ℓ1 model (the paper: 1).
+    model : str
+        movielens-100k only: als, softimpute, sgd (adds TracInCP) or two-tower.
+    out, scheduler, workers, shards, in_memory
+        Where results go and where the work runs (``dxplain.cli.common.run_options``).
+    """
     validate(CONSTRAINTS, locals())
     t0 = time.perf_counter()
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)

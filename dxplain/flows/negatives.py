@@ -69,7 +69,34 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
               k: int = 32, lam: float | None = None, seed: int = 0, out: str | None = None,
               scheduler: str | None = None, workers: int | None = None, shards: int | None = None,
               retrain: bool = False, in_memory: bool = False) -> dict:
-    """Flag the p% negatives most likely to be false negatives; write them (and a cleaned set); retrain if asked."""
+    """Flag the p% negatives most likely to be false negatives; write them (and a cleaned set); retrain if asked.
+
+    Parameters
+    ----------
+    dataset : str
+        Dataset name or path.
+    percent : float
+        Share of the negatives to flag, in %.
+    method : str
+        representer, fia, loss or random.
+    negatives : str
+        'all' unobserved pairs, a number of uniform samples per positive, or a Parquet/CSV file of
+        (user, item) negatives.
+    neg_weight : float
+        Weight w of the negative terms (paper: 0.05).
+    positive_threshold : float
+        Ratings ≥ this are positives; 'none' = every interaction is a positive.
+    k : int
+        Rank.
+    lam : float
+        λ (default 3/|D|, chosen on validation recall@20 on ml-100k).
+    seed : int
+        Seed of the initialisation and of sampled negatives.
+    retrain : bool
+        Retrain without the flagged negatives and store it.
+    out, scheduler, workers, shards, in_memory
+        Where results go and where the work runs (``dxplain.cli.common.run_options``).
+    """
     validate(CONSTRAINTS, locals())
     t0 = time.perf_counter()
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)

@@ -61,7 +61,39 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
     """Select m training interactions whose Fisher embeddings, weighted, best match the targets' mean.
 
     Implicit feedback (``implicit``, or a single rating value) trains the BCE model the refresh explains
-    (positives and sampled negatives) and uses its Bernoulli Fisher kernel."""
+    (positives and sampled negatives) and uses its Bernoulli Fisher kernel.
+
+    Parameters
+    ----------
+    dataset : str
+        Dataset name or path.
+    model : str
+        Model Zarr (default: train or reuse the model the refresh would).
+    targets : str
+        Parquet/CSV list of (user, item) predictions to explain.
+    user : str
+        Explain this user's top-N list instead.
+    top_n : int
+        Length of the user's list.
+    m : int
+        Number of prototypes.
+    fisher : str
+        Fisher information: empirical, expected, identity (the 'practical' kernel).
+    variant : str
+        greedy (exact, sharded over the cluster), greedi (two rounds), stochastic, mp (matching pursuit).
+    damping : float
+        F + δI, δ = damping·tr(F)/p.
+    k : int
+        Rank when training.
+    lam : float
+        λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation).
+    seed : int
+        Seed of training and of the randomised variants.
+    implicit, neg_samples, neg_weight
+        Implicit feedback, as for the refresh (``dxplain.flows.refresh.refresh``).
+    out, scheduler, workers, shards, in_memory
+        Where results go and where the work runs (``dxplain.cli.common.run_options``).
+    """
     validate(CONSTRAINTS, locals())
     if (targets is None) == (user is None):
         raise InputError("say what to explain: --targets FILE (a Parquet/CSV list of (user, item)) or --user ID "

@@ -86,6 +86,42 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             neg_weight: float = 1.0, tol: float = 1e-4, strict: bool = False) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run.
 
+    Parameters
+    ----------
+    dataset : str
+        Dataset name or path (prepared folder, Parquet, CSV).
+    model : str
+        A model store (.zarr); default: train ALS-MF (reused while the data is unchanged).
+    top_n : int
+        Recommendations explained per user.
+    top_k : int
+        Top positive and negative attributions per target and side; 0 = all.
+    targets : str
+        Parquet/CSV of (user, item) to explain instead of the top-N.
+    k : int
+        Rank when training.
+    lam : float
+        λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation).
+    seed : int
+        Initialisation (and negative sampling) seed when training.
+    max_sweeps : int
+        Cap ALS sweeps when training (default: up to 60, until they stall).
+    newton_steps : int
+        Cap the Newton polish after ALS (default: up to 200, until ‖∇f‖ ≤ 1e-9); 0 = ALS only.
+    implicit : bool
+        Implicit feedback: every interaction is a positive, explained through BCE MF with sampled negatives
+        (detected by itself when all ratings are equal).
+    neg_samples : int
+        Implicit feedback: uniform unobserved items sampled per positive as negatives.
+    neg_weight : float
+        Implicit feedback: weight of a negative term in the BCE loss.
+    tol : float
+        Relative fidelity error (|Σ attributions − score| / |score|) above which the run says so.
+    strict : bool
+        Refuse to publish a run whose fidelity error exceeds ``tol``.
+    out, scheduler, workers, shards, in_memory
+        Where results go and where the work runs (``dxplain.cli.common.run_options``).
+
     ``max_sweeps`` / ``newton_steps`` cap training (default: train to ‖∇f‖ ≤ 1e-9). A capped model
     stops short of the optimum, so its attributions sum to the score only approximately: the
     summary's fidelity error says by how much: above ``tol`` (relative) the run says so, and ``strict``
