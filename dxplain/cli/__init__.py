@@ -20,6 +20,7 @@ COMMANDS = ("refresh", "data", "negatives", "prototypes", "evaluate")
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dxplain", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return a.func(a)
     except DxplainError as exc:
+        if a.debug:
+            raise
         print(f"dxplain: error: {exc}", file=sys.stderr)
         return 2
 

@@ -77,10 +77,33 @@ def flow_kwargs(a: argparse.Namespace) -> dict:
     return {name: getattr(a, name) for name in a.flow_params}
 
 
+def precheck(kwargs: dict) -> None:
+    """The cheap checks of inputs every flow shares, before any Prefect server or cluster starts: the
+    dataset exists, ``--out`` is not a file, the scheduler answers."""
+    from pathlib import Path
+
+    from ..config import Settings
+    from ..datasets.registry import check_dataset
+    from ..errors import InputError
+
+    if kwargs.get("dataset"):
+        check_dataset(kwargs["dataset"])
+    out = kwargs.get("out") or Settings.from_env().out
+    if "://" not in str(out) and Path(out).is_file():
+        raise InputError(f"--out {out}: is a file; give a folder (it is created)")
+    scheduler = kwargs.get("scheduler") or (None if kwargs.get("in_memory") else Settings.from_env().scheduler)
+    if scheduler and not kwargs.get("in_memory"):
+        from ..distributed.cluster import check_reachable
+
+        check_reachable(scheduler)
+
+
 def run_flow(flow, constraints: dict, a: argparse.Namespace) -> dict:
-    """Validate the options (fails before Prefect starts), then run the flow and return its summary."""
+    """Validate the options and check the inputs (fails before Prefect starts), then run the flow and
+    return its summary."""
     kwargs = flow_kwargs(a)
     validate(constraints, kwargs)
+    precheck(kwargs)
     return flow(**kwargs)
 
 

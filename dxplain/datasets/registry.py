@@ -47,6 +47,14 @@ def fetch_movielens(settings: Settings) -> Path:
     return movielens.fetch(dest)
 
 
+def check_dataset(name_or_path: str) -> None:
+    """Fail at once on a dataset that is neither a known name nor an existing local path (the cheap check a
+    command runs before any flow starts; URLs are checked when read)."""
+    if ALIASES.get(name_or_path.lower()) is None and is_local(name_or_path) and not Path(name_or_path).exists():
+        raise InputError(f"--dataset {name_or_path!r}: not a known dataset name ({sorted(set(ALIASES.values()))}) "
+                         "nor an existing path; give a prepared folder, a Parquet/CSV file or a known name")
+
+
 def resolve_dataset(name_or_path: str, settings: Settings | None = None, fetch: bool = True) -> Dataset:
     """Load a dataset by name (``movielens-100k``) or path (prepared folder, Parquet or CSV file)."""
     settings = settings or Settings.from_env()
@@ -54,11 +62,8 @@ def resolve_dataset(name_or_path: str, settings: Settings | None = None, fetch: 
     if name is None:
         if not is_local(name_or_path):  # an fsspec URL (memory://, s3://…): read_dataset checks it exists
             return read_dataset(name_or_path)
-        path = Path(name_or_path)
-        if not path.exists():
-            raise InputError(f"--dataset {name_or_path!r}: not a known dataset name ({sorted(set(ALIASES.values()))}) "
-                             "nor an existing path; give a prepared folder, a Parquet/CSV file or a known name")
-        return read_dataset(path)
+        check_dataset(name_or_path)
+        return read_dataset(Path(name_or_path))
     prepared = Path(settings.data_home) / "datasets" / name
     if (prepared / "interactions.parquet").exists():
         return read_dataset(prepared)

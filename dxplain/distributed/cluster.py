@@ -65,6 +65,22 @@ def scatter(client: Client, data, broadcast: bool = False, attempts: int = 3):
             time.sleep(2.0 * attempt)
 
 
+def check_reachable(address: str, timeout: float = 3.0) -> None:
+    """Fail at once, in one line, when nothing listens at a scheduler address (instead of the client's 30 s
+    connect timeout and its traceback)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from ..errors import InputError
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        socket.create_connection((parts.hostname, parts.port or 8786), timeout=timeout).close()
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--scheduler {address}: cannot reach the Dask scheduler ({exc}); is it running? "
+                         "deploy/README.md says how to start one, or leave --scheduler out for a LocalCluster") from None
+
+
 def tls_security(settings: Settings):
     """A ``distributed.security.Security`` requiring TLS when the settings name certificates, else None."""
     files = settings.tls_files()
