@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     # Prefect's ephemeral server otherwise sends a telemetry heartbeat that, offline or when it races the
     # flow for the local SQLite file, prints a traceback ("database is locked") in the middle of a good run.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Prefect's own telemetry, off by default here as well (set DO_NOT_TRACK=0 to send it).
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    # The ephemeral server's 20 s start-up limit failed a first run on a busy 2-core machine: give it 120 s.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     a = parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
