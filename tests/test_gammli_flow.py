@@ -7,13 +7,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from threadpoolctl import threadpool_limits
 
 from dxplain.cli import main
 from dxplain.gammli.synthetic import eq6
 
-pytestmark = pytest.mark.usefixtures("prefect_server")
+pytestmark = pytest.mark.usefixtures("prefect_server", "one_blas_thread")
 
-FAST = ["--in-memory", "--grid-rounds", "1", "--rank", "2"]
+FAST = ["--in-memory", "--grid-rounds", "1", "--rank", "2", "--max-pairs", "4"]
+FIXED = ["--K", "4", "--L", "4", "--lam", "5"]  # one grid point: for tests about something else
+
+
+@pytest.fixture(scope="module")
+def one_blas_thread():
+    # Tiny Gram blocks on a loaded 2-core machine: BLAS threads only contend (10x slower measured).
+    with threadpool_limits(1, user_api="blas"):
+        yield
 
 
 def write_case(folder, n=70, seed=0, task="regression", cold_users=5):
@@ -42,7 +51,7 @@ def fit_args(data, out, *extra):
 def fitted(tmp_path_factory):
     data = write_case(tmp_path_factory.mktemp("gdata"))
     out = tmp_path_factory.mktemp("gout") / "O"
-    assert main(fit_args(data, out)) == 0
+    assert main(fit_args(data, out, "--lam", "5")) == 0  # K and L from a 3×3 grid
     return data, out
 
 
@@ -109,7 +118,7 @@ def test_explain_gives_the_same_local_rows_and_attributions_that_sum_to_the_late
 
 def test_classification_reports_auc_and_log_loss(tmp_path):
     data = write_case(tmp_path / "c", seed=1, task="classification")
-    assert main(fit_args(data, tmp_path / "O", "--task", "classification")) == 0
+    assert main(fit_args(data, tmp_path / "O", "--task", "classification", *FIXED)) == 0
     m = json.loads((tmp_path / "O" / "metrics.json").read_text())
     assert 0.5 < m["auc"] <= 1 and 0 < m["log_loss"] < np.log(2)
     t = pq.read_table(tmp_path / "O" / "local.parquet").to_pandas()
@@ -143,7 +152,7 @@ def test_bad_input_is_one_named_error_and_nothing_is_written(kind, tmp_path, cap
     data = write_case(tmp_path / "d", n=40)
     needle, extra = _break(data, kind)
     out = tmp_path / "O"
-    args = fit_args(data, out, *extra)
+    args = fit_args(data, out, *(extra + ([] if kind == "K" else FIXED)))
     if kind == "text":
         args.remove("segment")
         args.remove("--categorical")
@@ -158,7 +167,7 @@ def test_a_missing_user_can_be_treated_as_cold(tmp_path):
     users = pq.read_table(data / "users.parquet")
     pq.write_table(users.slice(6), data / "users.parquet")  # users 0..5 have no features
     out = tmp_path / "O"
-    assert main(fit_args(data, out, "--cold-start-missing")) == 0
+    assert main(fit_args(data, out, "--cold-start-missing", *FIXED)) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["dropped_train"] > 0 and m["n_cold"] > 0
     t = pq.read_table(out / "local.parquet").to_pandas()

@@ -74,8 +74,7 @@ def effect_tables(model: GAMMLIModel) -> dict[str, pa.Table]:
 
 def _png(fig, plt) -> bytes:
     buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=90)
+    fig.savefig(buf, format="png", dpi=72, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
 
