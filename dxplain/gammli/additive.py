@@ -25,6 +25,12 @@ IRLS_TOL = 1e-9
 RIDGE = 1e-9  # keeps a basis function with no training rows solvable (its coefficient is then 0)
 
 
+def put_one(mapper, obj, broadcast: bool = False):
+    """``mapper.put`` of one object, whatever its type: a scatter would send a dict's values as separate
+    futures keyed by the dict's keys, so two parts' ``"u"`` would collide on the cluster."""
+    return mapper.put([obj], broadcast)[0]
+
+
 def rows(part: dict, use: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(u, i, y) of the part's rows in ``use``."""
     sel = slice(None) if use == "all" else (part["val"] if use == "val" else ~part["val"])
@@ -83,7 +89,7 @@ def fit_groups(mapper, parts, groups: list[list[Term]], base: Additive, task: st
 
     Returns the fitted groups and, per group, D(h) of each of its terms over the ``use`` rows.
     """
-    groups_h, base_h = mapper.put(groups, broadcast=True), mapper.put(base, broadcast=True)
+    groups_h, base_h = put_one(mapper, groups, broadcast=True), put_one(mapper, base, broadcast=True)
     coefs = [np.zeros(sum(t.size for t in g)) for g in groups]
     Zs = Ps = None
     for _ in range(IRLS_MAX):
@@ -122,7 +128,7 @@ def _prefix_losses(part, base, ordered, task):
 
 def choose_prefix(mapper, parts, base: Additive, ordered: Additive, task: str) -> tuple[int, np.ndarray]:
     """s minimising the mean validation loss of base + the first s terms (the smallest s within 1e-6 of it)."""
-    base_h, ordered_h = mapper.put(base, broadcast=True), mapper.put(ordered, broadcast=True)
+    base_h, ordered_h = put_one(mapper, base, broadcast=True), put_one(mapper, ordered, broadcast=True)
     total, n = reduce_in_order(mapper.imap(_prefix_losses, [(p, base_h, ordered_h, task) for p in parts],
                                            name="gammli-prefix"), lambda a, b: (a[0] + b[0], a[1] + b[1]))
     if n == 0:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..io.features import FeatureTable
 from ..mapper import LocalMapper, peak_rss_mib
-from .additive import fit_groups, screen_pairs, select_terms
+from .additive import fit_groups, put_one, screen_pairs, select_terms
 from .latent import RIDGE_SHARE, fit_latent, training_residuals
 from .model import INTERCEPT, GAMMLIModel, candidate_terms
 from .select import clusters, grid_search, grid_table
@@ -72,7 +72,7 @@ def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.nd
     fu, fi = encode_features(users), encode_features(items)
     mains, pairs = candidate_terms(users, items, fu, fi)
     raw = make_parts(u, i, y, val, len(users), len(items), cfg.n_parts)
-    sides = {s: [(mapper.put(p), lo, hi) for p, lo, hi in ps] for s, ps in raw.items()}
+    sides = {s: [(put_one(mapper, p), lo, hi) for p, lo, hi in ps] for s, ps in raw.items()}
     del raw
     parts = [p for p, _, _ in sides["user"]]
     intercept = Term(INTERCEPT, "intercept")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import gammli as G
-from .additive import reduce_in_order, rows
+from .additive import put_one, reduce_in_order, rows
 
 # μ = RIDGE_SHARE·λ in eq. 4′. Eq. 4 alone leaves the cluster means unpenalised, and its infimum need not be
 # attained: on the classification simulation the factors drifted to U → 0, V → ∞ without converging.
@@ -58,7 +58,7 @@ def _rows(p, F, lam, groups, means):
 
 def half_step(mapper, parts, F: np.ndarray, lam: float, groups_h, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
     """The exact minimiser over one side's factors given the other side's ``F``; and its cluster means."""
-    F_h = mapper.put(F)
+    F_h = put_one(mapper, F)
     S, t, counts = reduce_in_order(mapper.imap(_moments, [(p, F_h, lam, groups_h, n_groups) for p in parts],
                                                name="gammli-moments"), lambda a, b: tuple(x + y for x, y in zip(a, b)))
     means = G.group_means(S, t, counts, lam)
@@ -71,7 +71,7 @@ def group_als(mapper, user_parts, item_parts, gu: np.ndarray, gi: np.ndarray, K:
     rng = np.random.default_rng(seed)
     U = rng.normal(scale=0.1, size=(len(gu), rank)) if init is None else init[0]
     V = np.zeros((len(gi), rank)) if init is None else init[1]
-    gu_h, gi_h = mapper.put(gu, broadcast=True), mapper.put(gi, broadcast=True)
+    gu_h, gi_h = put_one(mapper, gu, broadcast=True), put_one(mapper, gi, broadcast=True)
     sweeps = 0
     for sweeps in range(1, max_sweeps + 1):
         V_new, Vt = half_step(mapper, item_parts, U, lam, gi_h, L)
@@ -88,7 +88,7 @@ def fit_latent(mapper, parts_by_side: dict, base, task, use, gu, gi, K, L, lam, 
                max_sweeps=500) -> dict:
     """Stage 3 on the residuals of ``base`` over ``use`` rows; ``parts_by_side[side]`` = [(part, lo, hi)].
     Returns the factors, the cluster means, and the persisted parts (for the training residuals)."""
-    base_h = mapper.put(base, broadcast=True)
+    base_h = put_one(mapper, base, broadcast=True)
     lp = {side: mapper.persist(latent_part, [(p, side, lo, hi, base_h, task, use) for p, lo, hi in ps],
                                name=f"gammli-latent-{side}") for side, ps in parts_by_side.items()}
     fit = group_als(mapper, lp["user"], lp["item"], gu, gi, K, L, lam, rank, seed, tol, max_sweeps)
@@ -105,7 +105,7 @@ def _training_residuals(p, U, V, lam):
 
 def training_residuals(mapper, user_parts, U, V, lam) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every training row's (user, item, e) sorted by user, gathered for the stored model."""
-    UV_h = mapper.put((U, V), broadcast=True)
+    UV_h = put_one(mapper, (U, V), broadcast=True)
     out = mapper.map(_unpack_residuals, [(p, UV_h, lam) for p in user_parts], name="gammli-residuals")
     return tuple(np.concatenate(x) for x in zip(*out))
 

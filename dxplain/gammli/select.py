@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import InputError
 from ..kernels import gammli as G
 from ..mapper import LocalMapper
-from .additive import rows
+from .additive import put_one, rows
 from .latent import fit_latent
 
 GRID_ROWS = 2_000_000
@@ -76,8 +76,8 @@ def grid_search(mapper, table: dict, base, Xu, Xi, task: str, rank: int, seed: i
     center = {"K": np.sqrt(2 * hi_k), "L": np.sqrt(2 * hi_l), "lam": np.sqrt(LAM_RANGE[0] * LAM_RANGE[1])}
     step = {"K": np.log(hi_k / 2) / 2 if hi_k > 2 else 0.0, "L": np.log(hi_l / 2) / 2 if hi_l > 2 else 0.0,
             "lam": np.log(LAM_RANGE[1] / LAM_RANGE[0]) / 2}
-    h = {"table": mapper.put(table, broadcast=True), "base": mapper.put(base, broadcast=True),
-         "Xu": mapper.put(Xu, broadcast=True), "Xi": mapper.put(Xi, broadcast=True)}
+    h = {"table": put_one(mapper, table, broadcast=True), "base": put_one(mapper, base, broadcast=True),
+         "Xu": put_one(mapper, Xu, broadcast=True), "Xi": put_one(mapper, Xi, broadcast=True)}
     history, best = [], None
     for _ in range(rounds):
         Ks = [K] if K else _axis(min(2, hi_k), hi_k, center["K"], step["K"], True)
