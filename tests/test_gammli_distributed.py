@@ -17,7 +17,8 @@ pytestmark = pytest.mark.distributed
 def test_dask_fit_equals_local_fit():
     d = eq6(60, 50, missing=0.7, seed=4)
     users, items = features_from_table(d["users"], "user"), features_from_table(d["items"], "item")
-    cfg = Config(rank=2, grid_rounds=1, L=4, n_parts=3, max_pairs=3)
+    # (K, L, λ) fixed and few sweeps: every stage runs on the cluster, in seconds rather than a minute
+    cfg = Config(rank=2, K=3, L=4, lam=3.0, n_parts=3, max_pairs=3, max_sweeps=25)
     a = fit_gammli(users, items, d["u"], d["i"], d["y"], cfg, LocalMapper(), log=lambda *_: None)
     with connect(Settings(workers=2, threads_per_worker=1, blas_threads=1)) as client:
         b = fit_gammli(users, items, d["u"], d["i"], d["y"], cfg, DaskMapper(client), log=lambda *_: None)
