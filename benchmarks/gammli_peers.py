@@ -20,7 +20,7 @@ def xgboost_peer(task, Xtr, ytr, Xte, seed=0):
     import xgboost as xgb
 
     kw = dict(n_estimators=400, max_depth=6, learning_rate=0.05, subsample=0.8, colsample_bytree=0.8,
-              random_state=seed, n_jobs=2, tree_method="hist")
+              random_state=seed, n_jobs=1, tree_method="hist")
     if task == "regression":
         return xgb.XGBRegressor(**kw).fit(Xtr, ytr).predict(Xte)
     return xgb.XGBClassifier(**kw).fit(Xtr, ytr).predict_proba(Xte)[:, 1]

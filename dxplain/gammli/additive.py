@@ -152,7 +152,7 @@ def select_terms(mapper, parts, candidates: list[Term], base: Additive, task: st
     ordered = Additive([joint.terms[len(lead) + k] for k in order], [joint.coefs[len(lead) + k] for k in order])
     s, val = choose_prefix(mapper, parts, base.plus(head), ordered, task)
     kept = ordered.terms[:s]
-    (fitted,), _ = fit_groups(mapper, parts, [lead + kept], base, task, smooth)
+    fitted = fit_groups(mapper, parts, [lead + kept], base, task, smooth)[0][0] if lead + kept else Additive()
     return {"fitted": fitted, "ranking": {candidates[k].name: float(D[k]) for k in order},
             "kept": [t.name for t in kept], "val_loss": val.tolist()}
 
