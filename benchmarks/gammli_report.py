@@ -18,35 +18,40 @@ def _ms(vals):
     return f"{np.mean(vals):.4f} ± {np.std(vals):.4f}" if vals else "–"
 
 
+# (header, [(part of the split, metric)], [paper keys], paper table) per task
+COLUMNS = {"regression": ("| regression | warm+cold RMSE | MAE | warm RMSE | cold RMSE | paper Table 1 RMSE | paper Table 3 "
+                          "(cold) RMSE |", [("all", "rmse"), ("all", "mae"), ("warm", "rmse"), ("cold", "rmse")],
+                          [("paper_table1", "rmse"), ("paper_table3", "rmse")]),
+           "classification": ("| classification | AUC | log loss | cold AUC | cold log loss | paper AUC | paper log loss |",
+                              [("all", "auc"), ("all", "log_loss"), ("cold", "auc"), ("cold", "log_loss")],
+                              [("paper_table1", "auc"), ("paper_table1", "log_loss")])}
+
+
+def _task_table(data, runs, task) -> list[str]:
+    header, cells, paper = COLUMNS[task]
+    names = [k for k, v in runs[0][task].items() if isinstance(v, dict) and "all" in v]
+    out = [header, "|---" * (len(cells) + len(paper) + 1) + "|"]
+    for n in names:
+        row = [_ms([r[task][n][part].get(k) for r in runs]) for part, k in cells]
+        row += [str(data[t].get(n, {}).get(k, "–")) for t, k in paper]
+        out.append(f"| {n} | " + " | ".join(row) + " |")
+    return out
+
+
 def sim_tables(data) -> str:
     runs = data["runs"]
     out = [f"Seeds {[r['seed'] for r in runs]}, size {data['args']['size']}×{data['args']['size']}, "
            f"grid rounds {data['args']['grid_rounds']}; mean ± sd over seeds.\n"]
-    if all("regression" in r for r in runs):
-        names = [k for k, v in runs[0]["regression"].items() if isinstance(v, dict) and "all" in v]
-        out.append("| regression | warm+cold RMSE | MAE | warm RMSE | cold RMSE | paper Table 1 RMSE | paper Table 3 (cold) RMSE |")
-        out.append("|---|---|---|---|---|---|---|")
-        for n in names:
-            cell = lambda part, k: _ms([r["regression"][n][part].get(k) for r in runs])  # noqa: E731
-            t1 = data["paper_table1"].get(n, {}).get("rmse", "–")
-            t3 = data["paper_table3"].get(n, {}).get("rmse", "–")
-            out.append(f"| {n} | {cell('all', 'rmse')} | {cell('all', 'mae')} | {cell('warm', 'rmse')} | "
-                       f"{cell('cold', 'rmse')} | {t1} | {t3} |")
-        kept = [r["regression"]["GAMMLI_fit"] for r in runs]
-        out.append(f"\nKept terms (regression): every true main effect kept in "
+    for task in ("regression", "classification"):
+        if not all(task in r for r in runs):
+            continue
+        out += _task_table(data, runs, task)
+        kept = [r[task]["GAMMLI_fit"] for r in runs]
+        out.append(f"\nKept terms ({task}): every true main effect kept in "
                    f"{sum(k['true_main_kept'] for k in kept)}/{len(kept)} seeds, both true interactions in "
                    f"{sum(k['true_pairs_kept'] for k in kept)}/{len(kept)}. Seed {runs[0]['seed']}: main "
-                   f"{kept[0]['kept_main']}, interactions {kept[0]['kept_pairs']}; chosen (K, L, λ) per seed "
+                   f"{kept[0]['kept_main']}, interactions {kept[0]['kept_pairs']}; (K, L, λ) per seed "
                    f"{[(k['K'], k['L'], round(k['lam'], 2)) for k in kept]}.\n")
-    if all("classification" in r for r in runs):
-        names = [k for k, v in runs[0]["classification"].items() if isinstance(v, dict) and "all" in v]
-        out.append("| classification | AUC | log loss | cold AUC | cold log loss | paper AUC | paper log loss |")
-        out.append("|---|---|---|---|---|---|---|")
-        for n in names:
-            cell = lambda part, k: _ms([r["classification"][n][part].get(k) for r in runs])  # noqa: E731
-            p = data["paper_table1"].get(n, {})
-            out.append(f"| {n} | {cell('all', 'auc')} | {cell('all', 'log_loss')} | {cell('cold', 'auc')} | "
-                       f"{cell('cold', 'log_loss')} | {p.get('auc', '–')} | {p.get('log_loss', '–')} |")
     return "\n".join(out)
 
 
