@@ -79,6 +79,12 @@ def _png(fig, plt) -> bytes:
     return buf.getvalue()
 
 
+def _centred(H: np.ndarray) -> dict:
+    """Colour limits symmetric about 0, so white means no effect."""
+    v = float(np.abs(H).max()) or 1.0
+    return {"vmin": -v, "vmax": v}
+
+
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in name)
 
@@ -114,7 +120,7 @@ def plot_pngs(tables: dict[str, pa.Table], ir: dict[str, float]) -> dict[str, by
         xs, zs = list(dict.fromkeys(inter["x"][k] for k in idx)), list(dict.fromkeys(inter["z"][k] for k in idx))
         H = np.array([inter["value"][k] for k in idx]).reshape(len(xs), len(zs))
         fig, ax = plt.subplots(figsize=(5, 4))
-        im = ax.imshow(H, aspect="auto", origin="lower", cmap="RdBu_r")
+        im = ax.imshow(H, aspect="auto", origin="lower", cmap="RdBu_r", **_centred(H))
         fig.colorbar(im, ax=ax)
         a, b = term.split(" x ")
         ax.set(title=f"{term} (IR {100 * ir.get(term, 0):.1f}%)", ylabel=a, xlabel=b)
@@ -129,7 +135,8 @@ def plot_pngs(tables: dict[str, pa.Table], ir: dict[str, float]) -> dict[str, by
     g = tables["groups"].to_pydict()
     K, L = max(g["user_group"]) + 1, max(g["item_group"]) + 1
     fig, ax = plt.subplots(figsize=(6, 5))
-    im = ax.imshow(np.array(g["value"]).reshape(K, L), cmap="RdBu_r", aspect="auto")
+    M = np.array(g["value"]).reshape(K, L)
+    im = ax.imshow(M, cmap="RdBu_r", aspect="auto", **_centred(M))
     fig.colorbar(im, ax=ax)
     ax.set(title="group preferences ŨṼᵀ", ylabel="user group", xlabel="item group")
     out["groups.png"] = _png(fig, plt)
