@@ -104,6 +104,10 @@ def main(argv=None):
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     runs = []
     import multiprocessing as mp
+    import signal
+
+    # `timeout` sends SIGTERM: leave through the Pool's context manager, which terminates the workers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     # Seeds in parallel, one process per core, each single-threaded (peers included).
     with mp.get_context("spawn").Pool(a.processes) as pool:

@@ -141,3 +141,22 @@ def test_group_als_is_stationary_on_both_sides(n_parts):
     np.add.at(rhs_v, d["i"], r[:, None] * U[d["u"]])
     assert np.abs(lhs_u - rhs_u).max() < 1e-10 * np.abs(lhs_u).max()
     assert np.abs(lhs_v - rhs_v).max() < 1e-6 * np.abs(lhs_v).max()
+
+
+def test_a_stage_with_nothing_to_add_keeps_no_term():
+    import pyarrow as pa
+
+    from dxplain.gammli.additive import select_terms
+
+    rng = np.random.default_rng(5)
+    users = features_from_table(pa.table({"user": np.arange(30), "c": pa.array(rng.choice(["a", "b", "c"], 30)).dictionary_encode()}), "user")
+    items = features_from_table(pa.table({"item": np.arange(20), "d": rng.random(20)}), "item")
+    mains, pairs = candidate_terms(users, items, encode_features(users), encode_features(items))
+    u, i = np.repeat(np.arange(30), 20), np.tile(np.arange(20), 30)
+    y = 1.0 + np.array([0.0, 2.0, -1.0])[mains[0].Bu[u].argmax(1)]  # an exact user main effect, no interaction
+    val = rng.random(len(y)) < 0.2
+    parts = [p for p, _, _ in make_parts(u, i, y, val, 30, 20, 2)["user"]]
+    s1 = select_terms(LocalMapper(), parts, mains, Additive(), "regression", 1e-12, intercept=Term("intercept", "intercept"))
+    assert s1["kept"][0] == "user:c"
+    s2 = select_terms(LocalMapper(), parts, pairs, s1["fitted"], "regression", 1e-12)
+    assert s2["kept"] == [] and s2["fitted"].terms == []
