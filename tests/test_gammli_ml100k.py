@@ -26,7 +26,7 @@ def model():
     with threadpool_limits(1, user_api="blas"):
         # (K, L, λ) given: the grid is one point; the identity is about the optimum, not the choice.
         m = fit_gammli(users, items, u, i, ratings.column("rating").to_numpy(),
-                       Config(K=8, L=6, lam=20.0, rank=4, max_pairs=4), log=lambda *_: None)
+                       Config(K=8, L=6, lam=20.0, rank=4, max_pairs=2), log=lambda *_: None)
     return m, u, i
 
 

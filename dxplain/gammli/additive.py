@@ -160,7 +160,7 @@ def select_terms(mapper, parts, candidates: list[Term], base: Additive, task: st
 def screen_pairs(mapper, parts, pairs: list[Term], base: Additive, task: str, smooth: float,
                  max_pairs: int) -> tuple[list[Term], dict]:
     """Fit every pair alone on the residual of ``base`` (one pass for all), keep the ``max_pairs`` largest D."""
-    if not pairs:
+    if not pairs or max_pairs == 0:
         return [], {}
     _, Ds = fit_groups(mapper, parts, [[t] for t in pairs], base, task, smooth)
     D = np.array([d[0] for d in Ds])
