@@ -43,10 +43,13 @@ def param_docs(fn) -> dict[str, str]:
     return out
 
 
-def flow_options(p: argparse.ArgumentParser, flow, names: list[str], types_: dict | None = None,
+def flow_options(p: argparse.ArgumentParser, flow, names: list[str] | dict[str, str], types_: dict | None = None,
                  helps: dict[str, str] | None = None) -> None:
     """Add a flag per parameter in ``names``: type and default from ``flow``'s signature, help from its
-    docstring's ``Parameters`` section (``helps`` overrides), so a flow documents its options once."""
+    docstring's ``Parameters`` section (``helps``, or ``names`` given as a name → help dict, override it),
+    so a flow documents its options once."""
+    if isinstance(names, dict):
+        helps, names = {**names, **(helps or {})}, list(names)
     fn = getattr(flow, "fn", flow)
     sig, hints, docs = inspect.signature(fn), typing.get_type_hints(fn), {**param_docs(fn), **(helps or {})}
     for name in names:
