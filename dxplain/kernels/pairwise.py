@@ -80,6 +80,30 @@ def masked_q(Delta: np.ndarray, Omega: np.ndarray, masks: np.ndarray) -> np.ndar
     return np.einsum("cdk,cdk->ck", Z, Z) / m.sum(1)[:, None]
 
 
+def coalition_whiteners(Omega: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """W_c = L_T⁻¹ embedded in D×D with zero columns off T (L_T the Cholesky factor of Ω_T), so that
+    ‖W_c Δ‖² = Δ_Tᵀ Ω_T⁻¹ Δ_T for any Δ: the pair-independent half of eq. 4–5, computed once per reference."""
+    m = masks.astype(float)
+    P = Omega[None] * m[:, :, None] * m[:, None, :] + np.eye(len(Omega))[None] * (1 - m)[:, None, :]
+    return np.linalg.inv(np.linalg.cholesky(P)) * m[:, None, :]
+
+
+def whitened_q(W: np.ndarray, r_norms: np.ndarray, Rc: np.ndarray, xc: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Q[c, k] = ‖W_c(x − r_k)‖² / |T| = (‖W_c x‖² − 2 (W_cᵀW_c x)ᵀ r_k + ‖W_c r_k‖²) / |T|, with x and the
+    reference rows R centred on the reference mean (so the expansion loses no precision worth the name)
+    and ``r_norms[c, k] = ‖W_c r_k‖²`` precomputed: one (C, D) × (D, K) product per pair."""
+    u = W @ xc                                                   # (C, D)
+    Px = np.einsum("cde,cd->ce", W, u)                          # W_cᵀ W_c x
+    Q = (u * u).sum(1)[:, None] - 2 * (Px @ Rc.T) + r_norms
+    return np.maximum(Q, 0.0) / size[:, None]
+
+
+def reference_norms(W: np.ndarray, Rc: np.ndarray) -> np.ndarray:
+    """‖W_c r_k‖² for every coalition c and centred reference row k, (C, K)."""
+    Z = (W.reshape(-1, W.shape[2]) @ Rc.T).reshape(W.shape[0], W.shape[1], len(Rc))
+    return np.einsum("cdk,cdk->ck", Z, Z)
+
+
 def prefix_q(Delta: np.ndarray, Omega: np.ndarray, order: np.ndarray) -> np.ndarray:
     """Q[t − 1, k] for the coalitions of the first t features of ``order`` (t = 1..D), with ONE Cholesky.
 

@@ -42,8 +42,8 @@ def check_explain(ref: Reference, Xi, Xj, method: str, sigma: float = SIGMA, eta
 
 
 def explain_pairs(zeta, ref: Reference, Xi: np.ndarray, Xj: np.ndarray, method: str = "asipair", seed: int = 0,
-                  sigma: float = SIGMA, eta: float = ETA, k1: int | None = None, h: int | None = None,
-                  m: int | None = None, max_d: int = DEFAULT_MAX_D, mapper: Mapper | None = None,
+                  sigma: float = SIGMA, eta: float = ETA, k1: int | None = None, permutations: int | None = None,
+                  measurements: int | None = None, max_d: int = DEFAULT_MAX_D, mapper: Mapper | None = None,
                   shards: int | None = None, report=None) -> tuple[np.ndarray, np.ndarray]:
     """φ (N, D) and ζ (N,) for the pairs (Xi[n], Xj[n]); the model and reference are ``put`` once."""
     Xi, Xj = np.asarray(Xi, dtype=float), np.asarray(Xj, dtype=float)
@@ -53,7 +53,7 @@ def explain_pairs(zeta, ref: Reference, Xi: np.ndarray, Xj: np.ndarray, method: 
     shards = max(1, min(N, shards or 4 * mapper.workers))
     cuts = np.linspace(0, N, shards + 1).astype(int)
     zeta_h, ref_h = mapper.put(zeta, broadcast=True), mapper.put(ref, broadcast=True)
-    options = {"sigma": sigma, "eta": eta, "k1": k1, "h": h, "m": m}
+    options = {"sigma": sigma, "eta": eta, "k1": k1, "h": permutations, "m": measurements}
     args = [(zeta_h, ref_h, Xi[a:b], Xj[a:b], np.arange(a, b), method, options, seed)
             for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
     parts = mapper.map(explain_shard, args, name=f"pairwise-{method}", report=report)

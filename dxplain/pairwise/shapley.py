@@ -39,6 +39,7 @@ class Reference:
     Omega_i: np.ndarray
     Omega_j: np.ndarray
     base: float
+    whiten: tuple | None = None   # ASIPair's per-coalition whitening, built where it is first used
 
     @property
     def D(self) -> int:
@@ -99,8 +100,23 @@ def check_asipair_size(D: int, max_d: int = DEFAULT_MAX_D) -> None:
                          + (f", or raise --max-d up to {MAX_D}" if D <= MAX_D else ""))
 
 
-def _side_q(x, R, Omega, masks):
-    return K.masked_q(x[None] - R, Omega, masks)
+class _Whitening:
+    """Per reference side and chunk of coalitions: W_c and ‖W_c r_k‖² (pair-independent), built on first
+    use where the pairs are explained (a worker) and kept for every later pair there."""
+
+    def __init__(self, R: np.ndarray, Omega: np.ndarray):
+        self.mu = R.mean(0)
+        self.Rc, self.Omega, self.cache = R - self.mu, Omega, {}
+
+    def __getstate__(self):   # ship the reference, not the cache: workers rebuild their own
+        return {**self.__dict__, "cache": {}}
+
+    def q(self, x: np.ndarray, key, masks: np.ndarray) -> np.ndarray:
+        if key not in self.cache:
+            W = K.coalition_whiteners(self.Omega, masks)
+            self.cache[key] = (W, K.reference_norms(W, self.Rc), masks.sum(1))
+        W, norms, size = self.cache[key]
+        return K.whitened_q(W, norms, self.Rc, x - self.mu, size)
 
 
 def asipair(zeta, xi: np.ndarray, xj: np.ndarray, ref: Reference, sigma: float = SIGMA, eta: float = ETA,
@@ -111,11 +127,16 @@ def asipair(zeta, xi: np.ndarray, xj: np.ndarray, ref: Reference, sigma: float =
     v = np.empty(2 ** D)
     v[0], v[-1] = ref.base, z
     masks = K.coalition_masks(D)
+    if ref.whiten is None:
+        ref.whiten = (_Whitening(ref.Ri, ref.Omega_i),
+                      _Whitening(ref.Rj, ref.Omega_j) if ref.Rj is not ref.Ri else None)
+    wi, wj = ref.whiten
+    wj = wj or wi
     for a in range(1, 2 ** D - 1, chunk):       # whiten and evaluate a chunk of coalitions at a time
         c = slice(a, min(a + chunk, 2 ** D - 1))
         m = masks[c]
-        v[c] = K.coalition_values(zeta, xi, xj, ref.Ri, ref.Rj, m, _side_q(xi, ref.Ri, ref.Omega_i, m),
-                                  _side_q(xj, ref.Rj, ref.Omega_j, m), sigma, eta, k1)
+        v[c] = K.coalition_values(zeta, xi, xj, ref.Ri, ref.Rj, m, wi.q(xi, (D, a, chunk), m),
+                                  wj.q(xj, (D, a, chunk), m), sigma, eta, k1)
     return K.shapley_from_values(v, D), z
 
 
