@@ -94,8 +94,13 @@ def whitened_q(W: np.ndarray, r_norms: np.ndarray, Rc: np.ndarray, xc: np.ndarra
     and ``r_norms[c, k] = ‖W_c r_k‖²`` precomputed: one (C, D) × (D, K) product per pair."""
     u = W @ xc                                                   # (C, D)
     Px = np.einsum("cde,cd->ce", W, u)                          # W_cᵀ W_c x
-    Q = (u * u).sum(1)[:, None] - 2 * (Px @ Rc.T) + r_norms
-    return np.maximum(Q, 0.0) / size[:, None]
+    Q = Px @ Rc.T
+    Q *= -2.0                       # in place: these (C, K) passes are most of a pair's cost
+    Q += r_norms
+    Q += (u * u).sum(1)[:, None]
+    np.maximum(Q, 0.0, out=Q)
+    Q /= size[:, None]
+    return Q
 
 
 def reference_norms(W: np.ndarray, Rc: np.ndarray) -> np.ndarray:
@@ -117,18 +122,76 @@ def prefix_q(Delta: np.ndarray, Omega: np.ndarray, order: np.ndarray) -> np.ndar
 
 def neighbour_weights(Q: np.ndarray, sigma: float) -> np.ndarray:
     """w = exp(−(Q − min Q) / 2σ²) per row: eq. 5's weights divided by each row's largest (see module)."""
-    return np.exp(-(Q - Q.min(axis=1, keepdims=True)) / (2 * sigma * sigma))
+    w = Q - Q.min(axis=1, keepdims=True)
+    w *= -1.0 / (2 * sigma * sigma)
+    return np.exp(w, out=w)
 
 
-def k1_by_mass(ws_i: np.ndarray, ws_j: np.ndarray, eta: float) -> np.ndarray:
-    """Eq. 7: the smallest L with (Σ_{≤L} w_i)(Σ_{≤L} w_j) / (Σ w_i Σ w_j) ≥ η, from weights sorted in
-    decreasing order (C, K_i) and (C, K_j); a shorter side counts as complete beyond its length."""
+def k1_by_mass(ws_i: np.ndarray, ws_j: np.ndarray, eta: float, S_i: np.ndarray | None = None,
+               S_j: np.ndarray | None = None, complete: bool = True) -> np.ndarray:
+    """Eq. 7: the smallest L with (Σ_{≤L} w_i)(Σ_{≤L} w_j) / (S_i S_j) ≥ η, from the leading weights in
+    decreasing order (C, L_i) and (C, L_j) and the totals S (default: the rows' sums). A shorter side
+    counts as complete beyond its length. With ``complete=False`` (only a prefix of the weights given)
+    a row that does not reach η within it gets 0."""
     K = max(ws_i.shape[1], ws_j.shape[1])
     ci, cj = (np.pad(np.cumsum(w, axis=1), ((0, 0), (0, K - w.shape[1])), mode="edge") for w in (ws_i, ws_j))
-    ratio = ci * cj / (ci[:, -1:] * cj[:, -1:])
-    reached = ratio >= eta
-    reached[:, -1] = True  # the full sets always reach it (guards the rounding of ratio = 1)
-    return reached.argmax(axis=1) + 1
+    S_i = ci[:, -1] if S_i is None else S_i
+    S_j = cj[:, -1] if S_j is None else S_j
+    reached = ci * cj >= eta * (S_i * S_j)[:, None]
+    if complete:
+        reached[:, -1] = True  # the full sets always reach it (guards the rounding of ratio = 1)
+    return np.where(reached.any(1), reached.argmax(axis=1) + 1, 0)
+
+
+def leading_neighbours(w: np.ndarray, k0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The k0 largest weights of each row in decreasing order, ties by column (what a stable sort of the
+    whole row would give for its first k0), their columns, and the next weight (−inf if none): an
+    argpartition and a small sort instead of sorting all K."""
+    C, K = w.shape
+    if k0 >= K:
+        o = np.argsort(-w, axis=1, kind="stable")
+        return o, np.take_along_axis(w, o, 1), np.full(C, -np.inf)
+    part = np.argpartition(-w, k0, axis=1)
+    top = part[:, :k0]
+    wt = np.take_along_axis(w, top, 1)
+    o = np.lexsort((top, -wt), axis=1)
+    return np.take_along_axis(top, o, 1), np.take_along_axis(wt, o, 1), np.take_along_axis(w, part[:, k0:k0 + 1], 1)[:, 0]
+
+
+def ordered_neighbours(wi: np.ndarray, wj: np.ndarray, eta: float, k1: int | None, k0: int = 64):
+    """Per coalition: K₁ (eq. 7, or ``k1``) and the columns and weights of each side's neighbours in
+    decreasing weight order (ties by reference row), at least K₁ of them.
+
+    The first ``k0`` come from a partial selection; a row whose K₁ is not settled inside them (its mass
+    reaches η later, or the K₁-th weight ties with the first one left out) is sorted in full.
+    """
+    oi, ws_i, next_i = leading_neighbours(wi, k0)
+    oj, ws_j, next_j = leading_neighbours(wj, k0)
+    full = oi.shape[1] == wi.shape[1] and oj.shape[1] == wj.shape[1]
+    if k1 is not None:
+        K1 = np.full(len(wi), k1)
+    else:
+        K1 = k1_by_mass(ws_i, ws_j, eta, wi.sum(1), wj.sum(1), complete=full)
+    rows = np.arange(len(wi))
+    last = np.maximum(K1, 1) - 1
+    settled = (K1 > 0) & (K1 <= ws_i.shape[1]) & (K1 <= ws_j.shape[1])
+    settled &= (ws_i[rows, np.minimum(last, ws_i.shape[1] - 1)] > next_i)
+    settled &= (ws_j[rows, np.minimum(last, ws_j.shape[1] - 1)] > next_j)
+    redo = np.flatnonzero(~settled)
+    if len(redo) == 0:
+        return K1, oi, ws_i, oj, ws_j
+    fi, fj = np.argsort(-wi[redo], axis=1, kind="stable"), np.argsort(-wj[redo], axis=1, kind="stable")
+    gi, gj = np.take_along_axis(wi[redo], fi, 1), np.take_along_axis(wj[redo], fj, 1)
+    if k1 is None:
+        K1[redo] = k1_by_mass(gi, gj, eta, wi[redo].sum(1), wj[redo].sum(1))
+    width_i, width_j = max(oi.shape[1], min(int(K1.max()), wi.shape[1])), max(oj.shape[1], min(int(K1.max()), wj.shape[1]))
+    out = []
+    for o, ws, f, g, width in ((oi, ws_i, fi, gi, width_i), (oj, ws_j, fj, gj, width_j)):
+        O, W = np.zeros((len(o), width), np.int64), np.zeros((len(o), width))
+        O[:, :o.shape[1]], W[:, :o.shape[1]] = o, ws
+        O[redo], W[redo] = f[:, :width], g[:, :width]
+        out += [O, W]
+    return K1, *out
 
 
 def expectation(zeta, A: np.ndarray, p: np.ndarray, B: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -152,10 +215,7 @@ def coalition_values(zeta, xi: np.ndarray, xj: np.ndarray, Ri: np.ndarray, Rj: n
     each chunk's composites [x_k^T̄, x^T] built at once and ζ evaluated in one call. ``budget`` bounds the
     floats of a chunk's composites (K₁ × K₁ × D per coalition without a fast ``expectation``).
     """
-    wi, wj = neighbour_weights(Qi, sigma), neighbour_weights(Qj, sigma)
-    oi, oj = np.argsort(-wi, axis=1, kind="stable"), np.argsort(-wj, axis=1, kind="stable")
-    wi, wj = np.take_along_axis(wi, oi, 1), np.take_along_axis(wj, oj, 1)
-    K1 = np.full(len(masks), k1) if k1 is not None else k1_by_mass(wi, wj, eta)
+    K1, oi, wi, oj, wj = ordered_neighbours(neighbour_weights(Qi, sigma), neighbour_weights(Qj, sigma), eta, k1)
     pair_cost = getattr(zeta, "expectation", None) is None
     v = np.empty(len(masks))
     by_k1 = np.argsort(K1, kind="stable")
@@ -206,37 +266,40 @@ def bernoulli_matrix(M: int, D: int, rng: np.random.Generator) -> np.ndarray:
 
 def fista_lasso(A: np.ndarray, r: np.ndarray, lam: float, x0: np.ndarray | None = None, iters: int = 2000,
                 tol: float = 1e-10) -> np.ndarray:
-    """argmin_x ½‖A x − r‖² + λ‖x‖₁ by FISTA (Beck & Teboulle 2009), step 1/‖A‖₂²."""
-    step = 1.0 / max(np.linalg.norm(A, 2) ** 2, 1e-300)
+    """argmin_x ½‖A x − r‖² + λ‖x‖₁ by FISTA (Beck & Teboulle 2009), step 1/‖A‖₂²; stops when an
+    iterate moves less than ``tol`` (relative), checked every 10 steps."""
+    G, Atr = A.T @ A, A.T @ r                  # the gradient Aᵀ(A y − r) = G y − Aᵀr in D×D
+    step = 1.0 / max(np.linalg.eigvalsh(G)[-1], 1e-300)
     x = np.zeros(A.shape[1]) if x0 is None else x0.copy()
-    y, t = x.copy(), 1.0
-    for _ in range(iters):
-        g = y - step * (A.T @ (A @ y - r))
-        x_new = np.sign(g) * np.maximum(np.abs(g) - step * lam, 0.0)   # soft threshold
+    y, t, thresh = x.copy(), 1.0, step * lam
+    for n in range(iters):
+        g = y - step * (G @ y - Atr)
+        x_new = np.sign(g) * np.maximum(np.abs(g) - thresh, 0.0)   # soft threshold
         t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
         y = x_new + ((t - 1) / t_new) * (x_new - x)
-        if np.linalg.norm(x_new - x) <= tol * max(1.0, np.linalg.norm(x_new)):
+        if n % 10 == 9 and np.linalg.norm(x_new - x) <= tol * max(1.0, np.linalg.norm(x_new)):
             return x_new
         x, t = x_new, t_new
     return x
 
 
-def l1_recovery(A: np.ndarray, r: np.ndarray, eps: float, steps: int = 30) -> tuple[np.ndarray, float]:
+def l1_recovery(A: np.ndarray, r: np.ndarray, eps: float, steps: int = 12) -> tuple[np.ndarray, float]:
     """Eq. 11, argmin ‖x‖₁ s.t. ‖r − A x‖₂ ≤ ε, through its Lagrangian ½‖A x − r‖² + λ‖x‖₁: λ is found by
-    bisection (in log λ) as the largest whose FISTA solution meets ‖r − A x‖ ≤ ε (the residual grows
-    with λ; at λ ≥ ‖Aᵀr‖_∞ the solution is 0). Returns (x, λ)."""
+    bisection (in log λ over [10⁻¹⁰, 1]·‖Aᵀr‖_∞, warm-started FISTA) as the largest tried whose solution
+    meets ‖r − A x‖ ≤ ε (the residual grows with λ; at λ ≥ ‖Aᵀr‖_∞ the solution is 0). Returns (x, λ)."""
     lam_hi = float(np.max(np.abs(A.T @ r)))
     if np.linalg.norm(r) <= eps or lam_hi == 0.0:
         return np.zeros(A.shape[1]), lam_hi
     lo, hi = math.log(lam_hi * 1e-10), math.log(lam_hi)
-    best = fista_lasso(A, r, math.exp(lo))
-    best_lam = math.exp(lo)
-    x = best
+    best, best_lam, x = None, None, np.zeros(A.shape[1])
     for _ in range(steps):
         mid = (lo + hi) / 2
-        x = fista_lasso(A, r, math.exp(mid), x0=x, iters=500)
+        x = fista_lasso(A, r, math.exp(mid), x0=x, iters=300, tol=1e-8)
         if np.linalg.norm(r - A @ x) <= eps:
             lo, best, best_lam = mid, x, math.exp(mid)
         else:
             hi = mid
+    if best is None:   # ε below what any λ tried reaches: the smallest λ's solution
+        best_lam = math.exp(lo)
+        best = fista_lasso(A, r, best_lam, x0=x)
     return best, best_lam

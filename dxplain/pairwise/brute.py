@@ -74,10 +74,17 @@ def brute_shapley(zeta, xi, xj, ref: Reference, sigma: float, eta: float, k1: in
 
 
 def loop_shapley(zeta, xi, xj, ref: Reference, sigma: float, eta: float, k1: int | None = None) -> np.ndarray:
-    """φ by eq. 8 with a Python loop over the 2^D coalitions, one ``coalition_value`` each."""
-    D = ref.D
-    v = np.array([coalition_value(zeta, xi, xj, ref, [d for d in range(D) if t >> d & 1], sigma, eta, k1)
-                  for t in range(2 ** D)])
-    from ..kernels.pairwise import shapley_from_values
+    """φ by eq. 8 with a Python loop over the 2^D coalitions, each whitened and evaluated on its own with
+    the same numpy kernels as ASIPair (vectorised within a coalition, not across coalitions): the
+    baseline of the vectorisation benchmark."""
+    from ..kernels import pairwise as K
 
-    return shapley_from_values(v, D)
+    D = ref.D
+    masks = K.coalition_masks(D)
+    v = np.empty(2 ** D)
+    v[0], v[-1] = ref.base, zeta(xi[None], xj[None])[0]
+    for t in range(1, 2 ** D - 1):
+        m = masks[t:t + 1]
+        v[t] = K.coalition_values(zeta, xi, xj, ref.Ri, ref.Rj, m, K.masked_q(xi[None] - ref.Ri, ref.Omega_i, m),
+                                  K.masked_q(xj[None] - ref.Rj, ref.Omega_j, m), sigma, eta, k1)[0]
+    return K.shapley_from_values(v, D)
