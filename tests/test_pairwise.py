@@ -299,3 +299,19 @@ def test_fewer_reference_instances_than_k1_needs(small):
         explain_pairs(zeta, ref, X[30:31], X[31:32], k1=31)
     with pytest.raises(InputError, match="at least 2 instances"):
         reference(zeta, X[:1])
+
+
+def test_a_factor_model_explained_as_a_pairwise_model():
+    from dxplain.models.base import FactorModel
+    from dxplain.pairwise.models import factor_pairs
+
+    rng = np.random.default_rng(21)
+    m = FactorModel(U=rng.normal(size=(30, 4)), V=rng.normal(size=(25, 4)), mu=0.0, lam=None, n_train=100)
+    zeta, U, V = factor_pairs(m)
+    ref = reference(zeta, U, V)
+    assert ref.base == pytest.approx(U.mean(0) @ V.mean(0), rel=1e-12)    # v(∅) = mean over all (user, item) pairs
+    phi, z = asipair(zeta, U[3], V[7], ref)
+    assert z == pytest.approx(m.predict(np.array([3]), np.array([7]))[0], rel=1e-12)
+    assert abs(phi.sum() - (z - ref.base)) <= 1e-9
+    np.testing.assert_allclose(phi, brute_shapley(lambda A, B: (A * B).sum(-1), U[3], V[7], ref, 0.2, 0.95),
+                               rtol=1e-9, atol=1e-12)

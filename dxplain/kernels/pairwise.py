@@ -91,22 +91,20 @@ def coalition_whiteners(Omega: np.ndarray, masks: np.ndarray) -> np.ndarray:
 def whitened_q(W: np.ndarray, r_norms: np.ndarray, Rc: np.ndarray, xc: np.ndarray, size: np.ndarray) -> np.ndarray:
     """Q[c, k] = ‖W_c(x − r_k)‖² / |T| = (‖W_c x‖² − 2 (W_cᵀW_c x)ᵀ r_k + ‖W_c r_k‖²) / |T|, with x and the
     reference rows R centred on the reference mean (so the expansion loses no precision worth the name)
-    and ``r_norms[c, k] = ‖W_c r_k‖²`` precomputed: one (C, D) × (D, K) product per pair."""
+    and ``r_norms[c, k] = ‖W_c r_k‖² / |T|`` precomputed: one (C, D) × (D, K) product and one pass per pair
+    (these (C, K) passes are most of a pair's cost)."""
     u = W @ xc                                                   # (C, D)
-    Px = np.einsum("cde,cd->ce", W, u)                          # W_cᵀ W_c x
+    Px = np.einsum("cde,cd->ce", W, u) * (-2.0 / size)[:, None]  # −2 W_cᵀ W_c x / |T|
     Q = Px @ Rc.T
-    Q *= -2.0                       # in place: these (C, K) passes are most of a pair's cost
     Q += r_norms
-    Q += (u * u).sum(1)[:, None]
-    np.maximum(Q, 0.0, out=Q)
-    Q /= size[:, None]
+    Q += ((u * u).sum(1) / size)[:, None]
     return Q
 
 
-def reference_norms(W: np.ndarray, Rc: np.ndarray) -> np.ndarray:
-    """‖W_c r_k‖² for every coalition c and centred reference row k, (C, K)."""
+def reference_norms(W: np.ndarray, Rc: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """‖W_c r_k‖² / |T| for every coalition c (of ``size`` features) and centred reference row k, (C, K)."""
     Z = (W.reshape(-1, W.shape[2]) @ Rc.T).reshape(W.shape[0], W.shape[1], len(Rc))
-    return np.einsum("cdk,cdk->ck", Z, Z)
+    return np.einsum("cdk,cdk->ck", Z, Z) / size[:, None]
 
 
 def prefix_q(Delta: np.ndarray, Omega: np.ndarray, order: np.ndarray) -> np.ndarray:

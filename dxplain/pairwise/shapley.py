@@ -114,7 +114,8 @@ class _Whitening:
     def q(self, x: np.ndarray, key, masks: np.ndarray) -> np.ndarray:
         if key not in self.cache:
             W = K.coalition_whiteners(self.Omega, masks)
-            self.cache[key] = (W, K.reference_norms(W, self.Rc), masks.sum(1))
+            size = masks.sum(1)
+            self.cache[key] = (W, K.reference_norms(W, self.Rc, size), size)
         W, norms, size = self.cache[key]
         return K.whitened_q(W, norms, self.Rc, x - self.mu, size)
 
