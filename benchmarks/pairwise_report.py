@@ -33,9 +33,10 @@ def masking(r):
     out = []
     for name, s in r["sets"].items():
         methods = [m for m in ("asipair", "raipair", "shap_kernel", "random") if m in s["curve"][0]]
+        beats = ", ".join(f"{m} {ok}" for m, ok in s["lower_than_random_at_every_p_ge_5pct"].items())
+        secs = ", ".join(f"{m} {t:.3f}" for m, t in s["seconds_per_pair"].items())
         out.append(f"**{name}** (D = {s['D']}, test AUC {s['auc'][0]:.3f} ± {s['auc'][1]:.3f}; lower than random at "
-                   f"every p ≥ 5%: {', '.join(f'{m} {ok}' for m, ok in s['lower_than_random_at_every_p_ge_5pct'].items())}; "
-                   f"seconds per pair: {', '.join(f'{m} {t:.3f}' for m, t in s['seconds_per_pair'].items())})")
+                   f"every p ≥ 5%: {beats}; seconds per pair: {secs})")
         out.append("")
         out.append("| p | masked | " + " | ".join(methods) + " |")
         out.append("|---|---|" + "---|" * len(methods))
@@ -73,10 +74,10 @@ def cluster(r):
 
 
 def digits(r):
-    shares = [p["nonzero_deviation_share"] for p in r["pairs"]]
+    secs = ", ".join(f"{p['seconds']:.2f}" for p in r["pairs"])
+    nz = ", ".join(f"{p['nonzero_deviation_share']:.2f}" for p in r["pairs"])
     return (f"8×8 digits 1 vs 9 (D = {r['D']}, test AUC {r['test_auc']:.3f}); RAIPair on {len(r['pairs'])} pairs: "
-            f"{', '.join(f'{p['seconds']:.2f}' for p in r['pairs'])} s each; share of non-zero deviations φ̂: "
-            f"{', '.join(f'{s:.2f}' for s in shares)}. Picture: `benchmarks/results/pairwise/digits.png`.")
+            f"{secs} s each; share of non-zero deviations φ̂: {nz}. Picture: `benchmarks/results/pairwise/digits.png`.")
 
 
 if __name__ == "__main__":

@@ -38,11 +38,12 @@ def data(tmp_path_factory):
 
 
 @pytest.mark.parametrize("model, method", [("opauc", "asipair"), ("lowrank", "raipair")])
-def test_cli_writes_the_contract(data, tmp_path, capsys, model, method):
+def test_cli_writes_the_contract(data, tmp_path, model, method):
+    # no capsys here: the first flow run binds Prefect's console log handler to the stream of the moment,
+    # and a capsys stream is closed when its test ends (later flows' error logs would then fail)
     out = tmp_path / "o"
     assert main(["pairwise", "explain", "--data", str(data), "--label", "y", "--model", model, "--method", method,
                  "--pairs", "6", "--seed", "1", "--out", str(out), "--in-memory"]) == 0
-    assert "attributions.parquet" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == ["attributions.parquet", "metrics.json"]
     t = pq.read_table(out / "attributions.parquet")
     assert t.column_names == COLUMNS and t.num_rows == 6 * 5
@@ -97,16 +98,13 @@ def nan_table():
     (lambda: table(D=17), [], "D = 17 is above its cap of 16"),
     (lambda: table(classes=3), [], "label column 'y' has 3 classes (0, 1, 2); OPAUC needs exactly two"),
     (table, ["--k1", "81"], "--k1 81: K₁ needs 81 reference instances a side and there are only 80"),
-    (table, ["--label", "nope"], "no label column 'nope'"),
+    (lambda: table().rename_columns([f"f{d}" for d in range(5)] + ["note", "target"]), [], "no label column 'y'"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, make, args, needle):
     path = _write(tmp_path, make())
     out = tmp_path / "o"
     argv = ["pairwise", "explain", "--data", str(path), "--label", "y", "--model", "opauc", "--method", "asipair",
             "--pairs", "3", "--out", str(out), "--in-memory", *args]
-    if "--label" in args:
-        argv = [a for k, a in enumerate(argv) if not (argv[k - 1:k + 1] == ["--label", "y"] or a == "--label"
-                                                        and argv[k + 1] == "y")]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("dxplain: error:") and len(err.splitlines()) == 1 and needle in err
