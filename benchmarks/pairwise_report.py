@@ -80,7 +80,31 @@ def digits(r):
             f"{secs} s each; share of non-zero deviations φ̂: {nz}. Picture: `benchmarks/results/pairwise/digits.png`.")
 
 
+def speed_plot(r):
+    """Fig. 2: seconds per pair against D (log-log), ASIPair and RAIPair."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    rows = r["rows"]
+    ax.plot([x["D"] for x in rows if x["asipair_s"]], [x["asipair_s"] for x in rows if x["asipair_s"]], "o-",
+            label="ASIPair")
+    ax.plot([x["D"] for x in rows], [x["raipair_s"] for x in rows], "s-",
+            label=f"RAIPair (slope {r['raipair_slope_D_ge_16']:.2f} for D ≥ 16)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("D")
+    ax.set_ylabel("seconds per pair (1 thread)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "speed.png", dpi=110)
+
+
 if __name__ == "__main__":
+    if load("speed"):
+        speed_plot(load("speed"))
     for name, fn in (("speed", speed), ("masking", masking), ("rai_vs_asi", rai_vs_asi), ("cluster", cluster),
                      ("digits", digits)):
         r = load(name)

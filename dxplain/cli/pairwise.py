@@ -15,10 +15,11 @@ def cmd_explain(a) -> int:
 
 
 def register(sub) -> None:
+    """``pairwise explain``: one verb today; the sub-subcommand leaves room for ``fit`` / ``mask`` later."""
     from ..flows.pairwise import pairwise_explain
 
-    p = sub.add_parser("pairwise", help="feature Shapley values of pairwise models (Huai et al. 2020)")
-    verbs = p.add_subparsers(dest="verb", required=True)
+    verbs = sub.add_parser("pairwise", help="feature Shapley values of pairwise models (Huai et al. 2020)"
+                           ).add_subparsers(dest="verb", required=True)
     e = verbs.add_parser("explain", help="fit OPAUC or LowRank on 80%% of a table and explain test pairs")
     flow_options(e, pairwise_explain, {
         "data": "Parquet or CSV table: every numeric column but the label is a feature",
