@@ -32,7 +32,7 @@ def speed(r):
 def masking(r):
     out = []
     for name, s in r["sets"].items():
-        methods = [m for m in ("asipair", "raipair", "shap_kernel", "random") if m in s["curve"][0]]
+        methods = [m for m in ("asipair", "raipair", "shap_kernel", "shap_permutation", "random") if m in s["curve"][0]]
         beats = ", ".join(f"{m} {ok}" for m, ok in s["lower_than_random_at_every_p_ge_5pct"].items())
         secs = ", ".join(f"{m} {t:.3f}" for m, t in s["seconds_per_pair"].items())
         out.append(f"**{name}** (D = {s['D']}, test AUC {s['auc'][0]:.3f} ± {s['auc'][1]:.3f}; lower than random at "

@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
+from ..errors import InputError
 from ..io.features import read_features
 from ..io.results import check_out_folder, write_folder
 from ..pairwise.explain import METHODS, check_explain, explain_pairs, masking_curve, random_rankings, top_features
@@ -58,6 +59,10 @@ def pairwise_explain(data: str, out: str, label: str = "label", model: str = "op
         zeta = fit_model(model, table.X[train], y_all[train], label, seed)
     Xt, yt = table.X[test], y_all[test]
     a, b = choose_pairs(yt, pairs, model, seed)
+    if len(a) == 0:
+        kind = "(positive, negative) pair" if model == "opauc" else "pair"
+        raise InputError(f"{data}: the {len(test)}-row test split has no {kind} to explain; give a table with more "
+                         "rows of each class")
     ref = reference(zeta, table.X[train])
     check_explain(ref, Xt[a], Xt[b], method, sigma, eta, k1, max_d)  # refuse before a cluster starts
     logger.info("%s on %s: D=%d, %d train / %d test rows, explaining %d pairs with %s", model, data,
