@@ -10,6 +10,7 @@ D ≤ 16 (Heart, Diabetes); Parkinson (D = 22) and Ionosphere (D = 34) are above
 """
 
 import argparse
+import json
 
 import numpy as np
 from scipy import stats
@@ -20,7 +21,7 @@ from dxplain.pairwise.models import OPAUC
 from dxplain.pairwise.pairs import choose_pairs, split
 from dxplain.pairwise.shapley import DEFAULT_MAX_D, reference
 
-from pairwise_common import UCI_SETS, timed, uci, write
+from pairwise_common import RESULTS, UCI_SETS, timed, uci, write
 from pairwise_peers import shap_values
 
 
@@ -59,27 +60,39 @@ def main():
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--sets", default=",".join(UCI_SETS))
+    ap.add_argument("--only", default=None, help="run one set:seed and keep it (resumable chunks); no summary")
     a = ap.parse_args()
-    out = {"pairs": a.pairs, "seeds": a.seeds, "p": list(MASK_P), "masked_value": "training mean", "sets": {}}
-    X, y, _ = uci("diabetes")   # warm shap up (imports, compilation) outside the timed calls
-    for kind in ("kernel", "permutation"):
-        shap_values(kind, OPAUC().fit(X, y), X, X[:2], X[-2:])
+    runs_dir = RESULTS / "masking_runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    todo = [tuple(a.only.split(":"))] if a.only else [(n, str(s)) for n in a.sets.split(",") for s in range(a.seeds)]
+    todo = [(n, s) for n, s in todo if not (runs_dir / f"{n}_{s}_{a.pairs}.json").exists()]
+    if todo:
+        X, y, _ = uci("diabetes")   # warm shap up (imports, compilation) outside the timed calls
+        for kind in ("kernel", "permutation"):
+            shap_values(kind, OPAUC().fit(X, y), X, X[:2], X[-2:])
     with threadpool_limits(1):
-        for name in a.sets.split(","):
-            runs = [one_seed(name, s, a.pairs) for s in range(a.seeds)]
-            methods = [k[4:] for k in runs[0]["curve"][0] if k.startswith("auc_") and not k.endswith("_sd")]
-            table = []
-            for n, p in enumerate(MASK_P):
-                row = {"p": p, "masked": runs[0]["curve"][n]["masked"]}
-                for m in methods:
-                    row[m], row[m + "_ci95"] = ci95([r["curve"][n][f"auc_{m}"] for r in runs])
-                table.append(row)
-            beats = {m: all(r[m] < r["random"] for r in table if r["p"] >= 0.05) for m in methods if m != "random"}
-            out["sets"][name] = {"D": runs[0]["D"], "auc": ci95([r["auc"] for r in runs]), "curve": table,
-                                 "lower_than_random_at_every_p_ge_5pct": beats,
-                                 "seconds_per_pair": {m: float(np.mean([r["seconds_per_pair"][m] for r in runs]))
-                                                      for m in runs[0]["seconds_per_pair"]}}
-            print(name, out["sets"][name]["auc"], beats, out["sets"][name]["seconds_per_pair"], flush=True)
+        for name, seed in todo:
+            r = one_seed(name, int(seed), a.pairs)
+            (runs_dir / f"{name}_{seed}_{a.pairs}.json").write_text(json.dumps(r, default=float))
+            print(name, seed, r["seconds_per_pair"], flush=True)
+    if a.only:
+        return
+    out = {"pairs": a.pairs, "seeds": a.seeds, "p": list(MASK_P), "masked_value": "training mean", "sets": {}}
+    for name in a.sets.split(","):
+        runs = [json.loads((runs_dir / f"{name}_{s}_{a.pairs}.json").read_text()) for s in range(a.seeds)]
+        methods = [k[4:] for k in runs[0]["curve"][0] if k.startswith("auc_") and not k.endswith("_sd")]
+        table = []
+        for n, p in enumerate(MASK_P):
+            row = {"p": p, "masked": runs[0]["curve"][n]["masked"]}
+            for m in methods:
+                row[m], row[m + "_ci95"] = ci95([r["curve"][n][f"auc_{m}"] for r in runs])
+            table.append(row)
+        beats = {m: all(r[m] < r["random"] for r in table if r["p"] >= 0.05) for m in methods if m != "random"}
+        out["sets"][name] = {"D": runs[0]["D"], "auc": ci95([r["auc"] for r in runs]), "curve": table,
+                             "lower_than_random_at_every_p_ge_5pct": beats,
+                             "seconds_per_pair": {m: float(np.mean([r["seconds_per_pair"][m] for r in runs]))
+                                                  for m in runs[0]["seconds_per_pair"]}}
+        print(name, out["sets"][name]["auc"], beats, flush=True)
     write("masking", out)
     plot(out)
 
@@ -89,8 +102,6 @@ def plot(out):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from pairwise_common import RESULTS
 
     fig, axes = plt.subplots(1, len(out["sets"]), figsize=(4 * len(out["sets"]), 3.4), squeeze=False)
     for ax, (name, r) in zip(axes[0], out["sets"].items()):

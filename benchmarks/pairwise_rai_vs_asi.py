@@ -8,6 +8,7 @@ cut to their first 12 features (a scaled-down stand-in, said so in the output).
 """
 
 import argparse
+import json
 import math
 
 import numpy as np
@@ -17,7 +18,7 @@ from dxplain.pairwise.models import OPAUC
 from dxplain.pairwise.pairs import choose_pairs, split
 from dxplain.pairwise.shapley import asipair, default_h, default_m, raipair, reference
 
-from pairwise_common import UCI_SETS, uci, write
+from pairwise_common import RESULTS, UCI_SETS, uci, write
 
 CUT = 12
 
@@ -27,11 +28,15 @@ def main():
     ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hs", default="5,20,80,320")
+    ap.add_argument("--sets", default=",".join(UCI_SETS), help="run these and merge into the existing results")
     a = ap.parse_args()
     hs = [int(h) for h in a.hs.split(",")]
-    out = {"pairs": a.pairs, "seed": a.seed, "H": hs, "sets": {}}
+    old = RESULTS / "rai_vs_asi.json"
+    out = json.loads(old.read_text()) if old.exists() else {}
+    if out.get("pairs") != a.pairs or out.get("H") != hs or out.get("seed") != a.seed:
+        out = {"pairs": a.pairs, "seed": a.seed, "H": hs, "sets": {}}
     with threadpool_limits(1):
-        for name in UCI_SETS:
+        for name in a.sets.split(","):
             X, y, feats = uci(name)
             cut = X.shape[1] > 16
             if cut:

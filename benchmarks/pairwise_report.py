@@ -65,6 +65,13 @@ def rai_vs_asi(r):
     return "\n".join(out)
 
 
+def cluster_local(r):
+    return (f"In one process (no cluster; the heavy lock was held when this ran): RAIPair on {r['local_sample']} "
+            f"Ionosphere pairs (D = {r['D']}, M = {r['M']}, H = {r['H']}): **{r['local_pairs_per_s']:.1f} pairs/s**; "
+            f"shap KernelExplainer on {r['shap_kernel_sample']} of the same pairs: "
+            f"**{r['shap_kernel_pairs_per_s']:.1f} pairs/s**.")
+
+
 def cluster(r):
     return (f"{r['pairs']:,} Ionosphere pairs (D = {r['D']}, M = {r['M']}, H = {r['H']}) with RAIPair on a 2-worker "
             f"LocalCluster: {r['cluster_seconds']:.0f} s, **{r['cluster_pairs_per_s']:.1f} pairs/s** "
@@ -105,7 +112,7 @@ def speed_plot(r):
 if __name__ == "__main__":
     if load("speed"):
         speed_plot(load("speed"))
-    for name, fn in (("speed", speed), ("masking", masking), ("rai_vs_asi", rai_vs_asi), ("cluster", cluster),
+    for name, fn in (("speed", speed), ("masking", masking), ("rai_vs_asi", rai_vs_asi), ("cluster", cluster), ("cluster_local", cluster_local),
                      ("digits", digits)):
         r = load(name)
         print(f"### {name}\n\n{fn(r) if r else '(not run)'}\n")
