@@ -106,12 +106,13 @@ def plot(out):
     fig, axes = plt.subplots(1, len(out["sets"]), figsize=(4 * len(out["sets"]), 3.4), squeeze=False)
     for ax, (name, r) in zip(axes[0], out["sets"].items()):
         p = [row["p"] * 100 for row in r["curve"]]
-        for m in ("asipair", "raipair", "shap_kernel", "shap_permutation", "random"):
+        for m, color in (("asipair", "C0"), ("raipair", "C1"), ("shap_kernel", "C2"), ("shap_permutation", "C3"),
+                         ("random", "C7")):
             if m in r["curve"][0]:
                 mu = np.array([row[m] for row in r["curve"]])
                 ci = np.array([row[m + "_ci95"] for row in r["curve"]])
-                ax.plot(p, mu, marker="o", label=m)
-                ax.fill_between(p, mu - ci, mu + ci, alpha=0.2)
+                ax.plot(p, mu, marker="o", label=m, color=color)
+                ax.fill_between(p, mu - ci, mu + ci, alpha=0.12, color=color)
         ax.set_xscale("log")
         ax.set_title(f"{name} (D={r['D']})")
         ax.set_xlabel("masked features (%)")

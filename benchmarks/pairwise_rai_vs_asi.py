@@ -53,12 +53,14 @@ def main():
             grid = []
             for M in ms:
                 for H in hs:
-                    err, overlap = [], []
+                    err, overlap, num, den = [], [], 0.0, 0.0
                     for n in range(len(pa)):
                         phi = raipair(zeta, Xi[n], Xj[n], ref, np.random.default_rng([a.seed, n, H, M]), H=H, M=M)[0]
                         err.append(np.linalg.norm(phi - exact[n]) / max(np.linalg.norm(exact[n]), 1e-300))
+                        num, den = num + np.linalg.norm(phi - exact[n]), den + np.linalg.norm(exact[n])
                         overlap.append(len(set(np.argsort(-phi)[:k]) & set(np.argsort(-exact[n])[:k])) / k)
                     grid.append({"M": M, "H": H, "rel_l2_error": float(np.mean(err)),
+                                 "rel_l2_error_median": float(np.median(err)), "pooled_rel_l2_error": num / den,
                                  "rel_l2_error_sd": float(np.std(err)), "top10_overlap": float(np.mean(overlap))})
                     print(name, grid[-1], flush=True)
             out["sets"][name] = {"D": D, "cut_to_first_features": CUT if cut else None, "default_M": default_m(D),

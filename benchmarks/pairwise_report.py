@@ -52,15 +52,18 @@ def rai_vs_asi(r):
     for name, s in r["sets"].items():
         cut = f", first {s['cut_to_first_features']} features" if s["cut_to_first_features"] else ""
         out.append(f"**{name}** (D = {s['D']}{cut}; default M = {s['default_M']}, H = {s['default_H']}; "
-                    f"top-10% = {s['top_k']} features): relative ℓ2 error / top-10% overlap")
+                    f"top-10% = {s['top_k']} features): median relative ℓ2 error / pooled (Σ‖φ̃ − φ‖ / Σ‖φ‖) / "
+                   "mean top-10% overlap")
         out.append("")
         Ms = sorted({g["M"] for g in s["grid"]})
         out.append("| M \\ H | " + " | ".join(str(h) for h in r["H"]) + " |")
         out.append("|---|" + "---|" * len(r["H"]))
         for M in Ms:
             cells = {g["H"]: g for g in s["grid"] if g["M"] == M}
-            out.append(f"| {M} | " + " | ".join(f"{cells[h]['rel_l2_error']:.2f} / {cells[h]['top10_overlap']:.2f}"
-                                                for h in r["H"]) + " |")
+            out.append(f"| {M} | " + " | ".join(
+                f"{cells[h].get('rel_l2_error_median', float('nan')):.2f} / "
+                f"{cells[h].get('pooled_rel_l2_error', float('nan')):.2f} / {cells[h]['top10_overlap']:.2f}"
+                for h in r["H"]) + " |")
         out.append("")
     return "\n".join(out)
 
