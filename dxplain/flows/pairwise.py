@@ -18,7 +18,8 @@ from ..config import Settings
 from ..errors import InputError
 from ..io.features import read_features
 from ..io.results import check_out_folder, write_folder
-from ..pairwise.explain import METHODS, check_explain, explain_pairs, masking_curve, random_rankings, top_features
+from ..pairwise.explain import (METHODS, check_explain, efficiency_gap, explain_pairs, masking_curve, random_rankings,
+                                top_features)
 from ..pairwise.models import MODELS, two_classes
 from ..pairwise.pairs import attributions_table, choose_pairs, split
 from ..pairwise.shapley import DEFAULT_MAX_D, ETA, MAX_D, SIGMA, reference
@@ -75,7 +76,7 @@ def pairwise_explain(data: str, out: str, label: str = "label", model: str = "op
         fill = table.X[train].mean(0)
         curve = masking_curve(zeta, Xt, yt, fill, {"method": top_features(phi),
                                                     "random": random_rankings(len(a), ref.D, seed)})
-    efficiency = float(np.max(np.abs(phi.sum(1) - (zeta_ij - ref.base)))) if len(a) else 0.0
+    efficiency = efficiency_gap(phi, zeta_ij, ref.base)
     metrics = {"auc": zeta.auc(Xt, yt), "masking": curve, "model": model, "method": method,
                "data": str(data), "label": label, "features": ref.D, "train_rows": len(train),
                "test_rows": len(test), "pairs": len(a), "seed": seed, "sigma": sigma, "eta": eta, "k1": k1,

@@ -60,6 +60,11 @@ def explain_pairs(zeta, ref: Reference, Xi: np.ndarray, Xj: np.ndarray, method: 
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
+def efficiency_gap(phi: np.ndarray, zeta: np.ndarray, base: float) -> float:
+    """max over pairs of |Σ_d φ_d − (ζ − base)|: ~1e-16 for ASIPair, the recovery's error for RAIPair."""
+    return float(np.max(np.abs(phi.sum(1) - (zeta - base)))) if len(phi) else 0.0
+
+
 def top_features(phi: np.ndarray) -> np.ndarray:
     """Each pair's features by decreasing φ (the most support for the pair's score first), ties by index."""
     return np.argsort(-phi, axis=1, kind="stable")
