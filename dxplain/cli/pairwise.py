@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from .common import flow_options, print_summary, run_flow
+from ..params import validate
+from .common import flow_kwargs, flow_options, print_summary, run_flow
 
 
 def cmd_explain(a) -> int:
-    from ..flows.pairwise import CONSTRAINTS, pairwise_explain
+    from ..flows.pairwise import CONSTRAINTS, pairwise_explain, prepare
 
+    kw = flow_kwargs(a)
+    validate(CONSTRAINTS, kw)
+    prepare(kw["data"], kw["out"], kw["label"], kw["model"], kw["method"], kw["seed"], kw["k1"], kw["max_d"],
+            kw["force"])   # data-dependent refusals before Prefect or a cluster starts
     summary = run_flow(pairwise_explain, CONSTRAINTS, a)
     print_summary({k: summary[k] for k in ("auc", "pairs", "features", "max_efficiency_error", "seconds", "out")})
     print(f"\nAttributions: {summary['out']}/attributions.parquet; metrics: {summary['out']}/metrics.json")

@@ -22,7 +22,7 @@ from ..pairwise.explain import (METHODS, check_explain, efficiency_gap, explain_
                                 top_features)
 from ..pairwise.models import MODELS, two_classes
 from ..pairwise.pairs import attributions_table, choose_pairs, split
-from ..pairwise.shapley import DEFAULT_MAX_D, ETA, MAX_D, SIGMA, reference
+from ..pairwise.shapley import DEFAULT_MAX_D, ETA, MAX_D, SIGMA, check_asipair_size, check_k1, reference
 from ..params import Interval, OneOf, validate
 from .common import open_mapper, stage
 
@@ -41,6 +41,21 @@ def fit_model(kind: str, X: np.ndarray, y: np.ndarray, label: str, seed: int):
     return MODELS[kind](seed=seed).fit(X, y, label)
 
 
+def prepare(data: str, out: str, label: str, model: str, method: str, seed: int, k1: int | None, max_d: int,
+            force: bool = False):
+    """Read and check everything that can be checked before any work (the CLI calls this before Prefect
+    starts, the flow again for callers that skip the CLI): the table, --out, the label's classes, the
+    split, ASIPair's cap and K₁ against the reference size. Returns (table, labels, train rows, test rows)."""
+    check_out_folder(out, force)
+    table = read_features(data, label)
+    y = two_classes(table.y, label) if model == "opauc" else table.y
+    train, test = split(y, seed)
+    if method == "asipair":
+        check_asipair_size(table.X.shape[1], max_d)
+    check_k1(k1, len(train))
+    return table, y, train, test
+
+
 @flow(name="dxplain-pairwise", log_prints=True)
 def pairwise_explain(data: str, out: str, label: str = "label", model: str = "opauc", method: str = "asipair",
                      pairs: int = 100, seed: int = 0, sigma: float = SIGMA, eta: float = ETA, k1: int | None = None,
@@ -49,13 +64,10 @@ def pairwise_explain(data: str, out: str, label: str = "label", model: str = "op
                      in_memory: bool = False, force: bool = False) -> dict:
     """Fit ``model`` on 80% of ``data`` and explain ``pairs`` test pairs with ``method``; write ``out``."""
     validate(CONSTRAINTS, locals())
-    check_out_folder(out, force)
     t0, seconds = time.perf_counter(), {}
     logger = get_run_logger()
     settings = Settings.from_env(scheduler=scheduler, workers=workers)
-    table = read_features(data, label)
-    y_all = two_classes(table.y, label) if model == "opauc" else table.y
-    train, test = split(y_all, seed)
+    table, y_all, train, test = prepare(data, out, label, model, method, seed, k1, max_d, force)
     with stage(seconds, "fit"):
         zeta = fit_model(model, table.X[train], y_all[train], label, seed)
     Xt, yt = table.X[test], y_all[test]

@@ -77,7 +77,10 @@ def check_options(ref: Reference, sigma: float, eta: float, k1: int | None) -> N
         raise InputError(f"--sigma {sigma!r}: σ must be a number > 0 (the paper uses 0.2)")
     if not (isinstance(eta, (int, float)) and 0 < eta <= 1):
         raise InputError(f"--eta {eta!r}: η must be in (0, 1] (the share of weight mass the K₁ neighbours keep)")
-    n = min(len(ref.Ri), len(ref.Rj))
+    check_k1(k1, min(len(ref.Ri), len(ref.Rj)))
+
+
+def check_k1(k1: int | None, n: int) -> None:
     if k1 is not None and k1 > n:
         raise InputError(f"--k1 {k1}: K₁ needs {k1} reference instances a side and there are only {n}; give "
                          f"--k1 ≤ {n}, leave it unset (chosen by η-mass, eq. 7), or give more reference data")
