@@ -14,7 +14,7 @@ import sys
 
 from ..errors import DxplainError
 
-COMMANDS = ("refresh", "data", "negatives", "prototypes", "evaluate", "gammli")
+COMMANDS = ("refresh", "data", "negatives", "prototypes", "evaluate", "gammli", "pairwise")
 
 
 def parser() -> argparse.ArgumentParser:

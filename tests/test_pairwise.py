@@ -1,0 +1,317 @@
+"""Pairwise Shapley (ASIPair, RAIPair): oracles on tiny cases, the Shapley axioms, the kernels, bad input."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from dxplain.errors import InputError
+from dxplain.kernels import pairwise as K
+from dxplain.pairwise.brute import brute_shapley, coalition_value
+from dxplain.pairwise.explain import explain_pairs, masking_curve
+from dxplain.pairwise.models import OPAUC, DotProduct, LowRank, two_classes
+from dxplain.pairwise.shapley import asipair, permutation_deltas, raipair, reference
+
+
+def correlated(n, D, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, D)) @ (np.eye(D) + 0.5 * rng.normal(size=(D, D)))
+    y = (X @ rng.normal(size=D) + 0.5 * rng.normal(size=n) > 0).astype(int)
+    return X, y
+
+
+class Linear:
+    """ζ = wᵀ(a − b) without a fast expectation: the generic K₁ × K₁ path."""
+
+    def __init__(self, w):
+        self.w = np.asarray(w, float)
+
+    def __call__(self, A, B):
+        return (A - B) @ self.w
+
+
+class Metric:
+    def __init__(self, L):
+        self.L = np.asarray(L, float)
+
+    def __call__(self, A, B):
+        U = (A - B) @ self.L
+        return (U * U).sum(-1)
+
+
+def fitted(kind, X, y):
+    return OPAUC(seed=0).fit(X, y) if kind == "opauc" else LowRank(rank=2, seed=0).fit(X, y)
+
+
+@pytest.mark.parametrize("kind", ["opauc", "lowrank"])
+@pytest.mark.parametrize("D", [3, 5, 6])
+def test_asipair_equals_brute_force_shapley(kind, D):
+    X, y = correlated(50, D, seed=D)
+    zeta = fitted(kind, X, y)
+    ref = reference(zeta, X[:30])
+    for i, j in [(31, 40), (45, 33)]:
+        phi, z = asipair(zeta, X[i], X[j], ref)
+        truth = brute_shapley(zeta, X[i], X[j], ref, 0.2, 0.95)
+        np.testing.assert_allclose(phi, truth, rtol=1e-9, atol=1e-11 * max(1.0, abs(z)))
+
+
+@pytest.mark.parametrize("k1", [None, 4])
+def test_generic_path_equals_brute_force_and_the_fast_expectation(k1):
+    X, y = correlated(40, 4, seed=1)
+    fast = LowRank(rank=2, seed=1).fit(X, y)
+    slow = Metric(fast.L)
+    ref_f, ref_s = reference(fast, X[:25]), reference(slow, X[:25])
+    assert ref_f.base == pytest.approx(ref_s.base, rel=1e-12)
+    phi_s, _ = asipair(slow, X[30], X[35], ref_s, sigma=0.5, eta=0.8, k1=k1)
+    phi_f, _ = asipair(fast, X[30], X[35], ref_f, sigma=0.5, eta=0.8, k1=k1)
+    np.testing.assert_allclose(phi_s, brute_shapley(slow, X[30], X[35], ref_s, 0.5, 0.8, k1), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(phi_f, phi_s, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["opauc", "lowrank"])
+def test_efficiency_on_every_pair(kind):
+    X, y = correlated(120, 8, seed=3)
+    zeta = fitted(kind, X, y)
+    ref = reference(zeta, X[:80])
+    Xi, Xj = X[80:100], X[100:120]
+    phi, z = explain_pairs(zeta, ref, Xi, Xj, "asipair")
+    np.testing.assert_allclose(z, zeta(Xi, Xj), rtol=1e-13)
+    assert np.max(np.abs(phi.sum(1) - (z - ref.base))) <= 1e-9
+
+
+def test_symmetry_of_interchangeable_features():
+    # Features 0 and 1 enter ζ alike, the reference is closed under swapping them, and the pair has equal
+    # values in both: v(T ∪ {0}) = v(T ∪ {1}) for every T, so φ_0 = φ_1 (with the paper's σ and η).
+    rng = np.random.default_rng(5)
+    R = rng.normal(size=(20, 4))
+    R = np.vstack([R, R[:, [1, 0, 2, 3]]])
+    xi, xj = rng.normal(size=4), rng.normal(size=4)
+    xi[1], xj[1] = xi[0], xj[0]
+    for zeta in (Linear([0.7, 0.7, -1.2, 0.4]), Metric(np.array([[1.0, 0.3], [1.0, 0.3], [0.2, -1.0], [0.5, 0.5]]))):
+        phi, _ = asipair(zeta, xi, xj, reference(zeta, R))
+        assert phi[0] == pytest.approx(phi[1], rel=1e-10, abs=1e-12)
+        assert abs(phi[0] - phi[2]) > 1e-6  # not everything equal: the test can fail
+
+
+def test_dummy_feature_gets_zero():
+    # A feature ζ ignores is a dummy when knowing it does not move the neighbour weights: σ → ∞ makes every
+    # weight exactly 1 and η = 1 keeps every neighbour, so v(T ∪ {d}) = v(T) for all T.
+    X, _ = correlated(30, 5, seed=6)
+    zeta = Linear([1.0, -2.0, 0.0, 0.5, 0.3])
+    ref = reference(zeta, X[:20])
+    phi, z = asipair(zeta, X[22], X[27], ref, sigma=1e10, eta=1.0)
+    assert abs(phi[2]) <= 1e-12 * np.abs(phi).max()     # zero up to the rounding of the sums
+    assert np.all(np.abs(np.delete(phi, 2)) > 1e-6)
+    np.testing.assert_allclose(phi, brute_shapley(zeta, X[22], X[27], ref, 1e10, 1.0), rtol=1e-9, atol=1e-12)
+    # with the paper's σ the same feature is informative about the others, and is not a dummy
+    assert abs(asipair(zeta, X[22], X[27], ref)[0][2]) > 1e-6
+
+
+def test_additivity():
+    X, _ = correlated(40, 5, seed=7)
+    z1, z2 = Linear([1, 0, -1, 2, 0]), Metric(np.random.default_rng(0).normal(size=(5, 2)))
+
+    def both(A, B):
+        return z1(A, B) + z2(A, B)
+
+    args = (X[30], X[35])
+    phis = [asipair(z, *args, reference(z, X[:25]))[0] for z in (z1, z2, both)]
+    np.testing.assert_allclose(phis[2], phis[0] + phis[1], rtol=1e-9, atol=1e-12)
+
+
+def test_singular_covariance_is_regularised():
+    X, y = correlated(60, 5, seed=8)
+    X[:, 3] = 2.0                      # constant
+    X[:, 4] = X[:, 0] - X[:, 1]        # collinear
+    zeta = OPAUC(seed=0).fit(X, y)
+    ref = reference(zeta, X[:40])
+    phi, z = asipair(zeta, X[45], X[50], ref)
+    assert np.all(np.isfinite(phi)) and abs(phi.sum() - (z - ref.base)) <= 1e-9
+    np.testing.assert_allclose(phi, brute_shapley(zeta, X[45], X[50], ref, 0.2, 0.95), rtol=1e-7, atol=1e-10)
+
+
+def test_masked_q_and_prefix_q_equal_the_literal_whitening():
+    rng = np.random.default_rng(9)
+    R, x = rng.normal(size=(15, 5)), rng.normal(size=5)
+    Omega = K.regularised_covariance(R)
+    masks = K.coalition_masks(5)[1:]
+    Q = K.masked_q(x[None] - R, Omega, masks)
+    for c, m in enumerate(masks):
+        T = np.flatnonzero(m)
+        S = np.linalg.inv(Omega[np.ix_(T, T)])
+        d = x[T] - R[:, T]
+        np.testing.assert_allclose(Q[c], np.einsum("kd,de,ke->k", d, S, d) / len(T), rtol=1e-10)
+    order = rng.permutation(5)
+    P = K.prefix_q(x[None] - R, Omega, order)
+    for t in range(1, 6):
+        m = np.zeros(5, bool)
+        m[order[:t]] = True
+        np.testing.assert_allclose(P[t - 1], K.masked_q(x[None] - R, Omega, m[None])[0], rtol=1e-10)
+
+
+def test_shapley_from_values_on_a_closed_form_game():
+    # v(T) = Σ_{t∈T} a_t + c·[0 ∈ T and 1 ∈ T]: φ_d = a_d, plus c/2 for features 0 and 1
+    a, c, D = np.array([1.0, -2.0, 0.5, 3.0]), 1.5, 4
+    masks = K.coalition_masks(D)
+    v = masks @ a + c * (masks[:, 0] & masks[:, 1])
+    np.testing.assert_allclose(K.shapley_from_values(v, D), a + np.array([c / 2, c / 2, 0, 0]), atol=1e-14)
+
+
+def test_all_permutations_average_to_asipair():
+    # RAIPair's prefix chain over every one of the D! orders is eq. 9 exactly: it must equal ASIPair.
+    X, y = correlated(40, 4, seed=10)
+    zeta = OPAUC(seed=0).fit(X, y)
+    ref = reference(zeta, X[:30])
+    orders = np.array(list(itertools.permutations(range(4))))
+    z = float(zeta(X[31][None], X[36][None])[0])
+    delta = permutation_deltas(zeta, X[31], X[36], ref, orders, z, 0.2, 0.95, None)
+    np.testing.assert_allclose(delta.mean(0), asipair(zeta, X[31], X[36], ref)[0], rtol=1e-9, atol=1e-12)
+
+
+def test_fista_soft_thresholds_an_orthogonal_design():
+    Q, _ = np.linalg.qr(np.random.default_rng(11).normal(size=(6, 6)))
+    r, lam = np.random.default_rng(12).normal(size=6), 0.3
+    u = Q.T @ r
+    np.testing.assert_allclose(K.fista_lasso(Q, r, lam), np.sign(u) * np.maximum(np.abs(u) - lam, 0), atol=1e-8)
+
+
+def test_l1_recovery_meets_the_noise_bound_and_finds_a_sparse_vector():
+    rng = np.random.default_rng(13)
+    D, M = 40, 20
+    x = np.zeros(D)
+    x[[3, 17]] = [2.0, -1.5]
+    A = K.bernoulli_matrix(M, D, rng)
+    r = A @ x + 0.01 * rng.normal(size=M)
+    eps = 0.01 * math.sqrt(M) * 1.5
+    xh, lam = K.l1_recovery(A, r, eps)
+    assert np.linalg.norm(r - A @ xh) <= eps and lam > 0
+    assert set(np.argsort(-np.abs(xh))[:2]) == {3, 17} and np.linalg.norm(xh - x) < 0.3
+
+
+def test_raipair_approaches_asipair_with_enough_draws():
+    X, y = correlated(80, 8, seed=14)
+    zeta = OPAUC(seed=0).fit(X, y)
+    ref = reference(zeta, X[:60])
+    exact, _ = asipair(zeta, X[61], X[70], ref)
+    errors = []
+    for H in (4, 400):
+        approx, z, info = raipair(zeta, X[61], X[70], ref, np.random.default_rng(0), H=H, M=6)
+        assert info["M"] == 6 and info["H"] == H and np.all(np.isfinite(approx))
+        errors.append(np.linalg.norm(approx - exact) / np.linalg.norm(exact))
+    assert errors[1] < 0.4 and errors[1] < errors[0]
+
+
+def test_raipair_is_reproducible_for_a_seed():
+    X, y = correlated(50, 6, seed=15)
+    zeta = LowRank(seed=0).fit(X, y)
+    ref = reference(zeta, X[:40])
+    a = raipair(zeta, X[41], X[45], ref, np.random.default_rng([3, 1]))[0]
+    b = raipair(zeta, X[41], X[45], ref, np.random.default_rng([3, 1]))[0]
+    assert np.array_equal(a, b)
+
+
+def test_masking_the_only_informative_feature_removes_the_ranking():
+    rng = np.random.default_rng(16)
+    X = rng.normal(size=(200, 3))
+    y = (X[:, 1] > 0).astype(int)
+    zeta = Linear([0.0, 1.0, 0.0])
+    zeta.auc = lambda Xm, ym: OPAUC.auc(type("W", (), {"score": lambda s, Z: Z @ zeta.w})(), Xm, ym)
+    curve = masking_curve(zeta, X, y, X.mean(0), {"method": np.array([[1, 0, 2]]), "random": np.array([[0, 2, 1]])},
+                          ps=(0.3,))
+    assert curve[0]["auc_method"] == 0.5 and curve[0]["auc_random"] == 1.0
+
+
+def test_dot_product_expectation_matches_the_generic_sum():
+    rng = np.random.default_rng(17)
+    U, V = rng.normal(size=(12, 3)), rng.normal(size=(9, 3))
+    fast = DotProduct()
+    ref_f = reference(fast, U, V)
+    ref_s = reference(lambda A, B: (A * B).sum(-1), U, V)
+    a = asipair(fast, U[0], V[1], ref_f)[0]
+    b = asipair(lambda A, B: (A * B).sum(-1), U[0], V[1], ref_s)[0]
+    np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+# --- bad input: each a named InputError ---
+
+@pytest.fixture
+def small():
+    X, y = correlated(40, 4, seed=18)
+    zeta = OPAUC(seed=0).fit(X, y)
+    return X, y, zeta, reference(zeta, X[:30])
+
+
+def test_feature_count_mismatch(small):
+    X, _, zeta, ref = small
+    with pytest.raises(InputError, match=r"D = 4 features"):
+        explain_pairs(zeta, ref, X[30:32, :3], X[32:34, :3])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_or_inf_features(small, bad):
+    X, _, zeta, ref = small
+    Xi = X[30:32].copy()
+    Xi[1, 2] = bad
+    with pytest.raises(InputError, match=r"NaN or infinite.*row 1, feature 2"):
+        explain_pairs(zeta, ref, Xi, X[32:34])
+    R = X[:30].copy()
+    R[0, 0] = bad
+    with pytest.raises(InputError, match="reference data has 1 NaN"):
+        reference(zeta, R)
+
+
+@pytest.mark.parametrize("eta", [0.0, -0.1, 1.01])
+def test_eta_outside_unit_interval(small, eta):
+    X, _, zeta, ref = small
+    with pytest.raises(InputError, match=rf"--eta {eta!r}: η must be in \(0, 1\]"):
+        explain_pairs(zeta, ref, X[30:31], X[31:32], eta=eta)
+
+
+@pytest.mark.parametrize("sigma", [0.0, -1.0])
+def test_sigma_not_positive(small, sigma):
+    X, _, zeta, ref = small
+    with pytest.raises(InputError, match=rf"--sigma {sigma!r}: σ must be a number > 0"):
+        explain_pairs(zeta, ref, X[30:31], X[31:32], sigma=sigma)
+
+
+def test_d_above_the_asipair_cap_points_to_raipair():
+    X, y = correlated(40, 17, seed=19)
+    zeta = Linear(np.ones(17))
+    ref = reference(zeta, X[:30])
+    with pytest.raises(InputError, match=r"D = 17 is above its cap of 16.*--method raipair"):
+        explain_pairs(zeta, ref, X[30:31], X[31:32], "asipair")
+    phi, _ = explain_pairs(zeta, ref, X[30:31], X[31:32], "raipair", permutations=2)   # RAIPair has no cap
+    assert phi.shape == (1, 17)
+
+
+def test_label_with_other_than_two_classes():
+    X, _ = correlated(30, 3, seed=20)
+    with pytest.raises(InputError, match=r"label column 'grade' has 3 classes \(0, 1, 2\); OPAUC needs exactly two"):
+        OPAUC().fit(X, np.arange(30) % 3, label="grade")
+    with pytest.raises(InputError, match="has 1 classes"):
+        two_classes(np.zeros(5))
+
+
+def test_fewer_reference_instances_than_k1_needs(small):
+    X, _, zeta, ref = small
+    with pytest.raises(InputError, match=r"--k1 31: K₁ needs 31 reference instances a side and there are only 30"):
+        explain_pairs(zeta, ref, X[30:31], X[31:32], k1=31)
+    with pytest.raises(InputError, match="at least 2 instances"):
+        reference(zeta, X[:1])
+
+
+def test_a_factor_model_explained_as_a_pairwise_model():
+    from dxplain.models.base import FactorModel
+    from dxplain.pairwise.models import factor_pairs
+
+    rng = np.random.default_rng(21)
+    m = FactorModel(U=rng.normal(size=(30, 4)), V=rng.normal(size=(25, 4)), mu=0.0, lam=None, n_train=100)
+    zeta, U, V = factor_pairs(m)
+    ref = reference(zeta, U, V)
+    assert ref.base == pytest.approx(U.mean(0) @ V.mean(0), rel=1e-12)    # v(∅) = mean over all (user, item) pairs
+    phi, z = asipair(zeta, U[3], V[7], ref)
+    assert z == pytest.approx(m.predict(np.array([3]), np.array([7]))[0], rel=1e-12)
+    assert abs(phi.sum() - (z - ref.base)) <= 1e-9
+    np.testing.assert_allclose(phi, brute_shapley(lambda A, B: (A * B).sum(-1), U[3], V[7], ref, 0.2, 0.95),
+                               rtol=1e-9, atol=1e-12)
