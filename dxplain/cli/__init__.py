@@ -14,7 +14,7 @@ import sys
 
 from ..errors import DxplainError
 
-COMMANDS = ("refresh", "data", "negatives", "prototypes", "evaluate")
+COMMANDS = ("refresh", "data", "negatives", "prototypes", "evaluate", "kolmogorov")
 
 
 def parser() -> argparse.ArgumentParser:
