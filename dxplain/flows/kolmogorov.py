@@ -35,13 +35,13 @@ LAM_GRID, MU_GRID = (0.0, 1.0, 4.0), (0.0, 0.5, 2.0)
 
 
 @task(cache_policy=NO_CACHE)
-def load(dataset: str, feedback: str, settings: Settings):
+def load(dataset: str, feedback: str, like_threshold: float, settings: Settings):
     """A named dataset through the registry; a path through io (implicit data may lack ratings)."""
     from ..datasets.registry import ALIASES
 
     if dataset.lower() in ALIASES or (feedback == "explicit" and not is_local(dataset)):
         return resolve_dataset(dataset, settings)
-    return kio.read_table_for(dataset, feedback)
+    return kio.read_table_for(dataset, feedback, like_threshold)
 
 
 @flow(name="dxplain-kolmogorov-fit", log_prints=True)
@@ -58,7 +58,7 @@ def kolmogorov_fit(dataset: str, dim: int, out: str, test: str | None = None, so
     t0 = time.perf_counter()
     logger = get_run_logger()
     settings = Settings.from_env(scheduler=scheduler, workers=workers)
-    ds = load(dataset, feedback, settings)
+    ds = load(dataset, feedback, like_threshold, settings)
     train = ds.interactions
     if feedback == "explicit":
         kio.check_ratings(train.rating, r_min, r_max, str(dataset))

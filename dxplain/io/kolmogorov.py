@@ -31,7 +31,7 @@ UNSEEN = ("{n} test row(s) name {what}(s) absent from the training data, e.g. {e
           "has no factor for them: drop those rows or pass --skip-unseen")
 
 
-def read_table_for(path: str, feedback: str) -> Dataset:
+def read_table_for(path: str, feedback: str, like: float = 1.0) -> Dataset:
     """A dataset file or folder given by path, where implicit feedback may lack the rating column.
 
     Explicit mode needs ratings (p = rating / R_max); implicit mode treats every listed pair as a like and
@@ -45,7 +45,7 @@ def read_table_for(path: str, feedback: str) -> Dataset:
             raise InputError(f"{source}: no 'rating' column (columns: {table.column_names}); explicit mode "
                              "needs ratings: add a rating column, or pass --feedback implicit to read every "
                              "pair as a like")
-        table = table.append_column("rating", pa.array(np.ones(table.num_rows)))
+        table = table.append_column("rating", pa.array(np.full(table.num_rows, float(like))))
     inter, user_ids, item_ids = interactions_from_table(table, source)
     items = pa.table({"id": item_ids})
     if fs.isdir(p) and fs.exists(f"{p}/items.parquet"):
