@@ -86,7 +86,7 @@ def test_sdr_bounds_the_binary_optimum_and_never_loses_to_its_incumbent():
     _, _, S, c = random_blocks(40, 7, 10, seed=6)
     _, best = K.exhaustive_psi(S, c)
     incumbent, _ = K.exhaustive_psi(S, c)
-    psi, info = K.sdr_psi(S, c, incumbent, np.random.default_rng(0), draws=2, polish=False)
+    psi, info = K.sdr_psi(S, c, incumbent, np.random.default_rng(0), draws=2, polish=0)
     assert np.all(info["sdp_value"] <= best + 1e-8 * (1 + np.abs(best)))  # a relaxation
     assert np.allclose(K.psi_objective(S, c, psi), best)  # the optimal incumbent is kept
 
