@@ -131,6 +131,12 @@ def test_influence_and_adjacency_follow_their_definitions():
     assert np.flatnonzero(maximal).tolist() == [i for i in range(40) if psi[i].all()]
     nonempty = psi.any(axis=1)
     assert np.array_equal(R.adjacency(psi).toarray(), sub & nonempty[None, :])
+    assert np.array_equal(R.rules_per_item(psi), (sub & nonempty[None, :]).sum(axis=1))
+    popularity = np.arange(40)[::-1]  # item 0 the most popular
+    heads = R.capped_antecedents(psi, popularity, 100)
+    n = R.rules_per_item(psi)
+    assert n[heads].sum() <= 100 and np.array_equal(heads, np.arange(len(heads)))
+    assert np.array_equal(R.adjacency(psi, antecedents=heads).toarray()[heads], (sub & nonempty[None, :])[heads])
 
 
 def test_why_decomposes_the_prediction():

@@ -38,6 +38,7 @@ def register(sub) -> None:
         "like_threshold": "a rating ≥ this is a like (implicit mode, rule support and checks)",
         "skip_unseen": "drop test rows whose user or item is absent from training (default: an error)",
         "check_exhaustive": "with sdr, also run exhaustive search on every ψ-step and report the error rate",
+        "max_rules": "rules written at most (the most popular antecedents' first; metrics give the total)",
         "seed": "seed of the initialisation, the randomisation and the splits",
         "force": "replace a non-empty --out",
         "scheduler": "tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)",

@@ -29,7 +29,8 @@ CONSTRAINTS = {
     "lam": Interval(float, 0, example=1), "mu": Interval(float, 0, example=0.5), "step": OneOf(*STEPS),
     "r_min": Interval(float, example=1), "r_max": Interval(float, 0, open_low=True, example=5),
     "feedback": OneOf(*FEEDBACK), "negatives": Interval(int, 1, example=1), "like_threshold": Interval(float),
-    "seed": Interval(int, 0), "workers": Interval(int, 1, example=2), "shards": Interval(int, 1),
+    "max_rules": Interval(int, 0, example=2_000_000), "seed": Interval(int, 0),
+    "workers": Interval(int, 1, example=2), "shards": Interval(int, 1),
 }
 LAM_GRID, MU_GRID = (0.0, 1.0, 4.0), (0.0, 0.5, 2.0)
 
@@ -49,8 +50,8 @@ def kolmogorov_fit(dataset: str, dim: int, out: str, test: str | None = None, so
                    iterations: int = 5, lam: float | None = None, mu: float | None = None, step: str = "pairwise",
                    r_min: float = 1.0, r_max: float = 5.0, feedback: str = "explicit", negatives: int = 1,
                    like_threshold: float = 4.0, skip_unseen: bool = False, check_exhaustive: bool = False,
-                   seed: int = 0, force: bool = False, scheduler: str | None = None, workers: int | None = None,
-                   shards: int | None = None, in_memory: bool = False) -> dict:
+                   max_rules: int = 2_000_000, seed: int = 0, force: bool = False, scheduler: str | None = None,
+                   workers: int | None = None, shards: int | None = None, in_memory: bool = False) -> dict:
     """Fit P[u likes i] = θ_uᵀψ_i by IKM; write metrics.json, rules.parquet, influence.parquet, model/."""
     validate(CONSTRAINTS, locals())
     check_options(dim, solver, check_exhaustive, r_min, r_max)
@@ -90,10 +91,10 @@ def kolmogorov_fit(dataset: str, dim: int, out: str, test: str | None = None, so
         held = Interactions.from_indices(tu, ti, ty, train.user_ids, train.item_ids)
         metrics.update(n_test=len(held), skipped_unseen=int(skipped),
                        **report.test_metrics(m, held, feedback, r_max, like_threshold))
-        metrics["rule_check"] = report.held_out_rules(m, train, held, like_threshold, seed)
-    tables = {"rules": report.rules_table(m, train, ds.items, like_threshold),
-              "influence": report.influence_table(m, train, ds.items)}
-    metrics.update(rules=tables["rules"].num_rows, maximal=int(tables["influence"].column("maximal").to_numpy().sum()),
+        metrics["rule_check"] = report.held_out_rules(m, train, held, like_threshold, seed, max_rules)
+    rules, metrics["rules_total"] = report.rules_table(m, train, ds.items, like_threshold, max_rules)
+    tables = {"rules": rules, "influence": report.influence_table(m, train, ds.items)}
+    metrics.update(rules=rules.num_rows, maximal=int(tables["influence"].column("maximal").to_numpy().sum()),
                    seconds=round(time.perf_counter() - t0, 2))
     meta = {"kind": "kolmogorov", "loss": "squared", "lam": lam, "mu": mu, "n_train": len(P), "r_max": r_max,
             "r_min": r_min, "feedback": feedback, "solver": solver, "info": {"train_objective": m.info["train_objective"]}}

@@ -20,12 +20,6 @@ EXHAUSTIVE_CAP = 16  # 2^16 candidate vectors per item; 2^17 doubles the time an
 
 # --- sufficient statistics (e.1, e.2) from a sparse block ------------------------------------------
 
-def triu_outer(F: np.ndarray, dtype=np.float64) -> np.ndarray:
-    """Rows f ↦ upper triangle of ffᵀ, shape (n, D(D+1)/2): what a sparse product sums into Q_u or S_i."""
-    a, b = np.triu_indices(F.shape[1])
-    return (F[:, a] * F[:, b]).astype(dtype, copy=False)
-
-
 def from_triu(T: np.ndarray, D: int) -> np.ndarray:
     """(n, D(D+1)/2) upper triangles → (n, D, D) symmetric matrices."""
     a, b = np.triu_indices(D)
@@ -35,19 +29,23 @@ def from_triu(T: np.ndarray, D: int) -> np.ndarray:
     return M
 
 
-def block_stats(B, F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def block_stats(B, F: np.ndarray, budget: int = 1 << 23) -> tuple[np.ndarray, np.ndarray]:
     """Q = Σ_j b_j f_j f_jᵀ and r = Σ_j b_j f_j p_j for every row of a sparse block.
 
     ``B`` is a scipy CSR block (rows = users and columns = items for (e.1), or the transpose for (e.2))
-    holding p; ``F`` the other side's factors (Ψ or Θ). Q comes from one sparse × dense product with the
-    upper triangles of f_jf_jᵀ (never a users × items dense matrix).
+    holding p; ``F`` the other side's factors (Ψ or Θ). Q comes from sparse × dense products with the
+    upper triangles of f_jf_jᵀ (never a users × items dense matrix), a group of triangle entries at a
+    time so the dense operand stays under ``budget`` values (2M users × 136 entries would be 2 GiB).
     """
     D = F.shape[1]
     pattern = B.copy()
     pattern.data = np.ones_like(pattern.data)
-    Q = from_triu(np.asarray(pattern @ triu_outer(F)), D)
-    r = np.asarray(B @ F)
-    return Q, r
+    a, b = np.triu_indices(D)
+    T = np.empty((B.shape[0], len(a)))
+    step = max(1, budget // max(1, len(F)))
+    for lo in range(0, len(a), step):
+        T[:, lo:lo + step] = pattern @ (F[:, a[lo:lo + step]] * F[:, b[lo:lo + step]])
+    return from_triu(T, D), np.asarray(B @ F)
 
 
 # --- θ-step (Q₁): Frank–Wolfe over the simplex (Table 1) ---------------------------------------------

@@ -17,14 +17,16 @@ def _titled(table: pa.Table, items: pa.Table, column: str, index: np.ndarray) ->
     return table
 
 
-def rules_table(m: KolmogorovModel, train: Interactions, items: pa.Table, like_threshold: float) -> pa.Table:
-    """``antecedent``, ``consequent`` (original item ids), ``support`` (training users liking both), titles."""
-    r = R.mine_rules(m.psi, train, like_threshold)
+def rules_table(m: KolmogorovModel, train: Interactions, items: pa.Table, like_threshold: float,
+                max_rules: int = 2_000_000) -> tuple[pa.Table, int]:
+    """``antecedent``, ``consequent`` (original item ids), ``support`` (training users liking both), titles;
+    and the number of rules in the model (more than the table holds when capped at ``max_rules``)."""
+    r = R.mine_rules(m.psi, train, like_threshold, max_rules)
     ids = train.item_ids
     t = pa.table({"antecedent": ids.take(pa.array(r["antecedent"])), "consequent": ids.take(pa.array(r["consequent"])),
                   "support": pa.array(r["support"])})
     t = _titled(t, items, "antecedent", r["antecedent"])
-    return _titled(t, items, "consequent", r["consequent"])
+    return _titled(t, items, "consequent", r["consequent"]), r["total"]
 
 
 def influence_table(m: KolmogorovModel, train: Interactions, items: pa.Table) -> pa.Table:
@@ -48,15 +50,15 @@ def test_metrics(m: KolmogorovModel, held: Interactions, feedback: str, r_max: f
 
 
 def held_out_rules(m: KolmogorovModel, train: Interactions, held: Interactions, like_threshold: float,
-                   seed: int) -> dict:
+                   seed: int, max_rules: int = 2_000_000) -> dict:
     """Held-out precision of the mined rules (users who like i also like j) against random item pairs of
     the same popularity deciles; both directions, since the probability model implies "likes j ⇒ likes i"
     when supp ψ_j ⊆ supp ψ_i."""
-    A = R.adjacency(m.psi).tocoo()
+    popularity = train.item_degree()
+    A = R.adjacency(m.psi, antecedents=R.capped_antecedents(m.psi, popularity, max_rules)).tocoo()
     i, j = A.row.astype(np.int64), A.col.astype(np.int64)
     if len(i) == 0:
         return {"rules": 0}
-    popularity = train.item_degree()
     ri, rj = R.popularity_matched(i, j, popularity, seed)
     return {"rules": int(len(i)), "mined": R.rule_precision(i, j, held, like_threshold),
             "random_same_popularity": R.rule_precision(ri, rj, held, like_threshold)}

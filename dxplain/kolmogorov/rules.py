@@ -36,24 +36,43 @@ def influence(psi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return beta, psi.all(axis=1)
 
 
-def adjacency(psi: np.ndarray, skip_empty: bool = True) -> sp.csr_array:
+def adjacency(psi: np.ndarray, skip_empty: bool = True, antecedents: np.ndarray | None = None) -> sp.csr_array:
     """A of (A.1) as a sparse boolean matrix; with ``skip_empty`` consequents with ψ_j = 0 are dropped
-    (supp ∅ is a subset of everything: "likes j" then has probability 0 and the rule says nothing)."""
+    (supp ∅ is a subset of everything: "likes j" then has probability 0 and the rule says nothing).
+    ``antecedents`` (item indices) keeps only those rows."""
     m = masks(psi)
     unique, inv = np.unique(m, return_inverse=True)
     sub = mask_subsets(unique)
     rows, cols = [], []
     members = [np.flatnonzero(inv == k) for k in range(len(unique))]
+    heads = members if antecedents is None else [np.intersect1d(g, antecedents) for g in members]
     for a, b in zip(*np.nonzero(sub)):
-        if skip_empty and unique[b] == 0:
+        if (skip_empty and unique[b] == 0) or len(heads[a]) == 0:
             continue
-        ii, jj = np.meshgrid(members[a], members[b], indexing="ij")
+        ii, jj = np.meshgrid(heads[a], members[b], indexing="ij")
         keep = ii != jj
         rows.append(ii[keep])
         cols.append(jj[keep])
     r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
     c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
     return sp.csr_array((np.ones(len(r), bool), (r, c)), shape=(len(psi),) * 2)
+
+
+def rules_per_item(psi: np.ndarray) -> np.ndarray:
+    """How many rules (non-empty consequents) each item heads: Σ_j a_ij from mask counts alone."""
+    m = masks(psi)
+    unique, inv, counts = np.unique(m, return_inverse=True, return_counts=True)
+    counts = np.where(unique == 0, 0, counts)
+    return (mask_subsets(unique) @ counts)[inv] - (m != 0)
+
+
+def capped_antecedents(psi: np.ndarray, popularity: np.ndarray, max_rules: int) -> np.ndarray | None:
+    """None when all rules fit in ``max_rules``; else the most popular antecedents whose rules do."""
+    n = rules_per_item(psi)
+    if n.sum() <= max_rules:
+        return None
+    order = np.lexsort((np.arange(len(psi)), -popularity))
+    return np.sort(order[np.cumsum(n[order]) <= max_rules])
 
 
 def likes(data: Interactions, threshold: float) -> sp.csr_array:
@@ -72,14 +91,21 @@ def co_likes(L: sp.csr_array, i: np.ndarray, j: np.ndarray, chunk: int = 200_000
     return out
 
 
-def mine_rules(psi: np.ndarray, train: Interactions, like_threshold: float) -> dict[str, np.ndarray]:
+def mine_rules(psi: np.ndarray, train: Interactions, like_threshold: float,
+               max_rules: int = 2_000_000) -> dict[str, np.ndarray]:
     """Every rule (antecedent i, consequent j) with a_ij = 1, with ``support`` = training users who like
-    both (rating ≥ ``like_threshold``), sorted by support (descending), then antecedent, consequent."""
-    A = adjacency(psi).tocoo()
+    both (rating ≥ ``like_threshold``), sorted by support (descending), then antecedent, consequent.
+
+    Over ``max_rules`` rules, only the most popular antecedents' rules are spelled out (``total`` says how
+    many there are).
+    """
+    heads = capped_antecedents(psi, train.item_degree(), max_rules)
+    A = adjacency(psi, antecedents=heads).tocoo()
     i, j = A.row.astype(np.int64), A.col.astype(np.int64)
     support = co_likes(likes(train, like_threshold), i, j)
     order = np.lexsort((j, i, -support))
-    return {"antecedent": i[order], "consequent": j[order], "support": support[order]}
+    return {"antecedent": i[order], "consequent": j[order], "support": support[order],
+            "total": int(rules_per_item(psi).sum())}
 
 
 def rule_precision(i: np.ndarray, j: np.ndarray, held: Interactions, like_threshold: float) -> dict:
