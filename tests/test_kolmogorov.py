@@ -105,7 +105,7 @@ def test_block_stats_equal_the_dense_sums():
 @pytest.mark.parametrize("solver, step", [("sdr", "pairwise"), ("exhaustive", "exact"), ("sdr", "simple")])
 def test_bcd_objective_never_increases_and_is_the_model_error(solver, step):
     d = probabilities(random_interactions(30, 25, 0.4, seed=8), "explicit", 5.0, 4.0, 1, 0)
-    m = fit_ikm(d, 4, iterations=6, solver=solver, lam=0.3, mu=0.2, step=step, shards=3)
+    m = fit_ikm(d, 4, iterations=6, solver=solver, lam=0.3, mu=0.2, step=step, fw_iters=300, shards=3)
     trace = np.array(m.info["trace"])
     assert np.all(np.diff(trace) <= 1e-9 * trace[:-1])
     assert m.info["train_objective"] == m.info["trace"][1::2]

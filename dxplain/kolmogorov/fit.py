@@ -77,17 +77,17 @@ def psi_task(block, Theta: np.ndarray, psi0: np.ndarray | None, mu: float, solve
     return out
 
 
-def theta_task(block, Psi: np.ndarray, theta0: np.ndarray, lam: float, step: str) -> dict:
+def theta_task(block, Psi: np.ndarray, theta0: np.ndarray, lam: float, step: str, fw_iters: int) -> dict:
     """(Q₁) for one user shard: θ from Frank–Wolfe started at θ⁰, and Σ f_u."""
     Q, r = K.block_stats(block, Psi.astype(np.float64))
-    theta, info = K.frank_wolfe(Q, r, theta0, lam=lam, step=step)
+    theta, info = K.frank_wolfe(Q, r, theta0, lam=lam, step=step, max_iter=fw_iters)
     return {"theta": theta, "f": float(info["objective"].sum()), "iterations": info["iterations"]}
 
 
 # --- the fit ----------------------------------------------------------------------------------------
 
 def fit_ikm(data: Interactions, dim: int, iterations: int = 5, solver: str = "sdr", lam: float = 0.0,
-            mu: float = 0.0, step: str = "pairwise", seed: int = 0, check: bool = False,
+            mu: float = 0.0, step: str = "pairwise", fw_iters: int = 2000, seed: int = 0, check: bool = False,
             mapper: Mapper | None = None, shards: int | None = None, log=None) -> KolmogorovModel:
     """Fit a Kolmogorov model to ``data`` whose ``rating`` holds p_ui ∈ [0, 1].
 
@@ -98,7 +98,7 @@ def fit_ikm(data: Interactions, dim: int, iterations: int = 5, solver: str = "sd
     iterations : BCD iterations (the paper uses 5)
     solver : ``sdr`` (SDR + randomisation, Table 2) or ``exhaustive`` (all 2^D vectors; D ≤ 16)
     lam, mu : λ (ℓ2 on θ, A.5) and μ (ℓ1 on ψ, A.6)
-    step : Frank–Wolfe step rule (``kernels.kolmogorov.frank_wolfe``)
+    step, fw_iters : Frank–Wolfe step rule (``kernels.kolmogorov.frank_wolfe``) and its iterations at most
     check : with ``sdr``, also run exhaustive search on every ψ-step and count SDR's misses
     mapper, shards : where the shard tasks run and how many of each side (default 2 per worker)
 
@@ -133,7 +133,7 @@ def fit_ikm(data: Interactions, dim: int, iterations: int = 5, solver: str = "sd
                 errors[key] += sum(r[key] for r in res)
             errors["items"] += data.n_items
         Ps = mapper.put(psi, broadcast=True)
-        res = mapper.map(theta_task, [(blk, Ps, theta[a:b], lam, step)
+        res = mapper.map(theta_task, [(blk, Ps, theta[a:b], lam, step, fw_iters)
                                       for blk, a, b in zip(ublocks, ucuts[:-1], ucuts[1:])], f"km-theta-{it}")
         theta = np.concatenate([r["theta"] for r in res])
         trace.append(sum(r["f"] for r in res) + pp + mu * float(psi.sum()))
