@@ -283,6 +283,13 @@ def sdr_psi(S: np.ndarray, c: np.ndarray, incumbent: np.ndarray | None, rng: np.
     incumbent and polish: what the paper's error rate counts).
     """
     V, value, sweeps = mixing_sdp(sdr_matrix(S, c), tol=tol, rng=rng)
+    psi, rounded = psi_from_relaxation(V, S, c, incumbent, rng, draws, polish)
+    return psi, {"sdp_value": value + sdr_constant(S, c), "sweeps": sweeps, "rounded": rounded}
+
+
+def psi_from_relaxation(V: np.ndarray, S: np.ndarray, c: np.ndarray, incumbent: np.ndarray | None,
+                        rng: np.random.Generator, draws: int = 128, polish: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """ψ from a factor V of the SDR solution X = VVᵀ (any solver's): (best ψ, best rounded candidate)."""
     cands = round_psi(V, S, c, draws, rng, keep=max(1, polish))
     rounded = cands[:, 0]
     pool = [cands[:, t] for t in range(cands.shape[1])] + ([incumbent] if incumbent is not None else [])
@@ -294,4 +301,4 @@ def sdr_psi(S: np.ndarray, c: np.ndarray, incumbent: np.ndarray | None, rng: np.
         better = g < best
         psi = np.where(better[:, None], p, psi)
         best = np.minimum(best, g)
-    return psi.astype(np.uint8), {"sdp_value": value + sdr_constant(S, c), "sweeps": sweeps, "rounded": rounded}
+    return psi.astype(np.uint8), rounded
