@@ -85,6 +85,9 @@ def read_test(path: str, train: Interactions, skip_unseen: bool) -> tuple[np.nda
 
     u = index_of(table.column("user"), train.user_ids, "user", path, UNSEEN)
     i = index_of(table.column("item"), train.item_ids, "item", path, UNSEEN)
+    key = u.astype(np.int64) * train.n_items + i
+    if len(np.unique(key)) != len(key):
+        raise InputError(f"{path}: the test file repeats (user, item) pairs; keep one rating per pair")
     y = table.column("rating").to_numpy().astype(np.float64)
     return u, i, y, skipped
 
