@@ -142,14 +142,16 @@ def popularity_matched(i: np.ndarray, j: np.ndarray, popularity: np.ndarray, see
     return ri, rj
 
 
-def why(theta_u: np.ndarray, psi: np.ndarray, i: int, top: int = 3) -> list[dict]:
+def why(theta_u: np.ndarray, psi: np.ndarray, i: int, popularity: np.ndarray | None = None, top: int = 3) -> list[dict]:
     """p_ui = Σ_d θ_ud ψ_id as its elementary events, largest share first, each with its most typical items:
-    those liked in event d and in the fewest other events (ψ_jd = 1, smallest |supp ψ_j|)."""
+    liked in event d, in few other events and often rated (score log(1 + popularity) / |supp ψ_j|; without
+    ``popularity``, fewest events first)."""
     size = psi.sum(axis=1)
+    pop = np.ones(len(psi)) if popularity is None else np.log1p(popularity)
     events = [d for d in np.flatnonzero(psi[i]) if theta_u[d] > 0]
     out = []
     for d in sorted(events, key=lambda d: -theta_u[d]):
         members = np.flatnonzero(psi[:, d])
-        typical = members[np.lexsort((members, size[members]))][:top]
+        typical = members[np.lexsort((members, -pop[members] / size[members]))][:top]
         out.append({"event": int(d), "share": float(theta_u[d]), "typical_items": typical.tolist()})
     return out
