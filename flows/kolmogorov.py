@@ -1,0 +1,3 @@
+"""Prefect entrypoint: the flow itself is dxplain.flows.kolmogorov."""
+
+from dxplain.flows.kolmogorov import kolmogorov_fit  # noqa: F401
