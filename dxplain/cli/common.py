@@ -66,14 +66,15 @@ def flow_options(p: argparse.ArgumentParser, flow, names: list[str] | dict[str, 
     p.set_defaults(flow_params=[*(p.get_default("flow_params") or []), *names])
 
 
-def run_options(p: argparse.ArgumentParser, flow, shards: str | None, in_memory: str) -> None:
-    """Where results go and where the work runs: the same for every flow."""
+def run_options(p: argparse.ArgumentParser, flow, shards: str | None, in_memory: str, out: bool = True) -> None:
+    """Where results go and where the work runs: the same for every flow (``out=False`` when the flow
+    documents its own ``--out``, e.g. a CLI contract's result folder)."""
     helps = {"out": "output folder (default dxplain-out, or DXPLAIN_OUT)",
              "scheduler": "tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)",
              "workers": "LocalCluster worker processes (default 2, or DXPLAIN_WORKERS)",
              "shards": shards, "in_memory": f"{in_memory} in this process (no Dask)"}
-    flow_options(p, flow, [n for n in ("out", "scheduler", "workers", "shards", "in_memory") if helps[n]],
-                 helps=helps)
+    flow_options(p, flow, [n for n in ("out", "scheduler", "workers", "shards", "in_memory")
+                           if helps[n] and (out or n != "out")], helps=helps)
 
 
 def flow_kwargs(a: argparse.Namespace) -> dict:

@@ -52,7 +52,52 @@ def kolmogorov_fit(dataset: str, dim: int, out: str, test: str | None = None, so
                    like_threshold: float = 4.0, skip_unseen: bool = False, check_exhaustive: bool = False,
                    max_rules: int = 2_000_000, seed: int = 0, force: bool = False, scheduler: str | None = None,
                    workers: int | None = None, shards: int | None = None, in_memory: bool = False) -> dict:
-    """Fit P[u likes i] = θ_uᵀψ_i by IKM; write metrics.json, rules.parquet, influence.parquet, model/."""
+    """Fit P[u likes i] = θ_uᵀψ_i by IKM; write metrics.json, rules.parquet, influence.parquet, model/.
+
+    Parameters
+    ----------
+    dataset
+        Training data: dataset name or path.
+    test
+        Test pairs (Parquet/CSV with user, item, rating) for rmse_stars and nrmse.
+    dim
+        D, the number of elementary events (≥ 2).
+    solver
+        Ψ-step: sdr (semidefinite relaxation + randomisation) or exhaustive (D ≤ 16).
+    out
+        Output folder (written whole; must be new or empty unless --force).
+    iterations
+        BCD iterations.
+    lam
+        Λ, ℓ2 on θ (default: chosen on a validation split).
+    mu
+        Μ, ℓ1 on ψ (default: chosen on a validation split).
+    step
+        Frank–Wolfe step: pairwise, exact (line search) or simple (2/(k+2)).
+    r_min
+        Lowest rating of the scale.
+    r_max
+        Highest rating of the scale (p = rating / R_max).
+    feedback
+        Explicit (p = rating / R_max) or implicit (likes as 1, sampled negatives as 0).
+    negatives
+        Implicit: sampled negatives per like.
+    like_threshold
+        A rating ≥ this is a like (implicit mode, rule support and checks).
+    skip_unseen
+        Drop test rows whose user or item is absent from training (default: an error).
+    check_exhaustive
+        With sdr, also run exhaustive search on every ψ-step and report the error rate.
+    max_rules
+        Rules written at most (the most popular antecedents' first; metrics give the total).
+    seed
+        Seed of the initialisation, the randomisation and the splits.
+    force
+        Replace a non-empty --out.
+    scheduler, workers, shards, in_memory
+        Where the work runs: an existing Dask scheduler, LocalCluster workers, user and item shards per step
+        (default 2 per worker), or this process.
+    """
     validate(CONSTRAINTS, locals())
     check_options(dim, solver, check_exhaustive, r_min, r_max)
     check_out_folder(out, force)
