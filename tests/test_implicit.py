@@ -136,3 +136,19 @@ def test_a_run_that_explains_nothing_fails_and_latest_stays(tmp_path, prefect_se
     assert "explained nothing" in capsys.readouterr().err
     assert (out / "LATEST").read_text() == "runs/an-earlier-run\n"
     assert not list(out.glob("runs/*/manifest.json"))
+
+
+def test_fidelity_above_tol_is_said_and_strict_refuses_to_publish(tmp_path, prefect_server, capsys):
+    path = tmp_path / "explicit.parquet"
+    pq.write_table(interactions_table(random_interactions(40, 30, 0.3, seed=5)), path)
+    capped = ["refresh", "--dataset", str(path), "--in-memory", "-k", "4", "--top-n", "2", "--max-sweeps", "1",
+              "--newton-steps", "0"]  # one ALS sweep: far from stationary
+    assert main([*capped, "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    warning = [line for line in err.splitlines() if line.startswith("warning: fidelity")]
+    assert len(warning) == 1 and "above --tol 0.0001" in warning[0]
+    s = json.loads(next((tmp_path / "a" / "runs").glob("*/manifest.json")).read_text())["summary"]
+    assert s["fidelity_ok"] is False and max(s["fidelity_max_rel_error"].values()) > 1e-4
+    assert main([*capped, "--out", str(tmp_path / "b"), "--strict"]) == 2
+    assert "--strict refuses to publish it" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "LATEST").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from .common import flow_options, print_summary, run_flow, run_options
 
 
@@ -10,6 +12,8 @@ def cmd_refresh(a) -> int:
 
     summary = run_flow(refresh, CONSTRAINTS, a)
     print_summary(summary)
+    if summary.get("fidelity_warning"):
+        print(f"warning: {summary['fidelity_warning']}", file=sys.stderr)
     print(f"\nResults: {summary['run']} (LATEST in {a.out or 'dxplain-out'} points here)")
     from ..io import runs
 

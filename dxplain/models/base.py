@@ -60,6 +60,7 @@ class FactorModel:
     def metadata(self) -> dict:
         """What the store writes beside U and V."""
         meta = {name: getattr(self, name) for name in _META}
+        meta["regulariser"] = "l2"  # (λ/2)(‖U‖² + ‖V‖²): what the representer's 1/(λ|D|) assumes
         meta["objective_scaling"] = getattr(self, "objective_scaling",
                                             "(1/|D|) Σ (y − μ − ⟨U_i,V_j⟩)² + (λ/2)(‖U‖² + ‖V‖²)")
         return meta
