@@ -173,11 +173,14 @@ def test_flow_killed_mid_run_resumes_on_rerun(tmp_path):
     args = ["--dataset", str(folder), "--top-k", "0", "--k", "4", "--lam", "5e-3", "--shards", "60", "--in-memory"]
     out = tmp_path / "out"
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
-    proc = subprocess.Popen([sys.executable, "-m", "dxplain.cli", "refresh", "--out", str(out), *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 180
+    log = tmp_path / "killed-run.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "dxplain.cli", "refresh", "--out", str(out), *args], env=env,
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 300
     while not list(out.glob("runs/*/part-*.json")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.005)
+    assert proc.poll() is None, f"the run ended before the kill (exit {proc.returncode}):\n{log.read_text()[-3000:]}"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     (run,) = (out / "runs").iterdir()
