@@ -81,16 +81,17 @@ def flow_kwargs(a: argparse.Namespace) -> dict:
     return {name: getattr(a, name) for name in a.flow_params}
 
 
-def precheck(kwargs: dict) -> None:
+def precheck(kwargs: dict, named_only: bool = False) -> None:
     """The cheap checks of inputs every flow shares, before any Prefect server or cluster starts: the
-    dataset exists, ``--out`` is not a file, the scheduler answers."""
+    dataset exists (unless ``named_only``: the flow takes only the dataset names its constraints list),
+    ``--out`` is not a file, the scheduler answers."""
     from pathlib import Path
 
     from ..config import Settings
     from ..datasets.registry import check_dataset
     from ..errors import InputError
 
-    if kwargs.get("dataset"):
+    if kwargs.get("dataset") and not named_only:
         check_dataset(kwargs["dataset"])
     out = kwargs.get("out") or Settings.from_env().out
     if "://" not in str(out) and Path(out).is_file():
@@ -107,7 +108,7 @@ def run_flow(flow, constraints: dict, a: argparse.Namespace) -> dict:
     return its summary."""
     kwargs = flow_kwargs(a)
     validate(constraints, kwargs)
-    precheck(kwargs)
+    precheck(kwargs, named_only="dataset" in constraints)
     return flow(**kwargs)
 
 
