@@ -12,7 +12,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE

@@ -51,12 +51,6 @@ def global_importance(residual: np.ndarray, lam: float | None, n: int) -> np.nda
     return residual / (lam * n) if lam else residual
 
 
-def global_importance_squared(y: np.ndarray, s: np.ndarray, lam: float | None, n: int) -> np.ndarray:
-    """α = −ℓ'(y, s)/(λ|D|) for ℓ = (y − s)²: α = 2(y − s)/(λ|D|); without λ the factor 1/(λ|D|) is dropped."""
-    alpha = 2.0 * (y - s)
-    return alpha / (lam * n) if lam else alpha
-
-
 @dataclass
 class Groups:
     """Groups of history rows scored against groups of target rows.
