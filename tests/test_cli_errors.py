@@ -33,12 +33,56 @@ def no_flow(monkeypatch):
     (["negatives", "--method", "magic"], "--method 'magic': give one of representer, fia, loss, random"),
     (["prototypes", "--user", "1", "-m", "0"], "-m 0: give an integer ≥ 1"),
     (["refresh", "--scheduler", "tcp://127.0.0.1:9"], "cannot reach the Dask scheduler"),
+    (["refresh", "--keep", "0"], "--keep 0: give an integer ≥ 1"),
+    (["refresh", "--targets", "no/such/pairs.parquet"], "--targets no/such/pairs.parquet: no such file"),
 ])
 def test_bad_option_is_one_line_and_exit_2(argv, says, no_flow, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and err.startswith("dxplain: error:") and len(err.splitlines()) == 1
     assert "Traceback" not in err
+
+
+def _bad_data(tmp_path, kind):
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = {"user": [1, 1, 2, 3], "item": [10, 11, 10, 12], "rating": [4.0, 3.0, 5.0, 1.0]}
+    path = tmp_path / f"{kind}.parquet"
+    if kind == "corrupt":
+        path.write_bytes(b"PAR1 this is not a Parquet file")
+    elif kind == "csv-named-parquet":
+        path.write_text("user,item,rating\n1,10,4\n")
+    else:
+        table = {
+            "empty": pa.table(good).slice(0, 0),
+            "wrong-columns": pa.table({"uid": [1], "iid": [10], "stars": [4.0]}),
+            "nan": pa.table({**good, "rating": [4.0, np.nan, 5.0, 1.0]}),
+            "inf": pa.table({**good, "rating": [4.0, np.inf, 5.0, 1.0]}),
+            "text-ratings": pa.table({**good, "rating": ["4", "good", "5", "1"]}),
+            "one-row": pa.table({"user": [1], "item": [10], "rating": [4.0]}),
+        }[kind]
+        pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("empty", "no rows"), ("wrong-columns", "dxplain datasets import FILE --out DIR --columns"),
+    ("nan", "NaN or infinite"), ("inf", "NaN or infinite"), ("text-ratings", "ratings must be numbers"),
+    ("one-row", "nothing to recommend"), ("corrupt", "cannot be read as a table"),
+    ("csv-named-parquet", "cannot be read as a table"),
+])
+def test_bad_data_fails_before_any_flow_and_leaves_latest_alone(kind, says, tmp_path, no_flow, capsys):
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / "LATEST").write_text("previous-run\n")
+    before = sorted(p.name for p in out.rglob("*"))
+    assert main(["refresh", "--dataset", str(_bad_data(tmp_path, kind)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dxplain: error:") and says in err and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in out.rglob("*")) == before and (out / "LATEST").read_text() == "previous-run\n"
 
 
 def test_out_that_is_a_file_is_refused(tmp_path, no_flow, capsys):

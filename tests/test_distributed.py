@@ -132,11 +132,11 @@ def test_killed_worker_loses_nothing(tmp_path):
             entries=run_passes(DaskMapper(c), job, shards, str(tmp_path / "kill"))[0]))
         runner.start()
         deadline = time.time() + 60
-        while not list((tmp_path / "kill").glob("part-*.json")) and time.time() < deadline:
+        while not list((tmp_path / "kill").glob("_meta/part-*.json")) and time.time() < deadline:
             time.sleep(0.005)
         victim = sorted(pids.values())[0]
         os.kill(victim, signal.SIGKILL)
-        killed_mid_run = len(list((tmp_path / "kill").glob("part-*.json"))) < len(shards)
+        killed_mid_run = len(list((tmp_path / "kill").glob("_meta/part-*.json"))) < len(shards)
         runner.join(timeout=120)
         assert not runner.is_alive()
         assert victim not in c.run(os.getpid).values()  # the nanny replaced the killed process

@@ -140,7 +140,7 @@ def test_interrupted_run_resumes_keeping_verified_shards(dataset, tmp_path, monk
     with pytest.raises(RuntimeError, match="simulated crash"):
         refresh(out=str(out), **params)
     (run,) = (out / "runs").iterdir()
-    assert not (run / "manifest.json").exists() and not (out / "LATEST").exists()
+    assert not (run / "_meta" / "manifest.json").exists() and not (out / "LATEST").exists()
     assert sorted(p.name for p in run.glob("part-*.parquet")) == [f"part-0000{i}.parquet" for i in range(3)]
     with open(run / "part-00001.parquet", "r+b") as fh:  # a shard damaged after it was written
         fh.seek(100)
@@ -157,6 +157,9 @@ def test_interrupted_run_resumes_keeping_verified_shards(dataset, tmp_path, monk
     want = runs.open_run(runs.resolve_run(tmp_path / "clean")).to_table().sort_by(keys)
     assert got.equals(want)
     assert s["attributions"] == clean["attributions"]
+    # a published run folder is one Parquet dataset, read in one call (no metadata beside the shards)
+    import pyarrow.dataset as pads
+    assert pads.dataset(run, format="parquet").to_table().sort_by(keys).equals(got)
 
 
 @pytest.mark.distributed
@@ -178,15 +181,15 @@ def test_flow_killed_mid_run_resumes_on_rerun(tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "dxplain.cli", "refresh", "--out", str(out), *args], env=env,
                                 stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 300
-    while not list(out.glob("runs/*/part-*.json")) and time.time() < deadline and proc.poll() is None:
+    while not list(out.glob("runs/*/_meta/part-*.json")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.005)
     assert proc.poll() is None, f"the run ended before the kill (exit {proc.returncode}):\n{log.read_text()[-3000:]}"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     (run,) = (out / "runs").iterdir()
-    written = len(list(run.glob("part-*.json")))
+    written = len(list(run.glob("_meta/part-*.json")))
     assert 0 < written < 60, f"{written} shards written before the kill; the test did not interrupt the run"
-    assert not (run / "manifest.json").exists() and not (out / "LATEST").exists()
+    assert not (run / "_meta" / "manifest.json").exists() and not (out / "LATEST").exists()
 
     assert main(["refresh", "--out", str(out), *args]) == 0
     s = runs.read_manifest(run)["summary"]

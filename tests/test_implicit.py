@@ -97,7 +97,7 @@ def test_refresh_detects_implicit_data_and_publishes_identity_checked_explanatio
     out = tmp_path / "out"
     assert main(["refresh", "--dataset", all_ones_file(tmp_path), "--out", str(out), "--in-memory", "-k", "4",
                  "--top-n", "3", "--top-k", "5"]) == 0
-    manifest = json.loads((out / "runs" / (out / "LATEST").read_text().strip() / "manifest.json").read_text())
+    manifest = json.loads((out / "runs" / (out / "LATEST").read_text().strip() / "_meta" / "manifest.json").read_text())
     s = manifest["summary"]
     assert s["loss"] == "bce" and s["prediction"] == "probability σ(score)"
     assert s["targets"] == 50 * 3 and s["attributions"] > 0 and s["fidelity_ok"]
@@ -135,7 +135,7 @@ def test_a_run_that_explains_nothing_fails_and_latest_stays(tmp_path, prefect_se
     assert main(["refresh", "--dataset", str(path), "--out", str(out), "--in-memory", "-k", "2"]) == 2
     assert "explained nothing" in capsys.readouterr().err
     assert (out / "LATEST").read_text() == "runs/an-earlier-run\n"
-    assert not list(out.glob("runs/*/manifest.json"))
+    assert not list(out.glob("runs/*/_meta/manifest.json"))
 
 
 def test_fidelity_above_tol_is_said_and_strict_refuses_to_publish(tmp_path, prefect_server, capsys):
@@ -147,7 +147,7 @@ def test_fidelity_above_tol_is_said_and_strict_refuses_to_publish(tmp_path, pref
     err = capsys.readouterr().err
     warning = [line for line in err.splitlines() if line.startswith("warning: fidelity")]
     assert len(warning) == 1 and "above --tol 0.0001" in warning[0]
-    s = json.loads(next((tmp_path / "a" / "runs").glob("*/manifest.json")).read_text())["summary"]
+    s = json.loads(next((tmp_path / "a" / "runs").glob("*/_meta/manifest.json")).read_text())["summary"]
     assert s["fidelity_ok"] is False and max(s["fidelity_max_rel_error"].values()) > 1e-4
     assert main([*capped, "--out", str(tmp_path / "b"), "--strict"]) == 2
     assert "--strict refuses to publish it" in capsys.readouterr().err

@@ -88,3 +88,46 @@ def test_unknown_ids_in_targets(tmp_path, small):
     pq.write_table(pa.table({"user": ["u000", "u001"], "item": ["i001", "i002"]}), f)
     t = read_targets(f, small)
     assert t.user.tolist() == [0, 1] and t.item.tolist() == [1, 2]
+
+
+def test_a_movielens_1m_folder_imports_with_titles_genres_and_users(tmp_path, capsys):
+    raw = tmp_path / "ml-1m"
+    raw.mkdir()
+    (raw / "ratings.dat").write_text("1::10::5::978300760\n1::20::3::978302109\n2::10::4::978301968\n")
+    (raw / "movies.dat").write_bytes("10::Amélie (2001)::Comedy|Romance\n20::Heat (1995)::Action|Crime|Thriller\n"
+                                     .encode("latin-1"))
+    (raw / "users.dat").write_text("1::F::1::10::48067\n2::M::56::16::70072\n")
+    out = tmp_path / "ds"
+    assert main(["datasets", "import", str(raw), "--out", str(out)]) == 0
+    ds = read_dataset(out)
+    assert ds.items.column("title").to_pylist() == ["Amélie", "Heat"] and ds.items.column("year").to_pylist() == [2001, 1995]
+    assert ds.items.column("genres").to_pylist() == [["Comedy", "Romance"], ["Action", "Crime", "Thriller"]]
+    assert ds.users.column("occupation").to_pylist() == [10, 16] and len(ds.interactions) == 3
+
+
+def test_feature_tables_ride_along_with_an_imported_file(tmp_path):
+    pq.write_table(_good(), tmp_path / "r.parquet")
+    pq.write_table(pa.table({"id": [3, 1, 2], "title": ["C", "A", "B"], "genres": ["x|y", "x", "z"]}), tmp_path / "i.parquet")
+    assert main(["datasets", "import", str(tmp_path / "r.parquet"), "--items", str(tmp_path / "i.parquet"),
+                 "--out", str(tmp_path / "ds")]) == 0
+    items = read_dataset(tmp_path / "ds").items
+    assert items.column("id").to_pylist() == [1, 2, 3] and items.column("title").to_pylist() == ["A", "B", "C"]
+    assert items.column("genres").to_pylist() == [["x"], ["z"], ["x", "y"]]
+
+
+@pytest.mark.parametrize("argv", [
+    ["datasets", "import", "{src}", "--out", "{out}"],
+    ["train", "--dataset", "{src}", "--out", "{out}", "--k", "2"],
+    ["import-embeddings", "--dataset", "{src}", "--user-factors", "u.npy", "--item-factors", "v.npy", "--out", "{out}"],
+])
+def test_an_existing_out_is_replaced_only_with_force(argv, tmp_path, capsys):
+    src, out = tmp_path / "r.parquet", tmp_path / "existing"
+    pq.write_table(_good(), src)
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    args = [a.format(src=src, out=out) for a in argv]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "already exists; pass --force" in err and (out / "keep.txt").read_text() == "mine"
+    if argv[0] == "datasets":
+        assert main(args + ["--force"]) == 0 and read_dataset(out).interactions.n_users == 3

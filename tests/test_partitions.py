@@ -136,7 +136,7 @@ def test_a_run_interrupted_in_the_user_side_pass_resumes_from_its_stage(fitted, 
     run.mkdir()
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_passes(LocalMapper(), job, shards, str(run))
-    assert not list(run.glob("part-*")) and len(list((run / "_stage" / "targets").iterdir())) == len(shards)
+    assert not list(run.glob("part-*")) and len(list((run / "_meta" / "stage" / "targets").iterdir())) == len(shards)
 
     def no_recommend(*args):
         raise AssertionError("targets were recommended again instead of read from the stage")
@@ -147,7 +147,7 @@ def test_a_run_interrupted_in_the_user_side_pass_resumes_from_its_stage(fitted, 
     entries, _ = run_passes(LocalMapper(), job, shards, str(run))
     assert [bool(c.get("resumed")) for c in calls] == [True] + [False] * (len(calls) - 1)  # first part kept
     assert [e["sha256"] for e in entries] == [e["sha256"] for e in clean]
-    assert not (run / "_stage").exists()
+    assert not (run / "_meta" / "stage").exists()
 
 
 def test_supplied_targets_on_seen_items_and_no_targets(fitted, tmp_path):

@@ -1,6 +1,9 @@
 """Run folders: atomic shards, verified resume, temporaries cleaned, LATEST moved last."""
 
+import json
+
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pytest
 
 from dxplain.errors import InputError
@@ -27,8 +30,11 @@ def test_resume_keeps_only_verified_shards_and_finish_cleans_up(tmp_path):
     assert not (tmp_path / runs.LATEST).exists()
     runs.finish_run(tmp_path, run, {"shards": [e0, e1]})
     assert runs.resolve_run(tmp_path) == run
-    assert not list(run.glob(".*"))
+    assert not list(run.glob(".*")) and not list(run.glob("_meta/.*"))
     assert runs.open_run(run).to_table().column("x").to_pylist() == [1, 2, 3]
+    # The run folder is one clean Parquet dataset: its metadata sits in _meta/, which readers skip.
+    assert sorted(p.name for p in run.iterdir()) == ["_meta", "part-00000.parquet", "part-00001.parquet"]
+    assert sorted(ds.dataset(run, format="parquet").to_table().column("x").to_pylist()) == [1, 2, 3]
     # A completed run is never resumed: the same plan now starts afresh.
     assert runs.start_run(tmp_path, plan)[1] is False
 
@@ -53,10 +59,37 @@ def test_run_folder_on_an_fsspec_url_resumes_verifies_and_publishes():
     e1 = runs.write_shard(run, 1, pa.table({"x": [3]}), {"users": 1})
     fs.pipe_file(f"{path}/.part-00001.parquet.tmp-deadbeef", b"left by a killed writer")
     assert not fs.exists(out.removeprefix("memory://") + "/" + runs.LATEST)
-    with pytest.raises(InputError, match="no manifest.json"):
+    with pytest.raises(InputError, match="no _meta/manifest.json"):
         runs.read_manifest(run)
     runs.finish_run(out, run, {"shards": [e0, e1]})
     assert runs.resolve_run(out) == run
     assert not fs.glob(f"{path}/.*")
     assert runs.open_run(run).to_table().column("x").to_pylist() == [1, 2, 3]
     assert runs.start_run(out, plan)[1] is False
+
+
+def test_a_run_written_before_the_meta_folder_is_still_read(tmp_path):
+    run = tmp_path / "runs" / "old"
+    run.mkdir(parents=True)
+    entry = runs.write_shard(run, 0, pa.table({"x": [7]}))
+    (run / "manifest.json").write_text(json.dumps({"shards": [entry], "summary": {"dataset": "d"}}))
+    assert runs.resolve_run(run) == run and runs.read_manifest(run)["summary"] == {"dataset": "d"}
+    assert runs.open_run(run).to_table().column("x").to_pylist() == [7]
+
+
+def test_keep_deletes_the_oldest_complete_runs_but_never_latest_or_an_unfinished_run(tmp_path):
+    import datetime as dt
+
+    def run_at(hour, plan, complete=True):
+        run, _ = runs.start_run(tmp_path, plan, now=dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc))
+        if complete:
+            e = runs.write_shard(run, 0, pa.table({"x": [hour]}))
+            runs.write_manifest(run, {"shards": [e]})
+        return run
+
+    unfinished = run_at(0, {"p": 0}, complete=False)
+    old, mid, new = (run_at(h, {"p": h}) for h in (1, 2, 3))
+    runs.publish_latest(tmp_path, mid)  # LATEST need not be the newest (e.g. a newer run was refused)
+    assert runs.prune_runs(tmp_path, keep=1) == [old.name]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [unfinished.name, mid.name, new.name]
+    assert runs.prune_runs(tmp_path, keep=2) == []

@@ -88,11 +88,17 @@ def precheck(kwargs: dict, named_only: bool = False) -> None:
     from pathlib import Path
 
     from ..config import Settings
-    from ..datasets.registry import check_dataset
+    from ..datasets.registry import ALIASES, check_dataset
     from ..errors import InputError
+    from ..io.atomic import is_local
+    from ..io.interactions import check_interactions
 
     if kwargs.get("dataset") and not named_only:
         check_dataset(kwargs["dataset"])
+        if kwargs["dataset"].lower() not in ALIASES and is_local(kwargs["dataset"]):  # a local path, not a name
+            check_interactions(kwargs["dataset"], need_unrated="top_n" in kwargs and not kwargs.get("targets"))
+    if kwargs.get("targets") and is_local(kwargs["targets"]) and not Path(kwargs["targets"]).exists():
+        raise InputError(f"--targets {kwargs['targets']}: no such file; check the path")
     out = kwargs.get("out") or Settings.from_env().out
     if "://" not in str(out) and Path(out).is_file():
         raise InputError(f"--out {out}: is a file; give a folder (it is created)")

@@ -20,8 +20,35 @@ def _columns(spec: str | None) -> dict | None:
                            "rating=overall") from None
 
 
+def _refuse_existing(a) -> None:
+    """Commands that write ``--out`` whole replace nothing by accident: an existing path needs ``--force``."""
+    from ..io.atomic import exists
+
+    if getattr(a, "out", None) and exists(a.out) and not a.force:
+        raise DxplainError(f"--out {a.out}: already exists; pass --force to replace it, or choose another path")
+
+
+def _features(path: str | None, what: str):
+    """An optional user/item feature table (CSV/Parquet with an ``id`` column; ``|``-separated genres split)."""
+    if not path:
+        return None
+    import pyarrow.compute as pc
+
+    from ..io.interactions import read_table
+
+    table = read_table(path)
+    if "id" not in table.column_names:
+        raise DxplainError(f"--{what} {path}: needs an 'id' column naming the {what[:-1]}; found {table.column_names}")
+    if "genres" in table.column_names and table.schema.field("genres").type == "string":
+        table = table.set_column(table.column_names.index("genres"), "genres",
+                                 pc.split_pattern(table.column("genres"), "|"))
+    return table
+
+
 def cmd_datasets(a) -> int:
     from ..config import Settings
+
+    _refuse_existing(a)
 
     settings = Settings.from_env()
     if a.action == "fetch":
@@ -37,9 +64,16 @@ def cmd_datasets(a) -> int:
 
         print(json.dumps(generate(a.out, a.interactions, n_users=a.users, n_items=a.items, seed=a.seed)))
     elif a.action == "import":
+        from pathlib import Path
+
+        from ..datasets import movielens
         from ..io.interactions import read_table, write_dataset
 
-        ds = write_dataset(a.out, read_table(a.path, _columns(a.columns)), source=a.path)
+        if Path(a.path).is_dir() and movielens.layout(Path(a.path)):  # MovieLens files: titles, genres, users
+            ds = movielens.prepare(Path(a.path), Path(a.out))
+        else:
+            ds = write_dataset(a.out, read_table(a.path, _columns(a.columns)), _features(a.users, "users"),
+                               _features(a.items, "items"), source=a.path)
         print(f"{a.out}: {len(ds.interactions)} interactions, {ds.interactions.n_users} users, "
               f"{ds.interactions.n_items} items")
     return 0
@@ -49,6 +83,7 @@ def cmd_train(a) -> int:
     from ..datasets import resolve_dataset
     from ..models.mf import ALSMF
 
+    _refuse_existing(a)
     ds = resolve_dataset(a.dataset)
     m = ALSMF(k=a.k, lam=a.lam, seed=a.seed).fit(ds.interactions)
     m.save(a.out, ds.interactions)
@@ -60,6 +95,7 @@ def cmd_import_embeddings(a) -> int:
     from ..datasets import resolve_dataset
     from ..io.model_store import import_embeddings
 
+    _refuse_existing(a)
     ds = resolve_dataset(a.dataset)
     import_embeddings(a.out, ds.interactions, a.user_factors, a.item_factors, a.user_ids, a.item_ids,
                       lam=a.lam, mu=a.mu)
@@ -78,10 +114,16 @@ def register(sub) -> None:
     s.add_argument("--items", type=int)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", required=True)
-    im = dsub.add_parser("import", help="import a CSV/Parquet interaction file as a prepared dataset")
+    s.add_argument("--force", action="store_true", help="replace an existing --out")
+    im = dsub.add_parser("import", help="import a CSV/Parquet interaction file (or a MovieLens folder: u.data, "
+                                        "ratings.dat) as a prepared dataset")
     im.add_argument("path")
     im.add_argument("--out", required=True)
     im.add_argument("--columns", help="column mapping, e.g. user=reviewerID,item=asin,rating=overall")
+    im.add_argument("--items", help="item features (CSV/Parquet with an 'id' column; title, year, genres are "
+                                    "shown in explanations)")
+    im.add_argument("--users", help="user features (CSV/Parquet with an 'id' column; age, occupation are shown)")
+    im.add_argument("--force", action="store_true", help="replace an existing --out")
     d.set_defaults(func=cmd_datasets)
 
     t = sub.add_parser("train", help="train ALS-MF and store it")
@@ -90,6 +132,7 @@ def register(sub) -> None:
     t.add_argument("--k", type=int, default=DEFAULT_K)
     t.add_argument("--lam", type=float, help=LAM_HELP)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--force", action="store_true", help="replace an existing --out")
     t.set_defaults(func=cmd_train)
 
     ie = sub.add_parser("import-embeddings", help="store factors trained elsewhere as a dxplain model")
@@ -101,4 +144,5 @@ def register(sub) -> None:
     ie.add_argument("--lam", type=float, help="λ if known (else the 1/(λ|D|) factor is dropped)")
     ie.add_argument("--mu", type=float, default=0.0, help="global offset added to scores")
     ie.add_argument("--out", required=True)
+    ie.add_argument("--force", action="store_true", help="replace an existing --out")
     ie.set_defaults(func=cmd_import_embeddings)

@@ -14,7 +14,8 @@ def cmd_refresh(a) -> int:
     print_summary(summary)
     if summary.get("fidelity_warning"):
         print(f"warning: {summary['fidelity_warning']}", file=sys.stderr)
-    print(f"\nResults: {summary['run']} (LATEST in {a.out or 'dxplain-out'} points here)")
+    out = str(summary["run"]).rsplit("/runs/", 1)[0]  # the output root, wherever --out/DXPLAIN_OUT put it
+    print(f"\nResults: {summary['run']} (LATEST in {out} points here)")
     from ..io import runs
 
     table = runs.open_run(summary["run"]).head(1)
@@ -55,7 +56,7 @@ def register(sub) -> None:
     r = sub.add_parser("refresh", help="explain every user's top-N recommendations and publish a run")
     flow_options(r, refresh, [
         "dataset", "model", "top_n", "top_k", "targets", "k", "lam", "seed", "max_sweeps", "newton_steps",
-        "implicit", "neg_samples", "neg_weight", "tol", "strict"
+        "implicit", "neg_samples", "neg_weight", "tol", "strict", "keep"
     ])
     run_options(r, refresh, "user shards (default 4 per worker, or more so that no shard holds over 8M output rows)",
                 "run the shards")

@@ -1,7 +1,8 @@
-"""MovieLens-100k: ratings, titles, years, genres and user features.
+"""MovieLens-100k (and -1M): ratings, titles, years, genres and user features.
 
-Reads either the GroupLens layout (``u.data``, ``u.item``, ``u.user``) or RecBole's atomic files
-(``ml-100k.inter``, ``.item``, ``.user``), and produces a prepared dataset (see ``io.interactions``).
+Reads the GroupLens layout (``u.data``, ``u.item``, ``u.user``), RecBole's atomic files
+(``ml-100k.inter``, ``.item``, ``.user``) or MovieLens-1M's GroupLens files (``ratings.dat``,
+``movies.dat``, ``users.dat``, ``::``-separated), and produces a prepared dataset (see ``io.interactions``).
 Item features: ``title`` (without the year), ``year``, ``genres`` (list of strings).
 """
 
@@ -27,12 +28,17 @@ GROUPLENS_URL = "https://files.grouplens.org/datasets/movielens/ml-100k.zip"
 RECBOLE_WHEEL = "recbole==1.2.1"
 
 
+ML100K = ("grouplens", "recbole")  # the layouts that hold ml-100k (ml-1m's is "grouplens-1m")
+
+
 def layout(folder: Path) -> str | None:
     """'grouplens', 'recbole' or None for a folder of raw files."""
     if (folder / "u.data").exists():
         return "grouplens"
     if (folder / "ml-100k.inter").exists():
         return "recbole"
+    if (folder / "ratings.dat").exists():
+        return "grouplens-1m"
     return None
 
 
@@ -81,13 +87,34 @@ def read_recbole(folder: Path) -> tuple[pa.Table, pa.Table, pa.Table]:
     return inter, us, items
 
 
+def read_grouplens_1m(folder: Path) -> tuple[pa.Table, pa.Table, pa.Table | None]:
+    """MovieLens-1M's ``ratings.dat``, ``movies.dat`` (titles, ``|``-separated genres) and ``users.dat``."""
+    inter = raw.read_delimited(folder / "ratings.dat", ["user", "item", "rating", "timestamp"], "::",
+                               column_types={"user": pa.int64(), "item": pa.int64(), "rating": pa.float64()})
+    items = users = None
+    if (folder / "movies.dat").exists():
+        it = raw.read_delimited(folder / "movies.dat", ["id", "full_title", "genres"], "::", encoding="latin-1",
+                                column_types={"id": pa.int64(), "full_title": pa.string(), "genres": pa.string()})
+        title, year = _split_title(it.column("full_title").combine_chunks())
+        items = pa.table({"id": it.column("id"), "title": title, "year": year,
+                          "genres": pc.split_pattern(it.column("genres"), "|")})
+    if (folder / "users.dat").exists():
+        users = raw.read_delimited(folder / "users.dat", ["id", "gender", "age", "occupation", "zip"], "::",
+                                   column_types={"id": pa.int64(), "zip": pa.string()})
+    return inter, users, items
+
+
+READERS = {"grouplens": read_grouplens, "recbole": read_recbole, "grouplens-1m": read_grouplens_1m}
+
+
 def prepare(raw_folder: Path, out: Path) -> Dataset:
-    """Turn a folder of raw ml-100k files (either layout) into a prepared dataset at ``out``."""
+    """Turn a folder of raw MovieLens files (any layout in ``READERS``) into a prepared dataset at ``out``."""
     kind = layout(raw_folder)
     if kind is None:
-        raise InputError(f"{raw_folder}: holds neither GroupLens (u.data) nor RecBole (ml-100k.inter) files")
-    inter, users, items = (read_grouplens if kind == "grouplens" else read_recbole)(raw_folder)
-    log.info("movielens-100k: %d ratings from %s (%s layout)", inter.num_rows, raw_folder, kind)
+        raise InputError(f"{raw_folder}: holds neither GroupLens (u.data, ratings.dat) nor RecBole (ml-100k.inter) "
+                         "files")
+    inter, users, items = READERS[kind](raw_folder)
+    log.info("movielens: %d ratings from %s (%s layout)", inter.num_rows, raw_folder, kind)
     return write_dataset(out, inter, users, items, source=str(raw_folder))
 
 

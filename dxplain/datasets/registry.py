@@ -26,7 +26,7 @@ def raw_search_path(settings: Settings) -> list[Path]:
     for root in roots:
         for sub in ("ml-100k", "ml-100k-grouplens", ""):
             folder = root / sub if sub else root
-            if folder.is_dir() and movielens.layout(folder):
+            if folder.is_dir() and movielens.layout(folder) in movielens.ML100K:
                 found.append(folder)
     return found
 
@@ -42,7 +42,7 @@ def fetch_movielens(settings: Settings) -> Path:
     if local is not None:
         return local
     dest = Path(settings.data_home) / "raw" / "ml-100k"
-    if movielens.layout(dest):
+    if movielens.layout(dest) in movielens.ML100K:
         return dest
     return movielens.fetch(dest)
 

@@ -19,37 +19,72 @@ def _title(items, item_id) -> str:
     return f"{t} ({y})" if t and y else (t or str(item_id))
 
 
+LEGEND = {
+    "squared": "importance = α × sim. α ∝ (rating − the model's fit of it); sim = similarity of the two items "
+               "(users) in the model's space.\n  Positive pushes this score up, so a low rating can push up: "
+               "the model fits it too high (α < 0) on an item unlike this one (sim < 0).",
+    "bce": "importance = α × sim. α ∝ (label − σ(the model's score for it)); sim = similarity of the two items "
+           "(users) in the model's space.\n  Positive pushes this score up; a sampled negative (label 0) "
+           "pushes up when its item is unlike this one (sim < 0).",
+}
+
+
+def _side_blocks(part: pa.Table, limit: int) -> list[tuple[str, list[dict]]]:
+    """The ``limit`` rows pushing the score up most, and the ``limit`` pushing it down most."""
+    imp = part.column("importance")
+    up = part.filter(pc.greater(imp, 0))
+    down = part.filter(pc.less(imp, 0))
+    up = up.take(pc.sort_indices(up, [("importance", "descending")])).slice(0, limit).to_pylist()
+    down = down.take(pc.sort_indices(down, [("importance", "ascending")])).slice(0, limit).to_pylist()
+    return [(f"pushing up: {len(up)} of {pc.sum(pc.greater(imp, 0)).as_py() or 0}", up),
+            (f"pushing down: {len(down)} of {pc.sum(pc.less(imp, 0)).as_py() or 0}", down)]
+
+
 def format_explanation(rows: pa.Table, items: pa.Table | None = None, users: pa.Table | None = None,
                        limit: int = 10, loss: str = "squared") -> str:
-    """Render one target's attributions (rows of a run filtered to one user and item)."""
+    """Render one target's attributions (rows of a run filtered to one user and item).
+
+    Per side, the ``limit`` attributions that push the score up most and the ``limit`` that push it down
+    most, with α and the similarity they multiply, so that a surprising sign explains itself. Counts are
+    of the rows the run kept (``--top-k`` per sign and side).
+    """
     if rows.num_rows == 0:
         return "no attributions for this (user, item) in the run"
     r0 = rows.slice(0, 1).to_pylist()[0]
     lines = [f"Why user {r0['user']} gets {_title(items, r0['item'])} "
              f"(rank {r0['rec_rank']}, "
              + (f"probability σ(score) {r0['prediction']:.3f}" if loss == "bce" else f"predicted rating {r0['prediction']:.2f}")
-             + f", score {r0['score']:+.3f})"]
+             + f", score {r0['score']:+.3f})",
+             "  " + LEGEND.get(loss, LEGEND["squared"])]
+    num = f"{'α':>9} {'sim':>8} {'importance':>11}"
     for side, heading in (("item", "the user's own ratings (item-based)"),
                           ("user", "other users of this item (user-based)")):
         part = rows.filter(pc.equal(rows.column("side").cast(pa.string()), side))
-        part = part.take(pc.sort_indices(part, [("importance", "descending")]))
-        lines.append(f"\n  {heading}: {part.num_rows} shown")
-        if side == "item":
-            titles = _lookup(items, part.column("train_item").combine_chunks(), "title")
-            genres = _lookup(items, part.column("train_item").combine_chunks(), "genres")
-            lines.append(f"  {'title':<42} {'rating':>6}  {'genres':<30} {'importance':>11}")
-            for rec, t, g in zip(part.to_pylist()[:limit], titles, genres):
-                g = ", ".join(g) if isinstance(g, list) else (g or "")
-                lines.append(f"  {str(t or rec['train_item'])[:42]:<42} {rec['rating']:>6.1f}  {g[:30]:<30} "
-                             f"{rec['importance']:>+11.4f}")
-        else:
-            ages = _lookup(users, part.column("train_user").combine_chunks(), "age")
-            occs = _lookup(users, part.column("train_user").combine_chunks(), "occupation")
-            lines.append(f"  {'user':<10} {'age':>4} {'occupation':<16} {'rating':>6} {'importance':>11}")
-            for rec, a, o in zip(part.to_pylist()[:limit], ages, occs):
-                lines.append(f"  {str(rec['train_user']):<10} {str(a or ''):>4} {str(o or ''):<16} "
-                             f"{rec['rating']:>6.1f} {rec['importance']:>+11.4f}")
+        lines.append(f"\n  {heading}: {part.num_rows} kept")
+        for label, recs in _side_blocks(part, limit):
+            if not recs:
+                continue
+            lines.append(f"   {label}")
+            if side == "item":
+                ids = pa.array([r["train_item"] for r in recs])
+                titles, genres = _lookup(items, ids, "title"), _lookup(items, ids, "genres")
+                lines.append(f"    {'title':<40} {'rating':>6}  {'genres':<24} {num}")
+                for rec, t, g in zip(recs, titles, genres):
+                    g = ", ".join(g) if isinstance(g, list) else (g or "")
+                    lines.append(f"    {str(t or rec['train_item'])[:40]:<40} {rec['rating']:>6.1f}  {g[:23]:<24} "
+                                 + _numbers(rec))
+            else:
+                ids = pa.array([r["train_user"] for r in recs])
+                ages, occs = _lookup(users, ids, "age"), _lookup(users, ids, "occupation")
+                lines.append(f"    {'user':<10} {'age':>4} {'occupation':<16} {'rating':>6} {num}")
+                for rec, age, occ in zip(recs, ages, occs):
+                    lines.append(f"    {str(rec['train_user']):<10} {str(age or ''):>4} {str(occ or ''):<16} "
+                                 f"{rec['rating']:>6.1f} " + _numbers(rec))
     return "\n".join(lines)
+
+
+def _numbers(rec: dict) -> str:
+    return f"{rec['global_importance']:>+9.2e} {rec['local_importance']:>+8.3f} {rec['importance']:>+11.4f}"
 
 
 def format_prototypes(prototypes: pa.Table, targets: pa.Table, items: pa.Table | None = None, limit: int = 10) -> str:

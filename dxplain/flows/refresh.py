@@ -30,6 +30,7 @@ CONSTRAINTS = {
     "shards": Interval(int, 1), "max_sweeps": Interval(int, 1, example=60), "newton_steps": Interval(int, 0),
     "seed": Interval(int, 0), "neg_samples": Interval(int, 1, example=4),
     "neg_weight": Interval(float, 0, open_low=True, example=1), "tol": Interval(float, 0, open_low=True, example=1e-4),
+    "keep": Interval(int, 1, example=7),
 }
 
 
@@ -82,7 +83,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             targets: str | None = None, shards: int | None = None, k: int = DEFAULT_K, lam: float | None = None,
             seed: int = 0, in_memory: bool = False, max_sweeps: int | None = None,
             newton_steps: int | None = None, implicit: bool = False, neg_samples: int = 4,
-            neg_weight: float = 1.0, tol: float = 1e-4, strict: bool = False) -> dict:
+            neg_weight: float = 1.0, tol: float = 1e-4, strict: bool = False, keep: int | None = None) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run.
 
     Parameters
@@ -118,6 +119,8 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         Relative fidelity error (|Σ attributions − score| / |score|) above which the run says so.
     strict : bool
         Refuse to publish a run whose fidelity error exceeds ``tol``.
+    keep : int
+        After publishing, delete all but this many newest complete runs (default: keep every run).
     out, scheduler, workers, shards, in_memory
         Where results go and where the work runs (``dxplain.cli.common.run_options``).
 
@@ -167,6 +170,9 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     check_result(summary, tol, strict)
     with stage(seconds, "publish"):
         publish(settings.out, str(run_dir), entries, {"summary": summary})
+    if keep is not None:
+        summary["pruned_runs"] = runs.prune_runs(settings.out, keep)
+        get_run_logger().info("--keep %d: deleted %d older run(s)", keep, len(summary["pruned_runs"]))
     get_run_logger().info(
         "refresh done: %d users, %d targets, %d attributions from %d scored pairs in %.1fs (%s; %d "
         "attributions/s in tasks); "

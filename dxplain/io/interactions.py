@@ -84,8 +84,9 @@ def read_table(path: Location, columns: dict[str, str] | None = None, delimiter:
 def _check_columns(table: pa.Table, source: str) -> None:
     missing = [c for c in REQUIRED if c not in table.column_names]
     if missing:
-        raise InputError(f"{source}: missing column(s) {missing}; found {table.column_names}. "
-                         "Rename them or pass a mapping, e.g. --columns user=reviewerID,item=asin,rating=overall")
+        raise InputError(f"{source}: missing column(s) {missing}; found {table.column_names}. Rename them, or "
+                         "import the file with a mapping: dxplain datasets import FILE --out DIR "
+                         "--columns user=reviewerID,item=asin,rating=overall")
     if table.num_rows == 0:
         raise InputError(f"{source}: the table has no rows; it needs at least one interaction")
     for c in ("user", "item"):
@@ -113,6 +114,24 @@ def _ratings(table: pa.Table, source: str) -> np.ndarray:
                          f"user={table.column('user')[first].as_py()!r}, item={table.column('item')[first].as_py()!r}, "
                          f"rating={y[first]}); drop or fix them")
     return y
+
+
+def check_interactions(path: Location, need_unrated: bool = False) -> None:
+    """The checks a command runs on a dataset path before any flow starts: columns, types, rows, ratings.
+
+    ``need_unrated``: also refuse data in which every user rated every item (a one-row file is the
+    smallest case), where there is nothing to recommend. Duplicate pairs are left to the full load.
+    """
+    fs, p = filesystem(path)
+    source = join(path, "interactions.parquet") if fs.isdir(p) and fs.exists(f"{p}/interactions.parquet") else path
+    table = read_table(source)
+    _check_columns(table, str(source))
+    _ratings(table, str(source))
+    if need_unrated:
+        n_users, n_items = (pc.count_distinct(table.column(c)).as_py() for c in ("user", "item"))
+        if table.num_rows >= n_users * n_items:
+            raise InputError(f"{source}: its {n_users} user(s) rated all {n_items} item(s), so there is nothing "
+                             "to recommend and explain; give a dataset with unrated pairs, or --targets")
 
 
 def _sorted_unique(col: pa.ChunkedArray) -> pa.Array:

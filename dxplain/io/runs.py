@@ -1,11 +1,16 @@
 """Run folders: one Parquet file per shard written atomically, a manifest, and a ``LATEST`` pointer.
 
-    <out>/runs/<UTC timestamp>-<id>/plan.json                  what the run computes (its plan key)
-    <out>/runs/<...>/part-00000.parquet ...                    one per shard (temp file, then rename)
-    <out>/runs/<...>/part-00000.json ...                       the shard's entry: rows, sha256, stats
-    <out>/runs/<...>/manifest.json                             all shards and the summary: the run is complete
-    <out>/runs/<...>/_stage/…                                  intermediate files between a run's passes
+    <out>/runs/<UTC timestamp>-<id>/part-00000.parquet ...     one per shard (temp file, then rename)
+    <out>/runs/<...>/_meta/plan.json                           what the run computes (its plan key)
+    <out>/runs/<...>/_meta/part-00000.json ...                 the shard's entry: rows, sha256, stats
+    <out>/runs/<...>/_meta/manifest.json                       all shards and the summary: the run is complete
+    <out>/runs/<...>/_meta/stage/…                             intermediate files between a run's passes
     <out>/LATEST                                               the complete run's folder name
+
+The run folder itself holds only the attribution Parquet files, so it is one clean dataset:
+``pyarrow.dataset.dataset(run, format="parquet")``, DuckDB's ``read_parquet('run/*.parquet')``, pandas,
+Spark and Polars read it in one call (readers skip ``_``- and ``.``-prefixed entries). What the resume
+needs lives in ``_meta/``.
 
 ``LATEST`` moves only after every shard of a run is written and the manifest lists them all, so a
 reader that follows it never sees an incomplete run. A run that was interrupted has no manifest;
@@ -34,7 +39,13 @@ from ..errors import InputError
 from .atomic import Location, atomic_file, exists, filesystem, is_local, join, read_text, write_text_atomic
 
 LATEST = "LATEST"
-STAGE = "_stage"
+META = "_meta"
+STAGE = f"{META}/stage"
+
+
+def meta(run: Location, name: str) -> Location:
+    """Where the run keeps its metadata file ``name`` (plan, shard entries, manifest)."""
+    return join(run, META, name)
 
 
 def plan_key(plan: dict) -> str:
@@ -57,13 +68,13 @@ def start_run(out: Location, plan: dict, now: dt.datetime | None = None) -> tupl
     if fs.isdir(root_path):
         for name in sorted((PurePosixPath(p).name for p in fs.ls(root_path, detail=False)), reverse=True):
             run = join(root, name)
-            if exists(join(run, "plan.json")) and not exists(join(run, "manifest.json")) and \
-                    json.loads(read_text(join(run, "plan.json"))).get("key") == key:
+            if exists(meta(run, "plan.json")) and not exists(meta(run, "manifest.json")) and \
+                    json.loads(read_text(meta(run, "plan.json"))).get("key") == key:
                 return run, True
     now = now or dt.datetime.now(dt.timezone.utc)
     run = join(root, f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}")
     fs.makedirs(filesystem(run)[1], exist_ok=True)
-    write_text_atomic(join(run, "plan.json"), json.dumps({"key": key, "plan": plan}, indent=2, default=str))
+    write_text_atomic(meta(run, "plan.json"), json.dumps({"key": key, "plan": plan}, indent=2, default=str))
     return run, False
 
 
@@ -90,13 +101,13 @@ def write_shard(run: Location, shard: int, table: pa.Table, stats: dict | None =
         pq.write_table(table, fh, compression="zstd")
     entry = {"shard": shard, "file": shard_name(shard), "rows": table.num_rows, "sha256": sha256_file(path),
              **(stats or {})}
-    write_text_atomic(join(run, f"part-{shard:05d}.json"), json.dumps(entry))
+    write_text_atomic(meta(run, f"part-{shard:05d}.json"), json.dumps(entry))
     return entry
 
 
 def completed_shard(run: Location, shard: int) -> dict | None:
     """The recorded entry of a shard whose file is present and still matches its hash, else None."""
-    path, side = join(run, shard_name(shard)), join(run, f"part-{shard:05d}.json")
+    path, side = join(run, shard_name(shard)), meta(run, f"part-{shard:05d}.json")
     if not (exists(path) and exists(side)):
         return None
     entry = json.loads(read_text(side))
@@ -104,7 +115,7 @@ def completed_shard(run: Location, shard: int) -> dict | None:
 
 
 def write_stage(run: Location, name: str, table: pa.Table) -> None:
-    """Keep an intermediate table of the run (atomically) under ``_stage/<name>.parquet``.
+    """Keep an intermediate table of the run (atomically) under ``_meta/stage/<name>.parquet``.
 
     The stage carries work from one pass of the refresh to the next (a shard's targets, the user-side
     rows a task computed for a shard), so a resumed run reuses what an interrupted one staged.
@@ -135,13 +146,23 @@ def clear_stage(run: Location) -> None:
 
 
 def write_manifest(run: Location, manifest: dict) -> None:
-    write_text_atomic(join(run, "manifest.json"), json.dumps(manifest, indent=2, default=str))
+    write_text_atomic(meta(run, "manifest.json"), json.dumps(manifest, indent=2, default=str))
+
+
+def manifest_path(run: Location) -> Location | None:
+    """The run's manifest, or None if it did not complete. Runs written before the ``_meta/`` layout kept
+    it beside the Parquet files; they are still read."""
+    for path in (meta(run, "manifest.json"), join(run, "manifest.json")):
+        if exists(path):
+            return path
+    return None
 
 
 def read_manifest(run: Location) -> dict:
-    path = join(run, "manifest.json")
-    if not exists(path):
-        raise InputError(f"{run}: no manifest.json; the run did not complete (use a run that LATEST points to)")
+    path = manifest_path(run)
+    if path is None:
+        raise InputError(f"{run}: no {META}/manifest.json; the run did not complete (use a run that LATEST "
+                         "points to)")
     return json.loads(read_text(path))
 
 
@@ -149,7 +170,7 @@ def finish_run(out: Location, run: Location, manifest: dict) -> None:
     """Complete a run: drop temporaries of writers that died mid-write and the stage, write the manifest,
     move LATEST."""
     fs, path = filesystem(run)
-    for stray in fs.glob(f"{path}/.*.tmp-*"):
+    for stray in fs.glob(f"{path}/.*.tmp-*") + fs.glob(f"{path}/{META}/.*.tmp-*"):
         fs.rm(stray)
     clear_stage(run)
     write_manifest(run, manifest)
@@ -161,14 +182,33 @@ def publish_latest(out: Location, run: Location) -> None:
     write_text_atomic(join(out, LATEST), PurePosixPath(str(run)).name + "\n")
 
 
+def prune_runs(out: Location, keep: int) -> list[str]:
+    """Delete all but the ``keep`` newest complete runs under ``out/runs``; return the deleted names.
+
+    Run names start with their UTC start time, so name order is age order. The run LATEST names is
+    always kept, and incomplete runs are left alone: a rerun of the same plan resumes them.
+    """
+    root = join(out, "runs")
+    fs, root_path = filesystem(root)
+    if not fs.isdir(root_path):
+        return []
+    latest = read_text(join(out, LATEST)).strip() if exists(join(out, LATEST)) else None
+    names = sorted(PurePosixPath(p).name for p in fs.ls(root_path, detail=False))
+    complete = [n for n in names if manifest_path(join(root, n)) is not None]
+    doomed = [n for n in complete[:max(len(complete) - keep, 0)] if n != latest]
+    for name in doomed:
+        fs.rm(filesystem(join(root, name))[1], recursive=True)
+    return doomed
+
+
 def resolve_run(path: Location) -> Location:
     """A run folder, or an output root whose LATEST names one."""
     path = join(path)
     if exists(join(path, LATEST)):
         return join(path, "runs", read_text(join(path, LATEST)).strip())
-    if exists(join(path, "manifest.json")):
+    if manifest_path(path) is not None:
         return path
-    raise InputError(f"{path}: neither a run folder (manifest.json) nor an output folder with {LATEST}; "
+    raise InputError(f"{path}: neither a run folder ({META}/manifest.json) nor an output folder with {LATEST}; "
                      "pass the --out folder of a finished refresh")
 
 
