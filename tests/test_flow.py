@@ -163,8 +163,10 @@ def test_interrupted_run_resumes_keeping_verified_shards(dataset, tmp_path, monk
 
 
 @pytest.mark.distributed
-def test_flow_killed_mid_run_resumes_on_rerun(tmp_path):
-    """SIGKILL the whole `dxplain refresh` process mid-run; the rerun resumes and publishes once."""
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
+def test_flow_killed_mid_run_resumes_on_rerun(tmp_path, how):
+    """SIGKILL the whole `dxplain refresh` process mid-run, or press Ctrl-C (SIGINT to its process group, on a
+    LocalCluster); it stops within seconds, and the rerun resumes and publishes once."""
     import os
     import signal
     import subprocess
@@ -173,7 +175,8 @@ def test_flow_killed_mid_run_resumes_on_rerun(tmp_path):
 
     folder = tmp_path / "big"
     write_dataset(folder, interactions_table(random_interactions(600, 400, 0.2, seed=8)))
-    args = ["--dataset", str(folder), "--top-k", "0", "--k", "4", "--lam", "5e-3", "--shards", "60", "--in-memory"]
+    args = ["--dataset", str(folder), "--top-k", "0", "--k", "4", "--lam", "5e-3", "--shards", "60"]
+    args += ["--in-memory"] if how == "SIGKILL" else ["--workers", "2"]
     out = tmp_path / "out"
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
     log = tmp_path / "killed-run.log"
@@ -184,8 +187,13 @@ def test_flow_killed_mid_run_resumes_on_rerun(tmp_path):
     while not list(out.glob("runs/*/_meta/part-*.json")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.005)
     assert proc.poll() is None, f"the run ended before the kill (exit {proc.returncode}):\n{log.read_text()[-3000:]}"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    signalled = time.time()
+    os.killpg(proc.pid, getattr(signal, how))
+    proc.wait(timeout=60)
+    if how == "SIGINT":
+        printed = log.read_text()
+        assert time.time() - signalled < 15, f"Ctrl-C took {time.time() - signalled:.0f} s to stop the run"
+        assert proc.returncode == 130 and "run the same command again to resume" in printed, printed[-3000:]
     (run,) = (out / "runs").iterdir()
     written = len(list(run.glob("_meta/part-*.json")))
     assert 0 < written < 60, f"{written} shards written before the kill; the test did not interrupt the run"

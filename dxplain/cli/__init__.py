@@ -10,16 +10,22 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
 
+from .. import progress
 from ..errors import DxplainError
 
 COMMANDS = ("refresh", "data", "negatives", "prototypes", "evaluate", "gammli", "kolmogorov", "pairwise")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dxplain", description=__doc__.splitlines()[0])
-    p.add_argument("-v", "--verbose", action="store_true")
+    p = argparse.ArgumentParser(prog="dxplain", description="Explain recommendations in terms of the training "
+                                "data behind them. `dxplain COMMAND --help` lists a command's options.")
+    volume = p.add_mutually_exclusive_group()
+    volume.add_argument("-v", "--verbose", action="store_true", help="every step in the log (debug level)")
+    volume.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no progress line")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
@@ -37,17 +43,94 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DO_NOT_TRACK", "1")
     # The ephemeral server's 20 s start-up limit failed a first run on a busy 2-core machine: give it 120 s.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    a = parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "asyncio"):  # request chatter hides the progress lines
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    a = parser().parse_args(argv)  # imports the flows, so Prefect has configured its logging by now
+    set_volume(a.quiet, a.verbose)
+    in_main = threading.current_thread() is threading.main_thread()  # signal handlers live there only
+    previous = signal.signal(signal.SIGINT, _interrupt) if in_main else None
+    line = progress.TerminalLine() if sys.stderr.isatty() and not a.quiet else None
+    reporter = progress.use(line)
     try:
         return a.func(a)
+    except KeyboardInterrupt:
+        _stop_children_and_exit()
     except DxplainError as exc:
         if a.debug:
             raise
         print(f"dxplain: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if line is not None:
+            line.close()
+        progress.use(reporter)
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
 
 
+class _Chatter(logging.Filter):
+    """Prefect's per-task "Finished in state Completed()" and the link to an ephemeral UI that is gone
+    when the command ends: about half of a refresh's log at the default level, and no news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        return not (msg.startswith("Finished in state Completed") and record.name == "prefect.task_runs"
+                    or msg.startswith("View at "))
+
+
+def set_volume(quiet: bool, verbose: bool) -> None:
+    """Log levels: warnings only (-q), the default (dxplain's and each flow's lines), or everything (-v)."""
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    if not logging.getLogger().handlers:  # Prefect normally installs the console handler
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("dxplain").setLevel(level)
+    logging.getLogger("prefect").setLevel(logging.WARNING if quiet else logging.INFO)
+    for name in ("prefect.task_runs", "prefect.flow_runs"):
+        logger = logging.getLogger(name)
+        for f in [f for f in logger.filters if isinstance(f, _Chatter)]:
+            logger.removeFilter(f)
+        if not verbose:
+            logger.addFilter(_Chatter())
+    for noisy in ("httpx", "asyncio"):  # request chatter
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+
+
+INTERRUPT_GRACE_SECONDS = 3.0
+
+
+def _interrupt(signum, frame) -> None:
+    """Ctrl-C: stop within seconds, keeping what is written, and say how to resume.
+
+    Prefect's ephemeral server runs in a child process that the terminal's SIGINT stops too, after which a
+    flow that is left to unwind retries the dead API for minutes. So the flow gets a KeyboardInterrupt and
+    a few seconds to unwind; then this process ends its children (the server, Dask's worker processes) and
+    exits with 130. Nothing is lost: shard files are written whole and renamed, LATEST moves only after
+    the manifest, and a rerun of the same command resumes from the shards written. A second Ctrl-C exits
+    at once.
+    """
+    if getattr(_interrupt, "fired", False):
+        _stop_children_and_exit()
+    _interrupt.fired = True
+    print("\ndxplain: interrupted; stopping. Shards already written are kept: run the same command again to "
+          "resume.", file=sys.stderr, flush=True)
+    threading.Timer(INTERRUPT_GRACE_SECONDS, _stop_children_and_exit).start()
+    raise KeyboardInterrupt
+
+
+def _stop_children_and_exit() -> None:
+    import psutil  # a dependency of distributed
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(children, timeout=2)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    sys.stderr.flush()
+    os._exit(130)

@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 from scipy import stats
 
+from .. import progress
 from ..mapper import Mapper
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,7 @@ def deletion_curves(mapper: Mapper, case: Case, jobs: list, base: list[float]) -
     step = max(1, len(jobs) // 10)
 
     def report(done, _):
+        progress.update("evaluate: deletion curves", done, len(jobs), f"{done * len(jobs[0].sets)} retrainings")
         if done % step == 0 or done == len(jobs):
             log.info("case deletion: %d/%d curves (%d retrainings) in %.1fs", done, len(jobs),
                      done * len(jobs[0].sets), time.perf_counter() - t0)

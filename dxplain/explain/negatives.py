@@ -29,6 +29,7 @@ import pyarrow as pa
 import scipy.sparse as sp
 from scipy.special import expit
 
+from .. import progress
 from ..interactions import Interactions
 from ..kernels.bce import DenseTerms, SparseTerms, csr_rows
 from ..kernels.negatives import LowestK, NegativeScore, scan_rows
@@ -216,6 +217,7 @@ def select_lowest(score: NegativeScore, terms: DenseTerms | SparseTerms, percent
             pairs += (ranges[s][1] - ranges[s][0]) * terms.n_items
             log.debug("negative scan: shard %d/%d done, %.3g pairs scored (%.3g pairs/s)", done, len(ranges),
                       pairs, pairs / max(time.perf_counter() - t0, 1e-9))
+            progress.update("negatives: scan shards", done, len(ranges), f"{pairs:.3g} pairs scored")
         return keep.result()
 
     return lowest(scan_shards, score, terms, K, step)

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 from scipy.special import expit
 
+from .. import progress
 from ..interactions import Interactions, Targets
 from ..kernels import fisher as F
 from ..kernels.sbq import (Selection, ShardState, as_rows, greedi, greedy, greedy_select, inner, matching_pursuit,
@@ -42,6 +43,7 @@ class Progress:
     def add(self, cand, d, beta_t):
         self.shards.add(cand, d, beta_t)
         self.steps += 1
+        progress.update(f"{self.name}: prototypes", self.steps, self.m)
         if self.steps % max(1, self.m // 10) == 0 or self.steps == self.m:
             el = time.perf_counter() - self.t0
             log.info("%s: %d/%d prototypes chosen in %.1fs (%.3g s/step)", self.name, self.steps, self.m, el,

@@ -55,7 +55,8 @@ def pcg(hessp: Callable, g: np.ndarray, precond: Callable, rtol: float, maxiter:
 
 
 def newton_pcg(fun_grad: Callable, hessp: Callable, blocks_at: Callable, x: np.ndarray, tol: float,
-               mu0: float, maxiter: int = 100, cg_maxiter: int = 250) -> tuple[np.ndarray, float, int, int]:
+               mu0: float, maxiter: int = 100, cg_maxiter: int = 250,
+               callback: Callable[[int, float], None] | None = None) -> tuple[np.ndarray, float, int, int]:
     """Minimise f from x until ‖∇f‖ ≤ tol, by Levenberg–Marquardt-damped Newton steps (H + μI) p = −g.
 
     Factor models are non-convex and their Hessian is singular along the rotations U→UR, V→VR, so
@@ -65,6 +66,7 @@ def newton_pcg(fun_grad: Callable, hessp: Callable, blocks_at: Callable, x: np.n
 
     ``fun_grad(x) -> (f, g)``, ``hessp(x, v) -> Hv``, ``blocks_at(x) -> (n, k, k)`` the Hessian's
     diagonal blocks (the preconditioner), ``mu0`` the smallest positive damping tried (e.g. λ).
+    ``callback(steps, ‖∇f‖)`` after each step (progress).
     Returns (x, ‖∇f‖, Newton steps, Hessian-vector products).
     """
     f, g = fun_grad(x)
@@ -83,7 +85,7 @@ def newton_pcg(fun_grad: Callable, hessp: Callable, blocks_at: Callable, x: np.n
         products += n
         if negative:
             mu = max(10 * mu, mu0)
-            log.info("Newton step %d: negative curvature after %d CG products, damping μ → %.1e", steps, n, mu)
+            log.debug("Newton step %d: negative curvature after %d CG products, damping μ → %.1e", steps, n, mu)
             continue
         slope = g @ p
         t = 1.0
@@ -97,5 +99,7 @@ def newton_pcg(fun_grad: Callable, hessp: Callable, blocks_at: Callable, x: np.n
             mu = 0.0
         x, f, g = x + t * p, f_new, g_new
         gnorm = float(np.linalg.norm(g))
-        log.info("Newton step %d: ‖∇f‖=%.2e, step %.2g, %d CG products, μ=%.1e", steps, gnorm, t, n, mu)
+        log.debug("Newton step %d: ‖∇f‖=%.2e, step %.2g, %d CG products, μ=%.1e", steps, gnorm, t, n, mu)
+        if callback is not None:
+            callback(steps, gnorm)
     return x, gnorm, steps, products

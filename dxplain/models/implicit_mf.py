@@ -22,6 +22,8 @@ from scipy.optimize import minimize
 from ..interactions import Interactions
 from ..kernels.bce import DenseTerms, SparseTerms
 from ..kernels.newton import newton_pcg
+from .. import progress
+from ..progress import lbfgs_progress, newton_progress
 from .base import FactorModel
 
 log = logging.getLogger(__name__)
@@ -181,11 +183,11 @@ class ImplicitMF:
             return np.concatenate([hU.ravel(), hV.ravel()])
 
         x = np.concatenate([U.ravel(), V.ravel()])
-        res = minimize(fun_grad, x, jac=True, method="L-BFGS-B",
+        res = minimize(fun_grad, x, jac=True, method="L-BFGS-B", callback=lbfgs_progress(self.max_iter),
                        options={"maxiter": self.max_iter, "gtol": tol / np.sqrt(len(x)), "ftol": 0.0, "maxcor": 20})
         lbfgs_iters = int(res.nit)
         gnorm = float(np.linalg.norm(res.jac))  # the gradient at res.x, already evaluated
-        log.info("implicit MF: L-BFGS %d iterations, ‖∇f‖=%.2e (%.1fs)", lbfgs_iters, gnorm, time.perf_counter() - t0)
+        log.debug("implicit MF: L-BFGS %d iterations, ‖∇f‖=%.2e (%.1fs)", lbfgs_iters, gnorm, time.perf_counter() - t0)
         x, newton, products = res.x, 0, 0
         if gnorm > tol and self.polish_iters > 0:
             def blocks_at(x):
@@ -193,7 +195,7 @@ class ImplicitMF:
                 return np.concatenate([A, B]) + lam * np.eye(self.k)
 
             x, gnorm, newton, products = newton_pcg(fun_grad, hessp, blocks_at, x, tol, lam,
-                                                    self.polish_iters)
+                                                    self.polish_iters, callback=newton_progress(self.polish_iters))
         U, V = (a.copy() for a in split(x))
         f = float(fun_grad(x)[0])
         secs = time.perf_counter() - t0

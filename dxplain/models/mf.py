@@ -24,6 +24,8 @@ from ..interactions import Interactions
 from .base import FactorModel
 from ..kernels import als
 from ..kernels.newton import newton_pcg
+from .. import progress
+from ..progress import lbfgs_progress, newton_progress
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +174,8 @@ class ALSMF:
             gU, gV = als.gradient(U, V, P, y, lam)
             gnorm = float(np.sqrt(np.sum(gU * gU) + np.sum(gV * gV)))
             history.append(gnorm)
-            log.info("ALS sweep %d: ‖∇f‖=%.2e (%.1fs)", sweep, gnorm, time.perf_counter() - t0)
+            log.debug("ALS sweep %d: ‖∇f‖=%.2e (%.1fs)", sweep, gnorm, time.perf_counter() - t0)
+            progress.update("train: ALS sweeps", sweep, self.max_sweeps, f"‖∇f‖={gnorm:.1e}")
             if gnorm <= self.tol:
                 break
             # ALS is linear-rate: once a sweep gains < 10%, Newton's quadratic rate wins.
@@ -225,14 +228,14 @@ class ALSMF:
                 A, B = als.curvature_grams(*split(x), P, len(y))
                 return np.concatenate([A, B]) + lam * np.eye(self.k)
 
-            x, gnorm, steps, products = newton_pcg(fun_grad, hessp, blocks_at,
-                                                   x0, self.tol, lam, self.polish_iters)
+            x, gnorm, steps, products = newton_pcg(fun_grad, hessp, blocks_at, x0, self.tol, lam,
+                                                   self.polish_iters, callback=newton_progress(self.polish_iters))
             Ux, Vx = split(x)
             log.debug("Newton polish: %d steps, %d Hessian-vector products", steps, products)
             return Ux.copy(), Vx.copy(), gnorm, steps
 
         def progress(xk):
-            log.info("Newton step: %d Hessian-vector products so far (%.1fs)", calls["hessp"], time.perf_counter() - t0)
+            log.debug("Newton step: %d Hessian-vector products so far (%.1fs)", calls["hessp"], time.perf_counter() - t0)
 
         res = minimize(fun_grad, x0, jac=True, hessp=hessp, method="trust-ncg", callback=progress,
                        options={"gtol": self.tol, "maxiter": self.polish_iters})

@@ -30,6 +30,7 @@ from ..explain.targets import recommend
 from ..interactions import Interactions, Targets
 from ..io import runs
 from ..io.partitions import Part, Partitions, write_alpha
+from .. import progress
 from ..mapper import Mapper
 from .plan import item_blocks, pass_stats, shard_items, user_side_tasks
 
@@ -239,8 +240,11 @@ def run_passes(mapper: Mapper, job: RefreshJob, shards: list[np.ndarray], run_di
 
     def run_pass(name: str, fn, args: list[tuple], describe) -> list:
         t0 = time.perf_counter()
-        return mapper.map(fn, [(job_h, *a) for a in args], name=name, report=lambda done, r: log.debug(
-            "%s %d/%d done: %s (%.1fs)", name, done, len(args), describe(r), time.perf_counter() - t0))
+        def report(done, r):
+            log.debug("%s %d/%d done: %s (%.1fs)", name, done, len(args), describe(r), time.perf_counter() - t0)
+            progress.update(f"explain: {name}", done, len(args))
+
+        return mapper.map(fn, [(job_h, *a) for a in args], name=name, report=report)
 
     done = completed_shards(len(shards), run_dir)
     pending = [s for s in range(len(shards)) if s not in done]
