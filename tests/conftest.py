@@ -9,6 +9,8 @@ if "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dxplain-prefect-")
     atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "dxplain")
+# A loaded CI machine took over 30 s to start Prefect's temporary server (tests and subprocesses alike).
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "300")
 # Unit tests call dxplain functions that log outside any flow run: expected, not an API problem.
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
@@ -76,5 +78,5 @@ def prefect_server():
     """One temporary Prefect server per flow-test module, stopped inside pytest (not at interpreter exit)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=None):  # the variable above, not the harness's 30 s
         yield

@@ -39,14 +39,17 @@ def test_training_reports_its_sweeps_and_newton_steps_with_the_gradient_norm():
     assert newton[-1][3] == f"‖∇f‖={m.grad_norm:.1e}"
 
 
-def _refresh(tmp_path, *flags):
+def _refresh(tmp_path, *flags, env_out=None):
     data = tmp_path / "data"
     if not data.exists():
         write_dataset(data, interactions_table(random_interactions(60, 40, 0.2, seed=5)))
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
     env.pop("PREFECT_LOGGING_EXTRA_LOGGERS", None)  # as a user runs it
+    out = ["--out", str(tmp_path / "out")]
+    if env_out:
+        env["DXPLAIN_OUT"], out = str(env_out), []
     return subprocess.run([sys.executable, "-m", "dxplain.cli", *flags, "refresh", "--dataset", str(data), "--k", "3",
-                           "--lam", "5e-3", "--top-n", "2", "--in-memory", "--out", str(tmp_path / "out")],
+                           "--lam", "5e-3", "--top-n", "2", "--in-memory", *out],
                           env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -58,6 +61,6 @@ def test_the_log_of_a_refresh_is_short_and_quiet_means_quiet(tmp_path):
     assert 3 <= len(log) <= 20, "\n".join(log)
     assert "\x1b[2K" not in default.stderr and "Finished in state Completed()" in default.stderr  # the flow's
     assert "refresh done:" in default.stderr
-    quiet = _refresh(tmp_path, "-q")
+    quiet = _refresh(tmp_path, "-q", env_out=tmp_path / "elsewhere")
     assert quiet.returncode == 0 and quiet.stderr.strip() == "", quiet.stderr[-3000:]
-    assert "Results:" in quiet.stdout
+    assert f"(LATEST in {tmp_path / 'elsewhere'} points here)" in quiet.stdout  # DXPLAIN_OUT, not the default

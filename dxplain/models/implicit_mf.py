@@ -22,7 +22,6 @@ from scipy.optimize import minimize
 from ..interactions import Interactions
 from ..kernels.bce import DenseTerms, SparseTerms
 from ..kernels.newton import newton_pcg
-from .. import progress
 from ..progress import lbfgs_progress, newton_progress
 from .base import FactorModel
 

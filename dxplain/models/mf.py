@@ -25,7 +25,7 @@ from .base import FactorModel
 from ..kernels import als
 from ..kernels.newton import newton_pcg
 from .. import progress
-from ..progress import lbfgs_progress, newton_progress
+from ..progress import newton_progress
 
 log = logging.getLogger(__name__)
 
@@ -234,10 +234,10 @@ class ALSMF:
             log.debug("Newton polish: %d steps, %d Hessian-vector products", steps, products)
             return Ux.copy(), Vx.copy(), gnorm, steps
 
-        def progress(xk):
+        def report_step(xk):
             log.debug("Newton step: %d Hessian-vector products so far (%.1fs)", calls["hessp"], time.perf_counter() - t0)
 
-        res = minimize(fun_grad, x0, jac=True, hessp=hessp, method="trust-ncg", callback=progress,
+        res = minimize(fun_grad, x0, jac=True, hessp=hessp, method="trust-ncg", callback=report_step,
                        options={"gtol": self.tol, "maxiter": self.polish_iters})
         Ux, Vx = split(res.x)
         gU, gV = als.gradient(Ux, Vx, P, y, lam)
