@@ -133,7 +133,12 @@ def test_a_run_that_explains_nothing_fails_and_latest_stays(tmp_path, prefect_se
     out.mkdir()
     (out / "LATEST").write_text("runs/an-earlier-run\n")
     assert main(["refresh", "--dataset", str(path), "--out", str(out), "--in-memory", "-k", "2"]) == 2
-    assert "explained nothing" in capsys.readouterr().err
+    assert "nothing to recommend" in capsys.readouterr().err  # the CLI's check, before any flow
+    # the flow refuses it too when called directly (a deployment, a library call)
+    from dxplain.flows.refresh import refresh
+
+    with pytest.raises(DegenerateError, match="explained nothing"):
+        refresh(dataset=str(path), out=str(out), in_memory=True, k=2)
     assert (out / "LATEST").read_text() == "runs/an-earlier-run\n"
     assert not list(out.glob("runs/*/_meta/manifest.json"))
 

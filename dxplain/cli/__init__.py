@@ -17,10 +17,15 @@ import threading
 from .. import progress
 from ..errors import DxplainError
 
-COMMANDS = ("refresh", "data", "negatives", "prototypes", "evaluate", "gammli", "kolmogorov", "pairwise")
+COMMANDS = ("refresh", "explain", "data", "negatives", "prototypes", "evaluate", "gammli", "kolmogorov", "pairwise")
+# Commands registered by a module of another name; every other command is its module's name.
+MODULE_OF = {"datasets": "data", "train": "data", "import-embeddings": "data"}
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; ``only``: register just that module's commands (a command's options are built
+    from its flow's signature, so importing every flow, and Prefect with it, costs seconds a quick
+    command like ``explain`` or ``datasets`` should not pay)."""
     p = argparse.ArgumentParser(prog="dxplain", description="Explain recommendations in terms of the training "
                                 "data behind them. `dxplain COMMAND --help` lists a command's options.")
     volume = p.add_mutually_exclusive_group()
@@ -28,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
     volume.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no progress line")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
+    for name in (only,) if only else COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
     return p
 
@@ -43,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DO_NOT_TRACK", "1")
     # The ephemeral server's 20 s start-up limit failed a first run on a busy 2-core machine: give it 120 s.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    a = parser().parse_args(argv)  # imports the flows, so Prefect has configured its logging by now
+    argv = sys.argv[1:] if argv is None else argv
+    verb = next((x for x in argv if not x.startswith("-")), None)  # the global options take no values
+    module = MODULE_OF.get(verb, verb)
+    a = parser(module if module in COMMANDS else None).parse_args(argv)
     set_volume(a.quiet, a.verbose)
     in_main = threading.current_thread() is threading.main_thread()  # signal handlers live there only
     previous = signal.signal(signal.SIGINT, _interrupt) if in_main else None
@@ -111,8 +119,10 @@ def _interrupt(signum, frame) -> None:
     if getattr(_interrupt, "fired", False):
         _stop_children_and_exit()
     _interrupt.fired = True
-    print("\ndxplain: interrupted; stopping. Shards already written are kept: run the same command again to "
-          "resume.", file=sys.stderr, flush=True)
+    # Not print(): inside a flow Prefect's log_prints would turn it into a task's log record.
+    sys.stderr.write("\ndxplain: interrupted; stopping. Finished work is kept (a trained model, every shard "
+                     "written): run the same command again to resume.\n")
+    sys.stderr.flush()
     threading.Timer(INTERRUPT_GRACE_SECONDS, _stop_children_and_exit).start()
     raise KeyboardInterrupt
 
