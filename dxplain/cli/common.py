@@ -81,10 +81,11 @@ def flow_kwargs(a: argparse.Namespace) -> dict:
     return {name: getattr(a, name) for name in a.flow_params}
 
 
-def precheck(kwargs: dict, named_only: bool = False) -> None:
+def precheck(kwargs: dict, named_only: bool = False, interactions: bool = False) -> None:
     """The cheap checks of inputs every flow shares, before any Prefect server or cluster starts: the
-    dataset exists (unless ``named_only``: the flow takes only the dataset names its constraints list),
-    ``--out`` is not a file, the scheduler answers."""
+    dataset exists (unless ``named_only``: the flow takes only the dataset names its constraints list)
+    and, for flows on (user, item, rating) interactions (``interactions``), reads as one; ``--out`` is not
+    a file; the scheduler answers."""
     from pathlib import Path
 
     from ..config import Settings
@@ -95,7 +96,7 @@ def precheck(kwargs: dict, named_only: bool = False) -> None:
 
     if kwargs.get("dataset") and not named_only:
         check_dataset(kwargs["dataset"])
-        if kwargs["dataset"].lower() not in ALIASES and is_local(kwargs["dataset"]):  # a local path, not a name
+        if interactions and kwargs["dataset"].lower() not in ALIASES and is_local(kwargs["dataset"]):  # a path
             check_interactions(kwargs["dataset"], need_unrated="top_n" in kwargs and not kwargs.get("targets"))
     if kwargs.get("targets") and is_local(kwargs["targets"]) and not Path(kwargs["targets"]).exists():
         raise InputError(f"--targets {kwargs['targets']}: no such file; check the path")
@@ -109,12 +110,12 @@ def precheck(kwargs: dict, named_only: bool = False) -> None:
         check_reachable(scheduler)
 
 
-def run_flow(flow, constraints: dict, a: argparse.Namespace) -> dict:
+def run_flow(flow, constraints: dict, a: argparse.Namespace, interactions: bool = False) -> dict:
     """Validate the options and check the inputs (fails before Prefect starts), then run the flow and
-    return its summary."""
+    return its summary. ``interactions``: the flow's dataset is (user, item, rating) interactions."""
     kwargs = flow_kwargs(a)
     validate(constraints, kwargs)
-    precheck(kwargs, named_only="dataset" in constraints)
+    precheck(kwargs, named_only="dataset" in constraints, interactions=interactions)
     return flow(**kwargs)
 
 

@@ -12,7 +12,7 @@ def _threshold(raw: str) -> float | None:
 def cmd_negatives(a) -> int:
     from ..flows.negatives import CONSTRAINTS, negatives
 
-    summary = run_flow(negatives, CONSTRAINTS, a)
+    summary = run_flow(negatives, CONSTRAINTS, a, interactions=True)
     print_summary(summary)
     print(f"\nFlagged negatives: {summary['folder']}/flagged.parquet")
     return 0

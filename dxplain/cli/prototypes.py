@@ -8,7 +8,7 @@ from .common import flow_options, param_docs, print_summary, run_flow, run_optio
 def cmd_prototypes(a) -> int:
     from ..flows.prototypes import CONSTRAINTS, prototypes
 
-    summary = run_flow(prototypes, CONSTRAINTS, a)
+    summary = run_flow(prototypes, CONSTRAINTS, a, interactions=True)
     print_summary(summary)
     print_prototypes(summary["folder"], a.dataset, limit=10)
     return 0

@@ -10,7 +10,7 @@ from .common import flow_options, print_summary, run_flow, run_options
 def cmd_refresh(a) -> int:
     from ..flows.refresh import CONSTRAINTS, refresh
 
-    summary = run_flow(refresh, CONSTRAINTS, a)
+    summary = run_flow(refresh, CONSTRAINTS, a, interactions=True)
     print_summary(summary)
     if summary.get("fidelity_warning"):
         print(f"warning: {summary['fidelity_warning']}", file=sys.stderr)
