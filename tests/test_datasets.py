@@ -43,3 +43,20 @@ def test_synthetic_is_seeded_valid_and_skewed(tmp_path):
     assert deg[: max(1, len(deg) // 100)].sum() > 0.1 * deg.sum()
     generate(tmp_path / "c", 20_000, seed=4, block_users=500)
     assert read_dataset(tmp_path / "c").interactions.fingerprint() != da.fingerprint()
+
+
+def test_amazon_kind_has_the_published_shape(tmp_path):
+    """Median user degree 2 and mean about 5 (AMAZON), power-law items, and the J-shaped star marginal."""
+    from dxplain.datasets.synthetic import AMAZON
+
+    s = generate(tmp_path / "a", 200_000, seed=1, block_users=20_000, kind="amazon")
+    d = read_dataset(tmp_path / "a").interactions
+    deg = d.user_degree()
+    assert np.median(deg) == AMAZON["user_median"] and 4.0 <= deg.mean() <= 6.5 and deg.max() >= 50
+    assert s["users"] == len(deg) and 0.97 * 200_000 <= len(d) <= 200_000  # within-user repeats are dropped
+    stars = np.bincount(d.rating.astype(int), minlength=6)[1:] / len(d)
+    assert np.allclose(stars, [AMAZON["ratings"][r] for r in range(1, 6)], atol=0.01), stars
+    items = np.sort(d.item_degree())[::-1]
+    assert items[: max(1, len(items) // 100)].sum() > 0.1 * items.sum() and items[0] < 0.05 * len(d)  # 13k items
+    generate(tmp_path / "b", 50_000, seed=1, block_users=20_000, kind="amazon", implicit=True)
+    assert set(np.unique(read_dataset(tmp_path / "b").interactions.rating)) == {1.0}

@@ -62,7 +62,8 @@ def cmd_datasets(a) -> int:
     elif a.action == "synth":
         from ..datasets.synthetic import generate
 
-        print(json.dumps(generate(a.out, a.interactions, n_users=a.users, n_items=a.items, seed=a.seed)))
+        print(json.dumps(generate(a.out, a.interactions, n_users=a.users, n_items=a.items, seed=a.seed, kind=a.kind,
+                                  implicit=a.implicit)))
     elif a.action == "import":
         from pathlib import Path
 
@@ -113,6 +114,9 @@ def register(sub) -> None:
     s.add_argument("--users", type=int)
     s.add_argument("--items", type=int)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--kind", default="zipf", help="zipf (the scaling benchmarks' set) or amazon (calibrated to "
+                                                  "Amazon's 2018 reviews: docs/scaling.md, 'Amazon-like data')")
+    s.add_argument("--implicit", action="store_true", help="every interaction a 1 (purchases, clicks)")
     s.add_argument("--out", required=True)
     s.add_argument("--force", action="store_true", help="replace an existing --out")
     im = dsub.add_parser("import", help="import a CSV/Parquet interaction file (or a MovieLens folder: u.data, "
