@@ -104,3 +104,16 @@ def test_a_negatives_file_listing_a_positive_is_refused(dataset, tmp_path, capsy
     err = capsys.readouterr().err
     assert f"({u}, {i}) is a positive" in err
     assert not (out / "negatives").exists()
+
+
+def test_all_unobserved_above_the_size_limit_is_refused_naming_sampled_negatives(dataset, tmp_path, capsys,
+                                                                                monkeypatch):
+    from dxplain.explain import negatives as N
+
+    folder, d = dataset
+    monkeypatch.setattr(N, "ALL_UNOBSERVED_MAX_PAIRS", d.n_users * d.n_items - 1)
+    out = tmp_path / "out"
+    assert main(["negatives", "--dataset", str(folder), "--out", str(out), "--in-memory", *ARGS]) == 2
+    err = capsys.readouterr().err
+    assert "--negatives all:" in err and f"{d.n_users} users × {d.n_items} items" in err and "--negatives 4" in err
+    assert not (out / "negatives").exists()

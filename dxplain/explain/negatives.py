@@ -40,6 +40,22 @@ from ..models.implicit_mf import ImplicitModel
 log = logging.getLogger(__name__)
 
 METHODS = ("representer", "fia", "loss", "random")
+# Above this many user×item pairs, "every unobserved pair is a negative" is refused: each BCE gradient
+# and the scan cost |U|·|I|·k, hours per gradient at Amazon scale (43M × 15M), where the paper samples.
+ALL_UNOBSERVED_MAX_PAIRS = 2_000_000_000
+
+
+def check_all_unobserved(n_users: int, n_items: int, limit: int | None = None) -> None:
+    """Refuse an all-unobserved negative set that is too big to train on and scan, naming the fix
+    (``limit``: default ``ALL_UNOBSERVED_MAX_PAIRS``)."""
+    limit = ALL_UNOBSERVED_MAX_PAIRS if limit is None else limit
+    if n_users * n_items > limit:
+        from ..errors import InputError
+
+        raise InputError(f"--negatives all: {n_users:,} users × {n_items:,} items = {n_users * n_items:.3g} "
+                         f"pairs, above the {limit:.0e} that training on every unobserved pair allows (each "
+                         "gradient costs users × items × k); use sampled negatives, e.g. --negatives 4 (4 per "
+                         "positive, the paper's setting)")
 FIA_CHUNK = 1024  # positives per batched 2k×2k solve: (1024, 64, 64) float64 = 32 MB
 
 

@@ -106,6 +106,8 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
     if len(P) == 0:
         raise InputError(f"no interaction has rating ≥ {positive_threshold}; lower --positive-threshold "
                          "or pass --positive-threshold none to treat every interaction as a positive")
+    if negatives == "all":
+        N.check_all_unobserved(P.n_users, P.n_items)
     terms = build_terms(P, negatives, neg_weight, seed)
     reusable = negatives == "all" or negatives.isdigit()  # a supplied file may change under the same name
     tags = {"implicit-k": k, "lam": "default" if lam is None else lam, "w": neg_weight}
