@@ -139,3 +139,25 @@ def test_dask_mapper_fits_the_same_model_as_local():
         dask = fit_ikm(d, 4, mapper=DaskMapper(client), **kw)
     assert np.array_equal(local.psi, dask.psi) and np.array_equal(local.theta, dask.theta)
     assert local.info["trace"] == dask.info["trace"]
+
+
+def test_why_spells_a_prediction_as_its_events_and_refuses_another_model(dataset, tmp_path, capsys):
+    import re
+
+    folder, _, d = dataset
+    out = tmp_path / "o"
+    assert fit(folder, out, "--dim", "4", "--lam", "0.5", "--mu", "0.1", "--iterations", "2") == 0
+    g = zarr.open_group(str(out / "model"), mode="r")
+    theta, psi = g["user_factors"][:], g["item_factors"][:]
+    capsys.readouterr()
+    u, i = 3, int(np.argmax(psi.sum(axis=1)))  # an item liked in many events
+    user, item = d.user_ids[u].as_py(), d.item_ids[i].as_py()
+    assert main(["kolmogorov", "why", "--model", str(out / "model"), "--user", user, "--item", item,
+                 "--dataset", str(folder), "--top", "2"]) == 0
+    printed = capsys.readouterr().out
+    p = float(re.search(r"= ([0-9.]+), the sum", printed).group(1))
+    shares = [float(x) for x in re.findall(r"θ = ([0-9.]+)", printed)]
+    assert abs(p - theta[u] @ psi[i]) < 1e-3 and abs(sum(shares) - p) < 5e-3 * max(1, len(shares))
+    assert len(shares) == int(np.count_nonzero(theta[u] * psi[i]))
+    assert main(["kolmogorov", "why", "--model", str(out / "model"), "--user", "nobody", "--item", item]) == 2
+    assert "nobody" in capsys.readouterr().err

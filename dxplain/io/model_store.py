@@ -69,6 +69,12 @@ def write_model(path: Location, U: np.ndarray, V: np.ndarray, meta: dict, data: 
     return path
 
 
+def read_model_ids(path: Location) -> tuple[pa.Array, pa.Array]:
+    """The original user and item ids a stored model's rows belong to, in row order."""
+    g = zarr.open_group(str(join(path)), mode="r")
+    return _ids_from_zarr(g["user_ids"]), _ids_from_zarr(g["item_ids"])
+
+
 def model_attrs(path: Location) -> dict:
     path = join(path)
     if not exists(path):

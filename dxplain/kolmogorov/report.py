@@ -62,3 +62,29 @@ def held_out_rules(m: KolmogorovModel, train: Interactions, held: Interactions, 
     ri, rj = R.popularity_matched(i, j, popularity, seed)
     return {"rules": int(len(i)), "mined": R.rule_precision(i, j, held, like_threshold),
             "random_same_popularity": R.rule_precision(ri, rj, held, like_threshold)}
+
+
+def format_why(user, item, theta_u: np.ndarray, psi: np.ndarray, i: int, item_ids: pa.Array,
+               items: pa.Table | None = None, popularity: np.ndarray | None = None, top: int = 3) -> str:
+    """A readable ``rules.why``: p̂_ui and the elementary events that carry it, each with its share θ_ud
+    and its most typical items (titled where ``items`` has titles)."""
+    from .rules import why
+
+    titles = {}
+    if items is not None and "title" in items.column_names:
+        titles = dict(zip(items.column("id").to_pylist(), items.column("title").to_pylist()))
+    ids = item_ids.to_pylist()
+
+    def name(j: int) -> str:
+        return str(titles.get(ids[j]) or ids[j])
+
+    events = why(theta_u, psi, i, popularity, top)
+    p = float(theta_u @ psi[i].astype(np.float64))
+    lines = [f"p̂(user {user} likes {name(i)}) = {p:.3f}, the sum of θ over the {len(events)} elementary "
+             f"event(s) in which {name(i)} is liked:"]
+    for e in events:
+        lines.append(f"  event {e['event']:>2}  θ = {e['share']:.3f}  typical items: "
+                     + "; ".join(name(j) for j in e["typical_items"]))
+    if not events:
+        lines.append("  none: the user puts no probability on an event in which this item is liked")
+    return "\n".join(lines)
