@@ -121,3 +121,10 @@ def run_flow(flow, constraints: dict, a: argparse.Namespace, interactions: bool 
 
 def print_summary(summary: dict) -> None:
     print(json.dumps(summary, indent=2, default=str))
+
+
+def target_arguments(p: argparse.ArgumentParser, dataset_help: str) -> None:
+    """``--user U --item I [--dataset D]``: the one (user, item) a reading command explains."""
+    p.add_argument("--user", required=True, help="the user's original id")
+    p.add_argument("--item", required=True, help="the item's original id")
+    p.add_argument("--dataset", help=dataset_help)

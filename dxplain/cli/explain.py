@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .common import target_arguments
+
 
 def print_explanation(run_path: str, user: str, item: str, dataset: str | None, limit: int) -> None:
     import pyarrow as pa
@@ -34,8 +36,6 @@ def cmd_explain(a) -> int:
 def register(sub) -> None:
     e = sub.add_parser("explain", help="print one target's explanation from a run")
     e.add_argument("--run", required=True, help="a run folder, or an output folder (follows LATEST)")
-    e.add_argument("--user", required=True)
-    e.add_argument("--item", required=True)
-    e.add_argument("--dataset", help="dataset for titles and features (default: the run's)")
+    target_arguments(e, "dataset for titles and features (default: the run's)")
     e.add_argument("--limit", type=int, default=10, help="rows shown per side and sign (pushing up, pushing down)")
     e.set_defaults(func=cmd_explain)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import flow_options, print_summary, run_flow, run_options
+from .common import flow_options, print_summary, run_flow, run_options, target_arguments
 
 
 def cmd_fit(a) -> int:
@@ -60,8 +60,6 @@ def register(sub) -> None:
     f.set_defaults(func=cmd_fit)
     w = verbs.add_parser("why", help="spell one prediction p̂_ui = Σ_d θ_ud ψ_id as its elementary events")
     w.add_argument("--model", required=True, help="the model/ folder of a fit")
-    w.add_argument("--user", required=True)
-    w.add_argument("--item", required=True)
-    w.add_argument("--dataset", help="the training data: item titles, and popularity to rank typical items")
+    target_arguments(w, "the training data: item titles, and popularity to rank typical items")
     w.add_argument("--top", type=int, default=3, help="typical items shown per event")
     w.set_defaults(func=cmd_why)
