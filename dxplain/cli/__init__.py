@@ -14,7 +14,7 @@ import sys
 
 from ..errors import DxplainError
 
-COMMANDS = ("refresh", "data", "negatives", "prototypes", "evaluate", "gammli", "kolmogorov", "pairwise")
+COMMANDS = ("refresh", "data", "negatives", "prototypes", "evaluate", "gammli", "kolmogorov", "pairwise", "report")
 
 
 def parser() -> argparse.ArgumentParser:
