@@ -163,15 +163,18 @@ def test_the_report_starts_no_prefect_server_and_no_flow(out, tmp_path, capsys, 
     report(capsys, runs.resolve_run(out), "--out", tmp_path / "r.html")
 
 
-def test_a_result_folder_gets_its_summary_pngs_and_tables(tmp_path, capsys):
+@pytest.mark.parametrize("writer", ["write_results", "write_folder"])
+def test_a_result_folder_gets_its_summary_pngs_and_tables(writer, tmp_path, capsys):
+    """A folder of ``io.results.write_results`` (summary.json: evaluate, negatives, prototypes) or of
+    ``write_folder`` with metrics.json and plots/ (the GAMMLI fit)."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
-    import io
-
     import matplotlib.pyplot as plt
 
-    from dxplain.io.results import write_results
+    from dxplain.io import results
 
     fig, ax = plt.subplots(figsize=(2, 2))
     ax.plot([0, 1], [1, 0])
@@ -179,12 +182,17 @@ def test_a_result_folder_gets_its_summary_pngs_and_tables(tmp_path, capsys):
     fig.savefig(buf, format="png")
     plt.close(fig)
     flagged = pa.table({"user": np.arange(30), "item": np.arange(30) * 2, "score": np.linspace(-1, 0, 30)})
-    folder = write_results(tmp_path / "o", "negatives", {"flagged": flagged}, {"method": "representer", "percent": 1.5},
-                           files={"curves.png": buf.getvalue(), "auc_del.md": "| method | AUC |\n"})
+    summary = {"method": "representer", "percent": 1.5, "seconds": {"fit": 0.25}}
+    if writer == "write_results":
+        folder = results.write_results(tmp_path / "o", "negatives", {"flagged": flagged}, summary,
+                                       files={"curves.png": buf.getvalue(), "auc_del.md": "| method | AUC |\n"})
+        summary = json.loads((folder / "summary.json").read_text())  # with the folder it records
+    else:
+        folder = results.write_folder(tmp_path / "fit", {"flagged": flagged}, {
+            "plots/curves.png": buf.getvalue(), "auc_del.md": "| method | AUC |\n", "metrics.json": json.dumps(summary)})
     page, _ = report(capsys, folder, "--out", tmp_path / "r.html")
-    summary = json.loads((folder / "summary.json").read_text())
     assert {a["data-key"]: a["data-value"] for a in page.having("data-key")} == \
-        {k: repr(v) if isinstance(v, float) else str(v) for k, v in summary.items()}
+        {k: repr(v) if isinstance(v, float) else str(v) for k, v in flatten(summary).items()}
     (img,) = [a for t, a in page.tags if t == "img"]
     assert base64.b64decode(img["src"].removeprefix("data:image/png;base64,")) == buf.getvalue()
     assert "| method | AUC |\n" in page.pre

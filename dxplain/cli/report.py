@@ -59,15 +59,15 @@ def cmd_report(a) -> int:
 
     validate(CONSTRAINTS, vars(a))
     source = a.run.rstrip("/")
-    results = io_report.is_result_folder(source)
+    results = io_report.summary_file(source) is not None
     if results:
         run, name = source, PurePosixPath(source).name
     else:
         try:
             run = runs.resolve_run(source)
         except InputError as exc:
-            raise InputError(f"{exc}; or a result folder of evaluate, negatives or prototypes (with summary.json)") \
-                from None
+            raise InputError(f"{exc}; or a result folder of evaluate, negatives, prototypes or gammli fit (with "
+                             "summary.json or metrics.json)") from None
         name = PurePosixPath(str(run)).name
     out = a.out or str(Path.cwd() / f"report-{name}.html")
     io_report.check_page_out(out, a.force)  # before reading the run: refused at once
@@ -79,7 +79,7 @@ def cmd_report(a) -> int:
 def register(sub) -> None:
     r = sub.add_parser("report", help="write one self-contained HTML page of a run or a result folder")
     r.add_argument("run", help="a run folder, an output folder (follows LATEST), or a result folder of evaluate, "
-                               "negatives or prototypes")
+                               "negatives, prototypes or gammli fit")
     r.add_argument("--out", help="the page to write (default report-<folder name>.html here)")
     r.add_argument("--force", action="store_true", help="replace an existing --out")
     r.add_argument("--users", type=int, default=200, help="users listed, the first by id (default 200)")

@@ -19,8 +19,9 @@ from ..errors import InputError
 from . import runs
 from .atomic import Location, exists, filesystem, join, write_text_atomic
 
-SUMMARY = "summary.json"
-TEXT_SUFFIXES = (".md", ".txt")
+# A result folder's summary: summary.json (io.results) or, for the GAMMLI fit, metrics.json.
+SUMMARIES = ("summary.json", "metrics.json")
+TEXT_SUFFIXES = (".md", ".txt", ".json")
 TEXT_LIMIT = 100_000  # characters of a text file shown; a longer one is cut, and the page says so
 
 
@@ -36,9 +37,9 @@ def run_rows_of_users(run: Location, users: list) -> pa.Table:
     return runs.open_run(run).to_table(filter=pads.field("user").isin(pa.array(users)))
 
 
-def is_result_folder(path: Location) -> bool:
-    """A folder that a flow wrote with ``io.results`` (it holds ``summary.json``)."""
-    return exists(join(path, SUMMARY))
+def summary_file(path: Location) -> str | None:
+    """The name of a result folder's summary (``SUMMARIES``), or None: then it is not a result folder."""
+    return next((name for name in SUMMARIES if exists(join(path, name))), None)
 
 
 @dataclass
@@ -52,13 +53,15 @@ class ResultFolder:
 
 
 def read_result_folder(path: Location, head_rows: int = 20) -> ResultFolder:
-    """``summary.json``, every PNG, Markdown and text file, and the first ``head_rows`` of every Parquet table."""
+    """The summary, every PNG, Markdown, text and other JSON file, and the first ``head_rows`` of every
+    Parquet table."""
     fs, root = filesystem(path)
-    summary = json.loads(fs.cat_file(f"{root}/{SUMMARY}").decode())
+    summary_name = summary_file(path)
+    summary = json.loads(fs.cat_file(f"{root}/{summary_name}").decode())
     folder = ResultFolder(summary)
     for file in sorted(fs.find(root)):
         name = str(PurePosixPath(file).relative_to(root))
-        if name.startswith(".") or name == SUMMARY:
+        if name.startswith(".") or name == summary_name:
             continue
         if name.endswith(".png"):
             folder.images[name] = fs.cat_file(file)

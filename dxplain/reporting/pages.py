@@ -54,8 +54,9 @@ def _decade_label(e: int) -> str:
     return f"<1e{e + 1}" if e == ERROR_DECADES[0] else (f"≥1e{e}" if e == ERROR_DECADES[-1] else f"1e{e}")
 
 
-def fidelity_section(shards: list[dict], rows: RunRows, top_k: int | None) -> str:
-    """Targets per decade of relative error |Σ attributions − score| / |score|, per side: a figure and a table."""
+def fidelity_section(shards: list[dict], rows: RunRows, top_k: int | None, tol: float | None = None) -> str:
+    """Targets per decade of relative error |Σ attributions − score| / |score|, per side: a figure (with the
+    run's ``--tol`` as a dashed line) and a table."""
     decades, source = fidelity_decades(shards, rows, top_k)
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3), sharey=True)
@@ -63,6 +64,9 @@ def fidelity_section(shards: list[dict], rows: RunRows, top_k: int | None) -> st
     for ax, side in zip(axes, SIDES):
         ax.bar(x, [decades[side].get(str(e), 0) for e in ERROR_DECADES], color="#48a")
         ax.set_yscale("log")  # a handful of poorly explained targets must stay visible beside thousands
+        if tol:  # bar b spans [10^e, 10^(e+1)) around x = b, so 10^t sits at t − e₀ − 0.5
+            ax.axvline(np.log10(tol) - ERROR_DECADES[0] - 0.5, color="#d54", ls="--", lw=1, label=f"--tol {tol:g}")
+            ax.legend()
         ax.set_xticks(x[::3], [_decade_label(e) for e in ERROR_DECADES][::3])
         ax.set(title=SIDE_NAMES[side], xlabel="relative error |Σ attributions − score| / |score|")
     axes[0].set_ylabel("targets")
@@ -160,7 +164,7 @@ def run_page(name: str, summary: dict, shards: list[dict], rows: RunRows, recs: 
     body = "\n".join([
         f"<p class=note>Run folder <code>{esc(summary.get('run', name))}</code>.</p>",
         "<h2>Summary</h2>", key_value_table(summary_rows(summary), "summary"),
-        fidelity_section(shards, rows, summary.get("top_k")),
+        fidelity_section(shards, rows, summary.get("top_k"), summary.get("fidelity_tol")),
         attributions_section(rows),
         users_section(recs, (len(recs), users_total), labels, summary.get("prediction", "prediction"), reasons),
     ])
