@@ -65,16 +65,20 @@ def page(title: str, body: str, script: str = "") -> str:
 
 def key_value_table(rows: list[tuple[str, str, object]], table_id: str) -> str:
     """A two-column table of (key, label, value); each value cell carries its key and exact value."""
-    cells = "".join(f'<tr><th>{esc(label)}</th><td class="n" data-key="{esc(key)}" data-value="{esc(data_value(v))}">'
+    cells = "".join(f'<tr><th>{esc(label)}</th><td{_numeric(v)} data-key="{esc(key)}" data-value="{esc(data_value(v))}">'
                     f"{esc(number(v))}</td></tr>\n" for key, label, v in rows)
     return f'<table id="{esc(table_id)}">\n{cells}</table>'
+
+
+def _numeric(value) -> str:
+    """The class of a cell holding ``value``: numbers right-aligned, text (paths, names) as it reads."""
+    return ' class="n"' if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
 
 
 def grid(header: list[str], rows: list[list], table_id: str | None = None) -> str:
     """A plain table: a header row, then one row per list of cells (numbers right-aligned)."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f'<td class="n">{esc(number(c))}</td>' if isinstance(c, (int, float))
-                                    else f"<td>{esc(number(c))}</td>" for c in r) + "</tr>\n" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td{_numeric(c)}>{esc(number(c))}</td>" for c in r) + "</tr>\n" for r in rows)
     attrs = f' id="{esc(table_id)}"' if table_id else ""
     return f"<table{attrs}><tr>{head}</tr>\n{body}</table>"
 
