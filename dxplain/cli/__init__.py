@@ -17,7 +17,8 @@ import threading
 from .. import progress
 from ..errors import DxplainError
 
-COMMANDS = ("refresh", "explain", "data", "negatives", "prototypes", "evaluate", "gammli", "kolmogorov", "pairwise")
+COMMANDS = ("refresh", "explain", "data", "negatives", "prototypes", "evaluate", "gammli", "kolmogorov", "pairwise",
+            "report")
 # Commands registered by a module of another name; every other command is its module's name.
 MODULE_OF = {"datasets": "data", "train": "data", "import-embeddings": "data"}
 

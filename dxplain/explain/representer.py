@@ -236,13 +236,32 @@ def row_order(target: np.ndarray, importance: np.ndarray) -> np.ndarray:
     return np.argsort(target.astype(np.int64) * max(n, 1) + rank)
 
 
+# Decades of the relative fidelity error that a run counts its targets in: "e" holds the targets with
+# 10^e ≤ error < 10^(e+1); the first also holds exact ones (error 0), the last everything from 10^e up.
+ERROR_DECADES = range(-16, 3)
+
+
+def relative_error(total: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """|Σ importance − score| / |score| per target (the score floored at 1e-12: a zero score has no scale)."""
+    return np.abs(total - score) / np.maximum(np.abs(score), 1e-12)
+
+
+def decade_counts(rel: np.ndarray) -> dict[str, int]:
+    """Targets per decade of their relative error (``ERROR_DECADES``), keyed by the decade's exponent,
+    only the decades that hold some: counts of shards add up, and the report draws them as a histogram."""
+    with np.errstate(divide="ignore"):  # an exact explanation (error 0) goes to the first decade
+        e = np.clip(np.floor(np.log10(rel)), ERROR_DECADES[0], ERROR_DECADES[-1]).astype(int)
+    values, counts = np.unique(e, return_counts=True)
+    return {str(v): int(c) for v, c in zip(values, counts)}
+
+
 def fidelity(item_sum: np.ndarray, user_sum: np.ndarray, score: np.ndarray) -> dict:
     """Spread of |Σ importance − score| / |score| per side: 0 means the explanation is exact; None when
-    there is no target to measure (never a 0 for nothing)."""
-    scale = np.maximum(np.abs(score), 1e-12)
+    there is no target to measure (never a 0 for nothing); the targets per decade of it (``decade_counts``)."""
     out = {}
     for side, total in (("item", item_sum), ("user", user_sum)):
-        rel = np.abs(total - score) / scale
+        rel = relative_error(total, score)
         out[side] = {"median_rel_error": float(np.median(rel)) if len(rel) else None,
-                     "max_rel_error": float(rel.max()) if len(rel) else None}
+                     "max_rel_error": float(rel.max()) if len(rel) else None,
+                     "rel_error_decades": decade_counts(rel)}
     return out
