@@ -1,7 +1,12 @@
-"""The deployment files point at the real flow with parameters it accepts and a valid nightly cron."""
+"""The deployment files point at the real flow with parameters it accepts and a valid nightly cron; the
+nightly demo (deploy/nightly-demo.sh) publishes a run that the server's scheduler started."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,3 +36,41 @@ def test_dask_config_is_valid_yaml_with_memory_limits():
     assert 0 < mem["target"] < mem["spill"] < mem["pause"] < mem["terminate"] < 1
     # A deployed cluster's workers keep glibc's dynamic mmap threshold, as a LocalCluster's do.
     assert cfg["distributed"]["nanny"]["pre-spawn-environ"] == {"MALLOC_TRIM_THRESHOLD_": None}
+
+
+def test_installed_prefect_stack_satisfies_the_pins():
+    """The server's scheduler needs SQLAlchemy 2.0 (pyproject.toml says why): an environment installed before
+    the pin, or by hand, silently never starts a scheduled run. Reinstall with `pip install -e .`."""
+    import tomllib
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    pins = [Requirement(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    for req in pins:
+        if req.name in ("prefect", "fastapi", "sqlalchemy"):
+            assert req.specifier.contains(version(req.name)), f"{req.name} {version(req.name)} is outside {req}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_nightly_demo_publishes_a_scheduled_run(tmp_path):
+    """deploy/nightly-demo.sh: server, pool, deployment and worker; the server's scheduler starts the run,
+    which publishes; nothing in the output is a traceback (the shutdown CommClosedError of issue #23)."""
+    from dxplain.io.runs import open_run, read_manifest, resolve_run
+
+    venv_bin = str(Path(sys.executable).parent)  # `prefect` and `python` of this environment
+    env = {**os.environ, "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+           "DXPLAIN_HOME": str(tmp_path / "home")}
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(ROOT / "deploy" / "nightly-demo.sh"), str(out)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1400)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-5000:]
+    assert "scheduled run" in output and ": Completed" in output, output[-3000:]
+    run = resolve_run(str(out))
+    shards = read_manifest(run)["shards"]
+    assert shards and sum(s["rows"] for s in shards) == open_run(run).count_rows() > 0
+    for bad in ("CommClosedError", "Traceback"):
+        assert bad not in output, output
