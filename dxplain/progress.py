@@ -55,27 +55,34 @@ class TerminalLine:
 
     def __init__(self, stream: TextIO | None = None, width: int = 24, fps: float = 10.0):
         self.stream, self.width, self.interval = stream or sys.stderr, width, 1.0 / fps
-        self.stage, self.t0, self.last = None, 0.0, 0.0
+        self.stage, self.t0, self.last, self.latest = None, 0.0, 0.0, None
 
     def __call__(self, stage: str, done: int, total: int | None, note: str) -> None:
         now = time.monotonic()
         if stage != self.stage:
             self.close()
-            self.stage, self.t0 = stage, now
-        elif now - self.last < self.interval and done != total:
-            return
-        self.last = now
+            self.stage, self.t0, self.last = stage, now, float("-inf")  # a new stage is drawn at once
+        self.latest = (done, total, note, now)
+        if now - self.last >= self.interval or done == total:
+            self._draw()
+
+    def _draw(self) -> None:
+        done, total, note, now = self.latest
+        self.last = time.monotonic()
         if total:
             filled = int(self.width * min(done, total) / total)
             bar = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}"
         else:
             bar = f"{done}"
-        self.stream.write(f"\r\x1b[2K{stage} {bar} {note} {now - self.t0:.0f}s")
+        self.stream.write(f"\r\x1b[2K{self.stage} {bar} {note} {now - self.t0:.0f}s")
         self.stream.flush()
+        self.latest = None
 
     def close(self) -> None:
-        """End the current stage's line."""
+        """End the current stage's line, showing its last state (a skipped redraw included)."""
         if self.stage is not None:
+            if self.latest is not None:
+                self._draw()
             self.stream.write("\n")
             self.stream.flush()
             self.stage = None

@@ -25,6 +25,16 @@ def test_terminal_line_redraws_one_line_per_stage():
     assert frames[2].startswith("explain: shard [##........] 2/8") and frames[2].endswith("\n")
 
 
+def test_a_skipped_redraw_is_shown_when_its_stage_ends():
+    out = io.StringIO()
+    line = progress.TerminalLine(out, width=4, fps=1e-9)  # never redraw for time alone
+    line("scan", 1, 10, "")
+    line("scan", 7, 10, "")  # rate-limited: not drawn now
+    line.close()
+    frames = out.getvalue().split("\r\x1b[2K")[1:]
+    assert [f.split()[2] for f in frames] == ["1/10", "7/10"] and frames[-1].endswith("\n")
+
+
 def test_training_reports_its_sweeps_and_newton_steps_with_the_gradient_norm():
     seen = []
     previous = progress.use(lambda stage, done, total, note: seen.append((stage, done, total, note)))
