@@ -75,7 +75,9 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
         assert ta.equals(tb), f"shard {a['shard']} differs"
         assert a["sha256"] == b["sha256"]
     written = sorted(p.name for p in (tmp_path / "dask").iterdir())
-    assert written == sorted([e["file"] for e in dsk] + [e["file"].replace(".parquet", ".json") for e in dsk])
+    assert written == sorted([e["file"] for e in dsk] + ["_meta"])
+    assert sorted(p.name for p in (tmp_path / "dask" / "_meta").iterdir()) == sorted(
+        e["file"].replace(".parquet", ".json") for e in dsk)
 
 
 def _job(root, seed=11, n_users=80, n_items=60, top_k=3):
@@ -144,7 +146,9 @@ def test_killed_worker_loses_nothing(tmp_path):
     _same_files(tmp_path / "mem", mem, tmp_path / "kill", result["entries"])
     # The kill may interrupt a write, leaving a dot-temporary (finish_run removes those); real files are complete.
     real = sorted(p.name for p in (tmp_path / "kill").iterdir() if not p.name.startswith("."))
-    assert real == sorted([e["file"] for e in mem] + [e["file"].replace(".parquet", ".json") for e in mem])
+    assert real == sorted([e["file"] for e in mem] + ["_meta"])
+    real = sorted(p.name for p in (tmp_path / "kill" / "_meta").iterdir() if not p.name.startswith("."))
+    assert real == sorted(e["file"].replace(".parquet", ".json") for e in mem)
 
 
 def test_distributed_als_equals_in_memory_als(client, tmp_path):

@@ -48,8 +48,10 @@ def test_parts_hold_whole_histories_and_whole_rater_lists(fitted, tmp_path):
 def _run(job, shards, run_dir):
     run_dir.mkdir()
     entries, passes = run_passes(LocalMapper(), job, shards, str(run_dir))
-    assert sorted(p.name for p in run_dir.iterdir()) == sorted(  # the stage is gone once all shards are written
-        [e["file"] for e in entries] + [e["file"].replace(".parquet", ".json") for e in entries])
+    # the shards' Parquet files beside _meta/, which holds their entries; the stage is gone once all are written
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted([e["file"] for e in entries] + ["_meta"])
+    assert sorted(p.name for p in (run_dir / "_meta").iterdir()) == sorted(
+        e["file"].replace(".parquet", ".json") for e in entries)
     return entries, passes
 
 

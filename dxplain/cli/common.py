@@ -98,8 +98,9 @@ def precheck(kwargs: dict, named_only: bool = False, interactions: bool = False)
         check_dataset(kwargs["dataset"])
         if interactions and kwargs["dataset"].lower() not in ALIASES and is_local(kwargs["dataset"]):  # a path
             check_interactions(kwargs["dataset"], need_unrated="top_n" in kwargs and not kwargs.get("targets"))
-    if kwargs.get("targets") and is_local(kwargs["targets"]) and not Path(kwargs["targets"]).exists():
-        raise InputError(f"--targets {kwargs['targets']}: no such file; check the path")
+    targets = kwargs.get("targets")  # a file of pairs (refresh); evaluate's is a count
+    if isinstance(targets, str) and is_local(targets) and not Path(targets).exists():
+        raise InputError(f"--targets {targets}: no such file; check the path")
     out = kwargs.get("out") or Settings.from_env().out
     if "://" not in str(out) and Path(out).is_file():
         raise InputError(f"--out {out}: is a file; give a folder (it is created)")
