@@ -4,7 +4,7 @@ The compiled twin of ``als.ridge_solve_rows``, which stays as the tests' referen
 columns C_r:
     X_r = (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r}
 The row's factors are gathered transposed (k × d), the Gram's upper triangle is formed as dot
-products in 2×2 blocks, then LAPACK's Cholesky and two triangular sweeps solve. Rows shorter than k take the dual d×d system,
+products in 2×2 blocks, then a Cholesky factorisation and two triangular sweeps solve. Rows shorter than k take the dual d×d system,
     X_r = F_{C_r}ᵀ (F_{C_r} F_{C_r}ᵀ + ridge·I_d)^{-1} y_{C_r},
 as the numpy path does. nnz·k²/2 multiply-adds for the Grams instead of the numpy path's padded
 nnz·k² through gathered (B, d, k) stacks, and no batch of rows waits for its longest member.
@@ -41,27 +41,55 @@ def _gram_upper(M, n, m, A):
 
 
 @njit(nogil=True, cache=True)
-def _solve_spd(A, n, b, x):
-    """x[:n] ← A⁻¹b for the symmetric positive definite A[:n, :n] given by its upper triangle.
+def _gather_transposed(F, cols, a, d, Gt):
+    """Gt[:, :d] ← F[cols[a:a+d]]ᵀ, eight rows at a time (eight row views, then eight contiguous
+    stores per column: 4x an element-by-element strip transpose, measured at k = 64)."""
+    k = F.shape[1]
+    j = 0
+    while j + 8 <= d:
+        r0, r1, r2, r3 = F[cols[a + j]], F[cols[a + j + 1]], F[cols[a + j + 2]], F[cols[a + j + 3]]
+        r4, r5, r6, r7 = F[cols[a + j + 4]], F[cols[a + j + 5]], F[cols[a + j + 6]], F[cols[a + j + 7]]
+        for c in range(k):
+            g = Gt[c]
+            g[j], g[j + 1], g[j + 2], g[j + 3] = r0[c], r1[c], r2[c], r3[c]
+            g[j + 4], g[j + 5], g[j + 6], g[j + 7] = r4[c], r5[c], r6[c], r7[c]
+        j += 8
+    for j in range(j, d):
+        r = F[cols[a + j]]
+        for c in range(k):
+            Gt[c, j] = r[c]
 
-    LAPACK's Cholesky A = LLᵀ (np.linalg.cholesky: 3x a hand-written one at k = 64), then Lz = b
-    and Lᵀx = z.
-    """
-    S = np.empty((n, n))
-    for p in range(n):
-        for q in range(p, n):
-            S[p, q] = S[q, p] = A[p, q]
-    L = np.linalg.cholesky(S)
+
+@njit(nogil=True, cache=True, fastmath=True)
+def _dot(a, b, n):
+    """⟨a[:n], b[:n]⟩ (fastmath: vectorised)."""
+    s = 0.0
     for i in range(n):
-        s = b[i]
-        for m in range(i):
-            s -= L[i, m] * x[m]
-        x[i] = s / L[i, i]
+        s += a[i] * b[i]
+    return s
+
+
+@njit(nogil=True, cache=True)
+def _solve_spd(A, n, b, x):
+    """x[:n] ← A⁻¹b for the symmetric positive definite A[:n, :n] given by its upper triangle; b is overwritten.
+
+    Cholesky A = LLᵀ in the dot-product form, L written into A's lower triangle (its upper triangle
+    still holds the input), so every inner product runs along contiguous rows; then Lz = b and Lᵀx = z.
+    No LAPACK: a call per row from numba's threads would use OpenBLAS's own threads on top (scipy's
+    OpenBLAS is loaded after any threadpool limit the caller set).
+    """
+    for j in range(n):
+        L_j = A[j]
+        piv = np.sqrt(A[j, j] - _dot(L_j, L_j, j))
+        A[j, j] = piv
+        for c in range(j + 1, n):
+            A[c, j] = (A[j, c] - _dot(A[c], L_j, j)) / piv
+    for i in range(n):
+        x[i] = (b[i] - _dot(A[i], x, i)) / A[i, i]
     for i in range(n - 1, -1, -1):
-        s = x[i]
-        for m in range(i + 1, n):
-            s -= L[m, i] * x[m]
-        x[i] = s / L[i, i]
+        x[i] /= A[i, i]
+        for m in range(i):
+            x[m] -= A[i, m] * x[i]
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -95,16 +123,11 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X):
             if d == 0:
                 X[n, :] = 0.0
             elif d >= k:
-                for j0 in range(0, d, 8):  # transpose in strips of 8 rows: both sides stay in cache lines
-                    for c in range(k):
-                        for j in range(j0, min(d, j0 + 8)):
-                            Gt[c, j] = F[cols[a + j], c]
+                _gather_transposed(F, cols, a, d, Gt)
                 _gram_upper(Gt, kp, d, A)
+                y_r = y[a:a + d]
                 for c in range(k):
-                    s = 0.0
-                    for j in range(d):
-                        s += Gt[c, j] * y[a + j]
-                    b[c] = s
+                    b[c] = _dot(Gt[c], y_r, d)
                     A[c, c] += ridge
                 _solve_spd(A, k, b, x)
                 X[n, :] = x[:k]
