@@ -36,27 +36,29 @@ RANK_MAX = 64
 
 
 @njit(nogil=True, cache=True, fastmath=True)
-def _lane_bounds(row, lanes, hi, lo):
-    """(τ⁺, τ⁻): at least ``lanes`` entries of ``row`` are ≥ τ⁺ and at least ``lanes`` are ≤ τ⁻.
+def _importance_and_bounds(a, L_t, d, lanes, hi, lo, imp):
+    """imp[:d] ← a ⊙ L_t, and (τ⁺, τ⁻): at least ``lanes`` entries of imp are ≥ τ⁺ and as many ≤ τ⁻.
 
-    τ⁺ is the smallest of the lane maxima when the row is dealt round-robin into ``lanes`` lanes
-    (one vectorised pass, no sort: a running top-k mispredicts a branch per insertion, several times
-    the pass on rows of ~100). Rows shorter than two lanes' worth are taken whole (±inf).
+    τ⁺ is the smallest of the lane maxima when the row is dealt round-robin into ``lanes`` lanes,
+    in the same vectorised pass that scales the row (no sort: a running top-k mispredicts a branch
+    per insertion, several times the pass on rows of ~100). Rows shorter than two lanes' worth are
+    taken whole (±inf).
     """
-    d = row.shape[0]
+    for i in range(d):
+        imp[i] = a[i] * L_t[i]
     if d < 2 * lanes:
         return -np.inf, np.inf
     for j in range(lanes):
-        hi[j] = lo[j] = row[j]
+        hi[j] = lo[j] = imp[j]
     full = d - d % lanes
-    for a in range(lanes, full, lanes):
+    for b in range(lanes, full, lanes):
         for j in range(lanes):
-            v = row[a + j]
+            v = imp[b + j]
             hi[j] = max(hi[j], v)
             lo[j] = min(lo[j], v)
-    for a in range(full, d):
-        hi[a - full] = max(hi[a - full], row[a])
-        lo[a - full] = min(lo[a - full], row[a])
+    for b in range(full, d):
+        hi[b - full] = max(hi[b - full], imp[b])
+        lo[b - full] = min(lo[b - full], imp[b])
     tau_hi, tau_lo = hi[0], lo[0]
     for j in range(1, lanes):
         tau_hi = min(tau_hi, hi[j])
@@ -65,7 +67,7 @@ def _lane_bounds(row, lanes, hi, lo):
 
 
 @njit(nogil=True, cache=True)
-def _best(pos, val, m, k, sign, keep):
+def _best(pos, val, m, k, sign, keep, w):
     """Write to ``keep`` the positions among the m candidates (in position order) of the k largest
     sign·value, ties by position; returns how many (≤ k).
 
@@ -73,9 +75,10 @@ def _best(pos, val, m, k, sign, keep):
     branch-free and vectorised: on a few dozen candidates faster than a sort that mispredicts
     every other step. Longer lists (many exact ties) take a stable merge sort.
     """
-    w = sign * val[:m]
+    for a in range(m):  # into a scratch buffer: an allocation per call cost as much as the ranking
+        w[a] = sign * val[a]
     if m > RANK_MAX:
-        order = np.argsort(-w, kind="mergesort")[:k]
+        order = np.argsort(-w[:m], kind="mergesort")[:k]
         keep[:len(order)] = pos[:m][np.sort(order)]
         return len(order)
     n = 0
@@ -121,6 +124,7 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
     c_hi = np.empty(d_max + 1, np.int64)  # candidate positions, one spare slot for branch-free appends
     c_lo = np.empty(d_max + 1, np.int64)
     val = np.empty(d_max + 1)
+    w = np.empty(d_max + 1)
     keep = np.empty(top_k, np.int64)
     lanes = max(top_k, LANES_MIN)
     lane_hi = np.empty(lanes)
@@ -142,10 +146,8 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
             L = np.dot(T[:nq], H[:d].T)  # (nq, d) local importances
             for j in range(nq):
                 L_t = L[j]
-                for i in range(d):
-                    imp[i] = a_g[i] * L_t[i]
+                tau_hi, tau_lo = _importance_and_bounds(a_g, L_t, d, lanes, lane_hi, lane_lo, imp)
                 row = imp[:d]
-                tau_hi, tau_lo = _lane_bounds(row, lanes, lane_hi, lane_lo)
                 m_hi = m_lo = 0
                 for i in range(d):  # branch-free appends: most entries are not candidates
                     v = row[i]
@@ -161,7 +163,7 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
                         if sign * v > 0.0:
                             cand[n], val[n] = cand[a], v
                             n += 1
-                    for b in range(_best(cand, val, n, k, sign, keep)):
+                    for b in range(_best(cand, val, n, k, sign, keep, w)):
                         i = keep[b]
                         out_target[n_out] = tgt[q0 + j]
                         out_train[n_out] = hist[h0 + i]
