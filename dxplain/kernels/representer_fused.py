@@ -121,6 +121,7 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
     a_g = np.empty(d_max)
     imp = np.empty(d_max)
     T = np.empty((t_max, r))
+    L_buf = np.empty(SCORE_BLOCK + d_max)
     c_hi = np.empty(d_max + 1, np.int64)  # candidate positions, one spare slot for branch-free appends
     c_lo = np.empty(d_max + 1, np.int64)
     val = np.empty(d_max + 1)
@@ -143,7 +144,8 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
             nq = min(step, tgt_ptr[g + 1] - q0)
             for j in range(nq):
                 T[j, :] = F_tgt[tgt_row[q0 + j]]
-            L = np.dot(T[:nq], H[:d].T)  # (nq, d) local importances
+            L = L_buf[:nq * d].reshape((nq, d))  # (nq, d) local importances, into a reused buffer
+            np.dot(T[:nq], H[:d].T, L)
             for j in range(nq):
                 L_t = L[j]
                 tau_hi, tau_lo = _importance_and_bounds(a_g, L_t, d, lanes, lane_hi, lane_lo, imp)
