@@ -4,7 +4,7 @@ The compiled twin of ``als.ridge_solve_rows``, which stays as the tests' referen
 columns C_r:
     X_r = (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r}
 The row's factors are gathered transposed (k × d), the Gram's upper triangle is formed as dot
-products in 2×2 blocks, then a Cholesky factorisation and two triangular sweeps solve. Rows shorter than k take the dual d×d system,
+products in 2×4 blocks, then a Cholesky factorisation and two triangular sweeps solve. Rows shorter than k take the dual d×d system,
     X_r = F_{C_r}ᵀ (F_{C_r} F_{C_r}ᵀ + ridge·I_d)^{-1} y_{C_r},
 as the numpy path does. nnz·k²/2 multiply-adds for the Grams instead of the numpy path's padded
 nnz·k² through gathered (B, d, k) stacks, and no batch of rows waits for its longest member.
@@ -25,11 +25,12 @@ GRAM_CHUNK = 256
 
 @njit(nogil=True, cache=True, fastmath=True)
 def _gram_upper(M, n, m, A):
-    """A[p, q] ← ⟨M[p, :m], M[q, :m]⟩ for p ≤ q < n (n even), in 2×2 blocks of dot products.
+    """A[p, q] ← ⟨M[p, :m], M[q, :m]⟩ for p ≤ q < n (n a multiple of 4), in 2×4 blocks of dot products.
 
-    Four dot products share each pair of loaded rows, and fastmath lets each be vectorised in any
-    summation order: ~50% of this machine's FMA peak, where one dot at a time is load-bound. Long
-    rows go in chunks of ``GRAM_CHUNK`` so that a chunk of all n rows stays in L1/L2 across the blocks.
+    Eight dot products share six loaded rows, and fastmath lets each be vectorised in any summation
+    order (2×4 ran at 28–36 GFLOP/s, 2×2 at 23–27, 4×4 at 15–21: too many accumulators). Blocks
+    that start left of the diagonal also write a few entries below it, which nothing reads. Long
+    rows go in chunks of ``GRAM_CHUNK`` so that a chunk of all n rows stays in L1/L2 across blocks.
     """
     for p in range(n):
         A[p, p:n] = 0.0
@@ -37,18 +38,28 @@ def _gram_upper(M, n, m, A):
         j1 = min(m, j0 + GRAM_CHUNK)
         for p in range(0, n, 2):
             a0, a1 = M[p], M[p + 1]
-            for q in range(p, n, 2):
-                b0, b1 = M[q], M[q + 1]
-                s00 = s01 = s10 = s11 = 0.0
+            for q in range(p - p % 4, n, 4):
+                b0, b1, b2, b3 = M[q], M[q + 1], M[q + 2], M[q + 3]
+                s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
                 for j in range(j0, j1):
-                    s00 += a0[j] * b0[j]
-                    s01 += a0[j] * b1[j]
-                    s10 += a1[j] * b0[j]
-                    s11 += a1[j] * b1[j]
+                    x0, x1 = a0[j], a1[j]
+                    y0, y1, y2, y3 = b0[j], b1[j], b2[j], b3[j]
+                    s00 += x0 * y0
+                    s01 += x0 * y1
+                    s02 += x0 * y2
+                    s03 += x0 * y3
+                    s10 += x1 * y0
+                    s11 += x1 * y1
+                    s12 += x1 * y2
+                    s13 += x1 * y3
                 A[p, q] += s00
                 A[p, q + 1] += s01
+                A[p, q + 2] += s02
+                A[p, q + 3] += s03
                 A[p + 1, q] += s10
                 A[p + 1, q + 1] += s11
+                A[p + 1, q + 2] += s12
+                A[p + 1, q + 3] += s13
 
 
 @njit(nogil=True, cache=True)
@@ -133,14 +144,14 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X):
     X : (m, k) float64 output
     """
     k = F.shape[1]
-    kp = k + k % 2  # the Gram works on pairs of rows: an odd k gets a zero row
+    kp = -(-k // 4) * 4  # the Gram works on blocks of 4 rows: zero rows pad k
     m = rows.shape[0]
     d_max = 0
     for n in range(m):
         d_max = max(d_max, indptr[rows[n] + 1] - indptr[rows[n]])
     for t in prange(n_threads):
         Gt = np.zeros((kp, d_max))  # F_{C_r}ᵀ, for the primal Gram (d ≥ k)
-        G = np.zeros((kp, kp))  # F_{C_r}, for the dual Gram (d < k), padded to even rows
+        G = np.zeros((kp, kp))  # F_{C_r}, for the dual Gram (d < k), padded with zero rows
         A = np.empty((kp, kp))
         b = np.empty(kp)
         x = np.empty(kp)
@@ -160,8 +171,8 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X):
                 X[n, :] = x[:k]
             else:
                 # Dual: (G Gᵀ + ridge I_d) z = y_r, X_r = Gᵀ z with G = F_{C_r} (d < k rows).
-                dp = d + d % 2
-                G[d] = 0.0
+                dp = -(-d // 4) * 4
+                G[d:dp] = 0.0
                 for j in range(d):
                     G[j, :k] = F[cols[a + j]]
                     b[j] = y[a + j]
