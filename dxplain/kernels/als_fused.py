@@ -4,7 +4,8 @@ The compiled twin of ``als.ridge_solve_rows``, which stays as the tests' referen
 columns C_r:
     X_r = (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r}
 The row's factors are gathered transposed (k × d), the Gram's upper triangle is formed as dot
-products in 2×4 blocks, then a Cholesky factorisation and two triangular sweeps solve. Rows shorter than k take the dual d×d system,
+products in 2×4 blocks, then a Cholesky factorisation and two triangular sweeps solve. Rows shorter
+than k take the dual d×d system,
     X_r = F_{C_r}ᵀ (F_{C_r} F_{C_r}ᵀ + ridge·I_d)^{-1} y_{C_r},
 as the numpy path does. nnz·k²/2 multiply-adds for the Grams instead of the numpy path's padded
 nnz·k² through gathered (B, d, k) stacks, and no batch of rows waits for its longest member.
