@@ -32,7 +32,7 @@ SCORE_BLOCK = 1 << 15
 # At least this many lanes (a vector's worth), so short top_k still prune.
 LANES_MIN = 8
 # Candidate lists longer than this (exact ties) are ranked by a merge sort rather than by k scans.
-RANK_MAX = 64
+SCAN_MAX = 64
 
 
 @njit(nogil=True, cache=True, fastmath=True)
@@ -77,7 +77,7 @@ def _best(pos, val, m, k, sign, keep, w):
     """
     for a in range(m):  # into a scratch buffer: an allocation per call cost as much as the ranking
         w[a] = sign * val[a]
-    if m > RANK_MAX:
+    if m > SCAN_MAX:
         order = np.argsort(-w[:m], kind="mergesort")[:k]
         keep[:len(order)] = pos[:m][np.sort(order)]
         return len(order)
