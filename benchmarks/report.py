@@ -37,19 +37,36 @@ def lambda_table() -> str:
 
 
 def throughput_table() -> str:
-    rows = ["| data set | \\|D\\| | users × top-10 targets | scored pairs | batched pairs/s | per-pair loop pairs/s | "
-            "speed-up | batched GFLOP/s | same-shape matmul GFLOP/s | share | 4096² GEMM GFLOP/s | share |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| data set | \\|D\\| | users × top-10 targets | scored pairs | fused pairs/s | numpy pairs/s | "
+            "per-pair loop pairs/s | fused GFLOP/s | numpy GFLOP/s | same-shape matmul GFLOP/s | fused share | "
+            "numpy share | 4096² GEMM GFLOP/s | fused share |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in ("movielens-100k", "synthetic-5m"):
         f = RESULTS / f"explain_throughput_{name}.json"
         if not f.exists():
             continue
         r = json.loads(f.read_text())
+        fused = (f"{r['fused_pairs_per_s'] / 1e6:.1f} M", f"{r['fused_gflops']:.2f}",
+                 f"{r['fused_fraction_of_same_shape_matmul']:.0%}", f"{r['fused_fraction_of_plain_gemm']:.0%}") \
+            if "fused_gflops" in r else ("—",) * 4
         rows.append(f"| {name} | {r['interactions']:,} | {r['users_explained']:,} | {r['scored_pairs']:,} | "
-                    f"{r['batched_pairs_per_s'] / 1e6:.1f} M | {r['loop_pairs_per_s'] / 1e6:.2f} M | "
-                    f"{r['speedup_vs_loop']:.0f}× | {r['batched_gflops']:.2f} | "
-                    f"{r['stacked_matmul_gflops_same_shapes']:.1f} | {r['fraction_of_same_shape_matmul']:.0%} | "
-                    f"{r['plain_gemm_gflops_4096']:.1f} | {r['fraction_of_plain_gemm']:.0%} |")
+                    f"{fused[0]} | {r['batched_pairs_per_s'] / 1e6:.1f} M | {r['loop_pairs_per_s'] / 1e6:.2f} M | "
+                    f"{fused[1]} | {r['batched_gflops']:.2f} | {r['stacked_matmul_gflops_same_shapes']:.1f} | "
+                    f"{fused[2]} | {r['fraction_of_same_shape_matmul']:.0%} | "
+                    f"{r['plain_gemm_gflops_4096']:.1f} | {fused[3]} |")
+    return "\n".join(rows)
+
+
+def als_vs_implicit_table() -> str:
+    f = RESULTS / "als_vs_implicit.json"
+    res = json.loads(f.read_text())
+    rows = [f"| data set | users × items | ratings | k | dxplain fused s/sweep | dxplain numpy s/sweep | "
+            f"implicit {res['implicit']} s/iteration | fused / implicit | numpy / implicit |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        rows.append(f"| {r['dataset']} | {r['users']:,} × {r['items']:,} | {r['ratings']:,} | {r['k']} | "
+                    f"{r['dxplain_fused_s']:.3f} | {r['dxplain_numpy_s']:.3f} | {r['implicit_s']:.3f} | "
+                    f"{r['fused_over_implicit']:.2f}× | {r['numpy_over_implicit']:.2f}× |")
     return "\n".join(rows)
 
 
@@ -133,6 +150,7 @@ def case_deletion(*names: str):
 TABLES = {
     "model.md": {"lambda-table": lambda_table},
     "scaling.md": {"throughput-table": throughput_table,
+                   "als-vs-implicit-table": als_vs_implicit_table,
                    "heavy-items-table": heavy_items_table,
                    "scaling-table": include("scaling/scaling.md")},
     "negatives.md": {"negatives-appc-table": include("negatives_appc.md"),

@@ -28,10 +28,28 @@ def test_ridge_solve_rows_matches_per_row_solve(small, k):
 def test_ridge_solve_rows_batches_when_block_is_small(small, monkeypatch):
     rng = np.random.default_rng(2)
     V = rng.normal(size=(small.n_items, 4))
-    full = als.ridge_solve_rows(small.user_indptr, small.item, small.rating, V, ridge=1.0)
+    full = als.ridge_solve_rows(small.user_indptr, small.item, small.rating, V, ridge=1.0, fused=False)
     monkeypatch.setattr(als, "BLOCK_ELEMENTS", 16)  # forces one row per batch
-    tiny = als.ridge_solve_rows(small.user_indptr, small.item, small.rating, V, ridge=1.0)
+    tiny = als.ridge_solve_rows(small.user_indptr, small.item, small.rating, V, ridge=1.0, fused=False)
     np.testing.assert_allclose(full, tiny, rtol=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 7, 12, 40])  # 7, 12: primal and dual rows; 40: dual only
+def test_fused_half_step_equals_the_numpy_half_step(k):
+    """The numba kernel against the numpy batches: primal (d ≥ k) and dual (d < k) rows, odd k, empty
+    rows, and a subset of rows in any order."""
+    d = random_interactions(70, 90, 0.12, seed=k)  # degrees 6..~22
+    rng = np.random.default_rng(k)
+    V = rng.normal(size=(d.n_items + 3, k))  # columns beyond the data are never touched
+    indptr = np.concatenate([d.user_indptr, [d.user_indptr[-1]]])  # one more row, with no entries
+    rows = rng.permutation(len(indptr) - 1)[:50]
+    for sub in (None, rows):
+        ref = als.ridge_solve_rows(indptr, d.item, d.rating, V, ridge=0.9, rows=sub, fused=False)
+        got = als.ridge_solve_rows(indptr, d.item, d.rating, V, ridge=0.9, rows=sub, fused=True)
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
+    assert np.all(got[rows == len(indptr) - 2] == 0)
+    deg = np.diff(d.user_indptr)
+    assert k == 1 or deg.min() < k
 
 
 def test_gradient_and_hessian_match_finite_differences(small):

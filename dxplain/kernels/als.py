@@ -21,9 +21,13 @@ import scipy.sparse as sp
 # Upper bound on floats in one padded (B, d, k) block: ~64 MB of float64.
 BLOCK_ELEMENTS = 1 << 23
 
+# Half-steps by the compiled kernel (``als_fused``) rather than the numpy batches below: faster at
+# every k measured (benchmarks/als_vs_implicit.py, docs/scaling.md).
+FUSED = True
+
 
 def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.ndarray,
-                     ridge: float, rows: np.ndarray | None = None) -> np.ndarray:
+                     ridge: float, rows: np.ndarray | None = None, fused: bool | None = None) -> np.ndarray:
     """X_r = (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r} for each row r (CSR over ``cols``).
 
     Parameters
@@ -32,6 +36,7 @@ def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.
     F : (n_cols, k) fixed factor matrix
     ridge : λ|D|/2
     rows : optional subset of rows to solve (default all); the result has one line per solved row
+    fused : the compiled kernel (``als_fused``, default ``FUSED``) or these numpy batches, its reference
 
     Returns
     -------
@@ -41,6 +46,15 @@ def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.
     rows = np.arange(n_rows) if rows is None else np.asarray(rows)
     k = F.shape[1]
     X = np.zeros((len(rows), k))
+    if FUSED if fused is None else fused:
+        from numba import get_num_threads
+
+        from .als_fused import ridge_solve_rows_fused  # numba compiles (or loads its cache) on first use
+
+        ridge_solve_rows_fused(np.asarray(indptr, np.int64), np.asarray(cols, np.int64), np.asarray(y, np.float64),
+                               np.ascontiguousarray(F, np.float64), float(ridge), rows.astype(np.int64),
+                               get_num_threads(), X)
+        return X
     deg = indptr[rows + 1] - indptr[rows]
     cols = cols.astype(np.intp)  # int32 fancy indexing is ~10x slower than intp (measured)
     F_pad = np.vstack([F, np.zeros((1, k))])  # index n_cols is a zero row used for padding

@@ -116,6 +116,10 @@ def split_heavy_groups(g: Groups, budget: int | None = None) -> Groups:
 # twice as fast for small blocks, then scaled and cast in one pass (measured on both shapes).
 LONG_ROW = 2048
 
+# Top-k selection by the compiled kernel (``fused_attributions``) rather than the numpy stacks below:
+# faster on both benchmark sets (benchmarks/explain_throughput.py, docs/scaling.md).
+FUSED = True
+
 # Rows at least this many times longer than top_k are selected by threshold pruning (see below).
 PRUNE_FACTOR = 50
 
@@ -331,8 +335,23 @@ def buckets(g: Groups, k: int, budget: int | None = None):
             yield members[a:a + step], d, t
 
 
+def fused_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray,
+                       top_k: int) -> Attributions:
+    """``grouped_attributions`` (top_k > 0, no heavy groups) by the compiled score-and-select kernel
+    (``representer_fused``): the same attributions, without the padded stacks and their memory passes."""
+    from .representer_fused import fused_group_top_k  # numba compiles (or loads its cache) on first use
+
+    d, t = np.diff(g.hist_ptr), np.diff(g.tgt_ptr)
+    room = int(np.sum(t * 2 * np.minimum(top_k, d)))
+    out = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room), np.empty(room))
+    ints = [np.asarray(x, np.int64) for x in (g.hist_ptr, g.hist, g.hist_row, g.tgt_ptr, g.tgt, g.tgt_row)]
+    floats = [np.ascontiguousarray(x, np.float64) for x in (alpha, F_hist, F_tgt)]
+    n = fused_group_top_k(*ints, *floats, int(top_k), *out)
+    return Attributions(*(x[:n] for x in out))
+
+
 def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray,
-                         top_k: int, search=None) -> Attributions:
+                         top_k: int, search=None, fused: bool | None = None) -> Attributions:
     """Score every group's history against its targets: I = α ⊙ (F_tgt[tgt] F_hist[hist]ᵀ).
 
     Groups are bucketed by (history, targets) length and each bucket is one stacked matmul: for
@@ -345,13 +364,19 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
 
     Groups whose (history × targets) block exceeds the budget (the user side of popular items) go to
     ``streamed_group_attributions`` instead, exactly or through an approximate ``search``.
+
+    ``fused`` (default ``FUSED``) selects the rest with the compiled kernel (``fused_attributions``);
+    this numpy path is its reference in the tests.
     """
+    fused = FUSED if fused is None else fused
     if top_k > 0:
         heavy = heavy_groups(g)
         if len(heavy):
             streamed = [streamed_group_attributions(g, x, alpha, F_hist, F_tgt, top_k, search) for x in heavy]
-            return Attributions.concat([grouped_attributions(without_groups(g, heavy), alpha, F_hist, F_tgt, top_k)]
-                                       + streamed)
+            rest = grouped_attributions(without_groups(g, heavy), alpha, F_hist, F_tgt, top_k, fused=fused)
+            return Attributions.concat([rest] + streamed)
+        if fused:
+            return fused_attributions(g, alpha, F_hist, F_tgt, top_k)
     elif search is not None:
         raise ValueError("an approximate search needs top_k > 0")
     g = split_heavy_groups(g)

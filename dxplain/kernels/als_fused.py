@@ -1,0 +1,187 @@
+"""Fused ALS half-step (numba): each row's Gram, right-hand side and Cholesky solve in one pass over its entries.
+
+The compiled twin of ``als.ridge_solve_rows``, which stays as the tests' reference. For row r with
+columns C_r:
+    X_r = (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r}
+The row's factors are gathered transposed (k × d), the Gram's upper triangle is formed as dot
+products in 2×4 blocks, then a Cholesky factorisation and two triangular sweeps solve. Rows shorter
+than k take the dual d×d system,
+    X_r = F_{C_r}ᵀ (F_{C_r} F_{C_r}ᵀ + ridge·I_d)^{-1} y_{C_r},
+as the numpy path does. nnz·k²/2 multiply-adds for the Grams instead of the numpy path's padded
+nnz·k² through gathered (B, d, k) stacks, and no batch of rows waits for its longest member.
+
+Rows run in parallel (``prange``) over numba's threads, interleaved so that light and heavy rows
+mix; ``nogil`` lets Dask's threads run parts side by side as well. ``cache=True``: compiled once per
+machine (docs/scaling.md states the cost).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+# Entries per chunk of the Gram's dot products: 64 rows × 256 floats = 128 KB (L2).
+GRAM_CHUNK = 256
+
+
+@njit(nogil=True, cache=True, fastmath=True)
+def _gram_upper(M, n, m, A):
+    """A[p, q] ← ⟨M[p, :m], M[q, :m]⟩ for p ≤ q < n (n a multiple of 4), in 2×4 blocks of dot products.
+
+    Eight dot products share six loaded rows, and fastmath lets each be vectorised in any summation
+    order (2×4 ran at 28–36 GFLOP/s, 2×2 at 23–27, 4×4 at 15–21: too many accumulators). Blocks
+    that start left of the diagonal also write a few entries below it, which nothing reads. Long
+    rows go in chunks of ``GRAM_CHUNK`` so that a chunk of all n rows stays in L1/L2 across blocks.
+    """
+    for p in range(n):
+        A[p, p:n] = 0.0
+    for j0 in range(0, m, GRAM_CHUNK):
+        j1 = min(m, j0 + GRAM_CHUNK)
+        for p in range(0, n, 2):
+            a0, a1 = M[p], M[p + 1]
+            for q in range(p - p % 4, n, 4):
+                b0, b1, b2, b3 = M[q], M[q + 1], M[q + 2], M[q + 3]
+                s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
+                for j in range(j0, j1):
+                    x0, x1 = a0[j], a1[j]
+                    y0, y1, y2, y3 = b0[j], b1[j], b2[j], b3[j]
+                    s00 += x0 * y0
+                    s01 += x0 * y1
+                    s02 += x0 * y2
+                    s03 += x0 * y3
+                    s10 += x1 * y0
+                    s11 += x1 * y1
+                    s12 += x1 * y2
+                    s13 += x1 * y3
+                A[p, q] += s00
+                A[p, q + 1] += s01
+                A[p, q + 2] += s02
+                A[p, q + 3] += s03
+                A[p + 1, q] += s10
+                A[p + 1, q + 1] += s11
+                A[p + 1, q + 2] += s12
+                A[p + 1, q + 3] += s13
+
+
+@njit(nogil=True, cache=True)
+def _gather_transposed(F, cols, a, d, Gt):
+    """Gt[:, :d] ← F[cols[a:a+d]]ᵀ, eight rows at a time (eight row views, then eight contiguous
+    stores per column: 4x an element-by-element strip transpose, measured at k = 64)."""
+    k = F.shape[1]
+    j = 0
+    while j + 8 <= d:
+        r0, r1, r2, r3 = F[cols[a + j]], F[cols[a + j + 1]], F[cols[a + j + 2]], F[cols[a + j + 3]]
+        r4, r5, r6, r7 = F[cols[a + j + 4]], F[cols[a + j + 5]], F[cols[a + j + 6]], F[cols[a + j + 7]]
+        for c in range(k):
+            g = Gt[c]
+            g[j], g[j + 1], g[j + 2], g[j + 3] = r0[c], r1[c], r2[c], r3[c]
+            g[j + 4], g[j + 5], g[j + 6], g[j + 7] = r4[c], r5[c], r6[c], r7[c]
+        j += 8
+    for j in range(j, d):
+        r = F[cols[a + j]]
+        for c in range(k):
+            Gt[c, j] = r[c]
+
+
+@njit(nogil=True, cache=True, fastmath=True)
+def _dot(a, b, n):
+    """⟨a[:n], b[:n]⟩ (fastmath: vectorised)."""
+    s = 0.0
+    for i in range(n):
+        s += a[i] * b[i]
+    return s
+
+
+@njit(nogil=True, cache=True, fastmath=True)
+def _dot2(a0, a1, b, n):
+    """(⟨a0[:n], b[:n]⟩, ⟨a1[:n], b[:n]⟩): two rows against one, sharing its loads."""
+    s0 = s1 = 0.0
+    for i in range(n):
+        s0 += a0[i] * b[i]
+        s1 += a1[i] * b[i]
+    return s0, s1
+
+
+@njit(nogil=True, cache=True)
+def _solve_spd(A, n, b, x):
+    """x[:n] ← A⁻¹b for the symmetric positive definite A[:n, :n] given by its upper triangle; b is overwritten.
+
+    Cholesky A = LLᵀ in the dot-product form, L written into A's lower triangle (its upper triangle
+    still holds the input), so every inner product runs along contiguous rows; then Lz = b and Lᵀx = z.
+    No LAPACK: a call per row from numba's threads would use OpenBLAS's own threads on top (scipy's
+    OpenBLAS is loaded after any threadpool limit the caller set).
+    """
+    for j in range(n):
+        L_j = A[j]
+        piv = np.sqrt(A[j, j] - _dot(L_j, L_j, j))
+        A[j, j] = piv
+        c = j + 1
+        while c + 1 < n:  # two rows of L at a time (k = 64: 12 µs a solve, against 16 one at a time)
+            s0, s1 = _dot2(A[c], A[c + 1], L_j, j)
+            A[c, j] = (A[j, c] - s0) / piv
+            A[c + 1, j] = (A[j, c + 1] - s1) / piv
+            c += 2
+        if c < n:
+            A[c, j] = (A[j, c] - _dot(A[c], L_j, j)) / piv
+    for i in range(n):
+        x[i] = (b[i] - _dot(A[i], x, i)) / A[i, i]
+    for i in range(n - 1, -1, -1):
+        x[i] /= A[i, i]
+        for m in range(i):
+            x[m] -= A[i, m] * x[i]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X):
+    """X[n] ← (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r} for r = rows[n]; rows without entries get 0.
+
+    Parameters
+    ----------
+    indptr, cols, y : CSR structure of the rows (int64, int64, float64)
+    F : (n_cols, k) float64 fixed factors, C-contiguous
+    ridge : λ|D|/2
+    rows : (m,) int64 rows to solve
+    n_threads : numba's thread count (``numba.get_num_threads()``; read inside, it would block caching)
+    X : (m, k) float64 output
+    """
+    k = F.shape[1]
+    kp = -(-k // 4) * 4  # the Gram works on blocks of 4 rows: zero rows pad k
+    m = rows.shape[0]
+    d_max = 0
+    for n in range(m):
+        d_max = max(d_max, indptr[rows[n] + 1] - indptr[rows[n]])
+    for t in prange(n_threads):
+        Gt = np.zeros((kp, d_max))  # F_{C_r}ᵀ, for the primal Gram (d ≥ k)
+        G = np.zeros((kp, kp))  # F_{C_r}, for the dual Gram (d < k), padded with zero rows
+        A = np.empty((kp, kp))
+        b = np.empty(kp)
+        x = np.empty(kp)
+        for n in range(t, m, n_threads):  # interleaved: each thread gets a mix of light and heavy rows
+            r = rows[n]
+            a, d = indptr[r], indptr[r + 1] - indptr[r]
+            if d == 0:
+                X[n, :] = 0.0
+            elif d >= k:
+                _gather_transposed(F, cols, a, d, Gt)
+                _gram_upper(Gt, kp, d, A)
+                y_r = y[a:a + d]
+                for c in range(k):
+                    b[c] = _dot(Gt[c], y_r, d)
+                    A[c, c] += ridge
+                _solve_spd(A, k, b, x)
+                X[n, :] = x[:k]
+            else:
+                # Dual: (G Gᵀ + ridge I_d) z = y_r, X_r = Gᵀ z with G = F_{C_r} (d < k rows).
+                dp = -(-d // 4) * 4
+                G[d:dp] = 0.0
+                for j in range(d):
+                    G[j, :k] = F[cols[a + j]]
+                    b[j] = y[a + j]
+                _gram_upper(G, dp, k, A)
+                for j in range(d):
+                    A[j, j] += ridge
+                _solve_spd(A, d, b, x)
+                X[n, :] = 0.0
+                for j in range(d):
+                    for c in range(k):
+                        X[n, c] += x[j] * G[j, c]

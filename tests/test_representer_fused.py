@@ -1,0 +1,71 @@
+"""The fused (numba) score-and-select kernel against the numpy reference path of ``grouped_attributions``."""
+
+import numpy as np
+import pytest
+
+from dxplain.kernels import representer as K
+
+
+def random_groups(rng, n_groups: int, max_d: int, max_t: int, n_rows: int) -> K.Groups:
+    """Groups of random history lengths (some empty) and target counts (some zero), distinct history rows."""
+    d = rng.integers(0, max_d + 1, size=n_groups)
+    t = rng.integers(0, max_t + 1, size=n_groups)
+    d[0], t[1] = 0, 0  # a group without history, one without targets
+    hist = rng.permutation(int(d.sum()) + 50)[:d.sum()]
+    return K.Groups(np.concatenate([[0], np.cumsum(d)]), hist, rng.integers(0, n_rows, len(hist)),
+                    np.concatenate([[0], np.cumsum(t)]), rng.permutation(int(t.sum())), rng.integers(0, n_rows, t.sum()))
+
+
+def both_paths(g, alpha, F, top_k):
+    """(numpy, fused) attributions as {(target, train): (α, local)} and their row counts."""
+    out = []
+    for fused in (False, True):
+        a = K.grouped_attributions(g, alpha, F, F, top_k, fused=fused)
+        out.append(({(int(x), int(y)): (gl, lo) for x, y, gl, lo in
+                     zip(a.target, a.train, a.global_importance, a.local_importance)}, len(a.target)))
+    return out
+
+
+def assert_same(g, alpha, F, top_k):
+    (ref, n_ref), (got, n_got) = both_paths(g, alpha, F, top_k)
+    assert n_ref > 0 and got.keys() == ref.keys() and n_got == n_ref == len(ref)
+    for key, (gl, lo) in ref.items():
+        assert got[key][0] == gl
+        assert got[key][1] == pytest.approx(lo, rel=1e-6, abs=1e-300)
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 10, 200])
+def test_fused_equals_numpy_on_random_groups(top_k):
+    """Mixed history lengths (short rows sorted whole, long rows through the lane bound), k > d included."""
+    rng = np.random.default_rng(top_k)
+    g = random_groups(rng, 40, 300, 12, 500)
+    F = rng.standard_normal((500, 16))
+    alpha = rng.standard_normal(len(g.hist) + 50) * np.exp(rng.normal(scale=2.0, size=len(g.hist) + 50))
+    assert_same(g, alpha, F, top_k)
+
+
+@pytest.mark.parametrize("top_k", [2, 5])
+def test_fused_equals_numpy_with_exact_ties_and_zeros(top_k):
+    """Small integer factors and α make many importances exactly equal (ties go by history position in
+    both) and many exactly zero (never selected)."""
+    rng = np.random.default_rng(5)
+    g = random_groups(rng, 30, 120, 6, 40)
+    F = rng.integers(-2, 3, size=(40, 4)).astype(float)
+    alpha = rng.choice([-1.0, 0.0, 0.5, 2.0], size=len(g.hist) + 50)
+    assert_same(g, alpha, F, top_k)
+
+
+def test_fused_ranks_near_ties_that_float32_cannot_tell_apart():
+    """Rows equal to ~1e-9 relative: float32 scores tie, so the exact float64 re-rank decides, as in numpy."""
+    rng = np.random.default_rng(9)
+    g = random_groups(rng, 20, 200, 5, 300)
+    base = rng.standard_normal(8)
+    F = base + 1e-9 * rng.standard_normal((300, 8))
+    alpha = np.ones(len(g.hist) + 50)
+    assert_same(g, alpha, F, 4)
+
+
+def test_fused_kernel_writes_nothing_for_groups_without_history_or_targets():
+    g = K.Groups(np.array([0, 0, 3]), np.arange(3), np.arange(3), np.array([0, 2, 2]), np.arange(2), np.arange(2))
+    a = K.fused_attributions(g, np.ones(3), np.eye(3), np.eye(3), 5)
+    assert len(a.target) == 0
