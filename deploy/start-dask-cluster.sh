@@ -10,7 +10,7 @@ export DASK_CONFIG="$here"
 cores=$(nproc)
 procs=${DXPLAIN_WORKERS_PER_HOST:-$cores}
 blas=$(( cores / procs > 0 ? cores / procs : 1 ))
-export OMP_NUM_THREADS=$blas OPENBLAS_NUM_THREADS=$blas MKL_NUM_THREADS=$blas
+export OMP_NUM_THREADS=$blas OPENBLAS_NUM_THREADS=$blas MKL_NUM_THREADS=$blas NUMBA_NUM_THREADS=$blas
 case "${1:-}" in
   scheduler) exec dask scheduler --port 8786 ${DXPLAIN_TLS_ARGS:-} ;;
   worker)    exec dask worker "tcp://${2:?scheduler HOST:PORT}" --nworkers "$procs" --nthreads 1 \

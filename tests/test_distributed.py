@@ -29,6 +29,15 @@ def test_workers_have_capped_blas_threads(client):
     assert len(threads) == 2 and set(threads.values()) == {1}
 
 
+def test_workers_cap_numba_threads_like_blas(client):
+    def numba_threads():
+        import numba
+
+        return numba.config.NUMBA_NUM_THREADS
+
+    assert set(client.run(numba_threads).values()) == {1}
+
+
 def test_workers_keep_glibc_dynamic_mmap_threshold(client):
     # Dask's default MALLOC_TRIM_THRESHOLD_ makes every numpy temporary a fresh, page-faulted mmap.
     import os

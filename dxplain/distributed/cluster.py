@@ -111,7 +111,10 @@ def connect(settings: Settings, security=None):
     # A nanny copies its pre-spawn variables into this process's environment for good, and the
     # environment wins over the config, so a cluster started earlier in this process (a test, a
     # notebook) would pass its value on: drop it here too. This process's own malloc read it at startup.
-    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), "MALLOC_TRIM_THRESHOLD_": None}
+    # numba's parallel kernels (kernels/*_fused.py) start one thread per core in every worker unless told
+    # otherwise before numba loads: give them the BLAS share, so workers × threads ≤ cores holds for both.
+    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), "MALLOC_TRIM_THRESHOLD_": None,
+               "NUMBA_NUM_THREADS": str(threads)}
     os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     log.info("starting a LocalCluster: %d worker processes × %d thread(s), BLAS threads per worker %d",
              settings.workers, settings.threads_per_worker, threads)
