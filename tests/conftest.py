@@ -73,9 +73,10 @@ def ml100k(tmp_path_factory):
         pytest.skip(f"MovieLens-100k unavailable: not in DXPLAIN_DATA or ../shared/data, and fetching failed: {exc}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prefect_server():
-    """One temporary Prefect server per flow-test module, stopped inside pytest (not at interpreter exit)."""
+    """One temporary Prefect server for the session's flow tests (each start costs 15-20 s on 2 cores),
+    stopped inside pytest (not at interpreter exit)."""
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=None):  # the variable above, not the harness's 30 s
