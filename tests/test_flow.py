@@ -105,6 +105,9 @@ def test_refresh_with_supplied_targets_and_cli_explain(dataset, tmp_path, capsys
     shown = capsys.readouterr().out
     assert "Why user u001 gets i003" in shown and "the user's own ratings" in shown
     assert "other users of this item" in shown
+    # a pair the run did not explain is a named error, not an empty printout
+    assert main(["explain", "--run", str(out), "--user", "u001", "--item", "i004", "--dataset", str(dataset)]) == 2
+    assert "--user u001 --item i004: not explained in" in capsys.readouterr().err
 
 
 def test_cli_refuses_unknown_target_ids_and_publishes_nothing(dataset, tmp_path, capsys):

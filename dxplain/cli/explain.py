@@ -21,6 +21,12 @@ def print_explanation(run_path: str, user: str, item: str, dataset: str | None, 
     u = ds.users.column("id").take(pa.array(index_of(pa.array([user]), ds.interactions.user_ids, "user", "--user")))
     i = ds.items.column("id").take(pa.array(index_of(pa.array([item]), ds.interactions.item_ids, "item", "--item")))
     rows = dset.to_table(filter=(pads.field("user") == u[0].as_py()) & (pads.field("item") == i[0].as_py()))
+    if rows.num_rows == 0:
+        from ..errors import InputError
+
+        raise InputError(f"--user {user} --item {item}: not explained in {run}; a run explains each user's "
+                         "top-N recommendations (items the user has not rated) or the --targets it was given: "
+                         "pick one of them (`dxplain report` lists them), or refresh with --targets")
     print(format_explanation(rows, ds.items, ds.users, limit=limit, loss=summary.get("loss", "squared")))
 
 

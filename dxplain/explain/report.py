@@ -49,7 +49,9 @@ def format_explanation(rows: pa.Table, items: pa.Table | None = None, users: pa.
     of the rows the run kept (``--top-k`` per sign and side).
     """
     if rows.num_rows == 0:
-        return "no attributions for this (user, item) in the run"
+        return ("no attributions for this (user, item) in the run: a run explains each user's top-N "
+                "recommendations (items the user has not rated) or the --targets it was given; list the user's "
+                "with `dxplain report`, or run a refresh with --targets")
     r0 = rows.slice(0, 1).to_pylist()[0]
     lines = [f"Why user {r0['user']} gets {_title(items, r0['item'])} "
              f"(rank {r0['rec_rank']}, "
