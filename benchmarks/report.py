@@ -21,6 +21,11 @@ RESULTS = Path(__file__).parent / "results"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
+def markdown(header: str, body: list[str]) -> str:
+    """A Markdown table: ``header`` (``| a | b |``), the separator its column count implies, the rows."""
+    return "\n".join([header, "|---" * (header.count("|") - 1) + "|", *body])
+
+
 def lambda_table() -> str:
     r = json.loads((RESULTS / "select_lambda.json").read_text())
     n = r["train"]
@@ -60,31 +65,27 @@ def throughput_table() -> str:
 def als_vs_implicit_table() -> str:
     f = RESULTS / "als_vs_implicit.json"
     res = json.loads(f.read_text())
-    rows = [f"| data set | users × items | ratings | k | dxplain fused s/sweep | dxplain numpy s/sweep | "
-            f"implicit {res['implicit']} s/iteration | fused / implicit | numpy / implicit |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for r in res["rows"]:
-        rows.append(f"| {r['dataset']} | {r['users']:,} × {r['items']:,} | {r['ratings']:,} | {r['k']} | "
-                    f"{r['dxplain_fused_s']:.3f} | {r['dxplain_numpy_s']:.3f} | {r['implicit_s']:.3f} | "
-                    f"{r['fused_over_implicit']:.2f}× | {r['numpy_over_implicit']:.2f}× |")
-    return "\n".join(rows)
+    header = (f"| data set | users × items | ratings | k | dxplain fused s/sweep | dxplain numpy s/sweep | "
+              f"implicit {res['implicit']} s/iteration | fused / implicit | numpy / implicit |")
+    return markdown(header, [
+        f"| {r['dataset']} | {r['users']:,} × {r['items']:,} | {r['ratings']:,} | {r['k']} | "
+        f"{r['dxplain_fused_s']:.3f} | {r['dxplain_numpy_s']:.3f} | {r['implicit_s']:.3f} | "
+        f"{r['fused_over_implicit']:.2f}× | {r['numpy_over_implicit']:.2f}× |" for r in res["rows"]])
 
 
 def heavy_items_table() -> str:
     r = json.loads((RESULTS / "heavy_items_synthetic-5m.json").read_text())
-    rows = ["| item raters | before (re-gather per chunk) | exact, norm-ordered | HNSW inner product, ef 32 | ef 128 | "
-            "HNSW on the L2 augmentation, ef 128 |",
-            "|---|---|---|---|---|---|"]
 
     def ann(item, metric, ef):
         h = next(h for h in item["hnsw"] if h["metric"] == metric and h["ef_search"] == ef)
         return f"{h['seconds']:.3g} s, recall {(h['recall_positive'] + h['recall_negative']) / 2:.3f}"
 
-    for it in r["items"]:
-        rows.append(f"| {it['raters']:,} | {it['split_seconds']:.3g} s | **{it['streamed_seconds']:.3g} s** "
-                    f"({it['streamed_speedup_vs_split']:.1f}×) | {ann(it, 'inner-product', 32)} | "
-                    f"{ann(it, 'inner-product', 128)} | {ann(it, 'l2-augmented', 128)} |")
-    return "\n".join(rows)
+    return markdown(
+        "| item raters | before (re-gather per chunk) | exact, norm-ordered | HNSW inner product, ef 32 | ef 128 | "
+        "HNSW on the L2 augmentation, ef 128 |",
+        [f"| {it['raters']:,} | {it['split_seconds']:.3g} s | **{it['streamed_seconds']:.3g} s** "
+         f"({it['streamed_speedup_vs_split']:.1f}×) | {ann(it, 'inner-product', 32)} | "
+         f"{ann(it, 'inner-product', 128)} | {ann(it, 'l2-augmented', 128)} |" for it in r["items"]])
 
 
 def negatives_scan_table() -> str:
