@@ -1,11 +1,13 @@
-"""ψ-step throughput at D = 16: the batched SDR solver (mixing method over all items at once) against a
-generic SDP solver called per item (cvxpy + Clarabel), and the objectives they reach.
+"""ψ-step throughput at D = 16: the batched SDR solver (a dual barrier method over all items at once,
+``kernels.kolmogorov.barrier_sdp``) against a generic SDP solver called per item (cvxpy + Clarabel), and
+the objectives they reach.
 
 Synthetic statistics: θ_u ~ Dirichlet(0.3) for U users, items with Zipf-distributed degrees, p uniform;
 S_i, v_i from one sparse product (``kernels.kolmogorov.block_stats``). The batched ψ-step runs on a
 LocalMapper (one core) and on a 2-worker LocalCluster (items per second per core); cvxpy runs on a
 sample of items and its rate is per item. On the sample, both SDP values are compared (relative
-difference), and both relaxations are rounded by the same procedure to compare g(ψ).
+difference, and ours against its own certified gap), and both relaxations are rounded by the same
+procedure to compare g(ψ). One BLAS thread throughout, so the local rate is per core.
 
     python benchmarks/kolmogorov_psi_throughput.py [--items 100000] [--sample 100] [--cluster]
 """
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
 
 from dxplain.kernels import kolmogorov as K
 from dxplain.kolmogorov.fit import psi_task
@@ -37,12 +40,21 @@ def statistics(n_items: int, n_users: int, seed: int):
     return B, theta
 
 
-def cvxpy_sdp(St: np.ndarray):
+# Clarabel's defaults left its value up to 6e-6 above the optimum on this data (measured); these settings
+# reach it to ~1e-8, the reference for the objective comparison.
+TIGHT = {"tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12}
+
+
+def cvxpy_sdp(St: np.ndarray, **settings):
+    import warnings
+
     import cvxpy as cp
 
     X = cp.Variable(St.shape, symmetric=True)
     prob = cp.Problem(cp.Minimize(cp.trace(St @ X)), [X >> 0, cp.diag(X) == 1])
-    prob.solve(solver="CLARABEL")
+    with warnings.catch_warnings():  # "may be inaccurate" at TIGHT: the value still agrees to ~1e-8
+        warnings.simplefilter("ignore", UserWarning)
+        prob.solve(solver="CLARABEL", **settings)
     w, Q = np.linalg.eigh(X.value)
     return prob.value, Q * np.sqrt(np.clip(w, 0, None))  # X = LLᵀ, L's rows are the vectors
 
@@ -54,10 +66,11 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=100)
     ap.add_argument("--cluster", action="store_true", help="also run the ψ-step on a 2-worker LocalCluster")
     a = ap.parse_args()
+    threadpool_limits(1)
     B, theta = statistics(a.items, a.users, 0)
     result = {"D": D, "items": a.items, "users": a.users, "nnz": int(B.nnz)}
 
-    # the ψ-step as the fit runs it: statistics + SDR (tol 1e-7) + rounding + polish, one task per shard
+    # the ψ-step as the fit runs it: statistics + SDR (certified to 1e-7) + rounding + polish, one task per shard
     cuts = np.linspace(0, a.items, 9).astype(int)
     blocks = [B[lo:hi] for lo, hi in zip(cuts[:-1], cuts[1:])]
     t = time.perf_counter()
@@ -66,38 +79,30 @@ def main() -> None:
     result["local_items_per_s_per_core"] = a.items / local
     result["local_seconds"] = round(local, 1)
 
-    # the same ψ-step with the SDP solved to 1e-12 (the accuracy at which it matches Clarabel to ~1e-6)
-    n_tight = min(a.items, 2000)
-    S2, v2 = K.block_stats(B[:n_tight], theta)
-    t = time.perf_counter()
-    K.sdr_psi(S2, v2, None, np.random.default_rng(0), tol=1e-12)
-    result["local_items_per_s_per_core_tol1e-12"] = n_tight / (time.perf_counter() - t)
-
-    # the sample: cvxpy per item against the batched solver at the fit's tolerance and at 1e-10
+    # the sample: cvxpy per item (Clarabel's defaults, and TIGHT) against the batched solver at the fit's tolerance
     S, v = K.block_stats(B[:a.sample], theta)
     St = K.sdr_matrix(S, v)
-    t = time.perf_counter()
-    ref = [cvxpy_sdp(St[n]) for n in range(a.sample)]
-    per_item = (time.perf_counter() - t) / a.sample
-    result["cvxpy_items_per_s"] = 1 / per_item
-    ref_value = np.array([r[0] for r in ref])
-    for tol in (1e-7, 1e-12):
+    X, value, gap, steps = K.barrier_sdp(St)
+    for name, settings in (("default", {}), ("tight", TIGHT)):
         t = time.perf_counter()
-        _, value, sweeps = K.mixing_sdp(St, tol=tol, max_sweeps=50_000, rng=np.random.default_rng(0))
-        rel = np.abs(value - ref_value) / np.abs(ref_value)
-        result[f"sdp_rel_diff_tol{tol:g}"] = {"max": float(rel.max()), "median": float(np.median(rel)),
-                                             "sweeps": sweeps}
+        ref = [cvxpy_sdp(St[n], **settings) for n in range(a.sample)]
+        result[f"cvxpy_{name}_items_per_s"] = a.sample / (time.perf_counter() - t)
+        rel = np.abs(value - np.array([r[0] for r in ref])) / np.abs(value)
+        result[f"sdp_rel_diff_vs_cvxpy_{name}"] = {"max": float(rel.max()), "median": float(np.median(rel))}
+    result["cvxpy_items_per_s"] = result["cvxpy_default_items_per_s"]
+    result["sdp_certified_gap_max_rel"] = float(np.max(gap / np.abs(value)))
+    result["sdp_newton_steps_max"] = int(steps.max())
     # the same ψ-step (rounding + flip search) from both relaxations, against the exhaustive optimum
     Vref = np.stack([r[1] for r in ref])
     g_ref = K.psi_objective(S, v, K.psi_from_relaxation(Vref, S, v, None, np.random.default_rng(1))[0])
-    psi, _ = K.sdr_psi(S, v, None, np.random.default_rng(1), tol=1e-7)
+    psi, _ = K.sdr_psi(S, v, None, np.random.default_rng(1))
     g_ours = K.psi_objective(S, v, psi)
     _, g_opt = K.exhaustive_psi(S, v)
     result["psi_step_g"] = {"ours_vs_cvxpy_max_rel": float(np.max(np.abs(g_ours - g_ref) / np.abs(g_ref))),
                             "ours_optimal_share": float(np.mean(g_ours <= g_opt + 1e-9 * np.abs(g_opt))),
                             "cvxpy_optimal_share": float(np.mean(g_ref <= g_opt + 1e-9 * np.abs(g_opt)))}
     result["speedup_local_vs_cvxpy"] = result["local_items_per_s_per_core"] / result["cvxpy_items_per_s"]
-    result["speedup_tol1e-12_vs_cvxpy"] = result["local_items_per_s_per_core_tol1e-12"] / result["cvxpy_items_per_s"]
+    result["speedup_local_vs_cvxpy_tight"] = result["local_items_per_s_per_core"] / result["cvxpy_tight_items_per_s"]
 
     if a.cluster:
         from dxplain.config import Settings

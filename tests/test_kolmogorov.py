@@ -70,16 +70,31 @@ def test_sdr_matrix_reproduces_g_up_to_its_constant():
             assert np.allclose(lhs, K.psi_objective(S, c, np.tile(b, (5, 1))))
 
 
-def test_mixing_sdp_matches_a_generic_sdp_solver():
+def test_barrier_sdp_matches_a_generic_sdp_solver_within_its_certified_gap():
     cp = pytest.importorskip("cvxpy")
     _, _, S, c = random_blocks(6, 8, 12, seed=5)
     St = K.sdr_matrix(S, c)
-    _, value, _ = K.mixing_sdp(St, tol=1e-12, max_sweeps=20000)
+    X, value, gap, _ = K.barrier_sdp(St, tol=1e-7)
+    w = np.linalg.eigvalsh(X)  # primal feasible: diag 1, PSD up to the rounding of μM⁻¹
+    assert np.allclose(np.einsum("nkk->nk", X), 1.0) and np.all(w[:, 0] >= -1e-8 * w[:, -1])
+    assert np.all(gap >= 0) and np.all(gap <= 1e-7 * np.abs(value))
     for n in range(6):
-        X = cp.Variable((9, 9), symmetric=True)
-        prob = cp.Problem(cp.Minimize(cp.trace(St[n] @ X)), [X >> 0, cp.diag(X) == 1])
+        Y = cp.Variable((9, 9), symmetric=True)
+        prob = cp.Problem(cp.Minimize(cp.trace(St[n] @ Y)), [Y >> 0, cp.diag(Y) == 1])
         prob.solve(solver="CLARABEL")
         assert abs(value[n] - prob.value) <= 1e-6 * abs(prob.value)
+
+
+def test_barrier_sdp_certificate_is_a_true_bound_and_trivial_rows_stop_at_once():
+    """value − gap is a dual value: no feasible X (here the SDR of every binary vector) goes below it."""
+    _, _, S, c = random_blocks(30, 6, 8, seed=8)
+    St = np.concatenate([K.sdr_matrix(S, c), np.zeros((1, 7, 7))])
+    X, value, gap, steps = K.barrier_sdp(St, tol=1e-6)
+    assert steps[-1] == 0 and value[-1] == 0 and gap[-1] == 0 and np.allclose(X[-1], np.eye(7))
+    _, best = K.exhaustive_psi(S, c)
+    assert np.all(value[:-1] - gap[:-1] <= best - K.sdr_constant(S, c) + 1e-12)  # X = xxᵀ is feasible
+    with pytest.raises(ValueError, match="tol=1e-10"):
+        K.barrier_sdp(St, tol=1e-10)
 
 
 def test_sdr_bounds_the_binary_optimum_and_never_loses_to_its_incumbent():
@@ -87,7 +102,8 @@ def test_sdr_bounds_the_binary_optimum_and_never_loses_to_its_incumbent():
     _, best = K.exhaustive_psi(S, c)
     incumbent, _ = K.exhaustive_psi(S, c)
     psi, info = K.sdr_psi(S, c, incumbent, np.random.default_rng(0), draws=2, polish=0)
-    assert np.all(info["sdp_value"] <= best + 1e-8 * (1 + np.abs(best)))  # a relaxation
+    assert np.all(info["sdp_value"] - info["sdp_gap"] <= best + 1e-10 * np.abs(best))  # a relaxation's bound
+    assert np.all(info["sdp_gap"] <= 1e-7 * np.abs(info["sdp_value"] - K.sdr_constant(S, c)))
     assert np.allclose(K.psi_objective(S, c, psi), best)  # the optimal incumbent is kept
 
 
