@@ -135,7 +135,10 @@ def test_exhaustive_check_counts_sdr_misses():
     assert 0 <= m.info["sdr_vs_exhaustive_error"] <= m.info["sdr_rounded_vs_exhaustive_error"] <= 1
 
 
-def test_influence_and_adjacency_follow_their_definitions():
+@pytest.mark.parametrize("lattice_max_d", [20, 0], ids=["lattice", "chunked-pairs"])
+def test_influence_and_adjacency_follow_their_definitions(monkeypatch, lattice_max_d):
+    monkeypatch.setattr(R, "LATTICE_MAX_D", lattice_max_d)
+    monkeypatch.setattr(R, "SUBSET_CHUNK", 3)  # several chunks of the 16 masks
     rng = np.random.default_rng(10)
     psi = rng.integers(0, 2, (40, 4)).astype(np.uint8)
     psi[3] = 1  # a maximal item

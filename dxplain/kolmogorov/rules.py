@@ -22,16 +22,38 @@ def masks(psi: np.ndarray) -> np.ndarray:
     return (psi.astype(np.int64) << np.arange(psi.shape[1], dtype=np.int64)).sum(axis=1)
 
 
-def mask_subsets(unique: np.ndarray) -> np.ndarray:
-    """Boolean (m, m): [a, b] = mask b ⊆ mask a."""
-    return (unique[None, :] & ~unique[:, None]) == 0
+# Up to this D the subset sums run over the whole lattice of 2^D masks (8 MiB of counts at D = 20);
+# above it, over the distinct masks in row chunks (quadratic in their number, but never m × m at once).
+LATTICE_MAX_D = 20
+SUBSET_CHUNK = 1024
+
+
+def subset_sums(unique: np.ndarray, counts: np.ndarray, D: int) -> np.ndarray:
+    """Σ_{b ⊆ a} counts[b] for every distinct mask a of ``unique`` (b over ``unique`` too).
+
+    At D ≤ ``LATTICE_MAX_D`` by the sum-over-subsets recursion (Yates's zeta transform): D passes over 2^D
+    entries, instead of a test of every pair of the up to 2^D distinct masks (at 10M interactions and
+    D = 16 that pair matrix was tens of GiB).
+    """
+    if D <= LATTICE_MAX_D:
+        f = np.zeros(1 << D, np.int64)
+        f[unique] = counts
+        for d in range(D):
+            g = f.reshape(-1, 2, 1 << d)  # index = high·2^(d+1) + bit_d·2^d + low
+            g[:, 1, :] += g[:, 0, :]
+        return f[unique]
+    out = np.empty(len(unique), np.int64)
+    for lo in range(0, len(unique), SUBSET_CHUNK):
+        a = unique[lo:lo + SUBSET_CHUNK]
+        out[lo:lo + SUBSET_CHUNK] = ((unique[None, :] & ~a[:, None]) == 0) @ counts
+    return out
 
 
 def influence(psi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(β_i per item (A.2), maximal flag ψ_i = 1 (Corollary 1))."""
     m = masks(psi)
     unique, inv, counts = np.unique(m, return_inverse=True, return_counts=True)
-    below = mask_subsets(unique) @ counts  # items j (including i itself) with supp ψ_j ⊆ supp ψ_i
+    below = subset_sums(unique, counts, psi.shape[1])  # items j (including i itself) with supp ψ_j ⊆ supp ψ_i
     beta = (below[inv] - 1) / len(psi)
     return beta, psi.all(axis=1)
 
@@ -39,17 +61,29 @@ def influence(psi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def adjacency(psi: np.ndarray, skip_empty: bool = True, antecedents: np.ndarray | None = None) -> sp.csr_array:
     """A of (A.1) as a sparse boolean matrix; with ``skip_empty`` consequents with ψ_j = 0 are dropped
     (supp ∅ is a subset of everything: "likes j" then has probability 0 and the rule says nothing).
-    ``antecedents`` (item indices) keeps only those rows."""
+    ``antecedents`` (item indices) keeps only those rows.
+
+    Per distinct antecedent mask, its subset masks are found by one vectorised test against the distinct
+    masks; the items of each mask come from one sort, not a scan per mask.
+    """
     m = masks(psi)
-    unique, inv = np.unique(m, return_inverse=True)
-    sub = mask_subsets(unique)
+    unique, inv, counts = np.unique(m, return_inverse=True, return_counts=True)
+    by_mask = np.argsort(inv, kind="stable")
+    members = np.split(by_mask, np.cumsum(counts)[:-1])
+    is_head = np.ones(len(psi), bool)
+    if antecedents is not None:
+        is_head[:] = False
+        is_head[antecedents] = True
     rows, cols = [], []
-    members = [np.flatnonzero(inv == k) for k in range(len(unique))]
-    heads = members if antecedents is None else [np.intersect1d(g, antecedents) for g in members]
-    for a, b in zip(*np.nonzero(sub)):
-        if (skip_empty and unique[b] == 0) or len(heads[a]) == 0:
+    for a in np.unique(inv[is_head]):
+        heads = members[a][is_head[members[a]]]
+        below = np.flatnonzero((unique & ~unique[a]) == 0)
+        if skip_empty:
+            below = below[unique[below] != 0]
+        if len(below) == 0:
             continue
-        ii, jj = np.meshgrid(heads[a], members[b], indexing="ij")
+        tails = np.concatenate([members[b] for b in below])
+        ii, jj = np.repeat(heads, len(tails)), np.tile(tails, len(heads))
         keep = ii != jj
         rows.append(ii[keep])
         cols.append(jj[keep])
@@ -63,7 +97,7 @@ def rules_per_item(psi: np.ndarray) -> np.ndarray:
     m = masks(psi)
     unique, inv, counts = np.unique(m, return_inverse=True, return_counts=True)
     counts = np.where(unique == 0, 0, counts)
-    return (mask_subsets(unique) @ counts)[inv] - (m != 0)
+    return subset_sums(unique, counts, psi.shape[1])[inv] - (m != 0)
 
 
 def capped_antecedents(psi: np.ndarray, popularity: np.ndarray, max_rules: int) -> np.ndarray | None:
