@@ -81,7 +81,7 @@ def test_recommend_gives_the_same_targets_by_scan_and_dense():
     rng = np.random.default_rng(3)
     U, V = rng.standard_normal((60, 5)), rng.standard_normal((45, 5)) * rng.random((45, 1))
     users = np.arange(0, 60, 2)
-    a = recommend(U, V, d, users, 7, budget=64)
+    a = recommend(U, V, d, users, 7, budget=64, dense=False)
     b = recommend(U, V, d, users, 7, budget=64, dense=True)
     for f in ("user", "item", "rec_rank"):
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f))

@@ -6,11 +6,11 @@ import numpy as np
 
 from ..interactions import Interactions, Targets
 from ..kernels.representer import BLOCK_ELEMENTS
-from ..kernels.topn import FIRST_ITEM_BLOCK, NormOrder, top_n_unseen, top_n_unseen_pruned
+from ..kernels.topn import FIRST_ITEM_BLOCK, SCAN_MIN_ITEMS, NormOrder, top_n_unseen, top_n_unseen_pruned
 
 
 def recommend(U: np.ndarray, V: np.ndarray, data: Interactions, users: np.ndarray, n: int,
-              budget: int = BLOCK_ELEMENTS, dense: bool = False) -> Targets:
+              budget: int = BLOCK_ELEMENTS, dense: bool | None = None) -> Targets:
     """Every given user's top-n unseen items by score ⟨U_u, V_j⟩, best first, ties by item index.
 
     Parameters
@@ -25,12 +25,14 @@ def recommend(U: np.ndarray, V: np.ndarray, data: Interactions, users: np.ndarra
         Items per user (fewer where fewer are unseen).
     budget : int
         Scores held at once (one float32 GEMM block).
-    dense : bool
+    dense : bool, optional
         Score every user block against every item (``kernels.topn.top_n_unseen``, the reference) instead
-        of the norm-ordered scan that stops each user once no unscanned item can enter its top-n
-        (``top_n_unseen_pruned``, the same items; docs/scaling.md measures both).
+        of the bounded scan that scores exactly only items that may enter a user's top-n
+        (``top_n_unseen_pruned``, the same items; docs/scaling.md measures both). By default the scan,
+        unless there are at most ``SCAN_MIN_ITEMS`` items (where it is no faster).
     """
     users = np.asarray(users, dtype=np.int64)
+    dense = data.n_items <= SCAN_MIN_ITEMS if dense is None else dense
     # The scan's user blocks meet its first item block within the budget; the dense path's every item.
     block = max(1, budget // max(1, data.n_items if dense else FIRST_ITEM_BLOCK))
     order = None if dense else NormOrder.of(V)
