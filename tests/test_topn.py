@@ -26,7 +26,8 @@ def random_case(seed, integer):
     """Factors with very uneven item norms (the scan can stop early) or small integers (exact ties in
     every precision), and seen sets from empty to everything (user 0)."""
     rng = np.random.default_rng(seed)
-    b, m, k = int(rng.integers(1, 50)), int(rng.integers(1, 2500)), int(rng.integers(1, 9))
+    # k above 8 leaves trailing directions to the bound's norm term (the scan keeps max(8, k/4) whole).
+    b, m, k = int(rng.integers(1, 50)), int(rng.integers(1, 2500)), int(rng.integers(1, 40))
     if integer:
         U, V = rng.integers(-2, 3, (b, k)).astype(float), rng.integers(-2, 3, (m, k)).astype(float)
     else:
@@ -74,6 +75,19 @@ def test_the_scan_stops_once_no_unscanned_item_can_enter(monkeypatch):
     got, _ = top_n_unseen_pruned(U, NormOrder.of(V), np.zeros(7, int), np.zeros(0, int), 10, budget=1 << 20)
     np.testing.assert_array_equal(np.sort(got, axis=1), np.tile(np.arange(5000, 5010), (6, 1)))
     assert scored == [(6, 64)]
+
+
+def test_the_bound_leaves_few_candidates_when_scores_live_in_a_few_directions():
+    # Rank-4 scores plus small noise in 60 more directions, as a trained MF model's spectrum: the bound
+    # from the leading directions and the residual norms passes few items to exact scoring.
+    rng = np.random.default_rng(1)
+    scale = np.r_[np.ones(4), np.full(60, 0.02)]
+    U, V = rng.standard_normal((300, 64)) * scale, rng.standard_normal((20000, 64)) * scale
+    stats = {}
+    got, _ = top_n_unseen_pruned(U, NormOrder.of(V), np.zeros(301, int), np.zeros(0, int), 10, 1 << 20, stats)
+    np.testing.assert_array_equal(got, top_n_unseen(U, V, np.zeros(301, int), np.zeros(0, int), 10)[0])
+    assert stats["block_scores"] + stats["bounds"] <= 300 * 20000
+    assert stats["candidates"] < 0.01 * stats["bounds"]
 
 
 def test_recommend_gives_the_same_targets_by_scan_and_dense():
