@@ -64,8 +64,7 @@ class NormOrder:
         rank = np.empty_like(item)
         rank[item] = np.arange(len(item))
         k = V.shape[1]
-        lam, Q = np.linalg.eigh(V.T @ V)
-        Q = Q[:, ::-1]
+        Q = np.linalg.eigh(V.T @ V)[1][:, ::-1]  # eigenvalues ascending: leading directions first
         w = min(k, max(8, k // PARTIAL_SHARE))
         return cls(np.ascontiguousarray(V[item], dtype=np.float32), norms[item], item, rank, Q, w,
                    _bound_factors(V[item], Q, w))
@@ -76,6 +75,7 @@ class NormOrder:
 
 
 def _bound_factors(F: np.ndarray, Q: np.ndarray, w: int) -> np.ndarray:
+    """Rows [f Q_P, ‖f Q_R‖] in float32: the leading w coordinates in the basis Q, then the norm of the rest."""
     R = F @ Q
     return np.ascontiguousarray(np.hstack([R[:, :w], np.linalg.norm(R[:, w:], axis=1, keepdims=True)]),
                                 dtype=np.float32)
