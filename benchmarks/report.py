@@ -88,6 +88,33 @@ def heavy_items_table() -> str:
          f"{ann(it, 'inner-product', 128)} | {ann(it, 'l2-augmented', 128)} |" for it in r["items"]])
 
 
+def own_topn_table() -> str:
+    """The refresh's recommend stage with own top-10 targets before (dense GEMM) and after (bounded scan),
+    beside the kernels' single-core cost per user and the HNSW index measured against them."""
+    kernel = {r["size"]: r for r in json.loads((RESULTS / "own_topn.json").read_text())}
+    before = {r["size"]: r for r in json.loads((RESULTS / "scaling" / "own_before.json").read_text())}
+    after = {r["size"]: r for r in json.loads((RESULTS / "scaling" / "scaling.json").read_text()) if r["mode"] == "own"}
+
+    def stage(rows, n):
+        return f"{rows[n]['recommend_wall_s']:.1f} s" if n in rows else "—"
+
+    def hnsw(k):
+        return "; ".join(f"ef {h['ef_search']}: {h['recall']:.3f}, {h['us_per_user']:,.0f} µs" for h in k["hnsw"])
+
+    body = []
+    for size in sorted(kernel, key=lambda x: kernel[x]["interactions"]):
+        k, n = kernel[size], {"5m": 5_000_000, "20m": 20_000_000, "50m": 50_000_000}.get(size)
+        sh = k["scan_shares"]
+        body.append(f"| {k['interactions']:,} | {k['users']:,} × {k['items']:,} | {stage(before, n)} | "
+                    f"{stage(after, n)} | {k['dense_us_per_user']:,.0f} | {k['scan_us_per_user']:,.0f} "
+                    f"({k['dense_us_per_user'] / k['scan_us_per_user']:.1f}×) | {sh['block_scores']:.1%} / "
+                    f"{sh['bounds']:.1%} / {sh['candidates']:.2%} | {k['users_differing']} of {k['sampled_users']:,} | "
+                    f"{hnsw(k)} (build {k['hnsw_build_s']:.0f} s) |")
+    return markdown("| interactions | users × items | recommend stage, dense (before) | bounded scan (after) | "
+                    "dense µs/user, one core | scan µs/user | scores exact in blocks / bounded / exact as candidates | "
+                    "users whose items differ | HNSW: recall of the top-10, µs/user |", body)
+
+
 def negatives_scan_table() -> str:
     r = json.loads((RESULTS / "negatives_scan.json").read_text())
     workers = list(r["peak_rss_gib_per_worker"].values())
@@ -153,6 +180,7 @@ TABLES = {
     "scaling.md": {"throughput-table": throughput_table,
                    "als-vs-implicit-table": als_vs_implicit_table,
                    "heavy-items-table": heavy_items_table,
+                   "own-topn-table": own_topn_table,
                    "scaling-table": include("scaling/scaling.md")},
     "negatives.md": {"negatives-appc-table": include("negatives_appc.md"),
                      "negatives-appc-sampled4-table": include("negatives_appc_sampled4.md"),

@@ -5,19 +5,44 @@ from __future__ import annotations
 import numpy as np
 
 from ..interactions import Interactions, Targets
-from ..kernels.representer import BLOCK_ELEMENTS, top_n_unseen
+from ..kernels.representer import BLOCK_ELEMENTS
+from ..kernels.topn import FIRST_ITEM_BLOCK, SCAN_MIN_ITEMS, NormOrder, top_n_unseen, top_n_unseen_pruned
 
 
 def recommend(U: np.ndarray, V: np.ndarray, data: Interactions, users: np.ndarray, n: int,
-              budget: int = BLOCK_ELEMENTS) -> Targets:
-    """Every given user's top-n unseen items by score, in user blocks sized so block × n_items ≤ budget."""
+              budget: int = BLOCK_ELEMENTS, dense: bool | None = None) -> Targets:
+    """Every given user's top-n unseen items by score ⟨U_u, V_j⟩, best first, ties by item index.
+
+    Parameters
+    ----------
+    U, V : arrays
+        User and item factors.
+    data : Interactions
+        The rated (seen) items, which are never recommended.
+    users : array of int
+        The users to recommend to.
+    n : int
+        Items per user (fewer where fewer are unseen).
+    budget : int
+        Scores held at once (one float32 GEMM block).
+    dense : bool, optional
+        Score every user block against every item (``kernels.topn.top_n_unseen``, the reference) instead
+        of the bounded scan that scores exactly only items that may enter a user's top-n
+        (``top_n_unseen_pruned``, the same items; docs/scaling.md measures both). By default the scan,
+        unless there are at most ``SCAN_MIN_ITEMS`` items (where it is no faster).
+    """
     users = np.asarray(users, dtype=np.int64)
-    block = max(1, budget // max(1, data.n_items))
+    dense = data.n_items <= SCAN_MIN_ITEMS if dense is None else dense
+    # The scan's user blocks meet its first item block within the budget; the dense path's every item.
+    block = max(1, budget // max(1, data.n_items if dense else FIRST_ITEM_BLOCK))
+    order = None if dense else NormOrder.of(V)
     out_u, out_i, out_r = [], [], []
     for a in range(0, len(users), block):
         b = users[a:a + block]
         seen, seen_ptr = data.user_positions(b)
-        idx, _ = top_n_unseen(U[b], V, seen_ptr, data.item[seen].astype(np.intp), n)
+        seen_items = data.item[seen].astype(np.intp)
+        idx, _ = top_n_unseen(U[b], V, seen_ptr, seen_items, n) if dense else \
+            top_n_unseen_pruned(U[b], order, seen_ptr, seen_items, n, budget)
         rank = np.broadcast_to(np.arange(1, n + 1), idx.shape)
         ok = idx >= 0
         out_u.append(np.broadcast_to(b[:, None], idx.shape)[ok])

@@ -427,29 +427,3 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
         parts.append(Attributions(g.tgt[tpos.reshape(-1)[bb * t + tt]], g.hist[hpos.reshape(-1)[bd]],
                                   a_b.reshape(-1)[bd], local))
     return Attributions.concat(parts)
-
-
-def top_n_unseen(U_block: np.ndarray, V: np.ndarray, seen_indptr: np.ndarray, seen_items: np.ndarray,
-                 n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top-n items by ⟨U_i, V_j⟩ among items the block's users have not rated, best first.
-
-    ``seen_indptr``/``seen_items`` is the CSR of the block's rated items. Returns (items, scores),
-    each (block, n); where fewer than n items are unseen the tail holds -1 and -inf. Ranking is done
-    in float32 (half the memory traffic of the block; explanations recompute scores in float64).
-    """
-    S = np.asarray(U_block, np.float32) @ np.asarray(V, np.float32).T  # (block, n_items), sized by the caller
-    rows = np.repeat(np.arange(len(U_block)), np.diff(seen_indptr))
-    S[rows, seen_items] = -np.inf
-    n_items = S.shape[1]
-    n_eff = min(n, n_items)
-    # argpartition puts the n largest at the end; no negated copy of the block is needed.
-    idx = np.argpartition(S, n_items - n_eff, axis=1)[:, n_items - n_eff:] if n_eff < n_items else \
-        np.broadcast_to(np.arange(n_items), S.shape).copy()
-    sc = np.take_along_axis(S, idx, axis=1)
-    order = np.argsort(-sc, axis=1, kind="stable")
-    idx, sc = np.take_along_axis(idx, order, axis=1), np.take_along_axis(sc, order, axis=1).astype(np.float64)
-    idx = np.where(np.isfinite(sc), idx, -1)
-    if n_eff < n:
-        idx = np.pad(idx, ((0, 0), (0, n - n_eff)), constant_values=-1)
-        sc = np.pad(sc, ((0, 0), (0, n - n_eff)), constant_values=-np.inf)
-    return idx, sc
