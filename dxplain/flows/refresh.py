@@ -117,7 +117,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         Implicit feedback: weight of a negative term in the BCE loss.
     tol : float
         Relative fidelity error (|Σ attributions − score| / |score|) above which the run says so. Training
-        stops when the gradient bounds that error by tol/10 for every target whose score is at least a
+        stops when the gradient bounds that error by tol for every target whose score is at least a
         tenth of ‖Ũ_i‖‖Ṽ_j‖ (``models.mf.MIN_TARGET_COS``): a looser tol trains fewer sweeps.
     strict : bool
         Refuse to publish a run whose fidelity error exceeds ``tol``.
