@@ -159,7 +159,17 @@ def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
 
     and ε_user likewise over the items. Rows whose factors are 0 (every score 0) are left out: a zero
     score has no relative error. After an exact item half-step g_V = 0, so G̃_V holds only the
-    imbalance U ᵀU − VᵀV, which is O(‖g_U‖/λ): both sides shrink with the gradient.
+    imbalance UᵀU − VᵀV, which is O(‖g_U‖/λ): both sides shrink with the gradient.
+
+    Parameters
+    ----------
+    U, V : (n_users, k), (n_items, k) factors
+    gU, gV : ∇_U f and ∇_V f at (U, V) (``gradient``)
+    lam : λ
+
+    Returns
+    -------
+    (ε_item, ε_user): the item side's bound comes from the users' gradient rows, the user side's from the items'.
     """
     T_U, T_V = balance_transforms(U, V)
     out = []
