@@ -50,7 +50,7 @@ STALL_SWEEPS = 30
 # A run's --tol bounds |Σ attributions − s|/|s| per target; the gradient bounds it by ε/cos θ
 # (``kernels.als.identity_bound``), so a refresh trains to ε ≤ tol·MIN_TARGET_COS: within tol for every
 # target whose score is at least a tenth of ‖Ũ_i‖‖Ṽ_j‖. Top-10 targets at ml-1m size met the bound at
-# 0.19–0.35 of ε (benchmarks/converged_fit.py), so this leaves them a further 4× to spare.
+# 0.19–0.61 of ε in two runs (benchmarks/converged_fit.py), so this leaves them more to spare.
 MIN_TARGET_COS = 0.1
 # Block-Jacobi preconditioning stores (n_users + n_items)·k² floats: up to 1 GB, else plain trust-ncg.
 PRECOND_ELEMENTS = 1 << 27
