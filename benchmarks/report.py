@@ -73,6 +73,19 @@ def als_vs_implicit_table() -> str:
         f"{r['fused_over_implicit']:.2f}× | {r['numpy_over_implicit']:.2f}× |" for r in res["rows"]])
 
 
+def converged_fit_table() -> str:
+    r = json.loads((RESULTS / "converged_fit.json").read_text())
+    header = (f"| identity tolerance | sweeps | Newton steps | dxplain fit s | implicit {r['implicit']} 15 iterations s "
+              f"(median of {len(r['implicit_fit_seconds'])}) | dxplain / implicit | ‖∇f‖ | bound ε item · user | "
+              f"measured max item · user | measured median item · user |")
+    return markdown(header, [
+        f"| {f['identity_tol']:g} | {f['sweeps']} | {f['newton_steps']} | {f['seconds']:.1f} | "
+        f"{r['implicit_fit_median_s']:.2f} | **{f['over_implicit']:.1f}×** | {f['grad_norm']:.1e} | "
+        f"{f['identity_bound']['item']:.1e} · {f['identity_bound']['user']:.1e} | "
+        f"{f['identity']['item']['max']:.1e} · {f['identity']['user']['max']:.1e} | "
+        f"{f['identity']['item']['median']:.1e} · {f['identity']['user']['median']:.1e} |" for f in r["fits"]])
+
+
 def heavy_items_table() -> str:
     r = json.loads((RESULTS / "heavy_items_synthetic-5m.json").read_text())
 
@@ -179,6 +192,7 @@ TABLES = {
     "model.md": {"lambda-table": lambda_table},
     "scaling.md": {"throughput-table": throughput_table,
                    "als-vs-implicit-table": als_vs_implicit_table,
+                   "converged-fit-table": converged_fit_table,
                    "heavy-items-table": heavy_items_table,
                    "own-topn-table": own_topn_table,
                    "scaling-table": include("scaling/scaling.md")},

@@ -22,7 +22,7 @@ from ..mapper import LocalMapper, Mapper
 from ..models.base import FactorModel
 from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives, terms_of
 from ..models.implicit_mf import training_table as implicit_table
-from ..models.mf import ALSMF, PartHalfSteps, default_lam
+from ..models.mf import ALSMF, MIN_TARGET_COS, PartHalfSteps, default_lam
 
 # BCE training stops at ‖∇f‖ ≤ IDENTITY_RTOL·λ: the representer identity's residual in the factors is
 # ∇f/λ, so this bounds it in the factors' own units (docs/methods.md §1).
@@ -111,12 +111,14 @@ def training_table(ds, implicit: bool, neg_samples: int, seed: int):
 @task(cache_policy=NO_CACHE)
 def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: float | None, seed: int,
                   mapper: Mapper, parts, budget: dict | None = None, implicit: bool = False,
-                  neg_weight: float = 1.0):
+                  neg_weight: float = 1.0, fidelity_tol: float | None = None):
     """Use ``model`` if given; else reuse the model trained on this exact table, else train and store one.
 
     Explicit data: ALS-MF, its half-steps mapped over ``parts`` (each task reads its part once and keeps
     it for every sweep); ``budget`` caps ALS sweeps and Newton steps (``max_sweeps``, ``polish_iters``), and
-    a capped model is stored under its own name. Implicit data (``training_table``): BCE MF on the
+    a capped model is stored under its own name. ``fidelity_tol`` (the refresh's ``--tol``) trains until
+    the gradient's bound on the identity's relative error is ≤ fidelity_tol·MIN_TARGET_COS
+    (``ALSMF.identity_tol``); None trains to ‖∇f‖ ≤ ``ALSMF.tol``. Either is part of the model's name. Implicit data (``training_table``): BCE MF on the
     positives and sampled negatives, to the stationarity the representer identity needs.
     """
     logger = get_run_logger()
@@ -130,7 +132,8 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
         path = model_store.model_path(out, name, data.fingerprint(), **{"bce-k": k}, lam=lam, w=neg_weight, s=seed)
     else:
         lam = lam if lam is not None else default_lam(len(data))
-        path = model_store.model_path(out, name, data.fingerprint(), k=k, lam=lam, s=seed,
+        identity_tol = None if fidelity_tol is None else fidelity_tol * MIN_TARGET_COS
+        path = model_store.model_path(out, name, data.fingerprint(), k=k, lam=lam, s=seed, identity=identity_tol,
                                       sweeps=budget.get("max_sweeps"), newton=budget.get("polish_iters"))
     if model_store.exists(path):
         logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
@@ -142,12 +145,14 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
                     k, m.lam, neg_weight, m.grad_norm, m.info["lbfgs_iters"], m.info["newton_iters"],
                     m.info["seconds"], path)
     else:
-        m = ALSMF(k=k, lam=lam, seed=seed, **budget).fit(data, half_steps=partial(PartHalfSteps, mapper, parts))
-        logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
-                    k, lam, m.grad_norm, m.info["sweeps"], m.info["newton_iters"], m.info["seconds"], path)
-        if m.grad_norm > ALSMF.tol:
-            logger.warning("training stopped at ‖∇f‖=%.1e, above %.0e (budget %s): attributions will sum to the "
-                           "score only approximately; the run's fidelity error says by how much", m.grad_norm,
-                           ALSMF.tol, budget or "default")
+        trainer = ALSMF(k=k, lam=lam, seed=seed, identity_tol=identity_tol, **budget)
+        m = trainer.fit(data, half_steps=partial(PartHalfSteps, mapper, parts))
+        logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e, identity bound %s after %d sweeps + %d Newton steps in "
+                    "%.1fs → %s", k, lam, m.grad_norm, m.info.get("identity_bound"), m.info["sweeps"],
+                    m.info["newton_iters"], m.info["seconds"], path)
+        if not trainer.converged(m):
+            logger.warning("training stopped at ‖∇f‖=%.1e (identity bound %s), short of its stopping rule (budget "
+                           "%s): attributions will sum to the score only approximately; the run's fidelity error "
+                           "says by how much", m.grad_norm, m.info.get("identity_bound"), budget or "default")
     m.save(path, data)
     return m, str(path)

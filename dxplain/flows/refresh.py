@@ -105,9 +105,9 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     seed : int
         Initialisation (and negative sampling) seed when training.
     max_sweeps : int
-        Cap ALS sweeps when training (default: up to 60, until they stall).
+        Cap ALS sweeps when training (default: up to 300, until the identity bound meets ``tol`` or they stall).
     newton_steps : int
-        Cap the Newton polish after ALS (default: up to 200, until ‖∇f‖ ≤ 1e-9); 0 = ALS only.
+        Cap the Newton polish after stalled sweeps (default: up to 200, until ‖∇f‖ ≤ 1e-9); 0 = ALS only.
     implicit : bool
         Implicit feedback: every interaction is a positive, explained through BCE MF with sampled negatives
         (detected by itself when all ratings are equal).
@@ -116,7 +116,9 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     neg_weight : float
         Implicit feedback: weight of a negative term in the BCE loss.
     tol : float
-        Relative fidelity error (|Σ attributions − score| / |score|) above which the run says so.
+        Relative fidelity error (|Σ attributions − score| / |score|) above which the run says so. Training
+        stops when the gradient bounds that error by tol for every target whose score is at least a
+        tenth of ‖Ũ_i‖‖Ṽ_j‖ (``models.mf.MIN_TARGET_COS``): a looser tol trains fewer sweeps.
     strict : bool
         Refuse to publish a run whose fidelity error exceeds ``tol``.
     keep : int
@@ -124,7 +126,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     out, scheduler, workers, shards, in_memory
         Where results go and where the work runs (``dxplain.cli.common.run_options``).
 
-    ``max_sweeps`` / ``newton_steps`` cap training (default: train to ‖∇f‖ ≤ 1e-9). A capped model
+    ``max_sweeps`` / ``newton_steps`` cap training (default: train to ``tol``'s identity bound). A capped model
     stops short of the optimum, so its attributions sum to the score only approximately: the
     summary's fidelity error says by how much: above ``tol`` (relative) the run says so, and ``strict``
     refuses to publish it.
@@ -150,7 +152,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
                       if v is not None}
             m, model_path = train_or_load(ds.name, data, model, settings.out, k, lam, seed, mapper, parts, budget,
-                                          implicit, neg_weight)
+                                          implicit, neg_weight, fidelity_tol=tol)
         with stage(seconds, "preprocess"):
             job = preprocess(m, data, parts, top_n, top_k, supplied)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.

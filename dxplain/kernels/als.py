@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .representer import balance_transforms
+
 # Upper bound on floats in one padded (B, d, k) block: ~64 MB of float64.
 BLOCK_ELEMENTS = 1 << 23
 
@@ -104,6 +106,18 @@ def pair_scores(U: np.ndarray, V: np.ndarray, u: np.ndarray, i: np.ndarray, chun
     return out
 
 
+def pattern_scores(U: np.ndarray, V: np.ndarray, P: "Pattern", fused: bool | None = None) -> np.ndarray:
+    """s_n = ⟨U_{u_n}, V_{i_n}⟩ over the pattern's pairs: the compiled kernel (``als_fused``, default
+    ``FUSED``) for the training loop, or ``pair_scores``, its reference."""
+    if not (FUSED if fused is None else fused):
+        return pair_scores(U, V, P.u, P.i)
+    from .als_fused import pair_scores_fused
+
+    out = np.empty(len(P.u))
+    pair_scores_fused(np.ascontiguousarray(U, np.float64), np.ascontiguousarray(V, np.float64), P.u, P.i, out)
+    return out
+
+
 class Pattern:
     """The sparsity pattern of D sorted by (user, item): CSR matrices over it cost no sort or copy."""
 
@@ -117,15 +131,54 @@ class Pattern:
 
 
 def objective(U, V, P: Pattern, y, lam) -> float:
-    r = y - pair_scores(U, V, P.u, P.i)
+    r = y - pattern_scores(U, V, P)
     return float(r @ r / len(y) + 0.5 * lam * (np.sum(U * U) + np.sum(V * V)))
 
 
 def gradient(U, V, P: Pattern, y, lam, r=None) -> tuple[np.ndarray, np.ndarray]:
     """∇_U f = −(2/|D|) R V + λU and ∇_V f = −(2/|D|) Rᵀ U + λV with R the sparse residual matrix."""
     n = len(y)
-    R = P.matrix(y - pair_scores(U, V, P.u, P.i) if r is None else r)
+    R = P.matrix(y - pattern_scores(U, V, P) if r is None else r)
     return -(2.0 / n) * (R @ V) + lam * U, -(2.0 / n) * (R.T @ U) + lam * V
+
+
+def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
+    """Bounds (ε_item, ε_user) on the representer identity's relative error, from the gradient (U, V) has.
+
+    The explainers use the balanced factors Ũ = U T_U, Ṽ = V T_V (``representer.balance_transforms``,
+    ŨṼᵀ = UVᵀ). With R the residual matrix, α_ij = 2R_ij/(λ|D|), and G̃_U = −(2/|D|) R Ṽ + λŨ the
+    gradient at the balanced factors, the item side of a target (i, j) sums to
+
+        Σ_{j'∈D_i} α_ij' ⟨Ṽ_j', Ṽ_j⟩ = ⟨Ũ_i − G̃_U,i/λ, Ṽ_j⟩ = s_ij − ⟨G̃_U,i, Ṽ_j⟩/λ,
+
+    and the user side misses s_ij by ⟨G̃_V,j, Ũ_i⟩/λ (docs/methods.md §1). Since G̃_U = g_U T_V + λU(T_U − T_V)
+    and G̃_V = g_V T_U + λV(T_V − T_U), the raw gradient and two k×k transforms give them without a pass
+    over D. By Cauchy–Schwarz, for a target whose score is s_ij = cos θ_ij ‖Ũ_i‖ ‖Ṽ_j‖,
+
+        |Σ item side − s_ij| / |s_ij| ≤ ε_item / cos θ_ij,   ε_item = max_i ‖G̃_U,i‖ / (λ ‖Ũ_i‖),
+
+    and ε_user likewise over the items. Rows whose factors are 0 (every score 0) are left out: a zero
+    score has no relative error. After an exact item half-step g_V = 0, so G̃_V holds only the
+    imbalance UᵀU − VᵀV, which is O(‖g_U‖/λ): both sides shrink with the gradient.
+
+    Parameters
+    ----------
+    U, V : (n_users, k), (n_items, k) factors
+    gU, gV : ∇_U f and ∇_V f at (U, V) (``gradient``)
+    lam : λ
+
+    Returns
+    -------
+    (ε_item, ε_user): the item side's bound comes from the users' gradient rows, the user side's from the items'.
+    """
+    T_U, T_V = balance_transforms(U, V)
+    out = []
+    for F, g, T_own, T_other in ((U, gU, T_U, T_V), (V, gV, T_V, T_U)):
+        G = g @ T_other + lam * F @ (T_own - T_other)
+        norm = np.linalg.norm(F @ T_own, axis=1)
+        live = norm > 0
+        out.append(float(np.max(np.linalg.norm(G[live], axis=1) / norm[live], initial=0.0)) / lam)
+    return out[0], out[1]
 
 
 def hessian_vector(U, V, dU, dV, P: Pattern, r, lam) -> tuple[np.ndarray, np.ndarray]:
@@ -135,7 +188,7 @@ def hessian_vector(U, V, dU, dV, P: Pattern, r, lam) -> tuple[np.ndarray, np.nda
     H_U = (2/|D|)(S V − R dV) + λ dU,   H_V = (2/|D|)(Sᵀ U − Rᵀ dU) + λ dV.
     """
     n = len(r)
-    S = P.matrix(pair_scores(dU, V, P.u, P.i) + pair_scores(U, dV, P.u, P.i))
+    S = P.matrix(pattern_scores(dU, V, P) + pattern_scores(U, dV, P))
     R = P.matrix(r)
     return ((2.0 / n) * (S @ V - R @ dV) + lam * dU,
             (2.0 / n) * (S.T @ U - R.T @ dU) + lam * dV)

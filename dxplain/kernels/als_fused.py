@@ -185,3 +185,19 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X):
                 for j in range(d):
                     for c in range(k):
                         X[n, c] += x[j] * G[j, c]
+
+
+@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+def pair_scores_fused(U, V, u, i, out):
+    """out[n] ← ⟨U[u[n]], V[i[n]]⟩, pairs split over numba's threads.
+
+    The compiled twin of ``als.pair_scores`` for the training loop's residuals, gradients and Hessian
+    products: one pass, no gathered |D|×k blocks (the numpy path was 70% of a gradient at ml-1m size).
+    """
+    k = U.shape[1]
+    for n in prange(u.shape[0]):
+        a, b = U[u[n]], V[i[n]]
+        s = 0.0
+        for c in range(k):
+            s += a[c] * b[c]
+        out[n] = s

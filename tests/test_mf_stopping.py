@@ -1,0 +1,137 @@
+"""Training to the identity tolerance asked for: the gradient's bound on the identity, Anderson sweeps, and
+the stopping rule that ties them (docs/methods.md §1, "How far from the identity a gradient leaves you")."""
+
+import numpy as np
+import pytest
+
+from dxplain.interactions import Interactions
+from dxplain.explain.representer import Preprocessed, relative_error
+from dxplain.explain.targets import recommend
+from dxplain.kernels import als, anderson
+from dxplain.kernels.representer import balance_transforms
+from dxplain.models.mf import ALSMF, MIN_TARGET_COS
+
+from conftest import random_interactions
+
+
+def _data():
+    """Ratings of a rank-3 model plus noise on a random pattern (160 × 120, ~18 ratings a user)."""
+    d = random_interactions(160, 120, 0.15, seed=11)
+    rng = np.random.default_rng(0)
+    A, B = rng.normal(size=(d.n_users, 3)), rng.normal(size=(d.n_items, 3))
+    y = np.clip(np.round(3 + np.einsum("nk,nk->n", A[d.user], B[d.item]) + 0.5 * rng.normal(size=len(d))), 1, 5)
+    return Interactions.from_indices(d.user, d.item, y, d.user_ids, d.item_ids)
+
+
+def _lam(d):
+    return 10.0 / len(d)  # a ridge of 5 per solve at k = 6: every direction kept, and plain ALS crawls
+
+
+def _sides(model, d, u, i):
+    """(item-side sum, user-side sum, score) of the targets (u, i), as a refresh computes them."""
+    pre = Preprocessed.from_model(model, d)
+    return (als.pair_scores(pre.A, pre.Vt, u, i), als.pair_scores(pre.Ut, pre.B, u, i),
+            als.pair_scores(pre.Ut, pre.Vt, u, i), pre)
+
+
+def _all_pairs(d):
+    u, i = np.meshgrid(np.arange(d.n_users), np.arange(d.n_items), indexing="ij")
+    return u.ravel().astype(np.intp), i.ravel().astype(np.intp)
+
+
+def test_identity_miss_is_the_balanced_gradient_and_the_bound_is_its_row_maximum():
+    """Far from the optimum (3 sweeps), each side's miss is ⟨G̃, the other factor⟩/λ with G̃ the gradient at
+    the balanced factors, built here from its definition over a dense residual matrix."""
+    d = _data()
+    lam = _lam(d)
+    m = ALSMF(k=6, lam=lam, max_sweeps=3, polish_iters=0, identity_tol=1e-12, seed=2).fit(d)
+    u, i = _all_pairs(d)
+    item_sum, user_sum, s, pre = _sides(m, d, u, i)
+    R = np.zeros((d.n_users, d.n_items))
+    R[d.user, d.item] = (d.rating - m.mu) - als.pair_scores(m.U, m.V, d.user.astype(np.intp), d.item.astype(np.intp))
+    GU = -(2 / len(d)) * R @ pre.Vt + lam * pre.Ut
+    GV = -(2 / len(d)) * R.T @ pre.Ut + lam * pre.Vt
+    scale = np.abs(s).max()
+    np.testing.assert_allclose(s - item_sum, np.einsum("nk,nk->n", GU[u], pre.Vt[i]) / lam, atol=1e-9 * scale)
+    np.testing.assert_allclose(s - user_sum, np.einsum("nk,nk->n", GV[i], pre.Ut[u]) / lam, atol=1e-9 * scale)
+    assert np.abs(s - item_sum).max() > 1e-4 * scale  # not converged: the check above had something to check
+    P = als.Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items)
+    gU, gV = als.gradient(m.U, m.V, P, d.rating - m.mu, lam)
+    eps = als.identity_bound(m.U, m.V, gU, gV, lam)
+    expected = [np.max(np.linalg.norm(G, axis=1) / np.linalg.norm(F, axis=1)) / lam
+                for G, F in ((GU, pre.Ut), (GV, pre.Vt))]
+    np.testing.assert_allclose(eps, expected, rtol=1e-8)
+    assert eps == pytest.approx((m.info["identity_bound"]["item"], m.info["identity_bound"]["user"]), rel=1e-8)
+    cos = np.abs(s) / (np.linalg.norm(pre.Ut[u], axis=1) * np.linalg.norm(pre.Vt[i], axis=1))
+    assert np.all(relative_error(item_sum, s) * cos <= eps[0] * (1 + 1e-9))
+    assert np.all(relative_error(user_sum, s) * cos <= eps[1] * (1 + 1e-9))
+
+
+@pytest.mark.parametrize("tol", [1e-4, 1e-6])
+def test_identity_tol_delivers_the_identity_on_every_top_10_target(tol):
+    """Trained as a refresh trains for --tol (tol·MIN_TARGET_COS), every user's top-10 sums to its score
+    within tol on both sides; and any pair is within the bound / cos θ."""
+    d = _data()
+    m = ALSMF(k=6, lam=_lam(d), identity_tol=tol * MIN_TARGET_COS, seed=2).fit(d)
+    assert max(m.info["identity_bound"].values()) <= tol * MIN_TARGET_COS
+    t = recommend(m.U, m.V, d, np.arange(d.n_users), 10)
+    item_sum, user_sum, s, _ = _sides(m, d, t.user.astype(np.intp), t.item.astype(np.intp))
+    assert relative_error(item_sum, s).max() <= tol
+    assert relative_error(user_sum, s).max() <= tol
+
+
+def test_looser_tol_trains_fewer_sweeps_and_stops_within_it():
+    d = _data()
+    fits = {tol: ALSMF(k=6, lam=_lam(d), identity_tol=tol, seed=2).fit(d) for tol in (1e-3, 1e-7)}
+    assert fits[1e-3].info["sweeps"] < fits[1e-7].info["sweeps"]
+    for tol, m in fits.items():
+        assert fits[tol].info["newton_iters"] == 0  # the sweeps met the rule themselves
+        assert max(m.info["identity_bound"].values()) <= tol
+    assert max(fits[1e-3].info["identity_bound"].values()) > 1e-7  # the looser fit really stopped short
+
+
+def test_anderson_sweeps_reach_the_gradient_tolerance_in_fewer_sweeps_than_plain_als():
+    d = _data()
+    fits = [ALSMF(k=6, lam=_lam(d), tol=1e-9, anderson=m, polish_iters=0, max_sweeps=400, seed=2).fit(d)
+            for m in (0, 10)]
+    plain, accelerated = fits
+    assert accelerated.grad_norm <= 1e-9
+    assert plain.grad_norm > 1e-6  # plain ALS stalled (STALL_SWEEPS sweeps without halving ‖∇f‖) far above it
+
+
+def test_anderson_step_solves_a_linear_fixed_point_in_dimension_plus_one_steps():
+    """For x ← Ax + b Anderson with full memory is GMRES in disguise: exact after n + 1 steps."""
+    rng = np.random.default_rng(0)
+    n = 6
+    Q = np.linalg.qr(rng.normal(size=(n, n)))[0]
+    A = Q @ np.diag(np.linspace(0.5, 0.99, n)) @ Q.T  # contraction; plain iteration gains ≤ 50% a step
+    b = rng.normal(size=n)
+    fixed = np.linalg.solve(np.eye(n) - A, b)
+    x, images, residuals = np.zeros(n), [], []
+    for _ in range(n + 2):
+        g = A @ x + b
+        images, residuals = images[-n:] + [g], residuals[-n:] + [g - x]
+        x = anderson.extrapolate(images, residuals)
+    np.testing.assert_allclose(x, fixed, rtol=1e-6)
+    plain = np.zeros(n)
+    for _ in range(n + 2):
+        plain = A @ plain + b
+    assert np.linalg.norm(plain - fixed) > 1e-2 * np.linalg.norm(fixed)
+
+
+def test_fused_pattern_scores_equal_the_numpy_reference():
+    d = random_interactions(50, 40, 0.2, seed=5)
+    rng = np.random.default_rng(5)
+    U, V = rng.normal(size=(d.n_users, 7)), rng.normal(size=(d.n_items, 7))
+    P = als.Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items)
+    np.testing.assert_allclose(als.pattern_scores(U, V, P, fused=True), als.pattern_scores(U, V, P, fused=False),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_balanced_transforms_used_by_the_bound_keep_the_scores():
+    """The shortcut G̃ = g T + λF(T_own − T_other) needs ŨṼᵀ = UVᵀ; a rank-deficient U keeps it too."""
+    rng = np.random.default_rng(4)
+    U, V = rng.normal(size=(30, 5)), rng.normal(size=(20, 5))
+    U[:, 4] = U[:, 0]  # rank 4
+    T_U, T_V = balance_transforms(U, V)
+    np.testing.assert_allclose((U @ T_U) @ (V @ T_V).T, U @ V.T, atol=1e-10)
