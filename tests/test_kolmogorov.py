@@ -129,6 +129,20 @@ def test_bcd_objective_never_increases_and_is_the_model_error(solver, step):
     assert set(np.unique(m.psi)) <= {0, 1} and np.allclose(m.theta.sum(axis=1), 1)
 
 
+def test_tasks_solve_bounded_row_slices_with_the_same_result(monkeypatch):
+    from dxplain.kolmogorov import fit as F
+    d = probabilities(random_interactions(30, 25, 0.4, seed=8), "explicit", 5.0, 4.0, 1, 0)
+    whole = fit_ikm(d, 4, iterations=3, solver="exhaustive", lam=0.3, mu=0.2, shards=2)
+    monkeypatch.setattr(F, "PSI_ROWS", 4)  # a 12-item shard is solved in 3 slices, a 15-user one in 3
+    monkeypatch.setattr(F, "THETA_ROWS", 5)
+    sliced = fit_ikm(d, 4, iterations=3, solver="exhaustive", lam=0.3, mu=0.2, shards=2)
+    assert np.array_equal(sliced.psi, whole.psi) and np.array_equal(sliced.theta, whole.theta)
+    assert np.allclose(sliced.info["trace"], whole.info["trace"], rtol=1e-13, atol=0)  # sums in another order
+    sdr = fit_ikm(d, 4, iterations=3, lam=0.3, mu=0.2, shards=2, check=True)
+    assert np.all(np.diff(sdr.info["trace"]) <= 1e-9 * np.array(sdr.info["trace"][:-1]))
+    assert 0 <= sdr.info["sdr_vs_exhaustive_error"] <= sdr.info["sdr_rounded_vs_exhaustive_error"] <= 1
+
+
 def test_exhaustive_check_counts_sdr_misses():
     d = probabilities(random_interactions(20, 40, 1.0, seed=9), "explicit", 5.0, 4.0, 1, 0)
     m = fit_ikm(d, 4, iterations=3, check=True)
@@ -152,9 +166,14 @@ def test_influence_and_adjacency_follow_their_definitions(monkeypatch, lattice_m
     assert np.array_equal(R.adjacency(psi).toarray(), sub & nonempty[None, :])
     assert np.array_equal(R.rules_per_item(psi), (sub & nonempty[None, :]).sum(axis=1))
     popularity = np.arange(40)[::-1]  # item 0 the most popular
-    heads = R.capped_antecedents(psi, popularity, 100)
     n = R.rules_per_item(psi)
-    assert n[heads].sum() <= 100 and np.array_equal(heads, np.arange(len(heads)))
+    for cap in (100, int(n[0]) - 1):  # the second: the most popular item alone heads more than the cap
+        heads = R.capped_antecedents(psi, popularity, cap)
+        left = cap - n[heads].sum()
+        assert len(heads) and left >= 0 and (n[heads] > 0).all()
+        assert (n[np.setdiff1d(np.flatnonzero(n), heads)] > left).all()  # nothing left out would still fit
+    assert 0 not in heads and 0 < n[0] and R.capped_antecedents(psi, popularity, int(n.sum())) is None
+    heads = R.capped_antecedents(psi, popularity, 100)
     assert np.array_equal(R.adjacency(psi, antecedents=heads).toarray()[heads], (sub & nonempty[None, :])[heads])
 
 

@@ -55,38 +55,64 @@ def _rows(P, lo: int, hi: int):
     return P[lo:hi]
 
 
+# Rows solved at once inside a task. A task's shard grows with the data (shards are a few per worker), so
+# its temporaries would too: the ψ-step's randomisation holds rows × draws × (D + 1) floats (2.9 GB for a
+# 166k-item shard at 10M interactions) and Frank–Wolfe a few rows × D × D copies. Solving a bounded
+# slice of rows at a time keeps a worker's peak independent of the data size.
+PSI_ROWS = 16_384
+THETA_ROWS = 65_536
+
+
+def _slices(n: int, size: int):
+    return [slice(a, min(a + size, n)) for a in range(0, n, size)] or [slice(0, 0)]
+
+
 def psi_task(block, Theta: np.ndarray, Psi: np.ndarray | None, mu: float, solver: str, seed: int, it: int,
-             lo: int, check: bool) -> dict:
+             lo: int, check: bool, rows: int | None = None) -> dict:
     """(Q₂) for the item shard from row ``lo``: ψ, Σ g_i, and (``check``) how often SDR misses the exhaustive
     optimum. ``Psi`` is the previous ψ of every item (the incumbents; None at first), broadcast like Θ, so
-    no task carries its slice in the graph."""
-    psi0 = None if Psi is None else Psi[lo:lo + block.shape[0]]
-    S, v = K.block_stats(block, Theta)
-    c = v - mu / 2
-    out = {}
-    if solver == "exhaustive":
-        psi, g = K.exhaustive_psi(S, c)
-    else:
-        psi, info = K.sdr_psi(S, c, psi0, np.random.default_rng([seed, it, lo]))
-        g = K.psi_objective(S, c, psi)
+    no task carries its slice in the graph. Solved ``rows`` items at a time."""
+    rng = np.random.default_rng([seed, it, lo])
+    psi, g, errors, errors_rounded, steps = [], 0.0, 0, 0, 0
+    for sl in _slices(block.shape[0], rows or PSI_ROWS):
+        S, v = K.block_stats(block[sl], Theta)
+        c = v - mu / 2
+        psi0 = None if Psi is None else Psi[lo + sl.start:lo + sl.stop]
+        if solver == "exhaustive":
+            p, gp = K.exhaustive_psi(S, c)
+        else:
+            p, info = K.sdr_psi(S, c, psi0, rng)
+            gp = K.psi_objective(S, c, p)
+            if check:
+                _, best = K.exhaustive_psi(S, c)
+                tol = 1e-9 * (1 + np.abs(best))
+                errors_rounded += int(np.sum(K.psi_objective(S, c, info["rounded"]) > best + tol))
+                errors += int(np.sum(gp > best + tol))
+            steps = max(steps, int(info["newton_steps"].max(initial=0)))
+        psi.append(p)
+        g += float(gp.sum())
+    out = {"psi": np.concatenate(psi), "g": g}
+    if solver != "exhaustive":
+        out["newton_steps"] = steps
         if check:
-            _, best = K.exhaustive_psi(S, c)
-            tol = 1e-9 * (1 + np.abs(best))
-            out["errors_rounded"] = int(np.sum(K.psi_objective(S, c, info["rounded"]) > best + tol))
-            out["errors"] = int(np.sum(g > best + tol))
-        out["newton_steps"] = int(info["newton_steps"].max(initial=0))
-    out.update(psi=psi, g=float(g.sum()))
+            out.update(errors=errors, errors_rounded=errors_rounded)
     return out
 
 
-def theta_task(block, Psi: np.ndarray, Theta: np.ndarray, lo: int, lam: float, step: str, fw_iters: int) -> dict:
+def theta_task(block, Psi: np.ndarray, Theta: np.ndarray, lo: int, lam: float, step: str, fw_iters: int,
+               rows: int | None = None) -> dict:
     """(Q₁) for the user shard from row ``lo``: θ from Frank–Wolfe started at the current θ, and Σ f_u.
     ``Theta`` is every user's θ, already broadcast for the ψ-step: slicing it here keeps θ⁰ out of the
-    task graph (at 10M interactions the slices were 61 MiB per task)."""
-    Q, r = K.block_stats(block, Psi.astype(np.float64))
-    theta0 = Theta[lo:lo + block.shape[0]]
-    theta, info = K.frank_wolfe(Q, r, theta0, lam=lam, step=step, max_iter=fw_iters)
-    return {"theta": theta, "f": float(info["objective"].sum()), "iterations": info["iterations"]}
+    task graph (at 10M interactions the slices were 61 MiB per task). Solved ``rows`` users at a time."""
+    Psi = Psi.astype(np.float64)
+    theta, f, iterations = [], 0.0, 0
+    for sl in _slices(block.shape[0], rows or THETA_ROWS):
+        Q, r = K.block_stats(block[sl], Psi)
+        t, info = K.frank_wolfe(Q, r, Theta[lo + sl.start:lo + sl.stop], lam=lam, step=step, max_iter=fw_iters)
+        theta.append(t)
+        f += float(info["objective"].sum())
+        iterations = max(iterations, int(info["iterations"]))
+    return {"theta": np.concatenate(theta), "f": f, "iterations": iterations}
 
 
 # --- the fit ----------------------------------------------------------------------------------------

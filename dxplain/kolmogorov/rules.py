@@ -101,12 +101,21 @@ def rules_per_item(psi: np.ndarray) -> np.ndarray:
 
 
 def capped_antecedents(psi: np.ndarray, popularity: np.ndarray, max_rules: int) -> np.ndarray | None:
-    """None when all rules fit in ``max_rules``; else the most popular antecedents whose rules do."""
+    """None when all rules fit in ``max_rules``; else antecedents taken by decreasing popularity, each whose
+    rules fit in what is left of the budget (one that heads more than that is skipped, not a stop: at 10M
+    interactions the most popular item alone headed more rules than the cap, and a prefix took nothing)."""
     n = rules_per_item(psi)
     if n.sum() <= max_rules:
         return None
     order = np.lexsort((np.arange(len(psi)), -popularity))
-    return np.sort(order[np.cumsum(n[order]) <= max_rules])
+    take, left = [], max_rules
+    for i in order[(n[order] > 0) & (n[order] <= max_rules)]:
+        if n[i] <= left:
+            take.append(i)
+            left -= n[i]
+            if left == 0:
+                break
+    return np.sort(np.asarray(take, dtype=np.int64))
 
 
 def likes(data: Interactions, threshold: float) -> sp.csr_array:
