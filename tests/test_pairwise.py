@@ -150,6 +150,28 @@ def test_masked_q_and_prefix_q_equal_the_literal_whitening():
         np.testing.assert_allclose(P[t - 1], K.masked_q(x[None] - R, Omega, m[None])[0], rtol=1e-10)
 
 
+@pytest.mark.parametrize("k1", [None, 7])
+@pytest.mark.parametrize("k0, grow", [(64, 4), (2, 2), (1, 3)])
+def test_ordered_neighbours_equal_a_full_stable_sort(k0, grow, k1):
+    """Partial selections widened round by round give what sorting every row in full gives: K₁ and, for
+    the first K₁ neighbours of each side, the same columns and weights (ties included)."""
+    rng = np.random.default_rng(4)
+    C, Ki, Kj = 60, 40, 30
+    wi = np.exp(-rng.gamma(0.5, 4.0, (C, Ki)) * rng.uniform(0.01, 3, (C, 1)))   # broad and sharp rows
+    wj = np.exp(-rng.gamma(0.5, 4.0, (C, Kj)) * rng.uniform(0.01, 3, (C, 1)))
+    wi[::5, :6] = wi[::5, :1]                                                    # ties at the top
+    wi[1::7] = 1.0                                                               # all equal
+    fi, fj = np.argsort(-wi, 1, kind="stable"), np.argsort(-wj, 1, kind="stable")
+    gi, gj = np.take_along_axis(wi, fi, 1), np.take_along_axis(wj, fj, 1)
+    want = np.full(C, k1) if k1 else K.k1_by_mass(gi, gj, 0.95, wi.sum(1), wj.sum(1))
+    K1, oi, ws_i, oj, ws_j = K.ordered_neighbours(wi, wj, 0.95, k1, k0=k0, grow=grow)
+    assert np.array_equal(K1, want) and (K1 > 4).any() and (K1 < 30).any()
+    for c in range(C):
+        n = K1[c]
+        assert np.array_equal(oi[c, :n], fi[c, :n]) and np.array_equal(ws_i[c, :n], gi[c, :n])
+        assert np.array_equal(oj[c, :n], fj[c, :n]) and np.array_equal(ws_j[c, :n], gj[c, :n])
+
+
 def test_shapley_from_values_on_a_closed_form_game():
     # v(T) = Σ_{t∈T} a_t + c·[0 ∈ T and 1 ∈ T]: φ_d = a_d, plus c/2 for features 0 and 1
     a, c, D = np.array([1.0, -2.0, 0.5, 3.0]), 1.5, 4
