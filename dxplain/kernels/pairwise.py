@@ -223,7 +223,7 @@ def coalition_values(zeta, xi: np.ndarray, xj: np.ndarray, Ri: np.ndarray, Rj: n
     v = np.empty(len(masks))
     by_k1 = np.argsort(K1, kind="stable")
     sorted_k1 = K1[by_k1]
-    cost = masks.shape[1] * (K1[by_k1] ** 2 if pair_cost else 2 * K1[by_k1])   # floats per coalition
+    cost = masks.shape[1] * (sorted_k1 ** 2 if pair_cost else 2 * sorted_k1)   # floats per coalition
     start = 0
     while start < len(by_k1):
         n = max(1, budget // int(cost[start]))

@@ -161,7 +161,7 @@ def default_m(D: int, delta: float = DELTA) -> int:
 
 def default_h(M: int, delta: float = DELTA, eps_over_r: float = EPS_OVER_R) -> int:
     """Theorem 2's order H ≥ (2r²/ε²) ln(4M/δ), with ε = ``eps_over_r`` · r (r bounds |ζ|)."""
-    return int(math.ceil(2 / eps_over_r ** 2 * math.log(4 * M / delta) - 1e-9))
+    return int(math.ceil(2 / eps_over_r ** 2 * math.log(4 * M / delta)))
 
 
 def permutation_deltas(zeta, xi, xj, ref: Reference, orders: np.ndarray, z: float, sigma: float, eta: float,
