@@ -30,7 +30,8 @@ from .common import open_mapper
 CONSTRAINTS = {
     "task": OneOf("regression", "classification"),
     "rank": Interval(int, 1, example=3), "K": Interval(int, 1, example=10), "L": Interval(int, 1, example=10),
-    "lam": Interval(float, 0, open_low=True, example=5), "smooth": Interval(float, 0, open_low=True, example=1e-3),
+    "lam": Interval(float, 0, open_low=True, example=5), "smooth": Interval(float, 0, open_low=True, example=1e-4),
+    "backfit": Interval(int, 0, example=3),
     "max_pairs": Interval(int, 0, example=10), "val_fraction": Interval(float, 0, 0.9, example=0.1),
     "grid_rounds": Interval(int, 1, 5), "seed": Interval(int, 0), "top_k": Interval(int, 1, example=10),
     "workers": Interval(int, 1, example=2), "shards": Interval(int, 1),
@@ -73,7 +74,8 @@ def read_inputs(dataset, user_features, item_features, test, categorical, task_,
 def gammli_fit(dataset: str, user_features: str, item_features: str, out: str, test: str | None = None,
                task: str = "regression", categorical: str | None = None, cold_start_missing: bool = False,
                rank: int = 3, K: int | None = None, L: int | None = None, lam: float | None = None,
-               smooth: float = 1e-3, max_pairs: int = 10, val_fraction: float = 0.1, grid_rounds: int = 2,
+               smooth: float | None = None, max_pairs: int = 10, val_fraction: float = 0.1, grid_rounds: int = 2,
+               backfit: int = 3,
                seed: int = 0, top_k: int = 10, force: bool = False, scheduler: str | None = None,
                workers: int | None = None, shards: int | None = None, in_memory: bool = False) -> dict:
     """Fit GAMMLI on ``dataset``; write metrics, the local table and plots on ``test``, and the model."""
@@ -88,7 +90,7 @@ def gammli_fit(dataset: str, user_features: str, item_features: str, out: str, t
             raise InputError(f"--{name} {v}: larger than the {n} {side} in the feature table; give at most {n}")
     settings = Settings.from_env(scheduler=scheduler, workers=workers)
     cfg = Config(task=task, rank=rank, smooth=smooth, max_pairs=max_pairs, val_fraction=val_fraction, K=K, L=L,
-                 lam=lam, grid_rounds=grid_rounds, seed=seed, n_parts=shards or 4 * settings.workers)
+                 lam=lam, grid_rounds=grid_rounds, backfit=backfit, seed=seed, n_parts=shards or 4 * settings.workers)
     with open_mapper(settings, in_memory) as mapper:
         model = fit_gammli(users, items, tr["u"], tr["i"], tr["y"], cfg, mapper, log=logger.info)
         model.info["peak_rss_mib"] = mapper.peak_rss_mib()

@@ -83,7 +83,14 @@ def _blocks(terms: list[Term]) -> list[slice]:
     return [slice(int(e - t.size), int(e)) for t, e in zip(terms, ends)]
 
 
-def fit_groups(mapper, parts, groups: list[list[Term]], base: Additive, task: str, smooth: float,
+def penalty_weight(smooth: float | tuple[float, float], t: Term) -> float:
+    """The penalty per training row of term t: one value, or (main effects, interactions)."""
+    if isinstance(smooth, tuple):
+        return smooth[1] if t.kind == "pair" else smooth[0]
+    return smooth
+
+
+def fit_groups(mapper, parts, groups: list[list[Term]], base: Additive, task: str, smooth,
                use: str = "fit") -> tuple[list[Additive], list[np.ndarray]]:
     """Fit each group of terms jointly (groups independently of each other) on the residual of ``base``.
 
@@ -100,7 +107,8 @@ def fit_groups(mapper, parts, groups: list[list[Term]], base: Additive, task: st
             for g, (_, _, G1) in zip(groups, sums):
                 bl = _blocks(g)
                 Zs.append(sla.block_diag(*[G.null_space_of(t.constraints(G1[s, s])) for t, s in zip(g, bl)]))
-                Ps.append(sla.block_diag(*[smooth * n * t.P for t in g]) + RIDGE * n * np.eye(G1.shape[0]))
+                Ps.append(sla.block_diag(*[penalty_weight(smooth, t) * n * t.P for t in g])
+                          + RIDGE * n * np.eye(G1.shape[0]))
         new = [G.penalised_solve(Gw, b, P, Z) for (Gw, b, _), P, Z in zip(sums, Ps, Zs)]
         step = max((float(np.max(np.abs(a - b))) for a, b in zip(new, coefs) if a.size), default=0.0)
         coefs = new

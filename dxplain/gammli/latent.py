@@ -21,10 +21,12 @@ convergence tolerance.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..kernels import gammli as G
-from .additive import put_one, reduce_in_order, rows
+from .additive import fit_groups, put_one, reduce_in_order, rows
 
 # μ = RIDGE_SHARE·λ in eq. 4′. Eq. 4 alone leaves the cluster means unpenalised, and its infimum need not be
 # attained: on the classification simulation the factors drifted to U → 0, V → ∞ without converging.
@@ -85,15 +87,56 @@ def group_als(mapper, user_parts, item_parts, gu: np.ndarray, gi: np.ndarray, K:
 
 
 def fit_latent(mapper, parts_by_side: dict, base, task, use, gu, gi, K, L, lam, rank, seed=0, tol=1e-10,
-               max_sweeps=500) -> dict:
+               max_sweeps=500, init=None) -> dict:
     """Stage 3 on the residuals of ``base`` over ``use`` rows; ``parts_by_side[side]`` = [(part, lo, hi)].
     Returns the factors, the cluster means, and the persisted parts (for the training residuals)."""
     base_h = put_one(mapper, base, broadcast=True)
     lp = {side: mapper.persist(latent_part, [(p, side, lo, hi, base_h, task, use) for p, lo, hi in ps],
                                name=f"gammli-latent-{side}") for side, ps in parts_by_side.items()}
-    fit = group_als(mapper, lp["user"], lp["item"], gu, gi, K, L, lam, rank, seed, tol, max_sweeps)
+    fit = group_als(mapper, lp["user"], lp["item"], gu, gi, K, L, lam, rank, seed, tol, max_sweeps, init)
     fit["parts"] = lp
     return fit
+
+
+# A backfitting round's stage 3 is warm-started and only needs to move the residual the additive terms see
+# next; the last fit goes to the caller's tolerance.
+BACKFIT_TOL = 1e-6
+BACKFIT_SWEEPS = 100
+
+
+@dataclass(frozen=True)
+class LatentOffset:
+    """⟨U_u, V_i⟩ as the fixed offset of an additive refit (it has the ``eta`` of an ``Additive``)."""
+
+    U: np.ndarray
+    V: np.ndarray
+
+    def eta(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
+        return np.einsum("nk,nk->n", self.U[u], self.V[i])
+
+
+def fit_backfitted(mapper, parts, parts_by_side: dict, additive, smooth, task, use, gu, gi, K, L, lam, rank, seed,
+                   rounds: int, tol: float, max_sweeps: int) -> tuple:
+    """Stage 3 after ``rounds`` of backfitting; (additive, its D per term or None if unchanged, latent fit,
+    the rounds' sweeps).
+
+    Stages 1–2 are fitted with no latent part, so where the features and the latent groups are correlated
+    the additive terms soak up latent variation they can only mimic. A round refits the additive terms
+    jointly on y − ⟨U,V⟩ and the latent part, warm and loosely, on the new residual; the last stage 3 goes
+    to ``tol``, so the latent training-data identity holds at its optimum as without backfitting.
+    """
+    lat, D, sweeps = None, None, []
+    for r in range(rounds + 1):
+        last = r == rounds
+        if lat is not None:
+            (additive,), (D,) = fit_groups(mapper, parts, [additive.terms], LatentOffset(lat["U"], lat["V"]), task,
+                                           smooth, use=use)
+        lat = fit_latent(mapper, parts_by_side, additive, task, use, gu, gi, K, L, lam, rank, seed,
+                         tol if last else BACKFIT_TOL, max_sweeps if last else min(BACKFIT_SWEEPS, max_sweeps),
+                         init=None if lat is None else (lat["U"], lat["V"]))
+        if not last:
+            sweeps.append(lat["sweeps"])
+    return additive, D, lat, sweeps
 
 
 def _training_residuals(p, U, V, lam):

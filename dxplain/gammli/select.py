@@ -47,6 +47,8 @@ def val_loss(task, y, eta) -> float:
 
 
 def _grid_point(table, base, Xu, Xi, K, L, lam, rank, seed, task, sweeps):
+    # Scored without backfitting (``latent.fit_backfitted``): with it a fit of eq. 6 took 307 s instead of
+    # 60 s and chose the same (K, L, λ).
     _, gu = clusters(Xu, K, seed)
     _, gi = clusters(Xi, L, seed)
     sides = {"user": [(table, 0, len(Xu))], "item": [(table, 0, len(Xi))]}
@@ -86,7 +88,8 @@ def grid_search(mapper, table: dict, base, Xu, Xi, task: str, rank: int, seed: i
         points = [p for p in itertools.product(Ks, Ls, lams) if (int(p[0]), int(p[1]), p[2]) not in
                   {(h_["K"], h_["L"], h_["lam"]) for h_ in history}]
         losses = mapper.map(_grid_point, [(h["table"], h["base"], h["Xu"], h["Xi"], int(k), int(l), lm, rank, seed,
-                                           task, GRID_SWEEPS) for k, l, lm in points], name="gammli-grid")
+                                           task, GRID_SWEEPS) for k, l, lm in points],
+                           name="gammli-grid")
         history += [{"K": int(k), "L": int(l), "lam": lm, "val_loss": v} for (k, l, lm), v in zip(points, losses)]
         best = min(history, key=lambda r: (r["val_loss"], r["K"], r["L"], r["lam"]))
         center = {"K": best["K"], "L": best["L"], "lam": best["lam"]}

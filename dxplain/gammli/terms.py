@@ -18,8 +18,8 @@ import numpy as np
 from ..io.features import FeatureTable
 from ..kernels import gammli as G
 
-N_MAIN = 8
-N_PAIR = 5
+N_MAIN = 12
+N_PAIR = 8
 
 
 @dataclass(frozen=True)
