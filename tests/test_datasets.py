@@ -60,3 +60,28 @@ def test_amazon_kind_has_the_published_shape(tmp_path):
     assert items[: max(1, len(items) // 100)].sum() > 0.1 * items.sum() and items[0] < 0.05 * len(d)  # 13k items
     generate(tmp_path / "b", 50_000, seed=1, block_users=20_000, kind="amazon", implicit=True)
     assert set(np.unique(read_dataset(tmp_path / "b").interactions.rating)) == {1.0}
+
+
+def test_gammli_kind_is_eq6_with_its_feature_tables(tmp_path):
+    """users = items = √(10N), 10% of pairs observed, ratings = eq. 6's f + N(0, 1), features in [0, 1]."""
+    import pyarrow.parquet as pq
+
+    from dxplain.errors import InputError
+    from dxplain.gammli.synthetic import entities, noiseless
+
+    s = generate(tmp_path / "g", 20_000, seed=2, kind="gammli")
+    side = round(np.sqrt(200_000))
+    assert (s["users"], s["items"]) == (side, side) and abs(s["interactions"] - 0.1 * side * side) < 0.05 * 20_000
+    t = pq.read_table(tmp_path / "g" / "interactions.parquet")
+    u, i, y = (t[c].to_numpy() for c in ("user", "item", "rating"))
+    assert len(np.unique(u * side + i)) == len(u)
+    x = pq.read_table(tmp_path / "g" / "user_features.parquet")
+    assert x.column_names == ["user", "x1", "x2", "x3", "x4", "x5"] and x.num_rows == side
+    X = np.column_stack([x[f"x{k}"].to_numpy() for k in range(1, 6)])
+    assert X.min() == 0.0 and X.max() == 1.0
+    f = noiseless(entities(np.random.default_rng(2), side, side), u, i)
+    assert 0.95 < np.std(y - f) < 1.05 and abs(np.mean(y - f)) < 0.03  # the N(0, 1) noise, nothing else
+    assert pq.read_table(tmp_path / "g" / "item_features.parquet").column_names[0] == "item"
+    assert read_dataset(tmp_path / "g").interactions.n_users <= side
+    with pytest.raises(InputError, match="--kind gammli"):
+        generate(tmp_path / "h", 1000, n_users=10, kind="gammli")

@@ -114,8 +114,10 @@ def register(sub) -> None:
     s.add_argument("--users", type=int)
     s.add_argument("--items", type=int)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--kind", default="zipf", help="zipf (the scaling benchmarks' set) or amazon (calibrated to "
-                                                  "Amazon's 2018 reviews: docs/scaling.md, 'Amazon-like data')")
+    s.add_argument("--kind", default="zipf", help="zipf (the scaling benchmarks' set), amazon (calibrated to "
+                                                  "Amazon's 2018 reviews: docs/scaling.md, 'Amazon-like data') or "
+                                                  "gammli (GAMMLI's eq. 6 with user_features/item_features.parquet: "
+                                                  "docs/gammli.md)")
     s.add_argument("--implicit", action="store_true", help="every interaction a 1 (purchases, clicks)")
     s.add_argument("--out", required=True)
     s.add_argument("--force", action="store_true", help="replace an existing --out")

@@ -60,7 +60,7 @@ AMAZON = {
     # The J-shaped star distribution of Amazon reviews (Hu, Pavlou & Zhang 2009; about 60% five stars).
     "ratings": {1: 0.08, 2: 0.05, 3: 0.08, 4: 0.19, 5: 0.60},
 }
-KINDS = ("zipf", "amazon")
+KINDS = ("zipf", "amazon", "gammli")
 
 
 def amazon_degrees(n_interactions: int, n_items: int, rng: np.random.Generator) -> np.ndarray:
@@ -101,6 +101,11 @@ def generate(out: str | Path, n_interactions: int, n_users: int | None = None, n
         raise InputError(f"--interactions {n_interactions}: give at least 1")
     if kind not in KINDS:
         raise InputError(f"--kind {kind!r}: give one of {', '.join(KINDS)}")
+    if kind == "gammli":
+        if n_users or n_items or implicit:
+            raise InputError("--kind gammli: users = items = √(10·interactions) (eq. 6's 10% density) and ratings "
+                             "are real; give --interactions (and --seed) only")
+        return _generate_gammli(Path(out), n_interactions, seed)
     rng = np.random.default_rng(seed)
     if kind == "amazon":
         if n_users:
@@ -151,3 +156,28 @@ def generate(out: str | Path, n_interactions: int, n_users: int | None = None, n
         pq.write_table(pa.table({"id": np.flatnonzero(seen_items).astype(np.int64)}), tmp / "items.parquet")
     return {"interactions": written, "users": n_users, "items": int(seen_items.sum()), "path": str(out),
             "kind": kind, "implicit": implicit}
+
+
+def _generate_gammli(out: Path, n_interactions: int, seed: int) -> dict:
+    """GAMMLI's eq. 6 (``gammli.synthetic.eq6_blocks``) as a prepared dataset plus the two feature tables
+    ``gammli fit`` reads: ``user_features.parquet`` (user, x1..x5) and ``item_features.parquet`` (item, z1..z5).
+    Written block by block, so memory is one block's."""
+    from ..gammli.synthetic import eq6_blocks
+
+    blocks = eq6_blocks(n_interactions, seed)
+    users, items = next(blocks)
+    schema = pa.schema([("user", pa.int64()), ("item", pa.int64()), ("rating", pa.float64())])
+    written = 0
+    with atomic_path(out) as tmp:
+        tmp.mkdir(parents=True)
+        with pq.ParquetWriter(tmp / "interactions.parquet", schema) as writer:
+            for u, i, y in blocks:
+                writer.write_table(pa.table({"user": u, "item": i, "rating": y}, schema=schema))
+                written += len(u)
+                log.info("synthetic gammli: %d interactions so far", written)
+        pq.write_table(users, tmp / "user_features.parquet")
+        pq.write_table(items, tmp / "item_features.parquet")
+        pq.write_table(pa.table({"id": np.arange(len(users), dtype=np.int64)}), tmp / "users.parquet")
+        pq.write_table(pa.table({"id": np.arange(len(items), dtype=np.int64)}), tmp / "items.parquet")
+    return {"interactions": written, "users": len(users), "items": len(items), "path": str(out), "kind": "gammli",
+            "implicit": False}

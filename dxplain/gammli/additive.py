@@ -46,8 +46,9 @@ def working(task: str, y: np.ndarray, eta: np.ndarray) -> tuple[np.ndarray | Non
     return w, (y - p) / w
 
 
-def _normal_equations(part, groups, coefs, base, task, use):
-    """This part's (XᵀWX, XᵀWz, XᵀX) for each independent group of terms, and its row count."""
+def _normal_equations(part, groups, coefs, base, task, use, rhs_only=False):
+    """This part's (XᵀWX, XᵀWz, XᵀX) for each independent group of terms, and its row count. ``rhs_only``
+    (squared loss, Gram already known): only Xᵀz, O(rows·columns) instead of O(rows·columns²)."""
     u, i, y = rows(part, use)
     off = base.eta(u, i)
     out = []
@@ -55,6 +56,9 @@ def _normal_equations(part, groups, coefs, base, task, use):
         X = np.hstack([t.columns(u, i) for t in terms])
         f = X @ c
         w, r = working(task, y, off + f)
+        if rhs_only:
+            out.append((0.0, X.T @ (f + r), 0.0))
+            continue
         Gw, b = G.gram(X, f + r, w)
         out.append((Gw, b, Gw if w is None else X.T @ X))
     return out, len(y)
@@ -90,19 +94,26 @@ def penalty_weight(smooth: float | tuple[float, float], t: Term) -> float:
     return smooth
 
 
-def fit_groups(mapper, parts, groups: list[list[Term]], base: Additive, task: str, smooth,
-               use: str = "fit") -> tuple[list[Additive], list[np.ndarray]]:
+def fit_groups(mapper, parts, groups: list[list[Term]], base, task: str, smooth, use: str = "fit",
+               grams: list | None = None) -> tuple[list[Additive], list[np.ndarray]]:
     """Fit each group of terms jointly (groups independently of each other) on the residual of ``base``.
 
-    Returns the fitted groups and, per group, D(h) of each of its terms over the ``use`` rows.
+    Returns the fitted groups and, per group, D(h) of each of its terms over the ``use`` rows. ``smooth``
+    is one penalty or a tuple of them (``penalty_weight``). ``grams``: squared loss only, a list that the
+    first call on these groups and rows fills with their Gram matrices and later calls (another offset
+    ``base``, another ``smooth``) reuse, so that those passes only form Xᵀz.
     """
     groups_h, base_h = put_one(mapper, groups, broadcast=True), put_one(mapper, base, broadcast=True)
     coefs = [np.zeros(sum(t.size for t in g)) for g in groups]
-    Zs = Ps = None
+    reuse = task == "regression" and bool(grams)
     for _ in range(IRLS_MAX):
-        sums, n = reduce_in_order(mapper.imap(_normal_equations, [(p, groups_h, coefs, base_h, task, use)
+        sums, n = reduce_in_order(mapper.imap(_normal_equations, [(p, groups_h, coefs, base_h, task, use, reuse)
                                                                   for p in parts], name="gammli-gram"), _add)
-        if Zs is None:
+        if reuse:
+            sums = [(Gw, b, G1) for (Gw, G1), (_, b, _) in zip(grams, sums)]
+        elif grams is not None and task == "regression":
+            grams.extend((Gw, G1) for Gw, _, G1 in sums)
+        if _ == 0:
             Zs, Ps = [], []
             for g, (_, _, G1) in zip(groups, sums):
                 bl = _blocks(g)

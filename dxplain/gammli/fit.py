@@ -84,9 +84,9 @@ def validation_rows(u: np.ndarray, n_users: int, share: float, seed: int) -> np.
 def choose_smooth(mapper, parts, terms: list[Term], base: Additive, task: str) -> float:
     """The ``SMOOTH_GRID`` value whose joint fit of ``terms`` on the residual of ``base`` (fit rows) has the
     lowest validation loss."""
-    losses = []
+    losses, grams = [], []
     for smooth in SMOOTH_GRID:
-        (joint,), _ = fit_groups(mapper, parts, [terms], base, task, smooth)
+        (joint,), _ = fit_groups(mapper, parts, [terms], base, task, smooth, grams=grams)
         losses.append(choose_prefix(mapper, parts, base, joint, task)[1][-1])
     return SMOOTH_GRID[int(np.argmin(losses))]
 
@@ -137,7 +137,8 @@ def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.nd
     t = time.perf_counter()
     by_name = {tm.name: tm for tm in mains + pairs}
     chosen = [intercept] + [by_name[n] for n in s1["kept"] + s2["kept"]]
-    (additive,), (D_add,) = fit_groups(mapper, parts, [chosen], Additive(), cfg.task, smooth, use="all")
+    grams = []  # squared loss: the backfitting refits reuse this Gram of the chosen terms
+    (additive,), (D_add,) = fit_groups(mapper, parts, [chosen], Additive(), cfg.task, smooth, use="all", grams=grams)
     seconds["refit_additive"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -145,7 +146,7 @@ def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.nd
     _, gi = clusters(Xi, L, cfg.seed)
     additive, D_back, lat, backfit_sweeps = fit_backfitted(mapper, parts, sides, additive, smooth, cfg.task, "all", gu,
                                                            gi, K, L, lam, cfg.rank, cfg.seed, cfg.backfit, cfg.tol,
-                                                           cfg.max_sweeps)
+                                                           cfg.max_sweeps, grams)
     D_add = D_add if D_back is None else D_back
     if backfit_sweeps:
         log(f"backfitting: {cfg.backfit} rounds, {backfit_sweeps} warm sweeps")

@@ -116,7 +116,7 @@ class LatentOffset:
 
 
 def fit_backfitted(mapper, parts, parts_by_side: dict, additive, smooth, task, use, gu, gi, K, L, lam, rank, seed,
-                   rounds: int, tol: float, max_sweeps: int) -> tuple:
+                   rounds: int, tol: float, max_sweeps: int, grams: list | None = None) -> tuple:
     """Stage 3 after ``rounds`` of backfitting; (additive, its D per term or None if unchanged, latent fit,
     the rounds' sweeps).
 
@@ -124,13 +124,14 @@ def fit_backfitted(mapper, parts, parts_by_side: dict, additive, smooth, task, u
     the additive terms soak up latent variation they can only mimic. A round refits the additive terms
     jointly on y − ⟨U,V⟩ and the latent part, warm and loosely, on the new residual; the last stage 3 goes
     to ``tol``, so the latent training-data identity holds at its optimum as without backfitting.
+    ``grams``: the Gram of ``additive``'s terms over ``use`` rows (``additive.fit_groups``), for squared loss.
     """
     lat, D, sweeps = None, None, []
     for r in range(rounds + 1):
         last = r == rounds
         if lat is not None:
             (additive,), (D,) = fit_groups(mapper, parts, [additive.terms], LatentOffset(lat["U"], lat["V"]), task,
-                                           smooth, use=use)
+                                           smooth, use=use, grams=grams)
         lat = fit_latent(mapper, parts_by_side, additive, task, use, gu, gi, K, L, lam, rank, seed,
                          tol if last else BACKFIT_TOL, max_sweeps if last else min(BACKFIT_SWEEPS, max_sweeps),
                          init=None if lat is None else (lat["U"], lat["V"]))
