@@ -157,14 +157,15 @@ def choose_prefix(mapper, parts, base: Additive, ordered: Additive, task: str) -
 
 
 def select_terms(mapper, parts, candidates: list[Term], base: Additive, task: str, smooth: float,
-                 intercept: Term | None = None) -> dict:
+                 intercept: Term | None = None, grams: list | None = None) -> dict:
     """Fit the candidates jointly, rank them by D(h), keep the best prefix on validation, refit the kept ones.
 
-    With ``intercept`` it is fitted with them and always kept (stage 1). Returns ``fitted`` (the refit,
+    With ``intercept`` it is fitted with them and always kept (stage 1). ``grams``: as in ``fit_groups``, for the
+    joint fit of ``intercept`` + ``candidates``. Returns ``fitted`` (the refit,
     intercept first), ``ranking`` (name → D of the joint fit, best first), ``kept`` names and ``val_loss``.
     """
     lead = [intercept] if intercept is not None else []
-    (joint,), (D,) = fit_groups(mapper, parts, [lead + candidates], base, task, smooth)
+    (joint,), (D,) = fit_groups(mapper, parts, [lead + candidates], base, task, smooth, grams=grams)
     D = D[len(lead):]
     order = np.argsort(-D, kind="stable")
     head = Additive(joint.terms[:len(lead)], joint.coefs[:len(lead)])

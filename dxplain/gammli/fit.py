@@ -3,10 +3,12 @@
 1. main effects: intercept + every feature's effect, ranked by D(h), the best prefix kept (s₁);
 2. manifest interactions on the stage-1 residual: every user×item feature pair screened alone, the
    ``max_pairs`` largest fitted jointly, the best prefix kept (s₂);
-3. latent interactions: (K, L, λ) by the coarse-to-fine grid, then the group-constrained ALS.
+3. latent interactions: (K, L, λ) by the coarse-to-fine grid; the chosen additive terms refitted jointly;
+   backfitting rounds (additive terms on y − ⟨U,V⟩, latent part on the new residual); the group-constrained
+   ALS to its tolerance.
 
-Selection uses a seeded validation share of the training rows; the chosen terms and (K, L, λ) are then
-refitted on every training row. The interactions live in parts (``make_parts``): sorted by user for the
+Selection uses a seeded validation share of the training rows (half of it whole held-out users); the chosen
+terms and (K, L, λ) are then refitted on every training row. The interactions live in parts (``make_parts``): sorted by user for the
 Gram passes and the user half-steps, by item for the item half-steps; each is put on the mapper once.
 """
 
@@ -81,10 +83,10 @@ def validation_rows(u: np.ndarray, n_users: int, share: float, seed: int) -> np.
     return (rng.random(len(u)) < share * (1 - COLD_SHARE)) | (rng.random(n_users) < share * COLD_SHARE)[u]
 
 
-def choose_smooth(mapper, parts, terms: list[Term], base: Additive, task: str) -> float:
+def choose_smooth(mapper, parts, terms: list[Term], base: Additive, task: str, grams: list) -> float:
     """The ``SMOOTH_GRID`` value whose joint fit of ``terms`` on the residual of ``base`` (fit rows) has the
-    lowest validation loss."""
-    losses, grams = [], []
+    lowest validation loss. ``grams`` as in ``additive.fit_groups``."""
+    losses = []
     for smooth in SMOOTH_GRID:
         (joint,), _ = fit_groups(mapper, parts, [terms], base, task, smooth, grams=grams)
         losses.append(choose_prefix(mapper, parts, base, joint, task)[1][-1])
@@ -106,17 +108,18 @@ def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.nd
     intercept = Term(INTERCEPT, "intercept")
 
     t = time.perf_counter()
+    g1, g2 = [], []  # squared loss: each stage's Gram, shared by its smoothing choice and its joint fit
     sm1 = cfg.smooth if cfg.smooth is not None else choose_smooth(mapper, parts, [intercept] + mains, Additive(),
-                                                                  cfg.task)
-    s1 = select_terms(mapper, parts, mains, Additive(), cfg.task, sm1, intercept=intercept)
+                                                                  cfg.task, g1)
+    s1 = select_terms(mapper, parts, mains, Additive(), cfg.task, sm1, intercept=intercept, grams=g1)
     seconds["stage1"] = time.perf_counter() - t
     log(f"stage 1 (smooth {sm1:g}): kept {len(s1['kept'])} of {len(mains)} main effects: {s1['kept']}")
 
     t = time.perf_counter()
     candidates, screened = screen_pairs(mapper, parts, pairs, s1["fitted"], cfg.task, sm1, cfg.max_pairs)
     sm2 = sm1 if cfg.smooth is not None or not candidates else choose_smooth(mapper, parts, candidates,
-                                                                             s1["fitted"], cfg.task)
-    s2 = (select_terms(mapper, parts, candidates, s1["fitted"], cfg.task, sm2) if candidates
+                                                                             s1["fitted"], cfg.task, g2)
+    s2 = (select_terms(mapper, parts, candidates, s1["fitted"], cfg.task, sm2, grams=g2) if candidates
           else {"fitted": Additive(), "ranking": {}, "kept": [], "val_loss": []})
     smooth = (sm1, sm2)
     seconds["stage2"] = time.perf_counter() - t
@@ -160,10 +163,12 @@ def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.nd
     total = sum(D.values()) or 1.0
     ir = {k: v / total for k, v in sorted(D.items(), key=lambda kv: -kv[1])}
     seconds = {k: round(v, 3) for k, v in seconds.items()} | {"total": round(time.perf_counter() - t0, 3)}
-    info = {"K": K, "L": L, "lam": lam, "rank": cfg.rank, "smooth": {"main": sm1, "interaction": sm2}, "ir": ir, "seconds": seconds,
+    info = {"K": K, "L": L, "lam": lam, "rank": cfg.rank, "smooth": {"main": sm1, "interaction": sm2}, "ir": ir,
+            "seconds": seconds,
             "stage1": {k: s1[k] for k in ("ranking", "kept", "val_loss")},
             "stage2": {"screened": screened, **{k: s2[k] for k in ("ranking", "kept", "val_loss")}},
-            "grid": grid["grid"], "sweeps": lat["sweeps"], "backfit_sweeps": backfit_sweeps, "relative_change": lat["change"],
+            "grid": grid["grid"], "sweeps": lat["sweeps"], "backfit_sweeps": backfit_sweeps,
+            "relative_change": lat["change"],
             "n_train": int(len(y)), "n_val": int(val.sum()), "flow_peak_rss_mib": peak_rss_mib()}
     seen_u = np.bincount(u, minlength=len(users)) > 0
     seen_i = np.bincount(i, minlength=len(items)) > 0
