@@ -186,3 +186,19 @@ def test_backfitting_lowers_the_training_loss_and_reusing_the_gram_changes_nothi
     (fresh,), _ = fit_groups(LocalMapper(), parts, [terms], off, "regression", 1e-4, use="all")
     for a, b in zip(reused.coefs, fresh.coefs):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_gram_pass_in_row_chunks_equals_one_in_a_piece(monkeypatch):
+    import dxplain.gammli.additive as A
+
+    d = eq6(60, 50, missing=0.5, seed=6)
+    users, items = features_from_table(d["users"], "user"), features_from_table(d["items"], "item")
+    mains, pairs = candidate_terms(users, items, encode_features(users), encode_features(items))
+    terms = [Term("intercept", "intercept")] + mains + pairs[:3]
+    parts = [p for p, _, _ in make_parts(d["u"], d["i"], d["y"], np.zeros(len(d["y"]), bool), 60, 50, 2)["user"]]
+    (whole,), _ = fit_groups(LocalMapper(), parts, [terms], Additive(), "regression", 1e-4, use="all")
+    monkeypatch.setattr(A, "GRAM_BYTES", 8 * sum(t.size for t in terms) * 97)  # 97 rows at a time
+    (chunked,), _ = fit_groups(LocalMapper(), parts, [terms], Additive(), "regression", 1e-4, use="all")
+    assert len(d["y"]) > 4 * 97
+    for a, b in zip(whole.coefs, chunked.coefs):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)

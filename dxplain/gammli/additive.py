@@ -22,6 +22,7 @@ from .terms import Additive, Term
 
 IRLS_MAX = 30
 IRLS_TOL = 1e-9
+GRAM_BYTES = 1 << 26  # the design rows formed at once in a Gram pass (64 MB)
 RIDGE = 1e-9  # keeps a basis function with no training rows solvable (its coefficient is then 0)
 
 
@@ -48,19 +49,27 @@ def working(task: str, y: np.ndarray, eta: np.ndarray) -> tuple[np.ndarray | Non
 
 def _normal_equations(part, groups, coefs, base, task, use, rhs_only=False):
     """This part's (XᵀWX, XᵀWz, XᵀX) for each independent group of terms, and its row count. ``rhs_only``
-    (squared loss, Gram already known): only Xᵀz, O(rows·columns) instead of O(rows·columns²)."""
+    (squared loss, Gram already known): only Xᵀz, O(rows·columns) instead of O(rows·columns²). X is formed
+    ``GRAM_BYTES`` at a time: ten 8×8 interactions over a 1.25M-row part would be 6.4 GB at once."""
     u, i, y = rows(part, use)
     off = base.eta(u, i)
     out = []
     for terms, c in zip(groups, coefs):
-        X = np.hstack([t.columns(u, i) for t in terms])
-        f = X @ c
-        w, r = working(task, y, off + f)
-        if rhs_only:
-            out.append((0.0, X.T @ (f + r), 0.0))
-            continue
-        Gw, b = G.gram(X, f + r, w)
-        out.append((Gw, b, Gw if w is None else X.T @ X))
+        n_cols = sum(t.size for t in terms)
+        step = max(1, GRAM_BYTES // (8 * n_cols))
+        acc = None
+        for a in range(0, max(len(y), 1), step):
+            uc, ic = u[a:a + step], i[a:a + step]
+            X = np.hstack([t.columns(uc, ic) for t in terms])
+            f = X @ c
+            w, r = working(task, y[a:a + step], off[a:a + step] + f)
+            if rhs_only:
+                sums = (0.0, X.T @ (f + r), 0.0)
+            else:
+                Gw, b = G.gram(X, f + r, w)
+                sums = (Gw, b, Gw if w is None else X.T @ X)
+            acc = sums if acc is None else tuple(p + q for p, q in zip(acc, sums))
+        out.append(acc)
     return out, len(y)
 
 
