@@ -33,3 +33,30 @@ def test_dask_fit_equals_local_fit():
     np.testing.assert_array_equal(a.U, b.U)
     np.testing.assert_array_equal(a.V, b.V)
     np.testing.assert_array_equal(a.predict(d["u"], d["i"]), b.predict(d["u"], d["i"]))
+
+
+def test_parts_built_on_the_cluster_from_file_chunks_equal_the_local_ones(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dxplain.gammli.fit import RatingsFile, build_parts
+    from dxplain.io.features import ratings_chunks
+
+    d = eq6(60, 50, missing=0.7, seed=4)
+    users, items = features_from_table(d["users"], "user"), features_from_table(d["items"], "item")
+    path = tmp_path / "r.parquet"
+    pq.write_table(pa.table({"user": users.ids.take(pa.array(d["u"])), "item": items.ids.take(pa.array(d["i"])),
+                             "rating": d["y"]}), path, row_group_size=100)
+    chunks = ratings_chunks(str(path), rows=200)
+    assert len(chunks) > 2
+    args = (RatingsFile(users, items), chunks, len(users), len(items), 4, 0.2, 3)
+    local, info_local = build_parts(LocalMapper(), *args)
+    with connect(Settings(workers=2, threads_per_worker=1, blas_threads=1)) as client:
+        remote, info_remote = build_parts(DaskMapper(client), *args)
+        remote = {side: [(client.gather(p), lo, hi) for p, lo, hi in ps] for side, ps in remote.items()}
+    assert info_local["n"] == info_remote["n"] and info_local["n_val"] == info_remote["n_val"]
+    for side in ("user", "item"):
+        assert [(lo, hi) for _, lo, hi in local[side]] == [(lo, hi) for _, lo, hi in remote[side]]
+        for (a, _, _), (b, _, _) in zip(local[side], remote[side]):
+            for k in ("u", "i", "y", "val"):
+                np.testing.assert_array_equal(a[k], b[k])

@@ -72,7 +72,14 @@ def test_fit_writes_the_contract(fitted):
     for name in ("shapes", "interactions", "groups"):
         assert pq.read_table(out / "plots" / f"{name}.parquet").num_rows > 0
     assert sorted(p.name for p in (out / "model").iterdir()) == ["arrays.npz", "item_features.parquet", "meta.json",
-                                                                 "user_features.parquet"]
+                                                                 "train", "user_features.parquet"]
+    # the training residuals were written by the tasks, one file per user part, each row once
+    meta = json.loads((out / "model" / "meta.json").read_text())
+    parts = sorted((out / "model" / "train").iterdir())
+    assert [p.name for p in parts] == [f"part-{n:05d}.parquet" for n in range(meta["train_parts"])]
+    train = pa.concat_tables([pq.read_table(p) for p in parts])
+    assert train.num_rows == m["n_train"] and np.all(np.diff(train.column("u").to_numpy()) >= 0)
+    assert set(m["peak_rss_mib"]) == {"flow", "workers"}
     # the metric is the one of the written predictions
     pred = local.group_by(["user", "item"]).aggregate([("prediction", "max")])
     joined = pred.join(test, ["user", "item"])

@@ -39,6 +39,7 @@ def register(sub) -> None:
         "lam": "λ of eq. 4 (default: chosen on the validation split)",
         "smooth": "P-spline/ridge penalty per training row (default: chosen on the validation split, 1e-5 to 1e-2)",
         "backfit": "rounds refitting the additive terms on y − latent and the latent part on the new residual",
+        "max_sweeps": "cap on the ALS sweeps of each stage-3 fit (it stops earlier at a relative change of 1e-10)",
         "max_pairs": "interactions fitted jointly after screening (s₂ ≤ this)",
         "val_fraction": "share of the training rows held out to choose s₁, s₂, K, L, λ",
         "grid_rounds": "coarse-to-fine rounds of the (K, L, λ) grid (27 points each)",

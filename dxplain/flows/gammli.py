@@ -12,18 +12,19 @@ import json
 import time
 from pathlib import Path
 
-import pyarrow as pa
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
 from ..errors import InputError
-from ..gammli.fit import Config, fit_gammli
+from ..gammli.fit import Config, RatingsFile, fit_gammli_chunks
+from ..gammli.latent import write_training_residuals
 from ..gammli.metrics import evaluate_pairs
 from ..gammli.model import GAMMLIModel, index_pairs
 from ..gammli.plots import effect_tables, plot_pngs
-from ..io.features import check_labels, load_model, parquet_bytes, read_features, read_pairs, read_ratings, save_model
-from ..io.results import check_out_folder, write_folder
+from ..io.features import (check_labels, load_model, parquet_bytes, ratings_chunks, read_features, read_pairs,
+                           read_ratings, save_model)
+from ..io.results import check_out_folder, staged_folder, write_folder, write_into
 from ..params import Interval, OneOf, Satisfies, validate
 from .common import open_mapper
 
@@ -31,7 +32,7 @@ CONSTRAINTS = {
     "task": OneOf("regression", "classification"),
     "rank": Interval(int, 1, example=3), "K": Interval(int, 1, example=10), "L": Interval(int, 1, example=10),
     "lam": Interval(float, 0, open_low=True, example=5), "smooth": Interval(float, 0, open_low=True, example=1e-4),
-    "backfit": Interval(int, 0, example=3),
+    "backfit": Interval(int, 0, example=3), "max_sweeps": Interval(int, 1, example=500),
     "max_pairs": Interval(int, 0, example=10), "val_fraction": Interval(float, 0, 0.9, example=0.1),
     "grid_rounds": Interval(int, 1, 5), "seed": Interval(int, 0), "top_k": Interval(int, 1, example=10),
     "workers": Interval(int, 1, example=2), "shards": Interval(int, 1),
@@ -52,21 +53,14 @@ def read_inputs(dataset, user_features, item_features, test, categorical, task_,
     for c in cats:
         if c not in users.numeric | users.categorical and c not in items.numeric | items.categorical:
             raise InputError(f"--categorical {c}: not a column of either feature table")
-    out = {"users": users, "items": items}
-    for name, path in (("train", dataset), ("test", test)):
-        if path is None:
-            continue
-        uid, iid, y = read_ratings(path, "--dataset" if name == "train" else "--test")
+    # The training table is only located here: its chunks are read on the workers (``build_parts``).
+    out = {"users": users, "items": items, "train": ratings_chunks(dataset, "--dataset")}
+    if test is not None:
+        uid, iid, y = read_ratings(test, "--test")
         if task_ == "classification":
-            check_labels(y, path)
+            check_labels(y, test)
         u, i = index_pairs(users, items, uid, iid, cold_start_missing)
-        if name == "train":  # a rated id with no features is treated as cold: its ratings cannot be fitted
-            keep = (u < len(users)) & (i < len(items))
-            uid, iid, u, i, y = uid.filter(pa.array(keep)), iid.filter(pa.array(keep)), u[keep], i[keep], y[keep]
-            out["dropped"] = int((~keep).sum())
-            if not len(y):
-                raise InputError(f"--dataset {path}: no rating has both a user and an item with features")
-        out[name] = {"user_ids": uid, "item_ids": iid, "u": u, "i": i, "y": y}
+        out["test"] = {"user_ids": uid, "item_ids": iid, "u": u, "i": i, "y": y}
     return out
 
 
@@ -75,7 +69,7 @@ def gammli_fit(dataset: str, user_features: str, item_features: str, out: str, t
                task: str = "regression", categorical: str | None = None, cold_start_missing: bool = False,
                rank: int = 3, K: int | None = None, L: int | None = None, lam: float | None = None,
                smooth: float | None = None, max_pairs: int = 10, val_fraction: float = 0.1, grid_rounds: int = 2,
-               backfit: int = 3,
+               backfit: int = 3, max_sweeps: int = 500,
                seed: int = 0, top_k: int = 10, force: bool = False, scheduler: str | None = None,
                workers: int | None = None, shards: int | None = None, in_memory: bool = False) -> dict:
     """Fit GAMMLI on ``dataset``; write metrics, the local table and plots on ``test``, and the model."""
@@ -84,36 +78,44 @@ def gammli_fit(dataset: str, user_features: str, item_features: str, out: str, t
     check_out_folder(out, force)
     logger = get_run_logger()
     data = read_inputs(dataset, user_features, item_features, test, categorical, task, cold_start_missing)
-    users, items, tr = data["users"], data["items"], data["train"]
+    users, items = data["users"], data["items"]
     for name, v, n, side in (("K", K, len(users), "users"), ("L", L, len(items), "items")):
         if v is not None and v > n:
             raise InputError(f"--{name} {v}: larger than the {n} {side} in the feature table; give at most {n}")
     settings = Settings.from_env(scheduler=scheduler, workers=workers)
     cfg = Config(task=task, rank=rank, smooth=smooth, max_pairs=max_pairs, val_fraction=val_fraction, K=K, L=L,
-                 lam=lam, grid_rounds=grid_rounds, backfit=backfit, seed=seed, n_parts=shards or 4 * settings.workers)
+                 lam=lam, grid_rounds=grid_rounds, backfit=backfit, max_sweeps=max_sweeps, seed=seed,
+                 n_parts=shards or 4 * settings.workers)
     with open_mapper(settings, in_memory) as mapper:
-        model = fit_gammli(users, items, tr["u"], tr["i"], tr["y"], cfg, mapper, log=logger.info)
-        model.info["peak_rss_mib"] = mapper.peak_rss_mib()
-    tables, files = {}, {}
-    metrics = {"task": task, "n_train": len(tr["y"]), "dropped_train": data["dropped"], "K": model.info["K"],
-               "L": model.info["L"], "lam": model.info["lam"], "rank": rank, "ir": model.info["ir"],
-               "kept": {"main": model.info["stage1"]["kept"], "interactions": model.info["stage2"]["kept"]},
-               "seconds": model.info["seconds"]}
-    if "test" in data:
-        te = data["test"]
-        metrics.update(evaluate_pairs(model, te["u"], te["i"], te["y"]))
-        tables["local"] = model.local_table(te["user_ids"], te["item_ids"], te["u"], te["i"])
-    else:
-        metrics.update({"n_test": 0, "n_cold": 0, "rmse_cold": None})
-    effects = effect_tables(model)
-    files.update({f"plots/{k}.parquet": parquet_bytes(v) for k, v in effects.items()})
-    files.update({f"plots/{k}": v for k, v in plot_pngs(effects, model.info["ir"]).items()})
-    files["plots/ir.json"] = json.dumps(model.info["ir"], indent=1)
-    arrays, meta = model.to_arrays()
-    files.update(save_model("model", arrays, meta, users, items))
-    metrics["seconds"]["flow"] = round(time.perf_counter() - t0, 2)
-    files["metrics.json"] = json.dumps(metrics, indent=1, default=float)
-    write_folder(out, tables, files, force)
+        read = RatingsFile(users, items, task, cold_start_missing, "--dataset")
+        model = fit_gammli_chunks(users, items, read, data["train"], cfg, mapper, log=logger.info, gather=False)
+        tables, files = {}, {}
+        metrics = {"task": task, "n_train": model.info["n_train"], "dropped_train": model.info["dropped_train"],
+                   "K": model.info["K"], "L": model.info["L"], "lam": model.info["lam"], "rank": rank,
+                   "ir": model.info["ir"],
+                   "kept": {"main": model.info["stage1"]["kept"], "interactions": model.info["stage2"]["kept"]},
+                   "seconds": model.info["seconds"]}
+        if "test" in data:
+            te = data["test"]
+            metrics.update(evaluate_pairs(model, te["u"], te["i"], te["y"]))
+            tables["local"] = model.local_table(te["user_ids"], te["item_ids"], te["u"], te["i"])
+        else:
+            metrics.update({"n_test": 0, "n_cold": 0, "rmse_cold": None})
+        effects = effect_tables(model)
+        files.update({f"plots/{k}.parquet": parquet_bytes(v) for k, v in effects.items()})
+        files.update({f"plots/{k}": v for k, v in plot_pngs(effects, model.info["ir"]).items()})
+        files["plots/ir.json"] = json.dumps(model.info["ir"], indent=1)
+        # The workers write the training residuals into the staged folder; the rest is written from here.
+        with staged_folder(out, force) as staged:
+            n_parts = write_training_residuals(mapper, model.train_parts, model.U, model.V, model.lam,
+                                               staged / "model")
+            metrics["peak_rss_mib"] = model.info["peak_rss_mib"] = mapper.peak_rss_mib()
+            arrays, meta = model.to_arrays()
+            meta["train_parts"] = n_parts
+            files.update(save_model("model", arrays, meta, users, items))
+            metrics["seconds"]["flow"] = round(time.perf_counter() - t0, 2)
+            files["metrics.json"] = json.dumps(metrics, indent=1, default=float)
+            write_into(staged, tables, files)
     logger.info("gammli fit → %s: %s", out, {k: metrics.get(k) for k in ("rmse", "auc", "n_test", "n_cold")})
     return {"out": str(Path(out)), **{k: v for k, v in metrics.items() if k != "ir"}}
 

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..io.features import FeatureTable
+from ..errors import InputError
+from ..io.features import FeatureTable, RatingsChunk, check_labels, read_ratings_chunk
 from ..mapper import LocalMapper, peak_rss_mib
 from .additive import choose_prefix, fit_groups, put_one, screen_pairs, select_terms
-from .latent import RIDGE_SHARE, fit_backfitted, training_residuals
-from .model import INTERCEPT, GAMMLIModel, candidate_terms
+from .latent import RIDGE_SHARE, fit_backfitted, latent_variance, training_residuals
+from .model import INTERCEPT, GAMMLIModel, candidate_terms, index_pairs
 from .select import clusters, grid_search, grid_table
 from .terms import Additive, Term, cluster_matrix, encode_features
 
@@ -83,6 +84,123 @@ def validation_rows(u: np.ndarray, n_users: int, share: float, seed: int) -> np.
     return (rng.random(len(u)) < share * (1 - COLD_SHARE)) | (rng.random(n_users) < share * COLD_SHARE)[u]
 
 
+@dataclass(frozen=True)
+class Rows:
+    """Training rows already indexed into the feature tables: the in-memory source, read as one chunk."""
+
+    u: np.ndarray
+    i: np.ndarray
+    y: np.ndarray
+
+    def __call__(self, chunk) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.u, self.i, self.y
+
+
+@dataclass(frozen=True)
+class RatingsFile:
+    """A ratings file read chunk by chunk on the workers, each chunk's ids indexed into the feature tables."""
+
+    users: FeatureTable
+    items: FeatureTable
+    task: str = "regression"
+    cold_start_missing: bool = False
+    what: str = "--dataset"
+
+    def __call__(self, chunk: RatingsChunk) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        uid, iid, y = read_ratings_chunk(chunk, self.what)
+        if self.task == "classification":
+            check_labels(y, f"{self.what} {chunk.path}")
+        u, i = index_pairs(self.users, self.items, uid, iid, self.cold_start_missing)
+        return u, i, y
+
+
+def _load(read, chunk, n_users, n_items) -> dict:
+    """A chunk's rows that have features on both sides, with their row numbers in the chunk."""
+    u, i, y = read(chunk)
+    keep = (u < n_users) & (i < n_items)  # an id with no features (--cold-start-missing) cannot be fitted
+    return {"u": u[keep], "i": i[keep], "y": y[keep], "row": np.flatnonzero(keep), "n_read": len(y)}
+
+
+def _counts(rows, n_users, n_items):
+    return rows["n_read"], np.bincount(rows["u"], minlength=n_users), np.bincount(rows["i"], minlength=n_items)
+
+
+def _split(rows, start, held_out, cuts, share, seed) -> dict:
+    """The chunk's rows cut by the parts they belong to ({side: [piece per part]}), in chunk order, with the
+    validation flag ``validation_rows`` would give them: the row draws are the seed's stream from the
+    chunk's first row on (PCG64 advanced), so the flags do not depend on how the table was chunked."""
+    bits = np.random.PCG64(seed)
+    bits.advance(start)
+    draw = np.random.Generator(bits).random(rows["n_read"])[rows["row"]]
+    val = (draw < share * (1 - COLD_SHARE)) | held_out[rows["u"]]
+    out = {}
+    for side, own in (("user", rows["u"]), ("item", rows["i"])):
+        part = np.searchsorted(cuts[side], own, side="right") - 1
+        out[side] = [{"u": rows["u"][sel], "i": rows["i"][sel], "y": rows["y"][sel], "val": val[sel]}
+                     for sel in (np.flatnonzero(part == p) for p in range(len(cuts[side]) - 1))]
+    return out
+
+
+def _piece(split, side, p):
+    return split[side][p]
+
+
+def _part(pieces, side) -> dict:
+    """One part: its pieces in chunk order, stably sorted by its side's entity (``make_parts``' order)."""
+    cols = {k: np.concatenate([pc[k] for pc in pieces]) for k in ("u", "i", "y", "val")}
+    order = np.argsort(cols["u" if side == "user" else "i"], kind="stable")
+    return {k: v[order] for k, v in cols.items()}
+
+
+def _n_val(part):
+    return int(part["val"].sum())
+
+
+def build_parts(mapper, read, chunks: list, n_users: int, n_items: int, n_parts: int, val_fraction: float,
+                seed: int) -> tuple[dict, dict]:
+    """``make_parts`` over the validation flags of ``validation_rows``, built on the workers from ``chunks``
+    of a table that ``read`` reads: the caller's process never holds the table, only per-entity counts.
+
+    Four mapped steps: read and index each chunk (kept where it was read); count rows per user and item,
+    reduced here into the parts' entity ranges; cut each chunk by part; gather each part's pieces. Returns
+    ``({side: [(part handle, lo, hi)]}, {"n", "n_read", "seen_u", "seen_i", "n_val"})``; the parts equal
+    ``make_parts``' on the same rows, bit for bit, however the table is chunked.
+    """
+    read_h = put_one(mapper, read)
+    loaded = mapper.persist(_load, [(read_h, c, n_users, n_items) for c in chunks], name="gammli-read")
+    counts = mapper.map(_counts, [(r, n_users, n_items) for r in loaded], name="gammli-count")
+    n_read = [c[0] for c in counts]
+    cu, ci = sum(c[1] for c in counts), sum(c[2] for c in counts)
+    n = int(cu.sum())
+    if n == 0:
+        raise InputError("no rating of the training table has both a user and an item with features; check that "
+                         "the ratings' ids match the feature tables' 'user' and 'item' columns")
+    cuts = {}
+    for side, count in (("user", cu), ("item", ci)):
+        indptr = np.concatenate([[0], np.cumsum(count)])
+        c = np.unique(np.searchsorted(indptr, np.linspace(0, n, n_parts + 1), side="left").clip(0, len(count)))
+        c[0], c[-1] = 0, len(count)
+        cuts[side] = np.unique(c)
+    # The users held out whole: ``validation_rows``' draws after one per row of the table.
+    bits = np.random.PCG64(seed)
+    bits.advance(sum(n_read))
+    held_out = np.random.Generator(bits).random(n_users) < val_fraction * COLD_SHARE
+    starts = np.concatenate([[0], np.cumsum(n_read)[:-1]]).astype(int)
+    held_h = put_one(mapper, held_out, broadcast=True)
+    split = mapper.persist(_split, [(r, int(s), held_h, cuts, val_fraction, seed) for r, s in zip(loaded, starts)],
+                           name="gammli-split")
+    sides = {}
+    for side in ("user", "item"):
+        sides[side] = []
+        for p, (lo, hi) in enumerate(zip(cuts[side][:-1], cuts[side][1:])):
+            pieces = mapper.persist(_piece, [(s, side, p) for s in split], name=f"gammli-piece-{side}")
+            (part,) = mapper.persist(_part, [(pieces, side)], name=f"gammli-part-{side}")
+            sides[side].append((part, int(lo), int(hi)))
+    del loaded, split  # the parts' tasks hold what they still need
+    n_val = sum(mapper.map(_n_val, [(p,) for p, _, _ in sides["user"]], name="gammli-count-val"))
+    return sides, {"n": n, "n_read": int(sum(n_read)), "seen_u": cu > 0, "seen_i": ci > 0, "n_val": n_val}
+
+
 def choose_smooth(mapper, parts, terms: list[Term], base: Additive, task: str, grams: list) -> float:
     """The ``SMOOTH_GRID`` value whose joint fit of ``terms`` on the residual of ``base`` (fit rows) has the
     lowest validation loss. ``grams`` as in ``additive.fit_groups``."""
@@ -96,14 +214,27 @@ def choose_smooth(mapper, parts, terms: list[Term], base: Additive, task: str, g
 def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.ndarray, y: np.ndarray,
                cfg: Config = Config(), mapper=None, log=print) -> GAMMLIModel:
     """Fit GAMMLI to ratings/labels ``y`` of the pairs (u, i) (rows of the feature tables)."""
+    return fit_gammli_chunks(users, items, Rows(u, i, y), [None], cfg, mapper, log)
+
+
+def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: list, cfg: Config = Config(),
+                      mapper=None, log=print, gather: bool = True) -> GAMMLIModel:
+    """Fit GAMMLI to the table that ``read(chunk)`` gives as (u, i, y) chunk by chunk (``RatingsFile`` reads
+    a file's chunks on the workers); rows whose user or item has no features are left out.
+
+    ``gather=False`` leaves the latent part's training residuals on the mapper (``model.train`` None,
+    ``model.train_parts`` their handles, for ``latent.write_training_residuals``): nothing table-sized
+    ever comes back to this process."""
     mapper = mapper or LocalMapper()
     seconds, t0 = {}, time.perf_counter()
-    val = validation_rows(u, len(users), cfg.val_fraction, cfg.seed)
     fu, fi = encode_features(users), encode_features(items)
     mains, pairs = candidate_terms(users, items, fu, fi)
-    raw = make_parts(u, i, y, val, len(users), len(items), cfg.n_parts)
-    sides = {s: [(put_one(mapper, p), lo, hi) for p, lo, hi in ps] for s, ps in raw.items()}
-    del raw
+    t = time.perf_counter()
+    sides, rows_info = build_parts(mapper, read, chunks, len(users), len(items), cfg.n_parts, cfg.val_fraction,
+                                   cfg.seed)
+    seconds["parts"] = time.perf_counter() - t
+    log(f"parts: {rows_info['n']:,} training rows in {len(chunks)} chunk(s), {len(sides['user'])} user and "
+        f"{len(sides['item'])} item parts ({rows_info['n_read'] - rows_info['n']:,} rows without features left out)")
     parts = [p for p, _, _ in sides["user"]]
     intercept = Term(INTERCEPT, "intercept")
 
@@ -127,7 +258,7 @@ def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.nd
 
     t = time.perf_counter()
     Xu, Xi = cluster_matrix(users, fu), cluster_matrix(items, fi)
-    table = grid_table(mapper, parts, len(y))
+    table = grid_table(mapper, parts, rows_info["n"])
     grid = grid_search(mapper, table, s1["fitted"].plus(s2["fitted"]), Xu, Xi, cfg.task, cfg.rank, cfg.seed,
                        cfg.grid_rounds, cfg.K, cfg.L, cfg.lam)
     del table
@@ -153,13 +284,13 @@ def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.nd
     D_add = D_add if D_back is None else D_back
     if backfit_sweeps:
         log(f"backfitting: {cfg.backfit} rounds, {backfit_sweeps} warm sweeps")
-    tu, ti, e = training_residuals(mapper, lat["parts"]["user"], lat["U"], lat["V"], lam)
+    user_parts = lat["parts"]["user"]
+    train = dict(zip("uie", training_residuals(mapper, user_parts, lat["U"], lat["V"], lam))) if gather else None
     seconds["stage3"] = time.perf_counter() - t
     log(f"stage 3: {lat['sweeps']} sweeps, last relative change {lat['change']:.1e}")
 
-    latent = np.einsum("nk,nk->n", lat["U"][tu], lat["V"][ti])
     D = {tm.name: float(d) for tm, d in zip(additive.terms[1:], D_add[1:])}
-    D["latent"] = float(((latent - latent.mean()) ** 2).sum() / max(len(latent) - 1, 1))
+    D["latent"] = latent_variance(mapper, user_parts, lat["U"], lat["V"])
     total = sum(D.values()) or 1.0
     ir = {k: v / total for k, v in sorted(D.items(), key=lambda kv: -kv[1])}
     seconds = {k: round(v, 3) for k, v in seconds.items()} | {"total": round(time.perf_counter() - t0, 3)}
@@ -169,9 +300,9 @@ def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.nd
             "stage2": {"screened": screened, **{k: s2[k] for k in ("ranking", "kept", "val_loss")}},
             "grid": grid["grid"], "sweeps": lat["sweeps"], "backfit_sweeps": backfit_sweeps,
             "relative_change": lat["change"],
-            "n_train": int(len(y)), "n_val": int(val.sum()), "flow_peak_rss_mib": peak_rss_mib()}
-    seen_u = np.bincount(u, minlength=len(users)) > 0
-    seen_i = np.bincount(i, minlength=len(items)) > 0
+            "n_train": rows_info["n"], "dropped_train": rows_info["n_read"] - rows_info["n"],
+            "n_val": rows_info["n_val"], "flow_peak_rss_mib": peak_rss_mib()}
+    seen_u, seen_i = rows_info["seen_u"], rows_info["seen_i"]
     return GAMMLIModel(cfg.task, users, items, {"user": fu, "item": fi}, additive, lat["U"], lat["V"],
-                       lat["U_group"], lat["V_group"], gu, gi, lam, RIDGE_SHARE * lam, {"u": tu, "i": ti, "e": e}, seen_u, seen_i,
-                       info)
+                       lat["U_group"], lat["V_group"], gu, gi, lam, RIDGE_SHARE * lam, train, seen_u, seen_i,
+                       info, train_parts=None if gather else user_parts)

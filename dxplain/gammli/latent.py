@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..io.features import write_training_part
 from ..kernels import gammli as G
 from .additive import fit_groups, put_one, reduce_in_order, rows
 
@@ -156,3 +157,39 @@ def training_residuals(mapper, user_parts, U, V, lam) -> tuple[np.ndarray, np.nd
 
 def _unpack_residuals(p, UV, lam):
     return _training_residuals(p, UV[0], UV[1], lam)
+
+
+def _write_residuals(p, UV, lam, folder, n):
+    return write_training_part(folder, n, *_training_residuals(p, UV[0], UV[1], lam))
+
+
+def write_training_residuals(mapper, user_parts, U, V, lam, folder) -> int:
+    """``training_residuals`` written by the tasks that hold the parts, one file each (``io.features``); the
+    number of files."""
+    UV_h = put_one(mapper, (U, V), broadcast=True)
+    return len(mapper.map(_write_residuals, [(p, UV_h, lam, str(folder), n) for n, p in enumerate(user_parts)],
+                          name="gammli-write-residuals"))
+
+
+def _latent_moments(p, UV):
+    own = np.repeat(np.arange(p["lo"], p["hi"]), np.diff(p["indptr"]))
+    s = np.einsum("nk,nk->n", UV[0][own], UV[1][p["cols"]])
+    return len(s), (s.mean() if len(s) else 0.0), float(((s - s.mean()) ** 2).sum()) if len(s) else 0.0
+
+
+def _merge_moments(a, b):
+    """Chan et al.'s pairwise update of (count, mean, sum of squared deviations)."""
+    n = a[0] + b[0]
+    if n == 0:
+        return a
+    d = b[1] - a[1]
+    return n, a[1] + d * b[0] / n, a[2] + b[2] + d * d * a[0] * b[0] / n
+
+
+def latent_variance(mapper, user_parts, U, V) -> float:
+    """The sample variance of ⟨U_u, V_i⟩ over the training rows (the latent part's D in the IR), reduced
+    over the parts rather than gathered."""
+    UV_h = put_one(mapper, (U, V), broadcast=True)
+    n, _, m2 = reduce_in_order(mapper.imap(_latent_moments, [(p, UV_h) for p in user_parts],
+                                           name="gammli-latent-moments"), _merge_moments)
+    return float(m2 / max(n - 1, 1))

@@ -75,10 +75,12 @@ class GAMMLIModel:
     gi: np.ndarray
     lam: float
     mu: float
-    train: dict  # u, i, e (sorted by user): the latent part's training residuals
+    train: dict | None  # u, i, e (sorted by user): the latent part's training residuals
     seen_u: np.ndarray
     seen_i: np.ndarray
     info: dict = field(default_factory=dict)
+    # instead of ``train`` when the fit left the residuals on its mapper (written by the flow's tasks)
+    train_parts: list | None = field(default=None, repr=False)
 
     # ---- indices -------------------------------------------------------------------------------------
     def index(self, user_ids: pa.Array, item_ids: pa.Array, cold_start_missing: bool = False):
@@ -166,9 +168,12 @@ class GAMMLIModel:
 
     # ---- storage ---------------------------------------------------------------------------------------
     def to_arrays(self) -> tuple[dict, dict]:
+        """(arrays, meta) for ``io.features.save_model``; the training residuals go in the arrays when they
+        were gathered (else the flow writes them as ``train/`` parts and sets ``meta["train_parts"]``)."""
         arrays = {"U": self.U, "V": self.V, "U_group": self.U_group, "V_group": self.V_group, "gu": self.gu,
-                  "gi": self.gi, "train_u": self.train["u"], "train_i": self.train["i"], "train_e": self.train["e"],
-                  "seen_u": self.seen_u, "seen_i": self.seen_i}
+                  "gi": self.gi, "seen_u": self.seen_u, "seen_i": self.seen_i}
+        if self.train is not None:
+            arrays.update({f"train_{k}": v for k, v in self.train.items()})
         terms = []
         for n, (t, c) in enumerate(zip(self.additive.terms, self.additive.coefs)):
             arrays[f"coef_{n}"] = c

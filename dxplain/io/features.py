@@ -9,6 +9,7 @@ categorical are ``InputError``s naming the column and the fix.
 Model folder (``gammli fit --out O`` writes ``O/model/``)::
 
     arrays.npz        every array of the fitted model (no pickles)
+    train/part-*.parquet   the latent part's training residuals (u, i, e), one file per user part
     meta.json         scalars, term names, feature encodings
     user_features.parquet, item_features.parquet   the feature tables the model was fitted with
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InputError
+from .atomic import filesystem, join
 from .interactions import read_table
 
 
@@ -121,8 +123,20 @@ def save_model(path: str | Path, arrays: dict[str, np.ndarray], meta: dict, user
     return files
 
 
+def write_training_part(folder: str | Path, n: int, u: np.ndarray, i: np.ndarray, e: np.ndarray) -> str:
+    """Part ``n`` of a model's training residuals (``<model>/train/part-NNNNN.parquet``), written by the task
+    that holds it: the fit's own process never gathers the table-sized residuals. Atomic per file."""
+    from .atomic import atomic_file
+
+    loc = Path(folder) / "train" / f"part-{n:05d}.parquet"
+    with atomic_file(loc) as fh:
+        pq.write_table(pa.table({"u": u.astype(np.int64), "i": i.astype(np.int64), "e": e}), fh)
+    return str(loc)
+
+
 def load_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict, FeatureTable, FeatureTable]:
-    """(arrays, meta, user features, item features) of a model folder written by ``save_model``."""
+    """(arrays, meta, user features, item features) of a model folder written by ``save_model``, with the
+    training residuals of ``train/`` (parts in user order) as ``train_u``, ``train_i``, ``train_e``."""
     path = Path(path)
     if not (path / "meta.json").exists() or not (path / "arrays.npz").exists():
         raise InputError(f"--model {path}: not a GAMMLI model folder (no meta.json/arrays.npz); give the "
@@ -130,6 +144,13 @@ def load_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict, FeatureTa
     meta = json.loads((path / "meta.json").read_text())
     with np.load(path / "arrays.npz", allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
+    if "train_u" not in arrays:
+        parts = sorted((path / "train").glob("part-*.parquet"))
+        if len(parts) != meta.get("train_parts"):
+            raise InputError(f"--model {path}: train/ holds {len(parts)} residual parts, the model has "
+                             f"{meta.get('train_parts')}; the folder is incomplete, fit it again")
+        t = pa.concat_tables([pq.read_table(f) for f in parts])
+        arrays.update({f"train_{k}": t[k].to_numpy() for k in ("u", "i", "e")})
     fts = [features_from_table(pq.read_table(path / f"{s}_features.parquet"), s,
                                tuple(meta["categorical"][s])) for s in ("user", "item")]
     return arrays, meta, fts[0], fts[1]
@@ -154,6 +175,82 @@ def read_ratings(path: str, what: str = "--dataset") -> tuple[pa.Array, pa.Array
     table = read_table(path)
     _check_columns(table, f"{what} {path}")
     y = _ratings(table, f"{what} {path}")
+    return table.column("user").combine_chunks(), table.column("item").combine_chunks(), y
+
+
+# Rows a ratings chunk holds (whole Parquet row groups are added until a chunk reaches it): what one task
+# reads and indexes at once, so the table is never read whole by any one process.
+ROWS_PER_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class RatingsChunk:
+    """Whole row groups of one Parquet file of a ratings table, or a whole CSV (``row_groups`` None)."""
+
+    path: str
+    row_groups: tuple[int, ...] | None
+
+
+def ratings_chunks(path: str, what: str = "--dataset", rows: int = ROWS_PER_CHUNK) -> list[RatingsChunk]:
+    """The chunks of a ratings file or folder, in the order ``read_table`` reads its rows; only Parquet
+    footers are read here. A CSV is one chunk (it has no row groups to seek to)."""
+    fs, p = filesystem(path)
+    if not fs.exists(p):
+        raise InputError(f"{what} {path}: no such file or folder; check the path")
+    if fs.isdir(p):  # a folder of parts, in path order like pyarrow's dataset discovery
+        names = sorted(f[len(p.rstrip("/")) + 1:] for f in fs.find(p)
+                       if PurePosixPath(f).suffix in (".parquet", ".pq")
+                       and not any(c.startswith(("_", ".")) for c in f[len(p):].split("/")))  # as pyarrow skips
+        if not names:
+            raise InputError(f"{what} {path}: the folder holds no Parquet file; give a Parquet file or folder")
+        files = [str(join(path, *n.split("/"))) for n in names]
+    elif PurePosixPath(p).suffix in (".parquet", ".pq"):
+        files = [str(path)]
+    else:
+        return [RatingsChunk(str(path), None)]
+    chunks = []
+    for f in files:
+        ffs, fp = filesystem(f)
+        try:
+            with ffs.open(fp, "rb") as fh:
+                meta = pq.ParquetFile(fh).metadata
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(f"{what} {f}: cannot be read as Parquet ({exc}); give a Parquet file or a CSV") from exc
+        group, n = [], 0
+        for g in range(meta.num_row_groups):
+            group.append(g)
+            n += meta.row_group(g).num_rows
+            if n >= rows:
+                chunks.append(RatingsChunk(f, tuple(group)))
+                group, n = [], 0
+        if group or not chunks:
+            chunks.append(RatingsChunk(f, tuple(group)))
+    return chunks
+
+
+def read_ratings_chunk(chunk: RatingsChunk, what: str = "--dataset") -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """(user ids, item ids, ratings) of one chunk, validated like ``read_ratings``; an empty chunk (a file
+    with no rows among others) gives empty arrays, and the caller checks that the whole table has rows."""
+    from .interactions import _check_columns, _ratings
+
+    if chunk.row_groups is None:
+        return read_ratings(chunk.path, what)
+    fs, p = filesystem(chunk.path)
+    with fs.open(p, "rb") as fh:
+        f = pq.ParquetFile(fh)
+        missing = [c for c in ("user", "item", "rating") if c not in f.schema_arrow.names]
+        if missing or not chunk.row_groups:
+            table = f.schema_arrow.empty_table()
+        else:
+            table = f.read_row_groups(list(chunk.row_groups), columns=["user", "item", "rating"])
+    source = f"{what} {chunk.path} (row groups {chunk.row_groups[0]}–{chunk.row_groups[-1]})" if chunk.row_groups \
+        else f"{what} {chunk.path}"
+    if missing or table.num_rows:
+        _check_columns(table, source)
+        y = _ratings(table, source)
+    else:
+        y = np.zeros(0)
+        table = pa.table({c: table.column(c) for c in ("user", "item")})
     return table.column("user").combine_chunks(), table.column("item").combine_chunks(), y
 
 

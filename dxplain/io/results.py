@@ -20,6 +20,7 @@ behind.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
 import json
@@ -71,16 +72,30 @@ def write_folder(path: str | os.PathLike, tables: dict[str, pa.Table] | None = N
 
     An existing folder with anything in it is refused (``InputError``) unless ``force``, which replaces it.
     """
+    with staged_folder(path, force) as tmp:
+        write_into(tmp, tables, files)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def staged_folder(path: str | os.PathLike, force: bool = False):
+    """``write_folder``'s temporary sibling, for outputs that tasks write too (e.g. one file per part): yields
+    its path, renamed to ``path`` when the block ends without error and removed otherwise."""
     path = Path(path)
     check_out_folder(path, force)
     with atomic_path(path) as tmp:
         tmp.mkdir(parents=True)
-        for name, table in (tables or {}).items():
-            pq.write_table(table, tmp / f"{name}.parquet")
-        for name, content in (files or {}).items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / name).write_bytes(content if isinstance(content, bytes) else content.encode())
-    return path
+        yield tmp
+
+
+def write_into(folder: Path, tables: dict[str, pa.Table] | None = None,
+               files: dict[str, str | bytes] | None = None) -> None:
+    """``tables`` and ``files`` as ``write_folder`` lays them out, into an existing (staged) folder."""
+    for name, table in (tables or {}).items():
+        pq.write_table(table, folder / f"{name}.parquet")
+    for name, content in (files or {}).items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
 
 
 def check_out_folder(path: str | os.PathLike, force: bool = False) -> None:
