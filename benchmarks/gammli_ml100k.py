@@ -74,7 +74,8 @@ def main(argv=None):
                       "cold": P.scores("regression", yt[cold], p[cold]),
                       "all": P.scores("regression", yt, p), "seconds": seconds[name]} for name, p in preds.items()}
         out = {"n_train": int(len(y)), "n_test": int(len(yt)), "n_cold": int(cold.sum()), "results": res,
-               "gammli": {k: m.info[k] for k in ("K", "L", "lam", "rank", "ir", "seconds")} |
+               "gammli": {k: m.info.get(k) for k in ("K", "L", "lam", "rank", "ir", "seconds", "sweeps",
+                                                       "relative_change")} |
                {"kept_main": m.info["stage1"]["kept"], "kept_pairs": m.info["stage2"]["kept"]},
                "paper_ml1m_rmse": PAPER_ML1M}
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

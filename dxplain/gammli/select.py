@@ -35,11 +35,20 @@ def _sample(part, keep_share):
     return {k: part[k][keep] for k in ("u", "i", "y", "val")}
 
 
-def grid_table(mapper, parts, n_rows: int) -> dict:
-    """The rows grid tasks train and score on: everything, or a hashed share of users (bounded)."""
+def _concat(samples):
+    return {k: np.concatenate([s[k] for s in samples]) for k in ("u", "i", "y", "val")}
+
+
+def _n_val(table):
+    return int(np.count_nonzero(table["val"]))
+
+
+def grid_table(mapper, parts, n_rows: int):
+    """The rows grid tasks train and score on (everything, or a hashed share of users: bounded), assembled
+    on the mapper: a handle, for the grid tasks to fetch; it never passes through this process."""
     share = min(1.0, GRID_ROWS / max(n_rows, 1))
-    out = mapper.map(_sample, [(p, share) for p in parts], name="gammli-grid-sample")
-    return {k: np.concatenate([o[k] for o in out]) for k in ("u", "i", "y", "val")}
+    samples = mapper.persist(_sample, [(p, share) for p in parts], name="gammli-grid-sample")
+    return mapper.persist(_concat, [(samples,)], name="gammli-grid-table")[0]
 
 
 def val_loss(task, y, eta) -> float:
@@ -65,10 +74,10 @@ def _axis(lo, hi, center, log_step, integer):
     return sorted(set(float(v) for v in vals))
 
 
-def grid_search(mapper, table: dict, base, Xu, Xi, task: str, rank: int, seed: int = 0, rounds: int = 2,
+def grid_search(mapper, table, base, Xu, Xi, task: str, rank: int, seed: int = 0, rounds: int = 2,
                 K: int | None = None, L: int | None = None, lam: float | None = None) -> dict:
     """Best (K, L, λ) by validation loss over ``rounds`` coarse-to-fine rounds; a given value is held fixed."""
-    if not np.any(table["val"]):
+    if not mapper.map(_n_val, [(table,)], name="gammli-grid-val")[0]:
         raise InputError("the validation split is empty; raise --val-fraction (e.g. 0.1) or give more interactions")
     nu, ni = len(Xu), len(Xi)
     for name, v, n, side in (("K", K, nu, "users"), ("L", L, ni, "items")):
@@ -78,7 +87,7 @@ def grid_search(mapper, table: dict, base, Xu, Xi, task: str, rank: int, seed: i
     center = {"K": np.sqrt(2 * hi_k), "L": np.sqrt(2 * hi_l), "lam": np.sqrt(LAM_RANGE[0] * LAM_RANGE[1])}
     step = {"K": np.log(hi_k / 2) / 2 if hi_k > 2 else 0.0, "L": np.log(hi_l / 2) / 2 if hi_l > 2 else 0.0,
             "lam": np.log(LAM_RANGE[1] / LAM_RANGE[0]) / 2}
-    h = {"table": put_one(mapper, table, broadcast=True), "base": put_one(mapper, base, broadcast=True),
+    h = {"table": table, "base": put_one(mapper, base, broadcast=True),
          "Xu": put_one(mapper, Xu, broadcast=True), "Xi": put_one(mapper, Xi, broadcast=True)}
     history, best = [], None
     for _ in range(rounds):
