@@ -38,6 +38,11 @@ def rows(part: dict, use: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return part["u"][sel], part["i"][sel], part["y"][sel]
 
 
+def n_validation(part: dict) -> int:
+    """How many of the part's rows are validation rows."""
+    return int(np.count_nonzero(part["val"]))
+
+
 def working(task: str, y: np.ndarray, eta: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     """(weights, working residual): (None, y − η) for squared loss; IRLS's (p(1−p), (y − p)/w) for logistic."""
     if task == "regression":

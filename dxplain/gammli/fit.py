@@ -8,8 +8,9 @@
    ALS to its tolerance.
 
 Selection uses a seeded validation share of the training rows (half of it whole held-out users); the chosen
-terms and (K, L, λ) are then refitted on every training row. The interactions live in parts (``make_parts``): sorted by user for the
-Gram passes and the user half-steps, by item for the item half-steps; each is put on the mapper once.
+terms and (K, L, λ) are then refitted on every training row. The interactions live in parts on the mapper,
+built there from the file's chunks (``build_parts``; the same as ``make_parts`` of the whole table): sorted
+by user for the Gram passes and the user half-steps, by item for the item half-steps.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 from ..errors import InputError
 from ..io.features import FeatureTable, RatingsChunk, check_labels, read_ratings_chunk
 from ..mapper import LocalMapper, peak_rss_mib
-from .additive import choose_prefix, fit_groups, put_one, screen_pairs, select_terms
+from .additive import choose_prefix, fit_groups, n_validation, put_one, screen_pairs, select_terms
 from .latent import RIDGE_SHARE, fit_backfitted, latent_variance, training_residuals
 from .model import INTERCEPT, GAMMLIModel, candidate_terms, index_pairs
 from .select import clusters, grid_search, grid_table
@@ -152,10 +153,6 @@ def _part(pieces, side) -> dict:
     return {k: v[order] for k, v in cols.items()}
 
 
-def _n_val(part):
-    return int(part["val"].sum())
-
-
 def build_parts(mapper, read, chunks: list, n_users: int, n_items: int, n_parts: int, val_fraction: float,
                 seed: int) -> tuple[dict, dict]:
     """``make_parts`` over the validation flags of ``validation_rows``, built on the workers from ``chunks``
@@ -197,7 +194,7 @@ def build_parts(mapper, read, chunks: list, n_users: int, n_items: int, n_parts:
             (part,) = mapper.persist(_part, [(pieces, side)], name=f"gammli-part-{side}")
             sides[side].append((part, int(lo), int(hi)))
     del loaded, split  # the parts' tasks hold what they still need
-    n_val = sum(mapper.map(_n_val, [(p,) for p, _, _ in sides["user"]], name="gammli-count-val"))
+    n_val = sum(mapper.map(n_validation, [(p,) for p, _, _ in sides["user"]], name="gammli-count-val"))
     return sides, {"n": n, "n_read": int(sum(n_read)), "seen_u": cu > 0, "seen_i": ci > 0, "n_val": n_val}
 
 

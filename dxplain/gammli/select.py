@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import InputError
 from ..kernels import gammli as G
 from ..mapper import LocalMapper
-from .additive import put_one, rows
+from .additive import n_validation, put_one, rows
 from .latent import fit_latent
 
 GRID_ROWS = 2_000_000
@@ -37,10 +37,6 @@ def _sample(part, keep_share):
 
 def _concat(samples):
     return {k: np.concatenate([s[k] for s in samples]) for k in ("u", "i", "y", "val")}
-
-
-def _n_val(table):
-    return int(np.count_nonzero(table["val"]))
 
 
 def grid_table(mapper, parts, n_rows: int):
@@ -77,7 +73,7 @@ def _axis(lo, hi, center, log_step, integer):
 def grid_search(mapper, table, base, Xu, Xi, task: str, rank: int, seed: int = 0, rounds: int = 2,
                 K: int | None = None, L: int | None = None, lam: float | None = None) -> dict:
     """Best (K, L, λ) by validation loss over ``rounds`` coarse-to-fine rounds; a given value is held fixed."""
-    if not mapper.map(_n_val, [(table,)], name="gammli-grid-val")[0]:
+    if not mapper.map(n_validation, [(table,)], name="gammli-grid-val")[0]:
         raise InputError("the validation split is empty; raise --val-fraction (e.g. 0.1) or give more interactions")
     nu, ni = len(Xu), len(Xi)
     for name, v, n, side in (("K", K, nu, "users"), ("L", L, ni, "items")):
