@@ -87,6 +87,36 @@ def test_fit_writes_the_contract(fitted):
     assert rmse == pytest.approx(m["rmse"], rel=1e-12)
 
 
+def test_a_failed_fit_resumes_after_its_selection_and_equals_an_unbroken_one(fitted, tmp_path, monkeypatch):
+    import dxplain.gammli.fit as F
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    data, out = write_case(tmp_path / "d"), tmp_path / "O"  # the fixture's data, in another folder
+    checkpoint = tmp_path / ".O.checkpoint"
+    with monkeypatch.context() as m:
+        m.setattr(F, "fit_backfitted", killed)  # dies in stage 3, after the selection
+        with pytest.raises(RuntimeError, match="killed"):
+            main(fit_args(data, out, "--lam", "5"))
+    assert not out.exists() and (checkpoint / "selection.json").exists()
+    with monkeypatch.context() as m:
+        m.setattr(F, "select", killed)  # a rerun must not select again
+        assert main(fit_args(data, out, "--lam", "5")) == 0
+    assert json.loads((out / "metrics.json").read_text())["resumed"] == ["selection"] and not checkpoint.exists()
+    assert pq.read_table(out / "local.parquet").equals(pq.read_table(fitted[1] / "local.parquet"))
+    # other inputs: the stale selection is dropped, not reused
+    with monkeypatch.context() as m:
+        m.setattr(F, "fit_backfitted", killed)
+        with pytest.raises(RuntimeError):
+            main(fit_args(data, tmp_path / "O2", "--lam", "5"))
+    write_case(data, seed=1)
+    with monkeypatch.context() as m:
+        m.setattr(F, "select", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            main(fit_args(data, tmp_path / "O2", "--lam", "5"))
+
+
 def test_local_contributions_sum_to_the_prediction_on_every_row(fitted):
     _, out = fitted
     t = pq.read_table(out / "local.parquet").to_pandas()

@@ -8,6 +8,7 @@ latent part's training-data attributions.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from ..gammli.latent import write_training_residuals
 from ..gammli.metrics import evaluate_pairs
 from ..gammli.model import GAMMLIModel, index_pairs
 from ..gammli.plots import effect_tables, plot_pngs
+from ..io.checkpoints import Checkpoints, files_signature
 from ..io.features import (check_labels, load_model, parquet_bytes, ratings_chunks, read_features, read_pairs,
                            read_ratings, save_model)
 from ..io.results import check_out_folder, staged_folder, write_folder, write_into
@@ -86,15 +88,20 @@ def gammli_fit(dataset: str, user_features: str, item_features: str, out: str, t
     cfg = Config(task=task, rank=rank, smooth=smooth, max_pairs=max_pairs, val_fraction=val_fraction, K=K, L=L,
                  lam=lam, grid_rounds=grid_rounds, backfit=backfit, max_sweeps=max_sweeps, seed=seed,
                  n_parts=shards or 4 * settings.workers)
+    # A rerun of the same inputs and settings resumes after the stages a failed run finished.
+    checkpoints = Checkpoints(out, {"inputs": files_signature(dataset, user_features, item_features),
+                                    "config": dataclasses.asdict(cfg), "categorical": categorical,
+                                    "cold_start_missing": cold_start_missing}, log=logger.info)
     with open_mapper(settings, in_memory) as mapper:
         read = RatingsFile(users, items, task, cold_start_missing, "--dataset")
-        model = fit_gammli_chunks(users, items, read, data["train"], cfg, mapper, log=logger.info, gather=False)
+        model = fit_gammli_chunks(users, items, read, data["train"], cfg, mapper, log=logger.info, gather=False,
+                                  checkpoints=checkpoints)
         tables, files = {}, {}
         metrics = {"task": task, "n_train": model.info["n_train"], "dropped_train": model.info["dropped_train"],
                    "K": model.info["K"], "L": model.info["L"], "lam": model.info["lam"], "rank": rank,
                    "ir": model.info["ir"],
                    "kept": {"main": model.info["stage1"]["kept"], "interactions": model.info["stage2"]["kept"]},
-                   "seconds": model.info["seconds"]}
+                   "seconds": model.info["seconds"], "resumed": model.info["resumed"]}
         if "test" in data:
             te = data["test"]
             metrics.update(evaluate_pairs(model, te["u"], te["i"], te["y"]))
@@ -116,6 +123,7 @@ def gammli_fit(dataset: str, user_features: str, item_features: str, out: str, t
             metrics["seconds"]["flow"] = round(time.perf_counter() - t0, 2)
             files["metrics.json"] = json.dumps(metrics, indent=1, default=float)
             write_into(staged, tables, files)
+    checkpoints.clear()
     logger.info("gammli fit → %s: %s", out, {k: metrics.get(k) for k in ("rmse", "auc", "n_test", "n_cold")})
     return {"out": str(Path(out)), **{k: v for k, v in metrics.items() if k != "ir"}}
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..io.checkpoints import NoCheckpoints
 from ..io.features import FeatureTable, RatingsChunk, check_labels, read_ratings_chunk
 from ..mapper import LocalMapper, peak_rss_mib
 from .additive import choose_prefix, fit_groups, n_validation, put_one, screen_pairs, select_terms
@@ -208,33 +209,10 @@ def choose_smooth(mapper, parts, terms: list[Term], base: Additive, task: str, g
     return SMOOTH_GRID[int(np.argmin(losses))]
 
 
-def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.ndarray, y: np.ndarray,
-               cfg: Config = Config(), mapper=None, log=print) -> GAMMLIModel:
-    """Fit GAMMLI to ratings/labels ``y`` of the pairs (u, i) (rows of the feature tables)."""
-    return fit_gammli_chunks(users, items, Rows(u, i, y), [None], cfg, mapper, log)
-
-
-def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: list, cfg: Config = Config(),
-                      mapper=None, log=print, gather: bool = True) -> GAMMLIModel:
-    """Fit GAMMLI to the table that ``read(chunk)`` gives as (u, i, y) chunk by chunk (``RatingsFile`` reads
-    a file's chunks on the workers); rows whose user or item has no features are left out.
-
-    ``gather=False`` leaves the latent part's training residuals on the mapper (``model.train`` None,
-    ``model.train_parts`` their handles, for ``latent.write_training_residuals``): nothing table-sized
-    ever comes back to this process."""
-    mapper = mapper or LocalMapper()
-    seconds, t0 = {}, time.perf_counter()
-    fu, fi = encode_features(users), encode_features(items)
-    mains, pairs = candidate_terms(users, items, fu, fi)
-    t = time.perf_counter()
-    sides, rows_info = build_parts(mapper, read, chunks, len(users), len(items), cfg.n_parts, cfg.val_fraction,
-                                   cfg.seed)
-    seconds["parts"] = time.perf_counter() - t
-    log(f"parts: {rows_info['n']:,} training rows in {len(chunks)} chunk(s), {len(sides['user'])} user and "
-        f"{len(sides['item'])} item parts ({rows_info['n_read'] - rows_info['n']:,} rows without features left out)")
-    parts = [p for p, _, _ in sides["user"]]
+def select(mapper, parts, mains, pairs, users, items, fu, fi, n_rows, cfg: Config, seconds: dict, log) -> dict:
+    """Stages 1 and 2 and the (K, L, λ) grid on the validation rows: what the refit keeps and with which
+    settings (names and numbers only, so a rerun can resume after it)."""
     intercept = Term(INTERCEPT, "intercept")
-
     t = time.perf_counter()
     g1, g2 = [], []  # squared loss: each stage's Gram, shared by its smoothing choice and its joint fit
     sm1 = cfg.smooth if cfg.smooth is not None else choose_smooth(mapper, parts, [intercept] + mains, Additive(),
@@ -249,17 +227,57 @@ def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: li
                                                                              s1["fitted"], cfg.task, g2)
     s2 = (select_terms(mapper, parts, candidates, s1["fitted"], cfg.task, sm2, grams=g2) if candidates
           else {"fitted": Additive(), "ranking": {}, "kept": [], "val_loss": []})
-    smooth = (sm1, sm2)
     seconds["stage2"] = time.perf_counter() - t
     log(f"stage 2 (smooth {sm2:g}): kept {len(s2['kept'])} of {len(pairs)} interactions: {s2['kept']}")
 
     t = time.perf_counter()
     Xu, Xi = cluster_matrix(users, fu), cluster_matrix(items, fi)
-    table = grid_table(mapper, parts, rows_info["n"])
+    table = grid_table(mapper, parts, n_rows)
     grid = grid_search(mapper, table, s1["fitted"].plus(s2["fitted"]), Xu, Xi, cfg.task, cfg.rank, cfg.seed,
                        cfg.grid_rounds, cfg.K, cfg.L, cfg.lam)
     del table
     seconds["grid"] = time.perf_counter() - t
+    return {"smooth": [sm1, sm2], "stage1": {k: s1[k] for k in ("ranking", "kept", "val_loss")},
+            "stage2": {"screened": screened, **{k: s2[k] for k in ("ranking", "kept", "val_loss")}},
+            "grid": {"K": int(grid["K"]), "L": int(grid["L"]), "lam": float(grid["lam"]), "grid": grid["grid"]}}
+
+
+def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.ndarray, y: np.ndarray,
+               cfg: Config = Config(), mapper=None, log=print) -> GAMMLIModel:
+    """Fit GAMMLI to ratings/labels ``y`` of the pairs (u, i) (rows of the feature tables)."""
+    return fit_gammli_chunks(users, items, Rows(u, i, y), [None], cfg, mapper, log)
+
+
+def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: list, cfg: Config = Config(),
+                      mapper=None, log=print, gather: bool = True, checkpoints=NoCheckpoints()) -> GAMMLIModel:
+    """Fit GAMMLI to the table that ``read(chunk)`` gives as (u, i, y) chunk by chunk (``RatingsFile`` reads
+    a file's chunks on the workers); rows whose user or item has no features are left out.
+
+    ``gather=False`` leaves the latent part's training residuals on the mapper (``model.train`` None,
+    ``model.train_parts`` their handles, for ``latent.write_training_residuals``): nothing table-sized
+    ever comes back to this process. ``checkpoints`` (``io.checkpoints``) keeps the selection (stages 1–2 and
+    the grid) once done; a rerun that finds it refits from there."""
+    mapper = mapper or LocalMapper()
+    seconds, t0 = {}, time.perf_counter()
+    fu, fi = encode_features(users), encode_features(items)
+    mains, pairs = candidate_terms(users, items, fu, fi)
+    t = time.perf_counter()
+    sides, rows_info = build_parts(mapper, read, chunks, len(users), len(items), cfg.n_parts, cfg.val_fraction,
+                                   cfg.seed)
+    seconds["parts"] = time.perf_counter() - t
+    log(f"parts: {rows_info['n']:,} training rows in {len(chunks)} chunk(s), {len(sides['user'])} user and "
+        f"{len(sides['item'])} item parts ({rows_info['n_read'] - rows_info['n']:,} rows without features left out)")
+    parts = [p for p, _, _ in sides["user"]]
+    intercept = Term(INTERCEPT, "intercept")
+
+    selection = checkpoints.load("selection")
+    resumed = ["selection"] if selection is not None else []
+    if selection is None:
+        selection = select(mapper, parts, mains, pairs, users, items, fu, fi, rows_info["n"], cfg, seconds, log)
+        checkpoints.save("selection", selection)
+    sm1, sm2 = selection["smooth"]
+    s1, s2, grid = selection["stage1"], selection["stage2"], selection["grid"]
+    smooth = (sm1, sm2)
     K, L, lam = grid["K"], grid["L"], grid["lam"]
     log(f"grid: K={K} L={L} λ={lam:g} over {len(grid['grid'])} points")
 
@@ -273,6 +291,7 @@ def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: li
     seconds["refit_additive"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    Xu, Xi = cluster_matrix(users, fu), cluster_matrix(items, fi)
     _, gu = clusters(Xu, K, cfg.seed)
     _, gi = clusters(Xi, L, cfg.seed)
     additive, D_back, lat, backfit_sweeps = fit_backfitted(mapper, parts, sides, additive, smooth, cfg.task, "all", gu,
@@ -293,10 +312,8 @@ def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: li
     seconds = {k: round(v, 3) for k, v in seconds.items()} | {"total": round(time.perf_counter() - t0, 3)}
     info = {"K": K, "L": L, "lam": lam, "rank": cfg.rank, "smooth": {"main": sm1, "interaction": sm2}, "ir": ir,
             "seconds": seconds,
-            "stage1": {k: s1[k] for k in ("ranking", "kept", "val_loss")},
-            "stage2": {"screened": screened, **{k: s2[k] for k in ("ranking", "kept", "val_loss")}},
-            "grid": grid["grid"], "sweeps": lat["sweeps"], "backfit_sweeps": backfit_sweeps,
-            "relative_change": lat["change"],
+            "stage1": s1, "stage2": s2, "grid": grid["grid"], "sweeps": lat["sweeps"], "backfit_sweeps": backfit_sweeps,
+            "relative_change": lat["change"], "resumed": resumed,
             "n_train": rows_info["n"], "dropped_train": rows_info["n_read"] - rows_info["n"],
             "n_val": rows_info["n_val"], "flow_peak_rss_mib": peak_rss_mib()}
     seen_u, seen_i = rows_info["seen_u"], rows_info["seen_i"]
