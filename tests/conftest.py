@@ -79,5 +79,11 @@ def prefect_server():
     stopped inside pytest (not at interpreter exit)."""
     from prefect.testing.utilities import prefect_test_harness
 
+    from prefect.logging.configuration import setup_logging
+
     with prefect_test_harness(server_startup_timeout=None):  # the variable above, not the harness's 30 s
+        # Prefect's console handler keeps the sys.stderr of whenever logging is set up: here, pytest's
+        # session-long capture. Set up inside a test using capsys, it would hold that test's stream, which
+        # is closed for every later test (their flows then fail writing a log line).
+        setup_logging()
         yield

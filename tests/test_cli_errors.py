@@ -1,5 +1,7 @@
 """Bad options and inputs fail before any flow starts: exit 2, one line naming the value and the fix."""
 
+import logging
+
 import pytest
 
 from dxplain.cli import main
@@ -98,3 +100,25 @@ def test_debug_shows_the_traceback(no_flow):
 
     with pytest.raises(InputError, match="--top-n 0"):
         main(["--debug", "refresh", "--top-n", "0"])
+
+
+def _record(name, msg, exc=None):
+    exc_info = (type(exc), exc, None) if exc is not None else None
+    return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, None, exc_info)
+
+
+def test_prefect_tracebacks_of_a_dxplain_error_are_dropped_and_others_kept():
+    """``main`` prints a dxplain error as one named line; Prefect's tracebacks and failed states of the same
+    error would bury it. Any other exception keeps its traceback."""
+    from dxplain.cli import _Chatter
+    from dxplain.errors import InputError, NotConvergedError
+
+    keep = _Chatter().filter
+    bad = InputError("d/items.parquet: column 'z2' has 1 NaN")
+    assert not keep(_record("prefect.task_runs", "Task run failed with exception: %r", bad))
+    assert not keep(_record("prefect.flow_runs", "Encountered exception during execution: %r",
+                            NotConvergedError("no")))
+    assert not keep(_record("prefect.flow_runs", 'Finished in state Failed("Flow run encountered an exception: '
+                                                 'InputError: d/items.parquet: column ...")'))
+    assert keep(_record("prefect.task_runs", "Task run failed with exception: %r", RuntimeError("a bug")))
+    assert keep(_record("prefect.flow_runs", 'Finished in state Failed("... RuntimeError: a bug")'))

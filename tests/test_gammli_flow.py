@@ -168,6 +168,16 @@ def _break(data, kind):
     if kind == "missing-user":
         pq.write_table(users.slice(1), data / "users.parquet")
         return "user feature table", []
+    if kind == "missing-item":
+        items = pq.read_table(data / "items.parquet")
+        pq.write_table(items.slice(0, items.num_rows - 1), data / "items.parquet")
+        return "item feature table", []
+    if kind == "inf":
+        items = pq.read_table(data / "items.parquet")
+        z = items.column("z2").to_numpy().copy()
+        z[5] = -np.inf
+        pq.write_table(items.set_column(items.column_names.index("z2"), "z2", pa.array(z)), data / "items.parquet")
+        return "infinite", []
     if kind == "nan":
         x = users.column("x1").to_numpy().copy()
         x[3] = np.nan
@@ -179,23 +189,27 @@ def _break(data, kind):
         return "not 0 or 1", ["--task", "classification"]
     if kind == "K":
         return "--K 1000", ["--K", "1000"]
+    if kind == "L":
+        return "--L 41", ["--L", "41"]  # one more than the 40 items
     if kind == "empty-val":
         return "validation split is empty", ["--val-fraction", "0"]
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["missing-user", "nan", "text", "labels", "K", "empty-val"])
+@pytest.mark.parametrize("kind", ["missing-user", "missing-item", "nan", "inf", "text", "labels", "K", "L",
+                                  "empty-val"])
 def test_bad_input_is_one_named_error_and_nothing_is_written(kind, tmp_path, capsys):
     data = write_case(tmp_path / "d", n=40)
     needle, extra = _break(data, kind)
     out = tmp_path / "O"
-    args = fit_args(data, out, *(extra + ([] if kind == "K" else FIXED)))
+    args = fit_args(data, out, *(extra + ([] if kind in ("K", "L") else FIXED)))
     if kind == "text":
         args.remove("segment")
         args.remove("--categorical")
     assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("dxplain: error:") and needle in err[0], err
+    err = capsys.readouterr().err
+    named = [line for line in err.splitlines() if line.startswith("dxplain: error:")]
+    assert len(named) == 1 and needle in named[0], err
     assert not out.exists()
 
 

@@ -75,12 +75,23 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, previous)
 
 
+def _error_names(cls=DxplainError) -> tuple[str, ...]:
+    return (cls.__name__,) + tuple(n for sub in cls.__subclasses__() for n in _error_names(sub))
+
+
 class _Chatter(logging.Filter):
     """Prefect's per-task "Finished in state Completed()" and the link to an ephemeral UI that is gone
-    when the command ends: about half of a refresh's log at the default level, and no news."""
+    when the command ends: about half of a refresh's log at the default level, and no news. Also Prefect's
+    tracebacks and failed states for a dxplain error (bad input, say): ``main`` prints it as one named
+    line, and two tracebacks of it above that line bury it (``-v`` shows them)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = str(record.msg)
+        if record.exc_info and isinstance(record.exc_info[1], DxplainError):
+            return False
+        if msg.startswith("Finished in state Failed") and any(f"{n}:" in record.getMessage()
+                                                              for n in _error_names()):
+            return False
         return not (msg.startswith("Finished in state Completed") and record.name == "prefect.task_runs"
                     or msg.startswith("View at "))
 
