@@ -117,6 +117,23 @@ def test_a_failed_fit_resumes_after_its_selection_and_equals_an_unbroken_one(fit
             main(fit_args(data, tmp_path / "O2", "--lam", "5"))
 
 
+def test_explain_reads_exactly_the_training_rows_of_its_pairs(fitted):
+    from dxplain.io.features import load_model, read_training_rows
+
+    model = fitted[1] / "model"
+    arrays, _, _, _ = load_model(model)
+    assert "train_u" not in arrays  # the residuals stay in train/ until a set of pairs asks for its rows
+    full = pa.concat_tables([pq.read_table(p) for p in sorted((model / "train").glob("part-*.parquet"))])
+    u, i, e = (full[k].to_numpy() for k in "uie")
+    users, items = np.array([3, 10]), np.array([7])
+    keep = np.isin(u, users) | np.isin(i, items)
+    assert 0 < keep.sum() < len(u)
+    inline = {**arrays, "train_u": u, "train_i": i, "train_e": e}  # a model that kept them in its arrays
+    for got in (read_training_rows(model, arrays, users, items), read_training_rows(model, inline, users, items)):
+        for k, want in zip("uie", (u, i, e)):
+            np.testing.assert_array_equal(got[k], want[keep])
+
+
 def test_local_contributions_sum_to_the_prediction_on_every_row(fitted):
     _, out = fitted
     t = pq.read_table(out / "local.parquet").to_pandas()

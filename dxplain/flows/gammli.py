@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
@@ -25,7 +26,7 @@ from ..gammli.model import GAMMLIModel, index_pairs
 from ..gammli.plots import effect_tables, plot_pngs
 from ..io.checkpoints import Checkpoints, files_signature
 from ..io.features import (check_labels, load_model, parquet_bytes, ratings_chunks, read_features, read_pairs,
-                           read_ratings, save_model)
+                           read_ratings, read_training_rows, save_model)
 from ..io.results import check_out_folder, staged_folder, write_folder, write_into
 from ..params import Interval, OneOf, Satisfies, validate
 from .common import open_mapper
@@ -134,10 +135,13 @@ def gammli_explain(model: str, pairs: str, out: str, top_k: int = 10, cold_start
     """The local table and the latent part's training-data attributions for any (user, item) pairs."""
     validate(CONSTRAINTS, locals())
     check_out_folder(out, force)
-    m = GAMMLIModel.from_arrays(*load_model(model))
+    arrays, meta, users, items = load_model(model)
+    m = GAMMLIModel.from_arrays(arrays, meta, users, items)
     table = read_pairs(pairs)
     uid, iid = table.column("user").combine_chunks(), table.column("item").combine_chunks()
     u, i = m.index(uid, iid, cold_start_missing)
+    # Only the training rows these pairs' attributions sum over: their users' and their items'.
+    m.train = read_training_rows(model, arrays, np.unique(u[u < len(users)]), np.unique(i[i < len(items)]))
     tables = {"local": m.local_table(uid, iid, u, i), **m.attribution_tables(uid, iid, u, i, top_k)}
     write_folder(out, tables, {}, force)
     return {"out": str(Path(out)), "pairs": len(u), "cold": int(m.cold(u, i).sum())}

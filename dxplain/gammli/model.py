@@ -191,7 +191,9 @@ class GAMMLIModel:
         by_name[INTERCEPT] = Term(INTERCEPT, "intercept")
         terms = [by_name[t["name"]] for t in meta["terms"]]
         additive = Additive(terms, [arrays[f"coef_{n}"] for n in range(len(terms))])
-        train = {"u": arrays["train_u"], "i": arrays["train_i"], "e": arrays["train_e"]}
+        # The residuals are read per set of pairs (``io.features.read_training_rows``) unless kept inline.
+        train = ({"u": arrays["train_u"], "i": arrays["train_i"], "e": arrays["train_e"]} if "train_u" in arrays
+                 else None)
         return cls(meta["task"], users, items, features, additive, arrays["U"], arrays["V"], arrays["U_group"],
                    arrays["V_group"], arrays["gu"], arrays["gi"], meta["lam"], meta["mu"], train, arrays["seen_u"],
                    arrays["seen_i"], meta["info"])

@@ -135,8 +135,9 @@ def write_training_part(folder: str | Path, n: int, u: np.ndarray, i: np.ndarray
 
 
 def load_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict, FeatureTable, FeatureTable]:
-    """(arrays, meta, user features, item features) of a model folder written by ``save_model``, with the
-    training residuals of ``train/`` (parts in user order) as ``train_u``, ``train_i``, ``train_e``."""
+    """(arrays, meta, user features, item features) of a model folder written by ``save_model``. The
+    training residuals are not read here (``read_training_rows`` reads those a set of pairs needs), except
+    when the model kept them in its arrays (``train_u``, ``train_i``, ``train_e``)."""
     path = Path(path)
     if not (path / "meta.json").exists() or not (path / "arrays.npz").exists():
         raise InputError(f"--model {path}: not a GAMMLI model folder (no meta.json/arrays.npz); give the "
@@ -145,15 +146,36 @@ def load_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict, FeatureTa
     with np.load(path / "arrays.npz", allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     if "train_u" not in arrays:
-        parts = sorted((path / "train").glob("part-*.parquet"))
+        parts = _training_parts(path)
         if len(parts) != meta.get("train_parts"):
             raise InputError(f"--model {path}: train/ holds {len(parts)} residual parts, the model has "
                              f"{meta.get('train_parts')}; the folder is incomplete, fit it again")
-        t = pa.concat_tables([pq.read_table(f) for f in parts])
-        arrays.update({f"train_{k}": t[k].to_numpy() for k in ("u", "i", "e")})
     fts = [features_from_table(pq.read_table(path / f"{s}_features.parquet"), s,
                                tuple(meta["categorical"][s])) for s in ("user", "item")]
     return arrays, meta, fts[0], fts[1]
+
+
+def _training_parts(path: Path) -> list[Path]:
+    return sorted((path / "train").glob("part-*.parquet"))
+
+
+def read_training_rows(path: str | Path, arrays: dict, users: np.ndarray, items: np.ndarray) -> dict:
+    """The training residuals (u, i, e) of the given users' and items' rows, sorted by (user, item): every
+    row the latent attributions of pairs of these users and items sum over, and no other. The parts are
+    scanned row group by row group with the filter applied as they are read, so explaining a few pairs of a
+    large model holds a few users' and items' rows, not the table."""
+    if "train_u" in arrays:
+        u, i, e = arrays["train_u"], arrays["train_i"], arrays["train_e"]
+        keep = np.isin(u, users) | np.isin(i, items)
+        u, i, e = u[keep], i[keep], e[keep]
+    else:
+        import pyarrow.dataset as ds
+
+        wanted = pc.field("u").isin(pa.array(users, pa.int64())) | pc.field("i").isin(pa.array(items, pa.int64()))
+        t = ds.dataset([str(f) for f in _training_parts(Path(path))], format="parquet").to_table(filter=wanted)
+        u, i, e = (t[k].to_numpy() for k in ("u", "i", "e"))
+    order = np.lexsort((i, u))  # stable: the fit's own order (parts in user order, rows by (user, item))
+    return {"u": u[order], "i": i[order], "e": e[order]}
 
 
 def rows_of(ft: FeatureTable, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
