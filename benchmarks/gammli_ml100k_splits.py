@@ -56,8 +56,9 @@ def main(argv=None):
         gammli_data.main(["--seed", str(s), "--out", str(data)])
         gammli_ml100k.main(["--data", str(data), "--out", str(each / f"s{s}.json")])
         runs[s] = json.loads((each / f"s{s}.json").read_text())
-        Path(a.out).write_text(json.dumps(summary(runs), indent=1))
-    for m, r in summary(runs)["models"].items():
+        result = summary(runs)
+        Path(a.out).write_text(json.dumps(result, indent=1))  # after every split: a cut run keeps what it did
+    for m, r in result["models"].items():
         d = r.get("gammli_cold_minus_this")
         print(f"{m:18s} warm {r['warm']['mean']:.4f}  cold {r['cold']['mean']:.4f} ± {r['cold']['sd'] or 0:.4f}"
               + ("" if d is None else f"  GAMMLI − this: {d['mean']:+.4f} (se {d['se'] or 0:.4f}, "

@@ -209,10 +209,9 @@ def choose_smooth(mapper, parts, terms: list[Term], base: Additive, task: str, g
     return SMOOTH_GRID[int(np.argmin(losses))]
 
 
-def select(mapper, parts, mains, pairs, users, items, fu, fi, n_rows, cfg: Config, seconds: dict, log) -> dict:
+def select(mapper, parts, intercept: Term, mains, pairs, Xu, Xi, n_rows, cfg: Config, seconds: dict, log) -> dict:
     """Stages 1 and 2 and the (K, L, λ) grid on the validation rows: what the refit keeps and with which
     settings (names and numbers only, so a rerun can resume after it)."""
-    intercept = Term(INTERCEPT, "intercept")
     t = time.perf_counter()
     g1, g2 = [], []  # squared loss: each stage's Gram, shared by its smoothing choice and its joint fit
     sm1 = cfg.smooth if cfg.smooth is not None else choose_smooth(mapper, parts, [intercept] + mains, Additive(),
@@ -231,7 +230,6 @@ def select(mapper, parts, mains, pairs, users, items, fu, fi, n_rows, cfg: Confi
     log(f"stage 2 (smooth {sm2:g}): kept {len(s2['kept'])} of {len(pairs)} interactions: {s2['kept']}")
 
     t = time.perf_counter()
-    Xu, Xi = cluster_matrix(users, fu), cluster_matrix(items, fi)
     table = grid_table(mapper, parts, n_rows)
     grid = grid_search(mapper, table, s1["fitted"].plus(s2["fitted"]), Xu, Xi, cfg.task, cfg.rank, cfg.seed,
                        cfg.grid_rounds, cfg.K, cfg.L, cfg.lam)
@@ -269,11 +267,12 @@ def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: li
         f"{len(sides['item'])} item parts ({rows_info['n_read'] - rows_info['n']:,} rows without features left out)")
     parts = [p for p, _, _ in sides["user"]]
     intercept = Term(INTERCEPT, "intercept")
+    Xu, Xi = cluster_matrix(users, fu), cluster_matrix(items, fi)  # what the K-means clusters are made of
 
     selection = checkpoints.load("selection")
     resumed = ["selection"] if selection is not None else []
     if selection is None:
-        selection = select(mapper, parts, mains, pairs, users, items, fu, fi, rows_info["n"], cfg, seconds, log)
+        selection = select(mapper, parts, intercept, mains, pairs, Xu, Xi, rows_info["n"], cfg, seconds, log)
         checkpoints.save("selection", selection)
     sm1, sm2 = selection["smooth"]
     s1, s2, grid = selection["stage1"], selection["stage2"], selection["grid"]
@@ -291,7 +290,6 @@ def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: li
     seconds["refit_additive"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    Xu, Xi = cluster_matrix(users, fu), cluster_matrix(items, fi)
     _, gu = clusters(Xu, K, cfg.seed)
     _, gi = clusters(Xi, L, cfg.seed)
     additive, D_back, lat, backfit_sweeps = fit_backfitted(mapper, parts, sides, additive, smooth, cfg.task, "all", gu,

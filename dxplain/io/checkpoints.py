@@ -11,13 +11,13 @@ output is in place, so it only ever exists after a fit that did not finish. ``No
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 
 from .atomic import write_text_atomic
+from .runs import plan_key
 
 
 def files_signature(*paths: str | None) -> list:
@@ -49,7 +49,7 @@ class Checkpoints(NoCheckpoints):
     def __init__(self, out: str | os.PathLike, plan: dict, log=print):
         out = Path(out)
         self.folder = out.parent / f".{out.name}.checkpoint"
-        self.key = hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        self.key = plan_key(plan)
         self.log = log
         plan_file = self.folder / "plan.json"
         if self.folder.is_dir():

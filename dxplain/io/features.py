@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ..errors import InputError
@@ -169,10 +170,8 @@ def read_training_rows(path: str | Path, arrays: dict, users: np.ndarray, items:
         keep = np.isin(u, users) | np.isin(i, items)
         u, i, e = u[keep], i[keep], e[keep]
     else:
-        import pyarrow.dataset as ds
-
         wanted = pc.field("u").isin(pa.array(users, pa.int64())) | pc.field("i").isin(pa.array(items, pa.int64()))
-        t = ds.dataset([str(f) for f in _training_parts(Path(path))], format="parquet").to_table(filter=wanted)
+        t = pads.dataset([str(f) for f in _training_parts(Path(path))], format="parquet").to_table(filter=wanted)
         u, i, e = (t[k].to_numpy() for k in ("u", "i", "e"))
     order = np.lexsort((i, u))  # stable: the fit's own order (parts in user order, rows by (user, item))
     return {"u": u[order], "i": i[order], "e": e[order]}
