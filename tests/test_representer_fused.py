@@ -34,9 +34,10 @@ def assert_same(g, alpha, F, top_k):
         assert got[key][1] == pytest.approx(lo, rel=1e-6, abs=1e-300)
 
 
-@pytest.mark.parametrize("top_k", [1, 3, 10, 200])
+@pytest.mark.parametrize("top_k", [1, 3, 10, 20, 50, 200])
 def test_fused_equals_numpy_on_random_groups(top_k):
-    """Mixed history lengths (short rows sorted whole, long rows through the lane bound), k > d included."""
+    """Mixed history lengths (short rows taken whole, long rows through the lane bounds: the k-th largest of
+    16 or 32 lane maxima for top_k ≤ 20, the smallest of top_k lanes for 50), k > d included."""
     rng = np.random.default_rng(top_k)
     g = random_groups(rng, 40, 300, 12, 500)
     F = rng.standard_normal((500, 16))
@@ -69,3 +70,18 @@ def test_fused_kernel_writes_nothing_for_groups_without_history_or_targets():
     g = K.Groups(np.array([0, 0, 3]), np.arange(3), np.arange(3), np.array([0, 2, 2]), np.arange(2), np.arange(2))
     a = K.fused_attributions(g, np.ones(3), np.eye(3), np.eye(3), 5)
     assert len(a.target) == 0
+
+
+def test_fused_equals_numpy_when_a_long_history_takes_its_targets_in_several_products():
+    """1,500 raters and 90 targets: the targets go through BLAS in blocks (≥ MIN_BLOCK_TARGETS each) and
+    every block's rows are selected like the single-product ones."""
+    from dxplain.kernels import representer_fused as RF
+
+    rng = np.random.default_rng(11)
+    d, t = 1500, 90
+    assert RF._block_targets(d) < t  # several products for this group
+    g = K.Groups(np.array([0, d]), rng.permutation(d), rng.integers(0, 2000, d), np.array([0, t]),
+                 rng.permutation(t), rng.integers(0, 2000, t))
+    F = rng.standard_normal((2000, 16))
+    alpha = rng.standard_normal(d)
+    assert_same(g, alpha, F, 10)

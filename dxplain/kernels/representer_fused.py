@@ -7,11 +7,12 @@ the top_k largest positive and most negative importances α_i⟨H_i, T_t⟩ with
 1. the group's history rows H are gathered once; its targets go in blocks of ``SCORE_BLOCK`` scores,
    one BLAS product L = T Hᵀ per block (float64, the same local importances as the numpy path's);
 2. per target, one vectorised pass deals the row of importances α ⊙ L_t round-robin into
-   ``lanes`` ≥ top_k lanes: the smallest lane maximum has at least top_k entries ≥ it (the lane
-   maxima are distinct entries), so it bounds the top_k-th largest from below (likewise for the
-   negatives); a second, branch-free pass collects the entries at or beyond the bounds;
-3. the few candidates are ranked by their float64 value, ties by history position (``_best``) — the numpy
-   path's contract (``representer._select_flat``), so both return the same attributions.
+   ``lanes`` (16 for top_k ≤ 10) lanes: the lane maxima are distinct entries, so the top_k-th largest
+   of them has at least top_k entries ≥ it and bounds the row's top_k-th largest from below (likewise
+   for the negatives); a second, branch-free pass collects the entries at or beyond the bounds;
+3. the few candidates (~14 per sign on ml-100k) are ranked by their float64 value, ties by history
+   position (``_best``) — the numpy path's contract (``representer._select_flat``), so both return the
+   same attributions (within a target, in history order rather than by rank).
 
 The scores are float64 throughout. A float32 scoring pass (half the product's width) with an error
 margin and a float64 re-rank of its candidates was measured slower on ml-100k (item side 29 vs 21 ms,
@@ -29,20 +30,42 @@ from numba import njit
 
 # Scores per BLAS product: 32K float64 (256 KB) stay in L2 for the selection passes.
 SCORE_BLOCK = 1 << 15
+# ... yet at least this many targets per product: with one thread, (t × 32)·(32 × 3192) ran at
+# 32 GFLOP/s for t = 10 and 49 for t = 32 (OpenBLAS; long histories, the 5M set's popular items).
+MIN_BLOCK_TARGETS = 32
 # At least this many lanes (a vector's worth), so short top_k still prune.
 LANES_MIN = 8
+# Lanes of the tight bound (the k-th largest lane maximum), for top_k ≤ 16: two AVX-512 vectors.
+LANES_TIGHT = 16
+LANES_MAX = 64
 # Candidate lists longer than this (exact ties) are ranked by a merge sort rather than by k scans.
 SCAN_MAX = 64
 
 
 @njit(nogil=True, cache=True, fastmath=True)
-def _importance_and_bounds(a, L_t, d, lanes, hi, lo, imp):
-    """imp[:d] ← a ⊙ L_t, and (τ⁺, τ⁻): at least ``lanes`` entries of imp are ≥ τ⁺ and as many ≤ τ⁻.
+def _kth_largest(x, n, k):
+    """The k-th largest of x[:n] (1 ≤ k ≤ n): the smallest entry with fewer than k entries above it.
 
-    τ⁺ is the smallest of the lane maxima when the row is dealt round-robin into ``lanes`` lanes,
-    in the same vectorised pass that scales the row (no sort: a running top-k mispredicts a branch
-    per insertion, several times the pass on rows of ~100). Rows shorter than two lanes' worth are
-    taken whole (±inf).
+    n² branch-free compares on a few lane maxima: cheaper than a sort (or an allocation) at n = 16."""
+    tau = np.inf
+    for a in range(n):
+        xa = x[a]
+        c = 0
+        for b in range(n):
+            c += x[b] > xa
+        tau = min(tau, xa if c < k else np.inf)
+    return tau
+
+
+@njit(nogil=True, cache=True, fastmath=True)
+def _importance_and_bounds(a, L_t, d, lanes, k, hi, lo, imp):
+    """imp[:d] ← a ⊙ L_t, and (τ⁺, τ⁻): at least k entries of imp are ≥ τ⁺ and as many ≤ τ⁻.
+
+    The row is dealt round-robin into ``lanes`` ≥ k lanes in the same vectorised pass that scales it;
+    the lane maxima are distinct entries, so their k-th largest bounds the row's k-th largest from below
+    (likewise the minima). More lanes than k make the bound tight: on ml-100k 16 lanes leave ~14
+    candidates per sign for top-10, the smallest of 10 lane maxima ~25, and the final ranking is
+    quadratic in that count. Rows shorter than two lanes' worth are taken whole (±inf).
     """
     for i in range(d):
         imp[i] = a[i] * L_t[i]
@@ -59,37 +82,55 @@ def _importance_and_bounds(a, L_t, d, lanes, hi, lo, imp):
     for b in range(full, d):
         hi[b - full] = max(hi[b - full], imp[b])
         lo[b - full] = min(lo[b - full], imp[b])
-    tau_hi, tau_lo = hi[0], lo[0]
-    for j in range(1, lanes):
-        tau_hi = min(tau_hi, hi[j])
-        tau_lo = max(tau_lo, lo[j])
-    return tau_hi, tau_lo
+    if k == lanes:  # the smallest lane maximum: O(lanes), for long top_k
+        tau_hi, tau_lo = hi[0], lo[0]
+        for j in range(1, lanes):
+            tau_hi = min(tau_hi, hi[j])
+            tau_lo = max(tau_lo, lo[j])
+        return tau_hi, tau_lo
+    for j in range(lanes):
+        lo[j] = -lo[j]
+    return _kth_largest(hi, lanes, k), -_kth_largest(lo, lanes, k)
 
 
 @njit(nogil=True, cache=True)
 def _best(pos, val, m, k, sign, keep, w):
     """Write to ``keep`` the positions among the m candidates (in position order) of the k largest
-    sign·value, ties by position; returns how many (min(m, k)).
+    sign·value, ties by position; returns how many (min(m, k)), in position order.
 
-    By k scans for the largest remaining (the first of equals, so ties go by position): k·m
-    compare-and-selects on a few dozen candidates, cheaper than a sort that mispredicts every other
-    step or than m² rank counting (measured). Longer lists (many exact ties) take a stable merge sort.
+    A candidate is kept when fewer than k others beat it (larger, or equal and earlier): m² compares
+    without a data-dependent branch, cheaper on the ~14 candidates the bounds leave than k scans for
+    the largest remaining (a mispredicted branch per new maximum) or a sort. Longer lists (many exact
+    ties, or short rows taken whole) take a stable merge sort.
     """
     for a in range(m):  # into a scratch buffer: an allocation per call cost as much as the ranking
         w[a] = sign * val[a]
+    if m <= k:
+        for a in range(m):
+            keep[a] = pos[a]
+        return m
     if m > SCAN_MAX:
         order = np.argsort(-w[:m], kind="mergesort")[:k]
         keep[:len(order)] = pos[:m][np.sort(order)]
         return len(order)
-    n = min(m, k)
-    for b in range(n):
-        best, at = -np.inf, 0
-        for a in range(m):
-            if w[a] > best:
-                best, at = w[a], a
-        keep[b] = pos[at]
-        w[at] = -np.inf  # taken; every candidate's sign·value is > 0
+    n = 0
+    for a in range(m):
+        wa = w[a]
+        c = 0
+        for b in range(a):
+            c += w[b] >= wa
+        for b in range(a + 1, m):
+            c += w[b] > wa
+        keep[n] = pos[a]
+        n += c < k
     return n
+
+
+@njit(nogil=True, cache=True)
+def _block_targets(d):
+    """Targets per BLAS product for a history of d rows: SCORE_BLOCK scores, but at least
+    MIN_BLOCK_TARGETS, under which a (t × r)·(r × d) product runs at half rate or less."""
+    return max(MIN_BLOCK_TARGETS, SCORE_BLOCK // max(d, 1))
 
 
 @njit(nogil=True, cache=True)
@@ -111,24 +152,29 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
     """
     r = F_hist.shape[1]
     n_groups = hist_ptr.shape[0] - 1
-    d_max = t_max = 0
+    d_max = t_max = l_max = 0
     for g in range(n_groups):
         d = hist_ptr[g + 1] - hist_ptr[g]
         d_max = max(d_max, d)
-        t_max = max(t_max, min(tgt_ptr[g + 1] - tgt_ptr[g], max(1, SCORE_BLOCK // max(d, 1))))
+        nq = min(tgt_ptr[g + 1] - tgt_ptr[g], _block_targets(d))
+        t_max = max(t_max, nq)
+        l_max = max(l_max, nq * d)
     H = np.empty((d_max, r))
     a_g = np.empty(d_max)
     imp = np.empty(d_max)
     T = np.empty((t_max, r))
-    L_buf = np.empty(SCORE_BLOCK + d_max)
+    L_buf = np.empty(l_max)
     c_hi = np.empty(d_max + 1, np.int64)  # candidate positions, one spare slot for branch-free appends
     c_lo = np.empty(d_max + 1, np.int64)
     val = np.empty(d_max + 1)
     w = np.empty(d_max + 1)
     keep = np.empty(top_k, np.int64)
-    lanes = max(top_k, LANES_MIN)
-    lane_hi = np.empty(lanes)
-    lane_lo = np.empty(lanes)
+    lanes_few = max(top_k, LANES_MIN)  # rows too short for the tight bound's lanes
+    lanes_many = max(LANES_TIGHT, (3 * top_k // 2 + 7) // 8 * 8)  # ~1.5·top_k lanes, whole vectors
+    if lanes_many > LANES_MAX:  # its k-th largest costs lanes² per row: beyond this, the smallest of top_k
+        lanes_many = lanes_few
+    lane_hi = np.empty(lanes_many)
+    lane_lo = np.empty(lanes_many)
     n_out = 0
     for g in range(n_groups):
         h0, d = hist_ptr[g], hist_ptr[g + 1] - hist_ptr[g]
@@ -138,7 +184,7 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
             a_g[i] = alpha[hist[h0 + i]]
             H[i, :] = F_hist[hist_row[h0 + i]]
         k = min(top_k, d)
-        step = max(1, SCORE_BLOCK // d)
+        step = _block_targets(d)
         for q0 in range(tgt_ptr[g], tgt_ptr[g + 1], step):
             nq = min(step, tgt_ptr[g + 1] - q0)
             for j in range(nq):
@@ -147,7 +193,8 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
             np.dot(T[:nq], H[:d].T, L)
             for j in range(nq):
                 L_t = L[j]
-                tau_hi, tau_lo = _importance_and_bounds(a_g, L_t, d, lanes, lane_hi, lane_lo, imp)
+                lanes = lanes_many if d >= 2 * lanes_many else lanes_few
+                tau_hi, tau_lo = _importance_and_bounds(a_g, L_t, d, lanes, k, lane_hi, lane_lo, imp)
                 row = imp[:d]
                 m_hi = m_lo = 0
                 for i in range(d):  # branch-free appends: most entries are not candidates
@@ -161,9 +208,8 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
                     n = 0
                     for a in range(m):  # only positives (negatives) qualify; zeros never (numpy: nor |v| < 1.4e-45)
                         v = row[cand[a]]
-                        if sign * v > 0.0:
-                            cand[n], val[n] = cand[a], v
-                            n += 1
+                        cand[n], val[n] = cand[a], v
+                        n += sign * v > 0.0
                     for b in range(_best(cand, val, n, k, sign, keep, w)):
                         i = keep[b]
                         out_target[n_out] = tgt[q0 + j]
