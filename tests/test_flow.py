@@ -108,6 +108,28 @@ def test_refresh_with_supplied_targets_and_cli_explain(dataset, tmp_path, capsys
     # a pair the run did not explain is a named error, not an empty printout
     assert main(["explain", "--run", str(out), "--user", "u001", "--item", "i004", "--dataset", str(dataset)]) == 2
     assert "--user u001 --item i004: not explained in" in capsys.readouterr().err
+    assert main(["explain", "--run", str(out), "--user", "u999", "--item", "i003", "--dataset", str(dataset)]) == 2
+    assert "unknown to the dataset, e.g. ['u999']" in capsys.readouterr().err
+
+
+def test_explain_reads_the_run_and_the_catalogue_never_the_interactions(dataset, tmp_path, capsys, monkeypatch):
+    """Showing one explanation (and the example a refresh prints) filters the run's files and reads the
+    user and item tables only: at 50M, loading the interactions for it was the CLI process's largest peak."""
+    from dxplain.io import interactions as io_interactions
+
+    out = tmp_path / "out"
+    assert main(["refresh", "--dataset", str(dataset), "--out", str(out), "--top-k", "3", "--k", "4", "--lam", "5e-3",
+                 "--in-memory"]) == 0
+    first = runs.open_run(runs.resolve_run(out)).head(1).to_pylist()[0]
+    capsys.readouterr()
+
+    def no_interactions(*args, **kwargs):
+        raise AssertionError("the interactions were read")
+
+    monkeypatch.setattr(io_interactions, "interactions_from_table", no_interactions)
+    assert main(["explain", "--run", str(out), "--user", str(first["user"]), "--item", str(first["item"]),
+                 "--dataset", str(dataset)]) == 0
+    assert f"Why user {first['user']} gets" in capsys.readouterr().out
 
 
 def test_cli_refuses_unknown_target_ids_and_publishes_nothing(dataset, tmp_path, capsys):

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..config import Settings
 from ..errors import InputError
 from ..io.atomic import is_local
-from ..io.interactions import Dataset, read_dataset
+from ..io.interactions import Dataset, read_catalogue, read_dataset
 from . import movielens
 
 log = logging.getLogger(__name__)
@@ -75,3 +75,17 @@ def resolve_dataset(name_or_path: str, settings: Settings | None = None, fetch: 
         raw_folder = fetch_movielens(settings)
     log.info("preparing %s from %s into %s", name, raw_folder, prepared)
     return movielens.prepare(raw_folder, prepared)
+
+
+def resolve_catalogue(name_or_path: str, settings: Settings | None = None):
+    """The (users, items) tables of a dataset by name or path, without its interactions (``read_catalogue``).
+
+    A named dataset not prepared yet is prepared first (small: the named ones are MovieLens)."""
+    settings = settings or Settings.from_env()
+    name = ALIASES.get(name_or_path.lower())
+    if name is None:
+        return read_catalogue(name_or_path if not is_local(name_or_path) else Path(name_or_path))
+    prepared = Path(settings.data_home) / "datasets" / name
+    if not (prepared / "interactions.parquet").exists():
+        resolve_dataset(name_or_path, settings, fetch=False)
+    return read_catalogue(prepared)

@@ -225,6 +225,17 @@ def read_dataset(path: Location, columns: dict[str, str] | None = None) -> Datas
     return Dataset(inter, pa.table({"id": user_ids}), pa.table({"id": item_ids}), PurePosixPath(p).stem)
 
 
+def read_catalogue(path: Location) -> tuple[pa.Table | None, pa.Table | None]:
+    """The user and item tables of a prepared dataset folder (ids in sorted order, titles and features),
+    without reading its interactions: what showing one explanation needs, O(users + items). A bare
+    interactions file has none: (None, None)."""
+    fs, p = filesystem(path)
+    if not (fs.isdir(p) and fs.exists(f"{p}/interactions.parquet")):
+        return None, None
+    return tuple(read_table(join(path, f"{what}.parquet")) if fs.exists(f"{p}/{what}.parquet") else None
+                 for what in ("users", "items"))
+
+
 def read_targets(path: Location, data: Interactions):
     """A Parquet/CSV list of (user, item) to explain, in original ids; unknown ids are an error."""
     table = read_table(path)
