@@ -121,6 +121,8 @@ def test_explain_reads_the_run_and_the_catalogue_never_the_interactions(dataset,
     assert main(["refresh", "--dataset", str(dataset), "--out", str(out), "--top-k", "3", "--k", "4", "--lam", "5e-3",
                  "--in-memory"]) == 0
     first = runs.open_run(runs.resolve_run(out)).head(1).to_pylist()[0]
+    # the example the CLI prints is the run's first row, read from one row group's id columns
+    assert runs.first_target(runs.resolve_run(out)) == {"user": first["user"], "item": first["item"]}
     capsys.readouterr()
 
     def no_interactions(*args, **kwargs):

@@ -19,9 +19,8 @@ def cmd_refresh(a) -> int:
     from ..io import runs
     from .explain import print_explanation
 
-    table = runs.open_run(summary["run"]).head(1)
-    if table.num_rows:
-        first = table.to_pylist()[0]
+    first = runs.first_target(summary["run"])
+    if first is not None:
         print(f"\nExample — dxplain explain --run {summary['run']} --user {first['user']} --item {first['item']}\n")
         print_explanation(summary["run"], str(first["user"]), str(first["item"]), a.dataset, limit=5)
     return 0
