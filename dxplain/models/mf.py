@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.optimize import minimize
 
 from ..interactions import Interactions
@@ -64,12 +65,17 @@ MFModel = FactorModel  # the squared-loss model's factors: the common base, unde
 
 
 class HalfSteps:
-    """The two ALS half-steps: every user's ridge solve given V, every item's given U."""
+    """The two ALS half-steps (every user's ridge solve given V, every item's given U), and the passes over
+    D that training measures itself with: Σ r² and the gradient."""
 
     def users(self, V: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
     def items(self, U: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def gradient(self, U: np.ndarray, V: np.ndarray, lam: float) -> tuple[float, np.ndarray, np.ndarray]:
+        """(Σ r², ∇_U f, ∇_V f) at (U, V), r = y − μ − ⟨U_i, V_j⟩ over D."""
         raise NotImplementedError
 
 
@@ -87,12 +93,19 @@ class LocalHalfSteps(HalfSteps):
     def __init__(self, data: Interactions, mu: float, ridge: float):
         self.views = {side: csr_view(data, data.rating - mu, side) for side in ("user", "item")}
         self.ridge = ridge
+        self.P = als.Pattern(data.user, data.item, data.user_indptr, data.n_users, data.n_items)
+        self.y = self.views["user"][2]
 
     def users(self, V):
         return als.ridge_solve_rows(*self.views["user"], V, self.ridge)
 
     def items(self, U):
         return als.ridge_solve_rows(*self.views["item"], U, self.ridge)
+
+    def gradient(self, U, V, lam):
+        r = self.y - als.pattern_scores(U, V, self.P)
+        gU, gV = als.gradient(U, V, self.P, self.y, lam, r=r)
+        return float(r @ r), gU, gV
 
 
 def _load_part(parts, side: str, p: int, mu: float):
@@ -113,6 +126,17 @@ def _solve_part(part, F, ridge):
     return als.ridge_solve_rows(indptr, cols, y, F, ridge)
 
 
+def _gradient_part(part, a: int, F_rows, F_cols, n: int, lam: float) -> tuple[np.ndarray, float]:
+    """One part's rows of the gradient (users' rows of ∇_U f from a by-user part, items' of ∇_V f from a
+    by-item part: each row's whole sum is in its part) and the part's Σ r²."""
+    indptr, cols, y = part
+    b = a + len(indptr) - 1
+    rows = np.repeat(np.arange(b - a), np.diff(indptr))
+    r = y - als.pattern_scores(F_rows[a:b], F_cols, als.Pattern(rows, cols, indptr, b - a, len(F_cols)))
+    R = sp.csr_array((r, cols, indptr), shape=(b - a, len(F_cols)))
+    return -(2.0 / n) * (R @ F_cols) + lam * F_rows[a:b], float(r @ r)
+
+
 class PartHalfSteps(HalfSteps):
     """Half-steps mapped over the partitioned interactions, one task per part.
 
@@ -125,10 +149,10 @@ class PartHalfSteps(HalfSteps):
     def __init__(self, mapper, parts, data: Interactions, mu: float, ridge: float):
         if parts.n_interactions != len(data):
             raise ValueError(f"the parts hold {parts.n_interactions} interactions, the data {len(data)}")
-        self.mapper, self.ridge = mapper, ridge
-        cuts = {"user": parts.user_cuts, "item": parts.item_cuts}
-        self.parts = {side: mapper.persist(_load_part, [(parts, side, p, mu) for p in range(len(cuts[side]) - 1)],
-                                           name=f"als-load-{side}") for side in cuts}
+        self.mapper, self.ridge, self.n = mapper, ridge, len(data)
+        self.cuts = {"user": parts.user_cuts, "item": parts.item_cuts}
+        self.parts = {side: mapper.persist(_load_part, [(parts, side, p, mu) for p in range(len(cuts) - 1)],
+                                           name=f"als-load-{side}") for side, cuts in self.cuts.items()}
 
     def _half(self, side: str, F: np.ndarray) -> np.ndarray:
         # To one worker every half-step; the others fetch it from their peer (see ``distributed.cluster.scatter``).
@@ -141,6 +165,19 @@ class PartHalfSteps(HalfSteps):
 
     def items(self, U):
         return self._half("item", U)
+
+    def gradient(self, U, V, lam):
+        """Both sides' tasks in one map: ∇_U f from the by-user parts, ∇_V f from the by-item parts, Σ r² from
+        the former; the flow's process holds O(users + items) of it."""
+        U_h, V_h = self.mapper.put(U), self.mapper.put(V)
+        side_of = [(side, p, int(a)) for side in ("user", "item")
+                   for p, a in zip(self.parts[side], self.cuts[side][:-1])]
+        out = self.mapper.map(_gradient_part, [(p, a, *((U_h, V_h) if side == "user" else (V_h, U_h)), self.n, lam)
+                                               for side, p, a in side_of], name="als-gradient")
+        n_user = len(self.parts["user"])
+        gU = np.vstack([g for g, _ in out[:n_user]])
+        gV = np.vstack([g for g, _ in out[n_user:]])
+        return sum(rss for _, rss in out[:n_user]), gU, gV
 
 
 @dataclass
@@ -183,16 +220,13 @@ class ALSMF:
         is stationary given U to rounding.
         """
         t0 = time.perf_counter()
-        u, i = data.user, data.item
         mu = float(data.rating.mean())
-        y = data.rating - mu
-        n = len(y)
+        n = len(data)
         lam = self.lam if self.lam is not None else default_lam(n)
         ridge = lam * n / 2.0
         rng = np.random.default_rng(self.seed)
         U = rng.normal(scale=0.1, size=(data.n_users, self.k)) if init is None else init[0].copy()
         V = rng.normal(scale=0.1, size=(data.n_items, self.k)) if init is None else init[1].copy()
-        P = als.Pattern(u, i, data.user_indptr, data.n_users, data.n_items)
         half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge)
         state = {"gnorm": np.inf, "bound": None, "objective": np.inf}  # at the last accepted (U, V)
         history, images, residuals, done, sweeps = [], [], [], False, 0
@@ -201,7 +235,7 @@ class ALSMF:
             U_new = half_steps.users(X)
             V_new = half_steps.items(U_new)
             trial = {}
-            done = self._measure(U_new, V_new, P, y, lam, trial)
+            done = self._measure(U_new, V_new, half_steps, n, lam, trial)
             progress.update("train: ALS sweeps", sweeps, self.max_sweeps, f"‖∇f‖={trial['gnorm']:.1e}")
             if images and trial["objective"] > state["objective"] + UPHILL_SLACK * abs(state["objective"]):
                 # The combination went uphill (plain ALS never does): it may be heading for a saddle such
@@ -219,11 +253,13 @@ class ALSMF:
                 images, residuals = images[-self.anderson:] + [V.ravel()], residuals[-self.anderson:] + [(V - X).ravel()]
             X = anderson.extrapolate(images, residuals).reshape(V.shape) if self.anderson else V
         if not history:  # no sweep, or none accepted: measure where we are
-            done = self._measure(U, V, P, y, lam, state)
+            done = self._measure(U, V, half_steps, n, lam, state)
         newton = 0
         if not done and self.polish_iters > 0:
-            U, V, _, newton = self._polish(U, V, P, y, lam)
-            self._measure(U, V, P, y, lam, state)
+            # The polish's passes over D run here, on the whole table (the sweeps' run where the half-steps do).
+            P = als.Pattern(data.user, data.item, data.user_indptr, data.n_users, data.n_items)
+            U, V, _, newton = self._polish(U, V, P, data.rating - mu, lam)
+            self._measure(U, V, half_steps, n, lam, state)
         gnorm, bound = state["gnorm"], state["bound"]
         log.info("ALS-MF k=%d λ=%g: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, identity bound %s, %.1fs",
                  self.k, lam, sweeps, newton, gnorm, bound, time.perf_counter() - t0)
@@ -242,11 +278,11 @@ class ALSMF:
             return max(bound.values()) <= self.identity_tol
         return model.grad_norm is not None and model.grad_norm <= self.tol
 
-    def _measure(self, U, V, P, y, lam, state: dict) -> bool:
-        """f, ‖∇f‖ (and the identity bound, when asked for) into ``state``; whether the stopping rule holds."""
-        r = y - als.pattern_scores(U, V, P)
-        state["objective"] = float(r @ r / len(y) + 0.5 * lam * (np.sum(U * U) + np.sum(V * V)))
-        gU, gV = als.gradient(U, V, P, y, lam, r=r)
+    def _measure(self, U, V, half_steps: HalfSteps, n: int, lam, state: dict) -> bool:
+        """f, ‖∇f‖ (and the identity bound, when asked for) into ``state``; whether the stopping rule holds.
+        The passes over D are the half-steps' (``HalfSteps.gradient``): over the parts, on the workers."""
+        rss, gU, gV = half_steps.gradient(U, V, lam)
+        state["objective"] = float(rss / n + 0.5 * lam * (np.sum(U * U) + np.sum(V * V)))
         state["gnorm"] = float(np.sqrt(np.sum(gU * gU) + np.sum(gV * gV)))
         state["bound"] = None
         if self.identity_tol is None:
