@@ -201,6 +201,13 @@ def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
         np.testing.assert_allclose(got[2], want[2], rtol=1e-10, atol=1e-14)
 
 
+def test_job_from_model_on_the_cluster_equals_the_whole_table(client, tmp_path):
+    from test_partitions import _job_from_model_equals_create
+
+    d = random_interactions(110, 80, 0.2, seed=24)
+    _job_from_model_equals_create(d, ALSMF(k=5, lam=3e-3).fit(d), tmp_path, DaskMapper(client))
+
+
 def test_worker_killed_mid_training_loses_nothing(tmp_path):
     """SIGKILL a worker between sweeps: its parts are re-read from storage elsewhere; the model is unchanged."""
     import os

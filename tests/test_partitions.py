@@ -231,3 +231,34 @@ def test_shard_count_keeps_each_shards_output_under_its_budget(fitted):
     assert shard_count(2, d, n_targets=5_000_000, top_k=10, rows_per_shard=10**9) == 8
     every = len(d) / d.n_users + len(d) / d.n_items  # top_k = 0 keeps whole histories and rater lists
     assert shard_count(1, d, n_targets=10**6, top_k=0) == int(np.ceil(10**6 * every / 8_000_000))
+
+
+def _job_from_model_equals_create(d, m, root, mapper):
+    """``RefreshJob.from_model`` (α and B by tasks over the parts) against ``create`` (from the whole table)."""
+    pre = Preprocessed.from_model(m, d)
+    job = RefreshJob.from_model(m, write_partitions(root, d, 150), mapper, d.item_degree(), top_n=5, top_k=3)
+    assert len(job.parts.user_cuts) > 3 and len(job.parts.item_cuts) > 3
+    np.testing.assert_allclose(job.parts.read_users(0, d.n_users).alpha, pre.alpha, rtol=1e-12, atol=1e-15)
+    for p in range(len(job.parts.item_cuts) - 1):  # the by-item parts' α too, row by row
+        part = job.parts.read_items(p)
+        key = part.data.user.astype(np.int64) * d.n_items + part.data.item
+        at = np.searchsorted(d.user.astype(np.int64) * d.n_items + d.item, key)
+        np.testing.assert_allclose(part.alpha, pre.alpha[at], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(job.pre.B, pre.B, rtol=1e-10, atol=1e-14)
+    assert job.pre.Ut is not None and np.array_equal(job.pre.Ut, pre.Ut) and np.array_equal(job.pre.Vt, pre.Vt)
+    assert job.pre.alpha is None and job.pre.A is None
+    return job
+
+
+def test_job_from_model_computes_alpha_and_b_on_the_parts_as_the_whole_table_does(fitted, tmp_path, monkeypatch):
+    d, _ = fitted
+    m = ALSMF(k=5, lam=3e-3).fit(d)
+    _job_from_model_equals_create(d, m, tmp_path, LocalMapper())
+    written = []
+    real = partitions._write
+    monkeypatch.setattr(partitions, "_write", lambda loc, *a: (written.append(loc), real(loc, *a)))
+    _job_from_model_equals_create(d, m, tmp_path, LocalMapper())
+    assert written == []  # the same model on the same data: α reused, B recomputed
+    m2 = ALSMF(k=5, lam=3e-3, seed=1).fit(d)  # another model: every α part rewritten, then the index
+    _job_from_model_equals_create(d, m2, tmp_path, LocalMapper())
+    assert written and all("alpha" in str(loc) for loc in written)

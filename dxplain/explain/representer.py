@@ -77,6 +77,24 @@ def _group_targets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return uniq, order, np.concatenate([[0], np.cumsum(counts)])
 
 
+def balanced_factors(model: FactorModel) -> tuple[np.ndarray, np.ndarray]:
+    """(Ũ, Ṽ) = (U T_U, V T_V) with ŨᵀŨ = ṼᵀṼ and ŨṼᵀ = UVᵀ (``kernels.representer.balance_transforms``)."""
+    T_U, T_V = K.balance_transforms(model.U, model.V)
+    return model.U @ T_U, model.V @ T_V
+
+
+def global_importance_of(model: FactorModel, data: Interactions, n_train: int) -> np.ndarray:
+    """α = −c·ℓ′/(λ|D|) of the rows of ``data`` (the whole training table, or one part of it: α of a row
+    depends on that row only), |D| = ``n_train``."""
+    s = pair_scores(model.U, model.V, data.user.astype(np.intp), data.item.astype(np.intp))
+    return K.global_importance(loss_residual(model, data, s), model.lam, n_train)
+
+
+def item_embedding_rows(alpha: np.ndarray, data: Interactions, lo: int, hi: int, Ut: np.ndarray) -> np.ndarray:
+    """Rows lo:hi of B (B_j = Σ_{i:(i,j)∈D} α_ij Ũ_i) from ``data`` holding every rater of items lo:hi."""
+    return sp.csr_array((alpha, (data.item - lo, data.user)), shape=(hi - lo, len(Ut))) @ Ut
+
+
 @dataclass
 class Preprocessed:
     """What every shard needs, computed once: balanced factors, α, and the representer embeddings."""
@@ -93,10 +111,8 @@ class Preprocessed:
     def from_model(cls, model: FactorModel, data: Interactions) -> "Preprocessed":
         """Balanced factors and α = −c·ℓ′/(λ|D|) from the model's own loss (refused if unknown)."""
         check_explainable(model, data)
-        T_U, T_V = K.balance_transforms(model.U, model.V)
-        Ut, Vt = model.U @ T_U, model.V @ T_V
-        s = pair_scores(model.U, model.V, data.user.astype(np.intp), data.item.astype(np.intp))
-        alpha = K.global_importance(loss_residual(model, data, s), model.lam, len(data))
+        Ut, Vt = balanced_factors(model)
+        alpha = global_importance_of(model, data, len(data))
         A = data.by_user(alpha) @ Vt  # one sparse pass each; at the optimum A = Ũ and B = Ṽ
         B = data.by_item(alpha) @ Ut
         return cls(Ut, Vt, alpha, model.mu, A, B, model.loss)

@@ -16,7 +16,7 @@ from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
 from ..errors import DegenerateError
-from ..explain.representer import PREDICTION, Preprocessed
+from ..explain.representer import PREDICTION, check_explainable
 from ..io import runs
 from ..io.interactions import read_targets
 from ..models.mf import DEFAULT_K
@@ -35,15 +35,15 @@ CONSTRAINTS = {
 
 
 @task(cache_policy=NO_CACHE)
-def preprocess(m, data, parts, top_n: int, top_k: int, targets) -> RefreshJob:
-    """Balanced factors and α; α written beside the parts for the shards to read."""
+def preprocess(m, data, parts, top_n: int, top_k: int, targets, mapper) -> RefreshJob:
+    """Balanced factors here; α and B by tasks over the parts, α written beside them for the shards to read."""
     logger = get_run_logger()
     if m.lam is None:
         logger.warning("the model has no λ (imported factors): global importance omits the factor "
                        "1/(λ|D|), so importances are relative — their ranking and signs are unchanged, "
                        "but they do not sum to the score")
-    return RefreshJob.create(data, Preprocessed.from_model(m, data), parts, top_n=top_n, top_k=top_k,
-                             targets=targets)
+    check_explainable(m, data)
+    return RefreshJob.from_model(m, parts, mapper, data.item_degree(), top_n=top_n, top_k=top_k, targets=targets)
 
 
 @task(cache_policy=NO_CACHE)
@@ -154,7 +154,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             m, model_path = train_or_load(ds.name, data, model, settings.out, k, lam, seed, mapper, parts, budget,
                                           implicit, neg_weight, fidelity_tol=tol)
         with stage(seconds, "preprocess"):
-            job = preprocess(m, data, parts, top_n, top_k, supplied)
+            job = preprocess(m, data, parts, top_n, top_k, supplied, mapper)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
         plan = {"data": data.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
                 "top_n": top_n, "top_k": top_k, "shards": n_shards,

@@ -77,6 +77,10 @@ class Partitions:
         item = t["item"].to_numpy()
         return self._part(t, (item >= lo) & (item < hi))  # rows are in (user, item) order, not by item
 
+    def read_part(self, side: str, p: int) -> Part:
+        """Part p of one side (``user`` or ``item``), its rows in file order (the order its α is written in)."""
+        return self._part(self._read(side, p), slice(None))
+
     def _read(self, side: str, p: int) -> pa.Table:
         t = _read_table(join(self.root, side, _name(p)))
         if self.with_alpha:
@@ -139,6 +143,27 @@ def write_alpha(parts: Partitions, data: Interactions, alpha: np.ndarray, key: s
     if _reusable(join(root, "index.json"), key) is None:
         _write_parts(root, data, parts.user_cuts, parts.item_cuts, lambda rows: {"alpha": alpha[rows]})
         write_text_atomic(join(root, "index.json"), json.dumps({"key": key}))
+    return dataclasses.replace(parts, with_alpha=True)
+
+
+def alpha_reusable(parts: Partitions, key: str) -> bool:
+    """Whether the α beside ``parts`` is complete and was written for ``key`` (a stale index is removed)."""
+    return _reusable(join(parts.root, "alpha", "index.json"), key) is not None
+
+
+def write_alpha_part(parts: Partitions, side: str, p: int, alpha: np.ndarray) -> None:
+    """α of part p of one side, in the part's row order (``Partitions.read_part``); written atomically by
+    the task that computed it. ``finish_alpha`` vouches for the set once every part is written."""
+    if parts.with_alpha:
+        raise ValueError("write α parts before finish_alpha, into a store read without α")
+    fs, path = filesystem(join(parts.root, "alpha", side))
+    fs.makedirs(path, exist_ok=True)
+    _write(join(parts.root, "alpha", side, _name(p)), {"alpha": alpha})
+
+
+def finish_alpha(parts: Partitions, key: str) -> Partitions:
+    """Write the α index (last: its presence means every α part of ``key`` is there); parts that read α."""
+    write_text_atomic(join(parts.root, "alpha", "index.json"), json.dumps({"key": key}))
     return dataclasses.replace(parts, with_alpha=True)
 
 

@@ -17,6 +17,7 @@ process or on Dask, the same tasks in the same batches, so both write the same b
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -25,11 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..explain.representer import Preprocessed, RepresenterExplainer, attribution_rows, fidelity
+from ..explain.representer import (Preprocessed, RepresenterExplainer, attribution_rows, balanced_factors, fidelity,
+                                   global_importance_of, item_embedding_rows)
 from ..explain.targets import recommend
 from ..interactions import Interactions, Targets
 from ..io import runs
-from ..io.partitions import Part, Partitions, write_alpha
+from ..io.partitions import Part, Partitions, alpha_reusable, finish_alpha, write_alpha, write_alpha_part
 from .. import progress
 from ..mapper import Mapper
 from .plan import item_blocks, pass_stats, shard_items, user_side_tasks
@@ -68,6 +70,48 @@ class RefreshJob:
         key = f"{data.fingerprint()}-{hashlib.sha256(np.ascontiguousarray(pre.alpha).tobytes()).hexdigest()[:16]}"
         parts = write_alpha(parts, data, pre.alpha, key)
         return cls(parts, pre.factors(), data.item_degree(), top_n, top_k, targets)
+
+    @classmethod
+    def from_model(cls, model, parts: Partitions, mapper: Mapper, item_degree: np.ndarray, top_n: int = 10,
+                   top_k: int = 10, targets: Targets | None = None) -> "RefreshJob":
+        """``create`` with α and B computed where the parts are: one task per part computes α of its rows
+        and writes it beside them, and an item part's task also returns its items' rows of B. This
+        process holds Ũ, Ṽ and B, O(users + items); the same α and B as ``Preprocessed.from_model``."""
+        Ut, Vt = balanced_factors(model)
+        key = model_key(model)
+        write = not alpha_reusable(parts, key)  # the same model on the same data: α is already there
+        model_h, Ut_h = mapper.put(model), mapper.put(Ut)
+        tasks = [(model_h, parts, side, p, write, Ut_h) for side, cuts in (("user", parts.user_cuts), ("item", parts.item_cuts))
+                 for p in range(len(cuts) - 1)]
+        out = mapper.map(alpha_part, tasks, name="alpha")
+        if write:
+            parts = finish_alpha(parts, key)
+        else:
+            parts = dataclasses.replace(parts, with_alpha=True)
+        B = np.vstack([b for b in out if b is not None])
+        return cls(parts, Preprocessed(Ut, Vt, None, model.mu, None, B, model.loss), item_degree, top_n, top_k, targets)
+
+
+def model_key(model) -> str:
+    """What α depends on besides the data (whose parts live in a store of their own): the factors, μ, λ,
+    |D|, the loss and its negative weight."""
+    h = hashlib.sha256()
+    for a in (model.U, model.V):
+        h.update(np.ascontiguousarray(a, np.float64).tobytes())
+    h.update(repr((model.mu, model.lam, model.n_train, model.loss, getattr(model, "neg_weight", None))).encode())
+    return h.hexdigest()[:16]
+
+
+def alpha_part(model, parts: Partitions, side: str, p: int, write: bool, Ut: np.ndarray) -> np.ndarray | None:
+    """α of part p's rows (written beside it when ``write``); for an item part, its items' rows of B."""
+    part = parts.read_part(side, p)
+    alpha = global_importance_of(model, part.data, parts.n_interactions)
+    if write:
+        write_alpha_part(parts, side, p, alpha)
+    if side == "user":
+        return None
+    lo, hi = parts.item_range(p)
+    return item_embedding_rows(alpha, part.data, lo, hi, Ut)
 
 
 def shard_targets(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> Targets:
