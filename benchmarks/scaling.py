@@ -135,6 +135,8 @@ def record(n_asked: int, mode: str, s: dict, data_info: dict) -> dict:
         "grad_norm": s["grad_norm"], "fidelity_max_rel_error_item": s["fidelity_max_rel_error"]["item"],
         "fidelity_median_rel_error_item": s["fidelity_median_rel_error"]["item"],
         "fidelity_median_rel_error_user": s["fidelity_median_rel_error"]["user"],
+        **{f"fidelity_p99_rel_error_below_{side}": s.get("fidelity_p99_rel_error_below", {}).get(side)
+           for side in ("item", "user")},
     }
 
 

@@ -262,3 +262,16 @@ def test_job_from_model_computes_alpha_and_b_on_the_parts_as_the_whole_table_doe
     m2 = ALSMF(k=5, lam=3e-3, seed=1).fit(d)  # another model: every α part rewritten, then the index
     _job_from_model_equals_create(d, m2, tmp_path, LocalMapper())
     assert written and all("alpha" in str(loc) for loc in written)
+
+
+def test_p99_bound_from_the_shards_decade_counts_holds_the_true_quantile():
+    from dxplain.explain.representer import decade_counts
+
+    rng = np.random.default_rng(3)
+    rel = 10.0 ** rng.uniform(-12, -2, 1001)
+    shards = [decade_counts(rel[:400]), decade_counts(rel[400:])]
+    bound = plan.quantile_bound(shards, 0.99)
+    p99 = np.quantile(rel, 0.99, method="inverted_cdf")
+    assert bound / 10 <= p99 < bound
+    assert plan.quantile_bound([{}, {}], 0.99) is None
+    assert plan.quantile_bound([decade_counts(np.array([1e-9, 500.0]))], 0.99) == float("inf")  # the open last decade

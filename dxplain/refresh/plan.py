@@ -153,4 +153,27 @@ def summarize(entries: list[dict], passes: dict | None = None) -> dict:
                                    for s in ("item", "user")},
         "fidelity_median_rel_error": {s: float(np.median([e[f"median_rel_error_{s}"] for e in measured]))
                                       if measured else None for s in ("item", "user")},
+        "fidelity_p99_rel_error_below": {s: quantile_bound([e.get(f"rel_error_decades_{s}", {}) for e in measured], 0.99)
+                                         for s in ("item", "user")},
     }
+
+
+def quantile_bound(decades: list[dict[str, int]], q: float) -> float | None:
+    """An upper bound on the q-quantile of the targets' relative error from their counts per decade
+    (``explain.representer.decade_counts``, added up over shards): 10^(e+1) for the decade e that holds
+    it (inf for the last, open decade); None without targets. Exact as a bound, coarse by a decade."""
+    from ..explain.representer import ERROR_DECADES
+
+    counts = {}
+    for d in decades:
+        for e, c in d.items():
+            counts[int(e)] = counts.get(int(e), 0) + c
+    total = sum(counts.values())
+    if total == 0:
+        return None
+    seen = 0
+    for e in sorted(counts):
+        seen += counts[e]
+        if seen >= q * total:
+            return float("inf") if e >= ERROR_DECADES[-1] else 10.0 ** (e + 1)
+    return float("inf")
