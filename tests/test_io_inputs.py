@@ -131,3 +131,14 @@ def test_an_existing_out_is_replaced_only_with_force(argv, tmp_path, capsys):
     assert "already exists; pass --force" in err and (out / "keep.txt").read_text() == "mine"
     if argv[0] == "datasets":
         assert main(args + ["--force"]) == 0 and read_dataset(out).interactions.n_users == 3
+
+
+def test_rows_are_sorted_by_user_and_item_with_their_rating_and_timestamp():
+    from dxplain.io.interactions import interactions_from_table
+
+    table = pa.table({"user": ["b", "a", "b", "a"], "item": [2, 3, 1, 1], "rating": [1.0, 2.0, 3.0, 4.0],
+                      "timestamp": [10, 20, 30, 40]})
+    d, user_ids, item_ids = interactions_from_table(table)
+    assert user_ids.to_pylist() == ["a", "b"] and item_ids.to_pylist() == [1, 2, 3]
+    assert list(zip(d.user.tolist(), d.item.tolist(), d.rating.tolist(), d.timestamp.tolist())) == \
+        [(0, 0, 4.0, 40), (0, 2, 2.0, 20), (1, 0, 3.0, 30), (1, 1, 1.0, 10)]

@@ -167,14 +167,16 @@ def interactions_from_table(table: pa.Table, source: str = "interactions") -> tu
     i = index_of(table.column("item"), item_ids, "item", source)
     key = u.astype(np.int64) * len(item_ids) + i
     order = np.argsort(key, kind="stable")
-    dup = np.flatnonzero(key[order][1:] == key[order][:-1])
+    key = key[order]  # sorted: the (user, item) order Interactions keeps, so no second sort below
+    dup = np.flatnonzero(key[1:] == key[:-1])
+    del key  # one |D|-sized temporary at a time: the load is the flow's largest peak (docs/scaling.md)
     if len(dup):
         row = int(order[dup[0]])
         raise InputError(f"{source}: {len(dup)} duplicate (user, item) pair(s), e.g. user="
                          f"{table.column('user')[row].as_py()!r}, item={table.column('item')[row].as_py()!r}; "
                          "keep one rating per pair (e.g. the latest) before importing")
-    ts = table.column("timestamp").to_numpy() if "timestamp" in table.column_names else None
-    inter = Interactions.from_indices(u, i, y, user_ids, item_ids, ts)
+    ts = table.column("timestamp").to_numpy().astype(np.int64)[order] if "timestamp" in table.column_names else None
+    inter = Interactions(u[order], i[order], y[order], user_ids, item_ids, ts)
     return inter, user_ids, item_ids
 
 
