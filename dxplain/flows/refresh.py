@@ -178,10 +178,12 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     get_run_logger().info(
         "refresh done: %d users, %d targets, %d attributions from %d scored pairs in %.1fs (%s; %d "
         "attributions/s in tasks); "
-        "fidelity max rel. error item %.1e, user %.1e (tol %g); peak RSS MiB %s; LATEST → %s",
+        "fidelity rel. error item median %.1e, p99 < %.0e, max %.1e; user median %.1e, p99 < %.0e, max %.1e "
+        "(tol %g); peak RSS MiB %s; LATEST → %s",
         summary["users"], summary["targets"],
         summary["attributions"], summary["pairs_scored"], summary["seconds"], ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
         summary["attributions_per_second"],
-        *(summary["fidelity_max_rel_error"][side] for side in ("item", "user")), tol,
+        *(summary[f"fidelity_{stat}"][side] for side in ("item", "user")
+          for stat in ("median_rel_error", "p99_rel_error_below", "max_rel_error")), tol,
         {"flow": memory["flow"], "workers": sorted(memory["workers"].values())}, run_dir)
     return summary
