@@ -181,8 +181,8 @@ def test_distributed_als_equals_in_memory_als(client, tmp_path):
 
 
 def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
-    """Training measures itself (Σ r², ∇f, the identity bound) with tasks over the parts: equal to the
-    whole-table pass in this process, in memory and on the cluster, at an arbitrary (U, V)."""
+    """Training measures itself (Σ r² and ∇f, from which the identity bound follows) with tasks over the
+    parts: equal to the whole-table pass in this process, in memory and on the cluster, at an arbitrary (U, V)."""
     from dxplain.mapper import LocalMapper
     from dxplain.models.mf import LocalHalfSteps, PartHalfSteps
 

@@ -132,6 +132,9 @@ def test_explain_reads_the_run_and_the_catalogue_never_the_interactions(dataset,
     assert main(["explain", "--run", str(out), "--user", str(first["user"]), "--item", str(first["item"]),
                  "--dataset", str(dataset)]) == 0
     assert f"Why user {first['user']} gets" in capsys.readouterr().out
+    assert main(["explain", "--run", str(out), "--user", str(first["user"]), "--item", str(first["item"]),
+                 "--dataset", str(tmp_path / "no-such-dataset")]) == 2  # a dataset path that is not there is named
+    assert "no-such-dataset" in capsys.readouterr().err
 
 
 def test_cli_refuses_unknown_target_ids_and_publishes_nothing(dataset, tmp_path, capsys):

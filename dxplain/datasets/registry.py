@@ -84,7 +84,10 @@ def resolve_catalogue(name_or_path: str, settings: Settings | None = None):
     settings = settings or Settings.from_env()
     name = ALIASES.get(name_or_path.lower())
     if name is None:
-        return read_catalogue(name_or_path if not is_local(name_or_path) else Path(name_or_path))
+        if not is_local(name_or_path):
+            return read_catalogue(name_or_path)
+        check_dataset(name_or_path)  # a path that is not there is named, as when loading the data
+        return read_catalogue(Path(name_or_path))
     prepared = Path(settings.data_home) / "datasets" / name
     if not (prepared / "interactions.parquet").exists():
         resolve_dataset(name_or_path, settings, fetch=False)

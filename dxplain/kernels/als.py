@@ -142,6 +142,20 @@ def gradient(U, V, P: Pattern, y, lam, r=None) -> tuple[np.ndarray, np.ndarray]:
     return -(2.0 / n) * (R @ V) + lam * U, -(2.0 / n) * (R.T @ U) + lam * V
 
 
+def gradient_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F_rows: np.ndarray, F_cols: np.ndarray,
+                  n: int, lam: float) -> tuple[np.ndarray, float]:
+    """Rows of ``gradient`` from a CSR slice that holds those rows' whole sums, and its Σ r².
+
+    With rows = users (``F_rows`` = U's rows, ``F_cols`` = V) they are ∇_U f's rows, −(2/|D|) R V + λU;
+    with rows = items and columns = users, ∇_V f's. ``n`` = |D| of the whole table.
+    """
+    m = len(indptr) - 1
+    rows = np.repeat(np.arange(m), np.diff(indptr))
+    r = y - pattern_scores(F_rows, F_cols, Pattern(rows, cols, indptr, m, len(F_cols)))
+    R = sp.csr_array((r, cols, indptr), shape=(m, len(F_cols)))
+    return -(2.0 / n) * (R @ F_cols) + lam * F_rows, float(r @ r)
+
+
 def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
     """Bounds (ε_item, ε_user) on the representer identity's relative error, from the gradient (U, V) has.
 

@@ -7,7 +7,7 @@ the top_k largest positive and most negative importances α_i⟨H_i, T_t⟩ with
 1. the group's history rows H are gathered once; its targets go in blocks of ``SCORE_BLOCK`` scores,
    one BLAS product L = T Hᵀ per block (float64, the same local importances as the numpy path's);
 2. per target, one vectorised pass deals the row of importances α ⊙ L_t round-robin into
-   ``lanes`` (16 for top_k ≤ 10) lanes: the lane maxima are distinct entries, so the top_k-th largest
+   ``lanes`` (16 for top_k ≤ 11) lanes: the lane maxima are distinct entries, so the top_k-th largest
    of them has at least top_k entries ≥ it and bounds the row's top_k-th largest from below (likewise
    for the negatives); a second, branch-free pass collects the entries at or beyond the bounds;
 3. the few candidates (~14 per sign on ml-100k) are ranked by their float64 value, ties by history
@@ -28,21 +28,24 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Scores per BLAS product: 32K float64 (256 KB) stay in L2 for the selection passes.
+# Scores per BLAS product: 32K float64 (256 KB) stay in L2 for the selection passes (for histories of
+# up to 1,024 rows; longer ones take MIN_BLOCK_TARGETS rows of scores, up to 32·d floats, for the BLAS rate).
 SCORE_BLOCK = 1 << 15
 # ... yet at least this many targets per product: with one thread, (t × 32)·(32 × 3192) ran at
 # 32 GFLOP/s for t = 10 and 49 for t = 32 (OpenBLAS; long histories, the 5M set's popular items).
 MIN_BLOCK_TARGETS = 32
 # At least this many lanes (a vector's worth), so short top_k still prune.
 LANES_MIN = 8
-# Lanes of the tight bound (the k-th largest lane maximum), for top_k ≤ 16: two AVX-512 vectors.
+# Lanes of the tight bound (the k-th largest lane maximum): at least 16 (two AVX-512 vectors), ~1.5·top_k
+# rounded up to a multiple of 8 above top_k = 11, at most LANES_MAX.
 LANES_TIGHT = 16
 LANES_MAX = 64
-# Candidate lists longer than this (exact ties) are ranked by a merge sort rather than by k scans.
+# Candidate lists longer than this (exact ties, short rows taken whole) are ranked by a merge sort rather
+# than by rank counting (m² compares).
 SCAN_MAX = 64
 
 
-@njit(nogil=True, cache=True, fastmath=True)
+@njit(nogil=True, cache=True)
 def _kth_largest(x, n, k):
     """The k-th largest of x[:n] (1 ≤ k ≤ n): the smallest entry with fewer than k entries above it.
 
@@ -96,7 +99,8 @@ def _importance_and_bounds(a, L_t, d, lanes, k, hi, lo, imp):
 @njit(nogil=True, cache=True)
 def _best(pos, val, m, k, sign, keep, w):
     """Write to ``keep`` the positions among the m candidates (in position order) of the k largest
-    sign·value, ties by position; returns how many (min(m, k)), in position order.
+    sign·value, ties by position; returns how many (min(m, k)), in position order. ``keep`` has room
+    for k + 1: the appends are branch-free, so a candidate that is not kept is written one past the last.
 
     A candidate is kept when fewer than k others beat it (larger, or equal and earlier): m² compares
     without a data-dependent branch, cheaper on the ~14 candidates the bounds leave than k scans for
@@ -168,7 +172,7 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
     c_lo = np.empty(d_max + 1, np.int64)
     val = np.empty(d_max + 1)
     w = np.empty(d_max + 1)
-    keep = np.empty(top_k, np.int64)
+    keep = np.empty(top_k + 1, np.int64)  # one spare slot: _best's branch-free appends write one past k
     lanes_few = max(top_k, LANES_MIN)  # rows too short for the tight bound's lanes
     lanes_many = max(LANES_TIGHT, (3 * top_k // 2 + 7) // 8 * 8)  # ~1.5·top_k lanes, whole vectors
     if lanes_many > LANES_MAX:  # its k-th largest costs lanes² per row: beyond this, the smallest of top_k

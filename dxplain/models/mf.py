@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.optimize import minimize
 
 from ..interactions import Interactions
@@ -130,11 +129,7 @@ def _gradient_part(part, a: int, F_rows, F_cols, n: int, lam: float) -> tuple[np
     """One part's rows of the gradient (users' rows of ∇_U f from a by-user part, items' of ∇_V f from a
     by-item part: each row's whole sum is in its part) and the part's Σ r²."""
     indptr, cols, y = part
-    b = a + len(indptr) - 1
-    rows = np.repeat(np.arange(b - a), np.diff(indptr))
-    r = y - als.pattern_scores(F_rows[a:b], F_cols, als.Pattern(rows, cols, indptr, b - a, len(F_cols)))
-    R = sp.csr_array((r, cols, indptr), shape=(b - a, len(F_cols)))
-    return -(2.0 / n) * (R @ F_cols) + lam * F_rows[a:b], float(r @ r)
+    return als.gradient_rows(indptr, cols, y, F_rows[a:a + len(indptr) - 1], F_cols, n, lam)
 
 
 class PartHalfSteps(HalfSteps):

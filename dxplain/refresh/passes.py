@@ -79,15 +79,14 @@ class RefreshJob:
         process holds Ũ, Ṽ and B, O(users + items); the same α and B as ``Preprocessed.from_model``."""
         Ut, Vt = balanced_factors(model)
         key = model_key(model)
+        parts = dataclasses.replace(parts, with_alpha=False)  # the tasks read the data parts alone
         write = not alpha_reusable(parts, key)  # the same model on the same data: α is already there
         model_h, Ut_h = mapper.put(model), mapper.put(Ut)
-        tasks = [(model_h, parts, side, p, write, Ut_h) for side, cuts in (("user", parts.user_cuts), ("item", parts.item_cuts))
-                 for p in range(len(cuts) - 1)]
+        # B needs every item part; the user parts only when their α is (re)written.
+        sides = (("user", parts.user_cuts), ("item", parts.item_cuts)) if write else (("item", parts.item_cuts),)
+        tasks = [(model_h, parts, side, p, write, Ut_h) for side, cuts in sides for p in range(len(cuts) - 1)]
         out = mapper.map(alpha_part, tasks, name="alpha")
-        if write:
-            parts = finish_alpha(parts, key)
-        else:
-            parts = dataclasses.replace(parts, with_alpha=True)
+        parts = finish_alpha(parts, key) if write else dataclasses.replace(parts, with_alpha=True)
         B = np.vstack([b for b in out if b is not None])
         return cls(parts, Preprocessed(Ut, Vt, None, model.mu, None, B, model.loss), item_degree, top_n, top_k, targets)
 
@@ -97,7 +96,7 @@ def model_key(model) -> str:
     |D|, the loss and its negative weight."""
     h = hashlib.sha256()
     for a in (model.U, model.V):
-        h.update(np.ascontiguousarray(a, np.float64).tobytes())
+        h.update(memoryview(np.ascontiguousarray(a, np.float64)))  # no copy of the factors
     h.update(repr((model.mu, model.lam, model.n_train, model.loss, getattr(model, "neg_weight", None))).encode())
     return h.hexdigest()[:16]
 

@@ -161,7 +161,9 @@ def summarize(entries: list[dict], passes: dict | None = None) -> dict:
 def quantile_bound(decades: list[dict[str, int]], q: float) -> float | None:
     """An upper bound on the q-quantile of the targets' relative error from their counts per decade
     (``explain.representer.decade_counts``, added up over shards): 10^(e+1) for the decade e that holds
-    it (inf for the last, open decade); None without targets. Exact as a bound, coarse by a decade."""
+    it (inf for the last, open decade); None without targets. Exact as a bound on the q-quantile taken as
+    the smallest error that at least q of the targets reach (numpy's ``method="inverted_cdf"``), coarse
+    by a decade."""
     from ..explain.representer import ERROR_DECADES
 
     counts = {}
