@@ -169,10 +169,11 @@ def test_distributed_als_equals_in_memory_als(client, tmp_path):
     parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 5 + 1)  # the workers read 5 parts per side
     made = []
     half = lambda *a: made.append(PartHalfSteps(DaskMapper(client), parts, *a)) or made[-1]  # noqa: E731
-    for polish in (0, 200):  # sweeps alone, and sweeps followed by the (in-memory) Newton polish
+    for polish in (0, 200):  # sweeps alone, and sweeps followed by the Newton polish (on the parts too)
         model = ALSMF(k=6, max_sweeps=12, polish_iters=polish, seed=4)
         mem, dsk = model.fit(d), model.fit(d, half_steps=half)
         assert mem.info["sweeps"] == dsk.info["sweeps"]
+        assert mem.info["newton_iters"] == dsk.info["newton_iters"] and (dsk.info["newton_iters"] > 0) == (polish > 0)
         np.testing.assert_allclose(dsk.U, mem.U, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(dsk.V, mem.V, rtol=1e-9, atol=1e-12)
         assert dsk.grad_norm == pytest.approx(mem.grad_norm, rel=1e-6, abs=1e-13)
@@ -181,8 +182,9 @@ def test_distributed_als_equals_in_memory_als(client, tmp_path):
 
 
 def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
-    """Training measures itself (Σ r² and ∇f, from which the identity bound follows) with tasks over the
-    parts: equal to the whole-table pass in this process, in memory and on the cluster, at an arbitrary (U, V)."""
+    """Training measures itself (Σ r² and ∇f, from which the identity bound follows) and the Newton polish
+    takes its Hessian products and blocks with tasks over the parts: equal to the whole-table passes in this
+    process, in memory and on the cluster, at an arbitrary (U, V)."""
     from dxplain.mapper import LocalMapper
     from dxplain.models.mf import LocalHalfSteps, PartHalfSteps
 
@@ -194,11 +196,23 @@ def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
     want = LocalHalfSteps(d, mu, 1.0).gradient(U, V, lam)
     r = (d.rating - mu) - np.einsum("nk,nk->n", U[d.user], V[d.item])  # an independent residual
     assert want[0] == pytest.approx(float(r @ r), rel=1e-12)
+    dU, dV = rng.normal(size=U.shape), rng.normal(size=V.shape)
+    local = LocalHalfSteps(d, mu, 1.0)
+    want_h, want_c = local.hessian_vector(U, V, dU, dV, lam), local.curvature_grams(U, V)
+    eps = 1e-6  # the Hessian product is the gradient's derivative: an independent check of both
+    g_plus, g_minus = local.gradient(U + eps * dU, V + eps * dV, lam), local.gradient(U - eps * dU, V - eps * dV, lam)
+    np.testing.assert_allclose(want_h[0], (g_plus[1] - g_minus[1]) / (2 * eps), rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(want_h[1], (g_plus[2] - g_minus[2]) / (2 * eps), rtol=1e-5, atol=1e-9)
     for mapper in (LocalMapper(), DaskMapper(client)):
-        got = PartHalfSteps(mapper, parts, d, mu, 1.0).gradient(U, V, lam)
+        half = PartHalfSteps(mapper, parts, d, mu, 1.0)
+        got = half.gradient(U, V, lam)
         assert got[0] == pytest.approx(want[0], rel=1e-12)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-10, atol=1e-14)
         np.testing.assert_allclose(got[2], want[2], rtol=1e-10, atol=1e-14)
+        for a, b in zip(half.hessian_vector(U, V, dU, dV, lam), want_h):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
+        for a, b in zip(half.curvature_grams(U, V), want_c):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
 
 
 def test_job_from_model_on_the_cluster_equals_the_whole_table(client, tmp_path):

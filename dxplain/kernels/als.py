@@ -156,6 +156,25 @@ def gradient_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F_rows: n
     return -(2.0 / n) * (R @ F_cols) + lam * F_rows, float(r @ r)
 
 
+def hessian_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F_rows: np.ndarray, F_cols: np.ndarray,
+                 dF_rows: np.ndarray, dF_cols: np.ndarray, n: int, lam: float) -> np.ndarray:
+    """Rows of ``hessian_vector`` from a CSR slice that holds those rows' whole sums (as ``gradient_rows``):
+    users' rows of H_U with (F, dF) = (U, dU) on the rows and (V, dV) on the columns, items' rows of H_V
+    with the roles swapped."""
+    m = len(indptr) - 1
+    P = Pattern(np.repeat(np.arange(m), np.diff(indptr)), cols, indptr, m, len(F_cols))
+    r = y - pattern_scores(F_rows, F_cols, P)
+    s = pattern_scores(dF_rows, F_cols, P) + pattern_scores(F_rows, dF_cols, P)
+    return (2.0 / n) * (P.matrix(s) @ F_cols - P.matrix(r) @ dF_cols) + lam * dF_rows
+
+
+def curvature_rows(indptr: np.ndarray, cols: np.ndarray, F_cols: np.ndarray, n: int) -> np.ndarray:
+    """Rows of ``curvature_grams`` from a CSR slice holding those rows' whole sums: (2/|D|) Σ F_j F_jᵀ per row."""
+    m, k = len(indptr) - 1, F_cols.shape[1]
+    M = sp.csr_array((np.full(len(cols), 2.0 / n), cols, indptr), shape=(m, len(F_cols)))
+    return (M @ np.einsum("ik,il->ikl", F_cols, F_cols).reshape(len(F_cols), k * k)).reshape(m, k, k)
+
+
 def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
     """Bounds (ε_item, ε_user) on the representer identity's relative error, from the gradient (U, V) has.
 

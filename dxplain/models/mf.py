@@ -77,6 +77,14 @@ class HalfSteps:
         """(Σ r², ∇_U f, ∇_V f) at (U, V), r = y − μ − ⟨U_i, V_j⟩ over D."""
         raise NotImplementedError
 
+    def hessian_vector(self, U, V, dU, dV, lam) -> tuple[np.ndarray, np.ndarray]:
+        """The Hessian of f at (U, V) applied to (dU, dV) (``kernels.als.hessian_vector``)."""
+        raise NotImplementedError
+
+    def curvature_grams(self, U, V) -> tuple[np.ndarray, np.ndarray]:
+        """The Hessian's per-user and per-item k×k blocks without λ (``kernels.als.curvature_grams``)."""
+        raise NotImplementedError
+
 
 def csr_view(data: Interactions, y: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indptr, columns, values) of the by-user or by-item view, the input of one half-step."""
@@ -102,9 +110,22 @@ class LocalHalfSteps(HalfSteps):
         return als.ridge_solve_rows(*self.views["item"], U, self.ridge)
 
     def gradient(self, U, V, lam):
-        r = self.y - als.pattern_scores(U, V, self.P)
+        r = self._residuals(U, V)
         gU, gV = als.gradient(U, V, self.P, self.y, lam, r=r)
         return float(r @ r), gU, gV
+
+    def hessian_vector(self, U, V, dU, dV, lam):
+        return als.hessian_vector(U, V, dU, dV, self.P, self._residuals(U, V), lam)
+
+    def curvature_grams(self, U, V):
+        return als.curvature_grams(U, V, self.P, len(self.y))
+
+    def _residuals(self, U, V):
+        """r at (U, V), kept for the same (U, V) objects: a Newton step's Hessian products share its point."""
+        last = getattr(self, "_last", None)
+        if last is None or last[0] is not U or last[1] is not V:
+            self._last = last = (U, V, self.y - als.pattern_scores(U, V, self.P))
+        return last[2]
 
 
 def _load_part(parts, side: str, p: int, mu: float):
@@ -123,6 +144,17 @@ def _load_part(parts, side: str, p: int, mu: float):
 def _solve_part(part, F, ridge):
     indptr, cols, y = part
     return als.ridge_solve_rows(indptr, cols, y, F, ridge)
+
+
+def _hessian_part(part, a: int, F_rows, F_cols, dF_rows, dF_cols, n: int, lam: float) -> np.ndarray:
+    indptr, cols, y = part
+    b = a + len(indptr) - 1
+    return als.hessian_rows(indptr, cols, y, F_rows[a:b], F_cols, dF_rows[a:b], dF_cols, n, lam)
+
+
+def _curvature_part(part, F_cols, n: int) -> np.ndarray:
+    indptr, cols, _ = part
+    return als.curvature_rows(indptr, cols, F_cols, n)
 
 
 def _gradient_part(part, a: int, F_rows, F_cols, n: int, lam: float) -> tuple[np.ndarray, float]:
@@ -161,18 +193,31 @@ class PartHalfSteps(HalfSteps):
     def items(self, U):
         return self._half("item", U)
 
+    def _rows(self, fn, user_side: tuple, item_side: tuple, name: str, offset: bool = True) -> tuple[list, list]:
+        """``fn(part, [first row,] *side args)`` over every by-user and by-item part in one map: each part
+        holds its rows' whole sums, so users' rows come from the former and items' from the latter."""
+        tasks = [(p, *((int(a),) if offset else ()), *(user_side if side == "user" else item_side))
+                 for side in ("user", "item") for p, a in zip(self.parts[side], self.cuts[side][:-1])]
+        out = self.mapper.map(fn, tasks, name=name)
+        return out[:len(self.parts["user"])], out[len(self.parts["user"]):]
+
     def gradient(self, U, V, lam):
-        """Both sides' tasks in one map: ∇_U f from the by-user parts, ∇_V f from the by-item parts, Σ r² from
-        the former; the flow's process holds O(users + items) of it."""
+        """∇_U f from the by-user parts, ∇_V f from the by-item parts, Σ r² from the former: the flow's
+        process holds O(users + items) of it."""
         U_h, V_h = self.mapper.put(U), self.mapper.put(V)
-        side_of = [(side, p, int(a)) for side in ("user", "item")
-                   for p, a in zip(self.parts[side], self.cuts[side][:-1])]
-        out = self.mapper.map(_gradient_part, [(p, a, *((U_h, V_h) if side == "user" else (V_h, U_h)), self.n, lam)
-                                               for side, p, a in side_of], name="als-gradient")
-        n_user = len(self.parts["user"])
-        gU = np.vstack([g for g, _ in out[:n_user]])
-        gV = np.vstack([g for g, _ in out[n_user:]])
-        return sum(rss for _, rss in out[:n_user]), gU, gV
+        users, items = self._rows(_gradient_part, (U_h, V_h, self.n, lam), (V_h, U_h, self.n, lam), "als-gradient")
+        return sum(rss for _, rss in users), np.vstack([g for g, _ in users]), np.vstack([g for g, _ in items])
+
+    def hessian_vector(self, U, V, dU, dV, lam):
+        U_h, V_h, dU_h, dV_h = (self.mapper.put(a) for a in (U, V, dU, dV))
+        users, items = self._rows(_hessian_part, (U_h, V_h, dU_h, dV_h, self.n, lam),
+                                  (V_h, U_h, dV_h, dU_h, self.n, lam), "als-hessp")
+        return np.vstack(users), np.vstack(items)
+
+    def curvature_grams(self, U, V):
+        U_h, V_h = self.mapper.put(U), self.mapper.put(V)
+        users, items = self._rows(_curvature_part, (V_h, self.n), (U_h, self.n), "als-curvature", offset=False)
+        return np.concatenate(users), np.concatenate(items)
 
 
 @dataclass
@@ -251,9 +296,7 @@ class ALSMF:
             done = self._measure(U, V, half_steps, n, lam, state)
         newton = 0
         if not done and self.polish_iters > 0:
-            # The polish's passes over D run here, on the whole table (the sweeps' run where the half-steps do).
-            P = als.Pattern(data.user, data.item, data.user_indptr, data.n_users, data.n_items)
-            U, V, _, newton = self._polish(U, V, P, data.rating - mu, lam)
+            U, V, _, newton = self._polish(U, V, half_steps, n, lam)  # its passes over D where the half-steps run
             self._measure(U, V, half_steps, n, lam, state)
         gnorm, bound = state["gnorm"], state["bound"]
         log.info("ALS-MF k=%d λ=%g: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, identity bound %s, %.1fs",
@@ -291,30 +334,27 @@ class ALSMF:
         Newton's quadratic rate wins (the Anderson sweeps are not monotone, so one sweep says little)."""
         return len(history) > STALL_SWEEPS and min(history[-STALL_SWEEPS:]) > 0.5 * min(history[:-STALL_SWEEPS])
 
-    def _polish(self, U, V, P, y, lam):
+    def _polish(self, U, V, half_steps: HalfSteps, n: int, lam):
         """Newton polish on f with exact Hessian-vector products: block-Jacobi-preconditioned, damped
-        Newton-CG when the k×k blocks fit in PRECOND_ELEMENTS, else scipy trust-ncg."""
+        Newton-CG when the k×k blocks fit in PRECOND_ELEMENTS, else scipy trust-ncg. Every pass over D
+        (f and ∇f, the Hessian products, the blocks) is the half-steps': over the parts, on the workers."""
         nU = U.size
         shapeU, shapeV = U.shape, V.shape
         cache, calls = {}, {"hessp": 0}
 
         def split(x):
-            return x[:nU].reshape(shapeU), x[nU:].reshape(shapeV)
+            # The same (U, V) objects for the same x: the local half-steps keep r for them.
+            if cache.get("x") is not x:
+                cache["x"], cache["UV"] = x, (x[:nU].reshape(shapeU), x[nU:].reshape(shapeV))
+            return cache["UV"]
 
         def fun_grad(x):
-            Ux, Vx = split(x)
-            r = y - als.pattern_scores(Ux, Vx, P)
-            cache["x"], cache["r"] = x, r
-            f = r @ r / len(y) + 0.5 * lam * (x @ x)
-            gU, gV = als.gradient(Ux, Vx, P, y, lam, r=r)
-            return f, np.concatenate([gU.ravel(), gV.ravel()])
+            rss, gU, gV = half_steps.gradient(*split(x), lam)
+            return rss / n + 0.5 * lam * (x @ x), np.concatenate([gU.ravel(), gV.ravel()])
 
         def hessp(x, p):
-            Ux, Vx = split(x)
-            r = cache["r"] if cache.get("x") is x else y - als.pattern_scores(Ux, Vx, P)
-            dU, dV = split(p)
             calls["hessp"] += 1
-            hU, hV = als.hessian_vector(Ux, Vx, dU, dV, P, r, lam)
+            hU, hV = half_steps.hessian_vector(*split(x), p[:nU].reshape(shapeU), p[nU:].reshape(shapeV), lam)
             return np.concatenate([hU.ravel(), hV.ravel()])
 
         x0 = np.concatenate([U.ravel(), V.ravel()])
@@ -322,7 +362,7 @@ class ALSMF:
         if (U.shape[0] + V.shape[0]) * self.k ** 2 <= PRECOND_ELEMENTS:
             # Damped Newton-CG with the per-row k×k blocks as preconditioner (kernels/newton.py).
             def blocks_at(x):
-                A, B = als.curvature_grams(*split(x), P, len(y))
+                A, B = half_steps.curvature_grams(*split(x))
                 return np.concatenate([A, B]) + lam * np.eye(self.k)
 
             x, gnorm, steps, products = newton_pcg(fun_grad, hessp, blocks_at, x0, self.tol, lam,
@@ -337,6 +377,6 @@ class ALSMF:
         res = minimize(fun_grad, x0, jac=True, hessp=hessp, method="trust-ncg", callback=report_step,
                        options={"gtol": self.tol, "maxiter": self.polish_iters})
         Ux, Vx = split(res.x)
-        gU, gV = als.gradient(Ux, Vx, P, y, lam)
+        _, gU, gV = half_steps.gradient(Ux, Vx, lam)
         log.debug("Newton polish: %d iterations, %d Hessian-vector products", res.nit, calls["hessp"])
         return Ux.copy(), Vx.copy(), float(np.sqrt(np.sum(gU * gU) + np.sum(gV * gV))), int(res.nit)
