@@ -10,14 +10,13 @@ def print_explanation(run_path: str, user: str, item: str, dataset: str | None, 
     features from the dataset's user and item tables. The interactions are not read, so this costs the
     same at 50M interactions as at 100k (after a refresh, the CLI prints an example with it)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.dataset as pads
 
     from ..datasets.registry import resolve_catalogue
     from ..errors import InputError
     from ..explain.report import format_explanation
     from ..io import runs
-    from ..io.interactions import UNKNOWN_IDS
+    from ..io.interactions import index_of
 
     run = runs.resolve_run(run_path)
     dset = runs.open_run(run)
@@ -25,13 +24,13 @@ def print_explanation(run_path: str, user: str, item: str, dataset: str | None, 
     users, items = resolve_catalogue(dataset or summary["dataset"])
     key = {}
     for what, value, table in (("user", user, users), ("item", item, items)):
+        if table is not None:  # an id the dataset does not have is named (the run cannot hold it either)
+            index_of(pa.array([value]), table.column("id").combine_chunks(), what, f"--{what}")
         try:
             key[what] = pa.array([value]).cast(dset.schema.field(what).type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise InputError(f"--{what} {value}: the run's {what} ids are {dset.schema.field(what).type}; "
                              f"give one of them") from exc
-        if table is not None and pc.index_in(key[what], value_set=table.column("id").cast(key[what].type))[0].as_py() is None:
-            raise InputError(f"--{what}: " + UNKNOWN_IDS.format(n=1, what=what, examples=[value]))
     rows = dset.to_table(filter=(pads.field("user") == key["user"][0].as_py()) &
                          (pads.field("item") == key["item"][0].as_py()))
     if rows.num_rows == 0:

@@ -119,7 +119,7 @@ class Preprocessed:
         Ut, Vt = balanced_factors(model)
         alpha = global_importance_of(model, data, len(data))
         A = data.by_user(alpha) @ Vt  # one sparse pass each; at the optimum A = Ũ and B = Ṽ
-        B = data.by_item(alpha) @ Ut
+        B = item_embedding_rows(alpha, data, 0, data.n_items, Ut)  # as the refresh's tasks form it per part
         return cls(Ut, Vt, alpha, model.mu, A, B, model.loss)
 
     def factors(self) -> "Preprocessed":
