@@ -114,24 +114,150 @@ class Interactions:
                             self.user_ids, self.item_ids, ts)
 
     def fingerprint(self) -> str:
-        """Content hash of (user, item, rating) and the id lists: ties a model to its data."""
+        """Content hash of the (user, item, rating) set and the id lists: ties a model to its data."""
         return self._fingerprint
 
     @cached_property
     def _fingerprint(self) -> str:
-        # Hashes the whole table; a refresh asks for it several times (model path, store, run plan).
-        import hashlib
+        # Asked for several times per refresh (model path, store, run plan): hashed once.
+        return fingerprint_of(len(self), row_digest(self.user, self.item, self.rating), self.user_ids, self.item_ids)
 
-        h = hashlib.sha256()
-        for arr in (self.user, self.item, self.rating):
-            h.update(np.ascontiguousarray(arr).tobytes())
-        for ids in (self.user_ids, self.item_ids):
-            h.update(str(ids.type).encode())
-            # concat_arrays re-bases a sliced array at offset 0, so its buffers are its content.
-            for buf in pa.concat_arrays([ids]).buffers():
-                if buf is not None:
-                    h.update(buf)
-        return h.hexdigest()[:16]
+    def rating_mean(self) -> float:
+        """The mean rating, exactly rounded: the same value however the table was read or chunked."""
+        return RatingSum.of(self.rating).mean_of(len(self))
+
+    def rating_range(self) -> tuple[float, float]:
+        return (float(self.rating.min()), float(self.rating.max())) if len(self) else (0.0, 0.0)
+
+
+# splitmix64's finaliser: a bijection of 64-bit words whose every output bit depends on every input bit.
+_MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB), np.uint64(31))
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    s1, m1, s2, m2, s3 = _MIX
+    x = (x ^ (x >> s1)) * m1
+    x = (x ^ (x >> s2)) * m2
+    return x ^ (x >> s3)
+
+
+def row_digest(user: np.ndarray, item: np.ndarray, rating: np.ndarray) -> np.ndarray:
+    """Two 64-bit sums (mod 2⁶⁴) of per-row hashes of (user, item, rating): (2,) uint64.
+
+    A sum does not depend on the rows' order or on how they are split, so a table read in chunks by
+    many tasks has the digest of the same table read whole: the sum of its chunks' digests.
+    """
+    with np.errstate(over="ignore"):
+        key = (np.asarray(user, np.uint64) << np.uint64(32)) | np.asarray(item, np.uint32).astype(np.uint64)
+        bits = np.ascontiguousarray(rating, np.float64).view(np.uint64)
+        first = _mix(key ^ _mix(bits))
+        second = _mix(first ^ (bits * np.uint64(0x9E3779B97F4A7C15) + key))
+        return np.array([first.sum(dtype=np.uint64), second.sum(dtype=np.uint64)], np.uint64)
+
+
+def fingerprint_of(n: int, digest: np.ndarray, user_ids: pa.Array, item_ids: pa.Array) -> str:
+    """The data fingerprint from the row count, ``row_digest`` (summed over chunks) and the id lists."""
+    import hashlib
+
+    h = hashlib.sha256(b"dxplain-rows-v2")
+    h.update(np.array([n], np.int64).tobytes())
+    h.update(np.asarray(digest, np.uint64).tobytes())
+    for ids in (user_ids, item_ids):
+        h.update(str(ids.type).encode())
+        # concat_arrays re-bases a sliced array at offset 0, so its buffers are its content.
+        for buf in pa.concat_arrays([ids]).buffers():
+            if buf is not None:
+                h.update(buf)
+    return h.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RatingSum:
+    """An exact sum of float64 ratings as ``Σ_e count_e · 2^e`` over binary exponents, so chunks add up
+    to the whole table's sum exactly, whatever their split: the mean μ that a model is centred by is the
+    same from a streamed load as from an in-memory one (a float sum would differ in its last bits)."""
+
+    terms: dict  # exponent → integer multiple of 2^exponent
+
+    @classmethod
+    def of(cls, y: np.ndarray) -> "RatingSum":
+        # y = M·2^(e−53) with |M| < 2^53 an integer; split M into 26-bit halves so that float64 sums of up to
+        # 2^27 rows per exponent stay exact (bincount adds in float64).
+        y = np.asarray(y, np.float64)
+        for s in (0, 1, 2):  # the common case, ratings on a grid of 1, ½ or ¼: one exact integer sum
+            scaled = y * float(1 << s)
+            if len(y) < 1 << 31 and np.all(np.abs(scaled) < 2.0 ** 31):
+                whole = scaled.astype(np.int64)
+                if np.array_equal(whole, scaled):
+                    return cls({-s: int(whole.sum())})
+        terms: dict[int, int] = {}
+        for lo in range(0, len(y), 1 << 27):
+            m, e = np.frexp(y[lo:lo + (1 << 27)])
+            M = (m * 2.0 ** 53).astype(np.int64)
+            e0 = int(e.min()) if len(e) else 0
+            for part, shift in ((M >> 26, 26), (M & ((1 << 26) - 1), 0)):
+                sums = np.bincount(e - e0, weights=part)
+                for off in np.flatnonzero(sums):
+                    key = e0 + int(off) - 53 + shift
+                    terms[key] = terms.get(key, 0) + int(sums[off])
+        return cls(terms)
+
+    def __add__(self, other: "RatingSum") -> "RatingSum":
+        terms = dict(self.terms)
+        for e, c in other.terms.items():
+            terms[e] = terms.get(e, 0) + c
+        return RatingSum(terms)
+
+    def value(self):
+        from fractions import Fraction
+
+        return sum((Fraction(c) * Fraction(2) ** e for e, c in self.terms.items()), Fraction(0))
+
+    def mean_of(self, n: int) -> float:
+        return float(self.value() / n) if n else 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class TableSummary:
+    """What a flow keeps of an interaction table it never holds whole (the parts hold the rows): the id
+    lists, the degrees, the rating statistics and the fingerprint, O(users + items). It answers the
+    questions the flow asks of ``Interactions`` (``len``, ``n_users``, degrees, ``fingerprint``,
+    ``rating_mean``, ``rating_range``) with the same values."""
+
+    user_ids: pa.Array
+    item_ids: pa.Array
+    user_counts: np.ndarray
+    item_counts: np.ndarray
+    ratings: RatingSum
+    rating_min: float
+    rating_max: float
+    digest: np.ndarray
+
+    @property
+    def n_users(self) -> int:
+        return len(self.user_ids)
+
+    @property
+    def n_items(self) -> int:
+        return len(self.item_ids)
+
+    def __len__(self) -> int:
+        return int(self.user_counts.sum())
+
+    def user_degree(self) -> np.ndarray:
+        return self.user_counts
+
+    def item_degree(self) -> np.ndarray:
+        return self.item_counts
+
+    def fingerprint(self) -> str:
+        return fingerprint_of(len(self), self.digest, self.user_ids, self.item_ids)
+
+    def rating_mean(self) -> float:
+        return self.ratings.mean_of(len(self))
+
+    def rating_range(self) -> tuple[float, float]:
+        return self.rating_min, self.rating_max
 
 
 def segment_positions(indptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -314,3 +314,22 @@ def test_case_deletion_on_cluster_equals_sequential(client):
     jobs, _ = plan(case, seed=3)
     base = [case.prediction(t) for t in range(3)]
     assert deletion_curves(DaskMapper(client), case, jobs, base) == deletion_curves(LocalMapper(), case, jobs, base)
+
+
+def test_streamed_partitions_on_the_cluster_equal_the_local_ones(client, tmp_path):
+    from test_partitions import scan, streamed_folder
+
+    from dxplain.io import partitions
+
+    d = random_interactions(90, 70, 0.2, seed=5)
+    folder = streamed_folder(tmp_path, d)
+    local, dask = scan(folder), scan(folder, DaskMapper(client))
+    assert local.fingerprint() == dask.fingerprint() == d.fingerprint()
+    np.testing.assert_array_equal(local.user_degree(), dask.user_degree())
+    for name, mapper, summary in (("local", LocalMapper(), local), ("dask", DaskMapper(client), dask)):
+        partitions.stream_partitions(mapper, folder / "interactions.parquet", summary, tmp_path / name,
+                                     rows_per_part=200, rows_per_chunk=200)
+    files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*.parquet"))
+    assert len(files) > 6
+    for f in files:
+        assert pq.read_table(tmp_path / "local" / f).equals(pq.read_table(tmp_path / "dask" / f)), f

@@ -275,3 +275,123 @@ def test_p99_bound_from_the_shards_decade_counts_holds_the_true_quantile():
     assert bound / 10 <= p99 < bound
     assert plan.quantile_bound([{}, {}], 0.99) is None
     assert plan.quantile_bound([decade_counts(np.array([1e-9, 500.0]))], 0.99) == float("inf")  # the open last decade
+
+
+# ---- streamed partitioning: by tasks over row groups, the flow keeping a TableSummary -------------------
+
+def streamed_folder(tmp_path, d, row_group_size=97, seed=0, rows=None):
+    """A prepared dataset of ``d`` whose interactions.parquet is shuffled into small row groups."""
+    import pyarrow as pa
+    from conftest import interactions_table
+    from dxplain.io.interactions import write_dataset
+
+    folder = tmp_path / "data"
+    write_dataset(folder, interactions_table(d))
+    table = interactions_table(d) if rows is None else rows
+    table = table.take(pa.array(np.random.default_rng(seed).permutation(table.num_rows)))
+    pq.write_table(table, folder / "interactions.parquet", row_group_size=row_group_size)
+    return folder
+
+
+def scan(folder, mapper=None, rows_per_chunk=200):
+    from dxplain.io.interactions import read_catalogue
+
+    users, items = read_catalogue(folder)
+    return partitions.scan_source(mapper or LocalMapper(), folder / "interactions.parquet",
+                                  users.column("id").combine_chunks(), items.column("id").combine_chunks(),
+                                  rows_per_chunk=rows_per_chunk)
+
+
+def test_streamed_parts_equal_the_parts_of_the_whole_table(tmp_path):
+    d = random_interactions(90, 70, 0.2, seed=5)
+    folder = streamed_folder(tmp_path, d)
+    assert len(partitions.source_chunks(folder / "interactions.parquet", 200)) > 3  # several tasks
+    summary = scan(folder)
+    assert (len(summary), summary.n_users, summary.n_items) == (len(d), d.n_users, d.n_items)
+    assert summary.fingerprint() == d.fingerprint()
+    assert summary.rating_mean() == d.rating_mean() and summary.rating_range() == d.rating_range()
+    np.testing.assert_array_equal(summary.user_degree(), d.user_degree())
+    np.testing.assert_array_equal(summary.item_degree(), d.item_degree())
+    streamed = partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s",
+                                            rows_per_part=200, rows_per_chunk=200)
+    whole = partitions.write_partitions(tmp_path / "w", d, rows_per_part=200)
+    np.testing.assert_array_equal(streamed.user_cuts, whole.user_cuts)
+    np.testing.assert_array_equal(streamed.item_cuts, whole.item_cuts)
+    assert len(streamed.user_cuts) > 3 and streamed.n_interactions == len(d)
+    for side, cuts in (("user", whole.user_cuts), ("item", whole.item_cuts)):
+        for p in range(len(cuts) - 1):
+            name = f"{side}/part-{p:05d}.parquet"
+            assert pq.read_table(tmp_path / "s" / name).equals(pq.read_table(tmp_path / "w" / name)), name
+    assert sorted(x.name for x in (tmp_path / "s").iterdir()) == ["index.json", "item", "user"]  # no bucket left
+    # The same data again: the store is reused, not rewritten.
+    (tmp_path / "s" / "user" / "part-00000.parquet").unlink()
+    partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s",
+                                 rows_per_part=200, rows_per_chunk=200)
+    assert not (tmp_path / "s" / "user" / "part-00000.parquet").exists()
+
+
+def test_a_duplicate_pair_is_refused_by_name_and_nothing_is_left(tmp_path):
+    import pyarrow as pa
+    from conftest import interactions_table
+    from dxplain.errors import InputError
+
+    d = random_interactions(60, 50, 0.2, seed=1)
+    table = interactions_table(d)
+    folder = streamed_folder(tmp_path, d, rows=pa.concat_tables([table, table.slice(7, 1)]))
+    summary = scan(folder)
+    assert len(summary) == len(d) + 1
+    user, item = table["user"][7].as_py(), table["item"][7].as_py()
+    with pytest.raises(InputError, match=f"1 duplicate .*user='{user}', item='{item}'"):
+        partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s",
+                                     rows_per_part=100, rows_per_chunk=100)
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("unknown", r"1 row\(s\) name user\(s\) missing from the dataset's users.parquet/items.parquet, e.g. \['zz'\]"),
+    ("nan", r"1 rating\(s\) are NaN or infinite"),
+    ("unused", r"users.parquet lists 1 user\(s\) with no interaction, e.g. 'u900'"),
+    ("unsorted", r"users.parquet does not list its ids in sorted order"),
+])
+def test_scan_refuses_bad_rows_and_catalogues_by_name(tmp_path, bad, message):
+    import pyarrow as pa
+    from conftest import interactions_table
+    from dxplain.errors import InputError
+
+    d = random_interactions(30, 20, 0.3, seed=2)
+    table = interactions_table(d)
+    if bad == "unknown":
+        table = table.set_column(0, "user", pa.array(["zz"] + table["user"].to_pylist()[1:]))
+    if bad == "nan":
+        table = table.set_column(2, "rating", pa.array([np.nan] + table["rating"].to_pylist()[1:]))
+    folder = streamed_folder(tmp_path, d, rows=table)
+    if bad in ("unused", "unsorted"):
+        ids = d.user_ids.to_pylist() + ["u900"] if bad == "unused" else d.user_ids.to_pylist()[::-1]
+        pq.write_table(pa.table({"id": ids}), folder / "users.parquet")
+    with pytest.raises(InputError, match=message):
+        scan(folder)
+
+
+def test_row_digest_and_rating_sum_add_up_over_any_split():
+    from fractions import Fraction
+
+    from dxplain.interactions import RatingSum, row_digest
+
+    rng = np.random.default_rng(3)
+    u, i = rng.integers(0, 1000, 5000), rng.integers(0, 300, 5000)
+    for y in (rng.integers(1, 6, 5000).astype(float), rng.integers(1, 11, 5000) / 2, rng.normal(size=5000) * 1e3):
+        cut = 1234
+        whole = row_digest(u, i, y)
+        with np.errstate(over="ignore"):
+            np.testing.assert_array_equal(row_digest(u[:cut], i[:cut], y[:cut]) + row_digest(u[cut:], i[cut:], y[cut:]),
+                                          whole)
+        exact = sum((Fraction(float(v)) for v in y), Fraction(0))
+        assert (RatingSum.of(y[:cut]) + RatingSum.of(y[cut:])).value() == RatingSum.of(y).value() == exact
+        assert RatingSum.of(y).mean_of(len(y)) == float(exact / len(y))
+        # Any change of a rating, or of which item a rating belongs to, changes the digest.
+        y2 = y.copy()
+        y2[[0, 1]] = y[[1, 0]] + (y[0] == y[1])
+        assert not np.array_equal(row_digest(u, i, y2), whole)
+        i2 = i.copy()
+        i2[5] += 1
+        assert not np.array_equal(row_digest(u, i2, y), whole)

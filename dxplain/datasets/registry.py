@@ -77,6 +77,26 @@ def resolve_dataset(name_or_path: str, settings: Settings | None = None, fetch: 
     return movielens.prepare(raw_folder, prepared)
 
 
+def resolve_prepared(name_or_path: str, settings: Settings | None = None) -> Path | None:
+    """The local prepared folder (interactions.parquet, users.parquet, items.parquet) behind a dataset name
+    or path, a named one prepared first; None for a bare file or a URL, which are loaded whole."""
+    settings = settings or Settings.from_env()
+    name = ALIASES.get(name_or_path.lower())
+    if name is None:
+        if not is_local(name_or_path):
+            return None
+        check_dataset(name_or_path)
+        folder = Path(name_or_path)
+        return folder if all((folder / f).exists() for f in PREPARED_FILES) else None
+    prepared = Path(settings.data_home) / "datasets" / name
+    if not (prepared / "interactions.parquet").exists():
+        resolve_dataset(name_or_path, settings)
+    return prepared
+
+
+PREPARED_FILES = ("interactions.parquet", "users.parquet", "items.parquet")
+
+
 def resolve_catalogue(name_or_path: str, settings: Settings | None = None):
     """The (users, items) tables of a dataset by name or path, without its interactions (``read_catalogue``).
 

@@ -40,11 +40,13 @@ def check_explainable(model: FactorModel, data: Interactions) -> None:
         raise UnsupportedModelError(f"the model's loss {model.loss!r} has no representer formula in dxplain "
                                     f"(known: {', '.join(LOSSES)}); it is not explained with another loss's α")
     if model.loss == "bce":
-        y = data.rating
-        if not np.all((y == 0) | (y == 1)) or (model.n_train and model.n_train != len(data)):
+        # A streamed table (``interactions.TableSummary``) has its range only: 0/1 at both ends is then the test.
+        binary = set(data.rating_range()) <= {0.0, 1.0} and (
+            not hasattr(data, "rating") or bool(np.all((data.rating == 0) | (data.rating == 1))))
+        if not binary or (model.n_train and model.n_train != len(data)):
             raise UnsupportedModelError(
                 f"this BCE model was trained on {model.n_train} terms (positives and negatives), but the data to "
-                f"explain has {len(data)} rows{'' if np.all((y == 0) | (y == 1)) else ' with ratings other than 0/1'}"
+                f"explain has {len(data)} rows{'' if binary else ' with ratings other than 0/1'}"
                 ": α sums over the model's own training table. Let `dxplain refresh --implicit` train and "
                 "explain the BCE model on its sampled negatives")
 

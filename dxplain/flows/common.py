@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Iterator
 
 from prefect import get_run_logger, task
@@ -16,8 +18,10 @@ from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
 from ..datasets import resolve_dataset
+from ..datasets.registry import resolve_prepared
 from ..errors import DxplainError
 from ..io import model_store, partitions, runs
+from ..io.interactions import read_catalogue
 from ..mapper import LocalMapper, Mapper
 from ..models.base import FactorModel
 from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives, terms_of
@@ -78,11 +82,49 @@ def load_data(dataset: str, settings: Settings):
     return ds
 
 
+@dataclass(frozen=True)
+class Training:
+    """What a flow trains on: the table whole (``Interactions``), or, read by tasks from a prepared
+    dataset (``source``), its ``TableSummary``, the rows left to the parts."""
+
+    name: str
+    data: object  # Interactions | TableSummary
+    implicit: bool
+    source: Path | None = None
+
+
+@task(retries=2, retry_delay_seconds=5, retry_condition_fn=transient, cache_policy=NO_CACHE)
+def load_training(dataset: str, settings: Settings, mapper: Mapper, implicit: bool, neg_samples: int,
+                  seed: int) -> Training:
+    """A prepared dataset with explicit ratings is scanned by tasks (``partitions.scan_source``): this
+    process keeps ids, degrees and rating statistics, O(users + items). Otherwise (a bare file, a URL,
+    implicit feedback, which samples negatives against the whole table) it is loaded whole."""
+    folder = None if implicit else resolve_prepared(dataset, settings)
+    if folder is not None:
+        users, items = read_catalogue(folder)
+        t = time.perf_counter()
+        summary = partitions.scan_source(mapper, folder / "interactions.parquet",
+                                         users.column("id").combine_chunks(), items.column("id").combine_chunks())
+        get_run_logger().info("dataset %s: %d interactions, %d users, %d items (scanned by tasks in %.1fs)",
+                              folder.name, len(summary), summary.n_users, summary.n_items, time.perf_counter() - t)
+        if not looks_implicit(summary):
+            return Training(folder.name, summary, False, folder)
+        get_run_logger().info("a single rating value: implicit feedback, which needs the whole table; loading it")
+    ds = load_data.fn(dataset, settings)
+    data, implicit = training_table.fn(ds, implicit, neg_samples, seed)
+    return Training(ds.name, data, implicit)
+
+
 @task(cache_policy=NO_CACHE)
-def partition(name: str, data, out: str):
-    """The training table as by-user and by-item Parquet parts: what training and explanation shards read."""
+def partition(training: Training, out: str, mapper: Mapper):
+    """The training table as by-user and by-item Parquet parts: what training and explanation shards
+    read. A scanned table's parts are written by tasks from its file (``partitions.stream_partitions``)."""
     t = time.perf_counter()
-    parts = partitions.write_partitions(partitions.store_path(out, name, data), data)
+    root = partitions.store_path(out, training.name, training.data)
+    if training.source is not None:
+        parts = partitions.stream_partitions(mapper, training.source / "interactions.parquet", training.data, root)
+    else:
+        parts = partitions.write_partitions(root, training.data)
     get_run_logger().info("interactions in %d by-user and %d by-item parts at %s (%.1fs)", len(parts.user_cuts) - 1,
                           len(parts.item_cuts) - 1, parts.root, time.perf_counter() - t)
     return parts

@@ -25,7 +25,7 @@ from ..kernels.sbq import mean_embedding
 from ..models.mf import DEFAULT_K
 from ..params import Interval, OneOf, validate
 from ..explain.representer import predictions
-from .common import load_data, open_mapper, partition, train_or_load, training_table
+from .common import Training, load_data, open_mapper, partition, train_or_load, training_table
 
 CONSTRAINTS = {
     "m": Interval(int, 1, example=10), "fisher": OneOf(*FISHER_KINDS), "variant": OneOf(*VARIANTS),
@@ -107,7 +107,7 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
     u = None if targets else index_of(pa.array([user]), data.user_ids, "user", "--user").astype(np.int64)
     train, implicit = training_table(ds, implicit, neg_samples, seed)
     with open_mapper(settings, in_memory) as mapper:
-        parts = partition(ds.name, train, settings.out) if not model else None  # what ALS tasks read
+        parts = partition(Training(ds.name, train, implicit), settings.out, mapper) if not model else None  # ALS reads them
         mf, model_path = train_or_load(ds.name, train, model, settings.out, k, lam, seed, mapper, parts,
                                        implicit=implicit, neg_weight=neg_weight)
         T = supplied if supplied is not None else top_n_of(ds, mf, u, top_n)

@@ -22,7 +22,7 @@ from ..io.interactions import read_targets
 from ..models.mf import DEFAULT_K
 from ..params import Interval, validate
 from ..refresh import RefreshJob, run_passes, shard_count, shard_users, summarize
-from .common import load_data, open_mapper, partition, stage, train_or_load, training_table
+from .common import load_training, open_mapper, partition, stage, train_or_load
 
 CONSTRAINTS = {
     "top_n": Interval(int, 1, example=10), "top_k": Interval(int, 0, example=10), "k": Interval(int, 1, example=32),
@@ -139,20 +139,20 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     validate(CONSTRAINTS, locals())
     t0, seconds = time.perf_counter(), {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
-    with stage(seconds, "load"):
-        ds = load_data(dataset, settings)
-        supplied = read_targets(targets, ds.interactions) if targets else None  # bad input fails before any work
-        data, implicit = training_table(ds, implicit, neg_samples, seed)
-    n_targets = len(supplied) if supplied is not None else data.n_users * top_n
-    n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
     with open_mapper(settings, in_memory, shared=settings.out) as mapper:
+        with stage(seconds, "load"):  # a prepared dataset by tasks: this process keeps ids and degrees
+            training = load_training(dataset, settings, mapper, implicit, neg_samples, seed)
+            data, implicit = training.data, training.implicit
+            supplied = read_targets(targets, data) if targets else None  # bad input fails before any training
+        n_targets = len(supplied) if supplied is not None else data.n_users * top_n
+        n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
         with stage(seconds, "partition"):
-            parts = partition(ds.name, data, settings.out)
+            parts = partition(training, settings.out, mapper)
         with stage(seconds, "train"):
             budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
                       if v is not None}
-            m, model_path = train_or_load(ds.name, data, model, settings.out, k, lam, seed, mapper, parts, budget,
-                                          implicit, neg_weight, fidelity_tol=tol)
+            m, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, parts,
+                                          budget, implicit, neg_weight, fidelity_tol=tol)
         with stage(seconds, "preprocess"):
             job = preprocess(m, data, parts, top_n, top_k, supplied, mapper)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.

@@ -13,6 +13,14 @@ Rows keep the table's (user, item) order in both layouts, so every part is itsel
 over the full id spaces: a by-user part holds its users' whole histories (the item side of an explanation),
 a by-item part its items' whole rater lists (the user side). Parts hold about ``rows_per_part``
 interactions each, which bounds what a worker holds at once however large the table grows.
+
+A table too large for the flow's process is partitioned by tasks instead (``scan_source`` then
+``stream_partitions``): each task reads a chunk of the file's row groups, and the flow keeps only a
+``TableSummary`` (ids, degrees, rating statistics, fingerprint), O(users + items)::
+
+    scan      chunk → validated counts, rating sum, digest           (one task per chunk)
+    bucket    chunk → <root>/_buckets/{user,item}/<part>/<chunk>     (one task per chunk)
+    assemble  a part's buckets → sorted, checked, the part's file    (one task per part and side)
 """
 
 from __future__ import annotations
@@ -24,12 +32,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..interactions import Interactions, equal_cuts
+from ..errors import InputError
+from ..interactions import Interactions, RatingSum, TableSummary, equal_cuts, row_digest
 from .atomic import Location, atomic_file, exists, filesystem, join, read_text, write_text_atomic
 
 ROWS_PER_PART = 2_000_000  # ~50 MB of columns per part; a shard holds one item part at a time
+ROWS_PER_CHUNK = 4_000_000  # rows a streaming task reads at once (whole row groups): ~100 MB of columns
 
 
 @dataclass(frozen=True)
@@ -195,3 +206,173 @@ def _write_parts(root: Location, data: Interactions, user_cuts: np.ndarray, item
 def _write(loc: Location, columns: dict) -> None:
     with atomic_file(loc) as fh:
         pq.write_table(pa.table(columns), fh, compression="lz4")  # read many times per run: lz4 decodes fastest
+
+
+# ---- streaming: a table partitioned by tasks, never whole in one process ------------------------------
+
+Chunk = tuple  # (file Location, row group indices): what one streaming task reads
+
+
+def source_chunks(path: Location, rows_per_chunk: int = ROWS_PER_CHUNK) -> list[Chunk]:
+    """The row groups of a Parquet file (or of a folder's files, in name order) in chunks of about
+    ``rows_per_chunk`` rows; only footers are read."""
+    fs, p = filesystem(path)
+    files = sorted(f for f in fs.find(p) if f.endswith((".parquet", ".pq"))) if fs.isdir(p) else [p]
+    chunks = []
+    for f in files:
+        loc = join(path, f[len(p):].lstrip("/")) if fs.isdir(p) else path
+        with fs.open(f, "rb") as fh:
+            meta = pq.ParquetFile(fh).metadata
+        groups, rows = [], 0
+        for g in range(meta.num_row_groups):
+            groups.append(g)
+            rows += meta.row_group(g).num_rows
+            if rows >= rows_per_chunk:
+                chunks.append((loc, tuple(groups)))
+                groups, rows = [], 0
+        if groups:
+            chunks.append((loc, tuple(groups)))
+    return chunks
+
+
+def _read_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(user, item, rating) of one chunk as indices into the id lists, validated where data enters."""
+    from .interactions import _ratings, index_of
+
+    loc, groups = chunk
+    fs, path = filesystem(loc)
+    with fs.open(path, "rb") as fh:
+        t = pq.ParquetFile(fh).read_row_groups(list(groups), columns=["user", "item", "rating"])
+    source = f"{loc} (row groups {groups[0]}–{groups[-1]})"
+    for c in ("user", "item"):
+        if t.column(c).null_count:
+            raise InputError(f"{source}: {t.column(c).null_count} row(s) have no {c} id; drop or fill them")
+    y = _ratings(t, source)
+    missing = ("{n} row(s) name {what}(s) missing from the dataset's users.parquet/items.parquet, e.g. {examples}; "
+               "re-create the dataset with `dxplain datasets import`")
+    u = index_of(t.column("user"), user_ids, "user", source, missing)
+    i = index_of(t.column("item"), item_ids, "item", source, missing)
+    return u, i, y
+
+
+@dataclass(frozen=True)
+class ChunkScan:
+    """What one chunk adds to the table's ``TableSummary``."""
+
+    user_counts: np.ndarray
+    item_counts: np.ndarray
+    ratings: RatingSum
+    rating_min: float
+    rating_max: float
+    digest: np.ndarray
+
+
+def scan_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> ChunkScan:
+    u, i, y = _read_chunk(chunk, user_ids, item_ids)
+    return ChunkScan(np.bincount(u, minlength=len(user_ids)).astype(np.int32),
+                     np.bincount(i, minlength=len(item_ids)).astype(np.int32), RatingSum.of(y),
+                     float(y.min()) if len(y) else np.inf, float(y.max()) if len(y) else -np.inf, row_digest(u, i, y))
+
+
+def scan_source(mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array,
+                rows_per_chunk: int = ROWS_PER_CHUNK) -> TableSummary:
+    """Validate a prepared dataset's interactions by tasks over chunks of its row groups and summarise
+    them (``TableSummary``): the flow holds O(users + items). ``user_ids`` and ``item_ids`` are the
+    dataset's users.parquet and items.parquet ids, which must be sorted and each have an interaction."""
+    for what, ids in (("users", user_ids), ("items", item_ids)):
+        if len(ids) > 1 and not pc.all(pc.greater(ids[1:], ids[:-1])).as_py():
+            raise InputError(f"{path}: {what}.parquet does not list its ids in sorted order without repeats; "
+                             "re-create the dataset with `dxplain datasets import`")
+    chunks = source_chunks(path, rows_per_chunk)
+    if not chunks:
+        raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
+    users_h, items_h = mapper.put(user_ids, broadcast=True), mapper.put(item_ids, broadcast=True)
+    user_counts, item_counts = np.zeros(len(user_ids), np.int64), np.zeros(len(item_ids), np.int64)
+    ratings, lo, hi, digest = RatingSum({}), np.inf, -np.inf, np.zeros(2, np.uint64)
+    # Summed as they finish: the flow holds one chunk's counts at a time.
+    for _, c in mapper.imap(scan_chunk, [(chunk, users_h, items_h) for chunk in chunks], name="load-scan"):
+        user_counts += c.user_counts
+        item_counts += c.item_counts
+        ratings, lo, hi = ratings + c.ratings, min(lo, c.rating_min), max(hi, c.rating_max)
+        with np.errstate(over="ignore"):
+            digest += c.digest
+    for what, counts, ids in (("user", user_counts, user_ids), ("item", item_counts, item_ids)):
+        if not counts.all():
+            raise InputError(f"{path}: {what}s.parquet lists {int((counts == 0).sum())} {what}(s) with no interaction, "
+                             f"e.g. {ids[int(np.argmin(counts))].as_py()!r}; re-create the dataset with "
+                             "`dxplain datasets import`")
+    return TableSummary(user_ids, item_ids, user_counts, item_counts, ratings, lo, hi, digest)
+
+
+def bucket_chunk(chunk: Chunk, c: int, user_ids: pa.Array, item_ids: pa.Array, root: Location,
+                 user_cuts: np.ndarray, item_cuts: np.ndarray) -> None:
+    """Write chunk c's rows into one bucket file per part they belong to, for each side."""
+    u, i, y = _read_chunk(chunk, user_ids, item_ids)
+    for side, key, cuts in (("user", u, user_cuts), ("item", i, item_cuts)):
+        part = np.searchsorted(cuts, key, side="right") - 1
+        order = np.argsort(part, kind="stable")
+        edges = np.searchsorted(part[order], np.arange(len(cuts)))
+        for p in np.flatnonzero(np.diff(edges)):
+            rows = order[edges[p]:edges[p + 1]]
+            _write(join(root, "_buckets", side, f"{p:05d}", f"{c:05d}.parquet"),
+                   {"user": u[rows], "item": i[rows], "rating": y[rows]})
+
+
+def assemble_part(root: Location, side: str, p: int, user_ids: pa.Array, item_ids: pa.Array) -> int:
+    """Part p of one side from its buckets: rows in (user, item) order, a repeated pair refused by name."""
+    fs, path = filesystem(join(root, "_buckets", side, f"{p:05d}"))
+    files = sorted(fs.ls(path, detail=False)) if fs.exists(path) else []
+    t = pa.concat_tables([_read_table(join(root, "_buckets", side, f"{p:05d}", f.rsplit("/", 1)[-1])) for f in files]) \
+        if files else _empty(False)
+    u, i, y = (t[c].to_numpy() for c in ("user", "item", "rating"))
+    key = u.astype(np.int64) * len(item_ids) + i
+    order = np.argsort(key)
+    key = key[order]
+    dup = np.flatnonzero(key[1:] == key[:-1])
+    if len(dup):
+        row = order[dup[0]]
+        raise InputError(f"the interactions hold {len(dup)} duplicate (user, item) pair(s), e.g. user="
+                         f"{user_ids[int(u[row])].as_py()!r}, item={item_ids[int(i[row])].as_py()!r}; keep one rating "
+                         "per pair (e.g. the latest) before importing")
+    _write(join(root, side, _name(p)), {"user": u[order], "item": i[order], "rating": y[order]})
+    if files:
+        fs.rm(path, recursive=True)
+    return len(order)
+
+
+def stream_partitions(mapper, path: Location, summary: TableSummary, root: Location,
+                      rows_per_part: int = ROWS_PER_PART, rows_per_chunk: int = ROWS_PER_CHUNK) -> Partitions:
+    """Write (or reuse) the by-user and by-item parts of the table at ``path`` by tasks (``bucket_chunk``,
+    then ``assemble_part``), its rows never in this process: the same files ``write_partitions`` writes
+    for the table read whole. On an error nothing is left that a reader would trust, nor any bucket."""
+    key = summary.fingerprint()
+    index = _reusable(join(root, "index.json"), key)
+    if index is None:
+        n = len(summary)
+        n_parts = max(1, -(-n // max(1, rows_per_part)))
+        user_cuts, item_cuts = (equal_cuts(np.concatenate([[0], np.cumsum(counts)]), n_parts)
+                                for counts in (summary.user_counts, summary.item_counts))
+        users_h, items_h = mapper.put(summary.user_ids, broadcast=True), mapper.put(summary.item_ids, broadcast=True)
+        fs, root_path = filesystem(root)
+        if fs.exists(f"{root_path}/_buckets"):  # an interrupted run's: its chunks may have been cut otherwise
+            fs.rm(f"{root_path}/_buckets", recursive=True)
+        try:
+            mapper.map(bucket_chunk, [(chunk, c, users_h, items_h, root, user_cuts, item_cuts)
+                                      for c, chunk in enumerate(source_chunks(path, rows_per_chunk))], name="load-bucket")
+            counts = mapper.map(assemble_part, [(root, side, p, users_h, items_h) for side, cuts in
+                                                (("user", user_cuts), ("item", item_cuts)) for p in range(len(cuts) - 1)],
+                                name="load-assemble")
+        except BaseException:
+            if fs.exists(root_path):
+                fs.rm(root_path, recursive=True)
+            raise
+        if sum(counts) != 2 * n:
+            raise RuntimeError(f"the parts hold {sum(counts)} rows for 2 × {n} interactions; the source changed while "
+                               "it was read")
+        if fs.exists(f"{root_path}/_buckets"):
+            fs.rm(f"{root_path}/_buckets", recursive=True)
+        index = {"key": key, "n_interactions": n, "n_users": summary.n_users, "n_items": summary.n_items,
+                 "user_cuts": user_cuts.tolist(), "item_cuts": item_cuts.tolist()}
+        write_text_atomic(join(root, "index.json"), json.dumps(index))
+    return Partitions(root, np.asarray(index["user_cuts"], np.int64), np.asarray(index["item_cuts"], np.int64),
+                      summary.user_ids, summary.item_ids, int(index["n_interactions"]))

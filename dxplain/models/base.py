@@ -49,8 +49,9 @@ class FactorModel:
             return
         from ..errors import DegenerateError
 
-        if len(data) and float(data.rating.min()) == float(data.rating.max()):
-            why = (f"the data has a single rating value ({float(data.rating.min()):g}), which centring turns into "
+        lo, hi = data.rating_range()
+        if len(data) and lo == hi:
+            why = (f"the data has a single rating value ({lo:g}), which centring turns into "
                    "all-zero targets: use --implicit (BCE with sampled negatives; refresh and prototypes detect "
                    "such data by themselves)")
         else:

@@ -83,7 +83,8 @@ def looks_implicit(data: Interactions) -> bool:
 
     Centring such ratings makes every target zero, so squared-loss factors are exactly zero: these data
     are explained through a BCE model with sampled negatives instead."""
-    return len(data) > 0 and float(data.rating.min()) == float(data.rating.max())
+    lo, hi = data.rating_range()
+    return len(data) > 0 and lo == hi
 
 
 def training_table(P: Interactions, neg_u: np.ndarray, neg_i: np.ndarray) -> Interactions:

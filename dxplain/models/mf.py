@@ -260,7 +260,7 @@ class ALSMF:
         is stationary given U to rounding.
         """
         t0 = time.perf_counter()
-        mu = float(data.rating.mean())
+        mu = data.rating_mean()  # exact: a streamed load (``interactions.TableSummary``) gives the same μ
         n = len(data)
         lam = self.lam if self.lam is not None else default_lam(n)
         ridge = lam * n / 2.0
