@@ -185,6 +185,7 @@ def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
     """Training measures itself (Σ r² and ∇f, from which the identity bound follows) and the Newton polish
     takes its Hessian products and blocks with tasks over the parts: equal to the whole-table passes in this
     process, in memory and on the cluster, at an arbitrary (U, V)."""
+    from dxplain.kernels.als import identity_bound
     from dxplain.mapper import LocalMapper
     from dxplain.models.mf import LocalHalfSteps, PartHalfSteps
 
@@ -213,6 +214,12 @@ def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
         for a, b in zip(half.curvature_grams(U, V), want_c):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
+        # What a sweep is judged by, reduced on the parts: Σ r², ‖∇f‖² and the identity bound per side.
+        rss, gsq, bound = half.stationarity(U, V, lam, bound=True)
+        assert rss == pytest.approx(want[0], rel=1e-12)
+        assert gsq == pytest.approx(np.sum(want[1] ** 2) + np.sum(want[2] ** 2), rel=1e-12)
+        assert bound == pytest.approx(identity_bound(U, V, want[1], want[2], lam), rel=1e-12)
+        assert half.stationarity(U, V, lam, bound=False)[2] is None
 
 
 def test_job_from_model_on_the_cluster_equals_the_whole_table(client, tmp_path):

@@ -205,13 +205,16 @@ def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
     (ε_item, ε_user): the item side's bound comes from the users' gradient rows, the user side's from the items'.
     """
     T_U, T_V = balance_transforms(U, V)
-    out = []
-    for F, g, T_own, T_other in ((U, gU, T_U, T_V), (V, gV, T_V, T_U)):
-        G = g @ T_other + lam * F @ (T_own - T_other)
-        norm = np.linalg.norm(F @ T_own, axis=1)
-        live = norm > 0
-        out.append(float(np.max(np.linalg.norm(G[live], axis=1) / norm[live], initial=0.0)) / lam)
-    return out[0], out[1]
+    return bound_rows(U, gU, T_U, T_V, lam), bound_rows(V, gV, T_V, T_U, lam)
+
+
+def bound_rows(F: np.ndarray, g: np.ndarray, T_own: np.ndarray, T_other: np.ndarray, lam: float) -> float:
+    """One side's ε of ``identity_bound`` over some of its rows (F's rows, their gradient rows g): the
+    bound of a set of rows is the max over its parts, so parts on workers send one number each."""
+    G = g @ T_other + lam * F @ (T_own - T_other)
+    norm = np.linalg.norm(F @ T_own, axis=1)
+    live = norm > 0
+    return float(np.max(np.linalg.norm(G[live], axis=1) / norm[live], initial=0.0)) / lam
 
 
 def hessian_vector(U, V, dU, dV, P: Pattern, r, lam) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,7 @@ from scipy.optimize import minimize
 from ..interactions import Interactions
 from .base import FactorModel
 from ..kernels import als, anderson
+from ..kernels.representer import balance_transforms
 from ..kernels.newton import newton_pcg
 from .. import progress
 from ..progress import newton_progress
@@ -76,6 +77,12 @@ class HalfSteps:
     def gradient(self, U: np.ndarray, V: np.ndarray, lam: float) -> tuple[float, np.ndarray, np.ndarray]:
         """(Σ r², ∇_U f, ∇_V f) at (U, V), r = y − μ − ⟨U_i, V_j⟩ over D."""
         raise NotImplementedError
+
+    def stationarity(self, U: np.ndarray, V: np.ndarray, lam: float, bound: bool) -> tuple[float, float, tuple | None]:
+        """(Σ r², ‖∇f‖², the identity bound (ε_item, ε_user) of ``kernels.als.identity_bound`` when ``bound``):
+        what a sweep is judged by, without the gradient itself."""
+        rss, gU, gV = self.gradient(U, V, lam)
+        return rss, float(np.sum(gU * gU) + np.sum(gV * gV)), als.identity_bound(U, V, gU, gV, lam) if bound else None
 
     def hessian_vector(self, U, V, dU, dV, lam) -> tuple[np.ndarray, np.ndarray]:
         """The Hessian of f at (U, V) applied to (dU, dV) (``kernels.als.hessian_vector``)."""
@@ -164,6 +171,14 @@ def _gradient_part(part, a: int, F_rows, F_cols, n: int, lam: float) -> tuple[np
     return als.gradient_rows(indptr, cols, y, F_rows[a:a + len(indptr) - 1], F_cols, n, lam)
 
 
+def _stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, T_own, T_other) -> tuple[float, float, float]:
+    """A part's Σ r², Σ of its gradient rows squared, and its rows' identity bound (``als.bound_rows``; 0
+    without transforms): three numbers back, not the gradient."""
+    g, rss = _gradient_part(part, a, F_rows, F_cols, n, lam)
+    eps = 0.0 if T_own is None else als.bound_rows(F_rows[a:a + len(g)], g, T_own, T_other, lam)
+    return rss, float(np.sum(g * g)), eps
+
+
 class PartHalfSteps(HalfSteps):
     """Half-steps mapped over the partitioned interactions, one task per part.
 
@@ -184,8 +199,13 @@ class PartHalfSteps(HalfSteps):
     def _half(self, side: str, F: np.ndarray) -> np.ndarray:
         # To one worker every half-step; the others fetch it from their peer (see ``distributed.cluster.scatter``).
         F_h = self.mapper.put(F)
-        return np.vstack(self.mapper.map(_solve_part, [(p, F_h, self.ridge) for p in self.parts[side]],
-                                         name=f"als-{side}"))
+        cuts = self.cuts[side]
+        out = np.empty((int(cuts[-1]), F.shape[1]))
+        # Each part's rows into place as it finishes: no list of parts beside the stacked copy.
+        for p, rows in self.mapper.imap(_solve_part, [(p, F_h, self.ridge) for p in self.parts[side]],
+                                        name=f"als-{side}"):
+            out[cuts[p]:cuts[p + 1]] = rows
+        return out
 
     def users(self, V):
         return self._half("user", V)
@@ -207,6 +227,17 @@ class PartHalfSteps(HalfSteps):
         U_h, V_h = self.mapper.put(U), self.mapper.put(V)
         users, items = self._rows(_gradient_part, (U_h, V_h, self.n, lam), (V_h, U_h, self.n, lam), "als-gradient")
         return sum(rss for _, rss in users), np.vstack([g for g, _ in users]), np.vstack([g for g, _ in items])
+
+    def stationarity(self, U, V, lam, bound):
+        """Σ r², ‖∇f‖² and the identity bound reduced from the parts' three numbers each: at 50M the
+        gradient (users × k) and the bound's temporaries never reach this process."""
+        T_U, T_V = balance_transforms(U, V) if bound else (None, None)
+        U_h, V_h = self.mapper.put(U), self.mapper.put(V)
+        users, items = self._rows(_stationarity_part, (U_h, V_h, self.n, lam, T_U, T_V),
+                                  (V_h, U_h, self.n, lam, T_V, T_U), "als-stationarity")
+        gsq = sum(g for _, g, _ in users) + sum(g for _, g, _ in items)
+        eps = (max(e for _, _, e in users), max(e for _, _, e in items)) if bound else None
+        return sum(rss for rss, _, _ in users), gsq, eps
 
     def hessian_vector(self, U, V, dU, dV, lam):
         U_h, V_h, dU_h, dV_h = (self.mapper.put(a) for a in (U, V, dU, dV))
@@ -269,7 +300,8 @@ class ALSMF:
         V = rng.normal(scale=0.1, size=(data.n_items, self.k)) if init is None else init[1].copy()
         half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge)
         state = {"gnorm": np.inf, "bound": None, "objective": np.inf}  # at the last accepted (U, V)
-        history, images, residuals, done, sweeps = [], [], [], False, 0
+        history, done, sweeps = [], False, 0
+        accel = anderson.Anderson(self.anderson) if self.anderson else None
         X = V  # the Anderson iterate: each sweep maps it to items(users(X))
         for sweeps in range(1, self.max_sweeps + 1):
             U_new = half_steps.users(X)
@@ -277,11 +309,13 @@ class ALSMF:
             trial = {}
             done = self._measure(U_new, V_new, half_steps, n, lam, trial)
             progress.update("train: ALS sweeps", sweeps, self.max_sweeps, f"‖∇f‖={trial['gnorm']:.1e}")
-            if images and trial["objective"] > state["objective"] + UPHILL_SLACK * abs(state["objective"]):
+            if accel and accel.last is not None and \
+                    trial["objective"] > state["objective"] + UPHILL_SLACK * abs(state["objective"]):
                 # The combination went uphill (plain ALS never does): it may be heading for a saddle such
                 # as U = V = 0. Forget it and take a plain sweep from the last accepted point.
                 log.debug("ALS sweep %d: the Anderson step raised f; plain sweep from the last point", sweeps)
-                images, residuals, X, done = [], [], V, False
+                accel.reset()
+                X, done = V, False
                 continue
             U, V, state = U_new, V_new, trial
             history.append(state["gnorm"])
@@ -289,9 +323,11 @@ class ALSMF:
                       state["bound"], time.perf_counter() - t0)
             if done or self._stalled(history):
                 break
-            if self.anderson:
-                images, residuals = images[-self.anderson:] + [V.ravel()], residuals[-self.anderson:] + [(V - X).ravel()]
-            X = anderson.extrapolate(images, residuals).reshape(V.shape) if self.anderson else V
+            if accel:
+                accel.push(V, V - X)
+                X = accel.extrapolate().reshape(V.shape)
+            else:
+                X = V
         if not history:  # no sweep, or none accepted: measure where we are
             done = self._measure(U, V, half_steps, n, lam, state)
         newton = 0
@@ -318,15 +354,13 @@ class ALSMF:
 
     def _measure(self, U, V, half_steps: HalfSteps, n: int, lam, state: dict) -> bool:
         """f, ‖∇f‖ (and the identity bound, when asked for) into ``state``; whether the stopping rule holds.
-        The passes over D are the half-steps' (``HalfSteps.gradient``): over the parts, on the workers."""
-        rss, gU, gV = half_steps.gradient(U, V, lam)
+        The passes over D are the half-steps' (``HalfSteps.stationarity``): over the parts, on the workers."""
+        rss, gsq, bound = half_steps.stationarity(U, V, lam, bound=self.identity_tol is not None)
         state["objective"] = float(rss / n + 0.5 * lam * (np.sum(U * U) + np.sum(V * V)))
-        state["gnorm"] = float(np.sqrt(np.sum(gU * gU) + np.sum(gV * gV)))
-        state["bound"] = None
+        state["gnorm"], state["bound"] = float(np.sqrt(gsq)), bound
         if self.identity_tol is None:
             return state["gnorm"] <= self.tol
-        state["bound"] = als.identity_bound(U, V, gU, gV, lam)
-        return max(state["bound"]) <= self.identity_tol
+        return max(bound) <= self.identity_tol
 
     @staticmethod
     def _stalled(history: list[float]) -> bool:
