@@ -81,21 +81,26 @@ def read_table(path: Location, columns: dict[str, str] | None = None, delimiter:
     return table
 
 
-def _check_columns(table: pa.Table, source: str) -> None:
-    missing = [c for c in REQUIRED if c not in table.column_names]
+def _check_schema(schema: pa.Schema, rows: int, source: str) -> None:
+    missing = [c for c in REQUIRED if c not in schema.names]
     if missing:
-        raise InputError(f"{source}: missing column(s) {missing}; found {table.column_names}. Rename them, or "
+        raise InputError(f"{source}: missing column(s) {missing}; found {schema.names}. Rename them, or "
                          "import the file with a mapping: dxplain datasets import FILE --out DIR "
                          "--columns user=reviewerID,item=asin,rating=overall")
-    if table.num_rows == 0:
+    if rows == 0:
         raise InputError(f"{source}: the table has no rows; it needs at least one interaction")
+    for c in ("user", "item"):
+        t = schema.field(c).type
+        if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)):
+            raise InputError(f"{source}: column {c!r} has type {t}; ids must be integers or strings")
+
+
+def _check_columns(table: pa.Table, source: str) -> None:
+    _check_schema(table.schema, table.num_rows, source)
     for c in ("user", "item"):
         nulls = table.column(c).null_count
         if nulls:
             raise InputError(f"{source}: {nulls} row(s) have no {c} id; drop or fill them")
-        t = table.schema.field(c).type
-        if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)):
-            raise InputError(f"{source}: column {c!r} has type {t}; ids must be integers or strings")
 
 
 def _ratings(table: pa.Table, source: str) -> np.ndarray:
@@ -117,21 +122,55 @@ def _ratings(table: pa.Table, source: str) -> np.ndarray:
 
 
 def check_interactions(path: Location, need_unrated: bool = False) -> None:
-    """The checks a command runs on a dataset path before any flow starts: columns, types, rows, ratings.
+    """The checks a command runs on a dataset path before any flow starts: columns, types, rows, ratings
+    (a prepared dataset's ratings and ids are checked by the tasks that scan it, as the flow starts).
 
     ``need_unrated``: also refuse data in which every user rated every item (a one-row file is the
     smallest case), where there is nothing to recommend. Duplicate pairs are left to the full load.
     """
     fs, p = filesystem(path)
+    if fs.isdir(p) and all(fs.exists(f"{p}/{f}") for f in ("interactions.parquet", "users.parquet", "items.parquet")):
+        # A prepared dataset: its footers only. Its rows are checked by the tasks that read them
+        # (``partitions.scan_source``), so no command reads a large table whole just to check it.
+        source = join(path, "interactions.parquet")
+        schema, rows = _parquet_shape(source)
+        _check_schema(schema, rows, str(source))
+        if need_unrated:
+            n_users, n_items = (_parquet_shape(join(path, f"{w}.parquet"))[1] for w in ("users", "items"))
+            _check_unrated(rows, n_users, n_items, source)
+        return
     source = join(path, "interactions.parquet") if fs.isdir(p) and fs.exists(f"{p}/interactions.parquet") else path
     table = read_table(source)
     _check_columns(table, str(source))
     _ratings(table, str(source))
     if need_unrated:
-        n_users, n_items = (pc.count_distinct(table.column(c)).as_py() for c in ("user", "item"))
-        if table.num_rows >= n_users * n_items:
-            raise InputError(f"{source}: its {n_users} user(s) rated all {n_items} item(s), so there is nothing "
-                             "to recommend and explain; give a dataset with unrated pairs, or --targets")
+        _check_unrated(table.num_rows, *(pc.count_distinct(table.column(c)).as_py() for c in ("user", "item")),
+                       source)
+
+
+def _check_unrated(rows: int, n_users: int, n_items: int, source) -> None:
+    if rows >= n_users * n_items:
+        raise InputError(f"{source}: its {n_users} user(s) rated all {n_items} item(s), so there is nothing "
+                         "to recommend and explain; give a dataset with unrated pairs, or --targets")
+
+
+def parquet_files(path: Location) -> list[str]:
+    """The Parquet files of a file or folder (in name order), as paths of its filesystem."""
+    fs, p = filesystem(path)
+    return sorted(f for f in fs.find(p) if f.endswith((".parquet", ".pq"))) if fs.isdir(p) else [p]
+
+
+def _parquet_shape(path: Location) -> tuple[pa.Schema, int]:
+    """The schema and row count of a Parquet file, or of a folder of them, from their footers."""
+    fs, _ = filesystem(path)
+    schema, rows = None, 0
+    for f in parquet_files(path):
+        with fs.open(f, "rb") as fh:
+            meta = pq.ParquetFile(fh).metadata
+        schema, rows = schema or meta.schema.to_arrow_schema(), rows + meta.num_rows
+    if schema is None:
+        raise InputError(f"{path}: holds no Parquet file; it needs the interactions")
+    return schema, rows
 
 
 def _sorted_unique(col: pa.ChunkedArray) -> pa.Array:

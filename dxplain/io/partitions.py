@@ -216,10 +216,11 @@ Chunk = tuple  # (file Location, row group indices): what one streaming task rea
 def source_chunks(path: Location, rows_per_chunk: int = ROWS_PER_CHUNK) -> list[Chunk]:
     """The row groups of a Parquet file (or of a folder's files, in name order) in chunks of about
     ``rows_per_chunk`` rows; only footers are read."""
+    from .interactions import parquet_files
+
     fs, p = filesystem(path)
-    files = sorted(f for f in fs.find(p) if f.endswith((".parquet", ".pq"))) if fs.isdir(p) else [p]
     chunks = []
-    for f in files:
+    for f in parquet_files(path):
         loc = join(path, f[len(p):].lstrip("/")) if fs.isdir(p) else path
         with fs.open(f, "rb") as fh:
             meta = pq.ParquetFile(fh).metadata
