@@ -136,3 +136,58 @@ def test_balanced_transforms_used_by_the_bound_keep_the_scores():
     U[:, 4] = U[:, 0]  # rank 4
     T_U, T_V = balance_transforms(U, V)
     np.testing.assert_allclose((U @ T_U) @ (V @ T_V).T, U @ V.T, atol=1e-10)
+
+
+def test_anderson_history_in_files_gives_the_same_fit_and_leaves_no_file(tmp_path):
+    """The refresh keeps the Anderson history in files (``io.spill.SpillList``): the same sweeps, the same
+    factors to the bit, and nothing left once the fit returns."""
+    from functools import partial
+
+    from dxplain.io.spill import SpillList
+
+    d = random_interactions(60, 45, 0.3, seed=7)
+    kw = dict(k=6, lam=_lam(d), tol=1e-9, polish_iters=0, max_sweeps=60, seed=2)
+    in_memory = ALSMF(**kw).fit(d)
+    in_files = ALSMF(**kw, anderson_store=partial(SpillList, tmp_path)).fit(d)
+    assert in_files.info["sweeps"] == in_memory.info["sweeps"] > 10
+    np.testing.assert_array_equal(in_files.U, in_memory.U)
+    np.testing.assert_array_equal(in_files.V, in_memory.V)
+    assert [f for folder in tmp_path.iterdir() for f in folder.iterdir()] == []
+
+
+def test_spill_list_keeps_arrays_in_order_and_deletes_what_it_drops(tmp_path):
+    from dxplain.io.spill import SpillList
+
+    s = SpillList(tmp_path)
+    arrays = [np.arange(5, dtype=np.float32) * k for k in range(4)]
+    for a in arrays:
+        s.append(a)
+    s.pop(0)
+    assert len(s) == 3 and len(list(s.root.iterdir())) == 3
+    for got, want in zip(s, arrays[1:]):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == np.float32
+    s.close()
+    assert not s.root.exists()
+
+
+def test_a_budget_ending_on_a_refused_combination_returns_a_plain_sweep_from_the_accepted_point(caplog):
+    """The accepted U is dropped while a trial is computed (memory); if the trial is refused on the last
+    sweep the fit takes one plain sweep from the accepted V: V is then exact given U, f no higher."""
+    import logging
+
+    from dxplain.models.mf import LocalHalfSteps
+
+    d = random_interactions(60, 45, 0.3, seed=0)
+    kw = dict(k=6, lam=2 * 15 / len(d) / 10, tol=1e-10, polish_iters=0, seed=0)
+    with caplog.at_level(logging.DEBUG, logger="dxplain.models.mf"):
+        ALSMF(**kw, max_sweeps=40).fit(d)
+    refused = [int(r.getMessage().split()[2].rstrip(":")) for r in caplog.records if "raised f" in r.getMessage()]
+    assert refused, "no combination was refused: the test needs one"
+    last = refused[0]
+    before = ALSMF(**kw, max_sweeps=last - 1).fit(d)
+    capped = ALSMF(**kw, max_sweeps=last).fit(d)
+    assert capped.info["sweeps"] == last + 1
+    half = LocalHalfSteps(d, d.rating_mean(), capped.lam * len(d) / 2)
+    np.testing.assert_allclose(half.items(capped.U), capped.V, rtol=1e-10, atol=1e-12)
+    assert capped.info["objective"] <= before.info["objective"]

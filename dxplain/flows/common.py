@@ -22,6 +22,7 @@ from ..datasets.registry import resolve_prepared
 from ..errors import DxplainError
 from ..io import model_store, partitions, runs
 from ..io.interactions import read_catalogue
+from ..io.spill import SpillList
 from ..mapper import LocalMapper, Mapper
 from ..models.base import FactorModel
 from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives, terms_of
@@ -187,7 +188,8 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
                     k, m.lam, neg_weight, m.grad_norm, m.info["lbfgs_iters"], m.info["newton_iters"],
                     m.info["seconds"], path)
     else:
-        trainer = ALSMF(k=k, lam=lam, seed=seed, identity_tol=identity_tol, **budget)
+        # The Anderson history in files: 0.6 GB at 50M (k = 64) that the flow's process does not hold.
+        trainer = ALSMF(k=k, lam=lam, seed=seed, identity_tol=identity_tol, anderson_store=SpillList, **budget)
         m = trainer.fit(data, half_steps=partial(PartHalfSteps, mapper, parts))
         logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e, identity bound %s after %d sweeps + %d Newton steps in "
                     "%.1fs → %s", k, lam, m.grad_norm, m.info.get("identity_bound"), m.info["sweeps"],

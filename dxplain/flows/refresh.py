@@ -1,6 +1,7 @@
 """The nightly explanation refresh.
 
-load interactions → partition them (by user, by item) → train (or load) the model, ALS shards reading
+scan the interactions (tasks over a prepared dataset's row groups; this process keeps ids and degrees) →
+partition them by tasks (by user, by item) → train (or load) the model, ALS shards reading
 the parts → preprocess (Ũ, Ṽ, α beside the parts) → shard users over Dask: each shard's targets
 (recommended or supplied) → the user side per range of items, all shards' targets on them at once → each shard
 explains its item side, gathers its user side and writes one Parquet file atomically → manifest →

@@ -27,13 +27,17 @@ class Anderson:
     stay float64. ΔFᵀΔF gains one row per push (m dot products), never a pass over the whole history.
     """
 
-    def __init__(self, m: int, dtype=np.float32):
-        self.m, self.dtype = m, dtype
+    def __init__(self, m: int, dtype=np.float32, store=list):
+        """``store()`` makes each of the two histories: a list, or anything with ``append``, ``pop(0)``,
+        ``len`` and iteration (``io.spill.SpillList`` keeps them in files, out of the process)."""
+        self.m, self.dtype, self.store = m, dtype, store
+        self.dF, self.dG = store(), store()
         self.reset()
 
     def reset(self) -> None:
-        self.dF, self.dG, self.last = [], [], None
-        self.A = np.zeros((0, 0))
+        while len(self.dF):
+            self.dF.pop(0), self.dG.pop(0)
+        self.last, self.A = None, np.zeros((0, 0))
 
     def push(self, image: np.ndarray, residual: np.ndarray) -> None:
         """Add g(x_k) and f_k = g(x_k) − x_k. Both are kept by reference until the next push: do not change them."""

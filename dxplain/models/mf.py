@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -267,6 +268,7 @@ class ALSMF:
     max_sweeps : ALS sweeps at most before the polish
     polish_iters : trust-region Newton iterations at most
     anderson : sweeps the Anderson step combines (``kernels.anderson``); 0 = plain ALS
+    anderson_store : what holds the Anderson history (``kernels.anderson.Anderson``'s ``store``)
     seed : initialisation seed (deterministic for a seed)
     """
 
@@ -278,6 +280,7 @@ class ALSMF:
     polish_iters: int = 200
     anderson: int = ANDERSON_MEMORY
     seed: int = 0
+    anderson_store: Callable = list  # makes each Anderson history list; ``io.spill.SpillList`` keeps it in files
 
     def fit(self, data: Interactions, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None) -> MFModel:
         """Train on ``data``.
@@ -288,7 +291,8 @@ class ALSMF:
         after deleting a few ratings, started from the original optimum).
 
         Every sweep ends with an exact item half-step, so unless the Newton polish ran, the returned V
-        is stationary given U to rounding.
+        is stationary given U to rounding. A budget that ends on a refused Anderson combination gets one
+        plain sweep more (from the accepted V: the accepted U is not kept while a trial is computed).
         """
         t0 = time.perf_counter()
         mu = data.rating_mean()  # exact: a streamed load (``interactions.TableSummary``) gives the same μ
@@ -301,9 +305,12 @@ class ALSMF:
         half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge)
         state = {"gnorm": np.inf, "bound": None, "objective": np.inf}  # at the last accepted (U, V)
         history, done, sweeps = [], False, 0
-        accel = anderson.Anderson(self.anderson) if self.anderson else None
+        accel = anderson.Anderson(self.anderson, store=self.anderson_store) if self.anderson else None
         X = V  # the Anderson iterate: each sweep maps it to items(users(X))
         for sweeps in range(1, self.max_sweeps + 1):
+            # The accepted U is not kept beside the trial's: users × k is the largest array here (256 MB at
+            # 50M, k = 64). A plain sweep from the accepted V needs only V (see the end of the loop).
+            U = U_new = None
             U_new = half_steps.users(X)
             V_new = half_steps.items(U_new)
             trial = {}
@@ -328,6 +335,14 @@ class ALSMF:
                 X = accel.extrapolate().reshape(V.shape)
             else:
                 X = V
+        if accel:
+            accel.reset()  # its arrays (or files) go now, not when the trainer is collected
+        if U is None:  # the budget ended on a refused combination: a plain sweep from the accepted V (never uphill)
+            U = half_steps.users(V)
+            V = half_steps.items(U)
+            sweeps += 1
+            done = self._measure(U, V, half_steps, n, lam, state)
+            history.append(state["gnorm"])
         if not history:  # no sweep, or none accepted: measure where we are
             done = self._measure(U, V, half_steps, n, lam, state)
         newton = 0
