@@ -122,6 +122,8 @@ def connect(settings: Settings, security=None):
     with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), \
             LocalCluster(n_workers=settings.workers, threads_per_worker=settings.threads_per_worker,
                       processes=True, dashboard_address=None, silence_logs=logging.WARNING, **tls) as cluster, \
-            Client(cluster, security=security) as client:
+            Client(cluster, security=security, direct_to_workers=True) as client:
+        # direct_to_workers: a LocalCluster's scheduler runs in this process, and a scatter through it
+        # holds a deserialised copy of the data here (measured: +244 MB of peak RSS for U at 50M, k = 64).
         client.register_plugin(BlasThreads(threads))
         yield client

@@ -291,8 +291,8 @@ class ALSMF:
         after deleting a few ratings, started from the original optimum).
 
         Every sweep ends with an exact item half-step, so unless the Newton polish ran, the returned V
-        is stationary given U to rounding. A budget that ends on a refused Anderson combination gets one
-        plain sweep more (from the accepted V: the accepted U is not kept while a trial is computed).
+        is stationary given U to rounding. The budget's last sweep is a plain one (an Anderson combination
+        could be refused, and the accepted U is not kept while a trial is computed).
         """
         t0 = time.perf_counter()
         mu = data.rating_mean()  # exact: a streamed load (``interactions.TableSummary``) gives the same μ
@@ -309,15 +309,14 @@ class ALSMF:
         X = V  # the Anderson iterate: each sweep maps it to items(users(X))
         for sweeps in range(1, self.max_sweeps + 1):
             # The accepted U is not kept beside the trial's: users × k is the largest array here (256 MB at
-            # 50M, k = 64). A plain sweep from the accepted V needs only V (see the end of the loop).
+            # 50M, k = 64). Only a combination can be refused, and the budget's last sweep is a plain one.
             U = U_new = None
             U_new = half_steps.users(X)
             V_new = half_steps.items(U_new)
             trial = {}
             done = self._measure(U_new, V_new, half_steps, n, lam, trial)
             progress.update("train: ALS sweeps", sweeps, self.max_sweeps, f"‖∇f‖={trial['gnorm']:.1e}")
-            if accel and accel.last is not None and \
-                    trial["objective"] > state["objective"] + UPHILL_SLACK * abs(state["objective"]):
+            if X is not V and trial["objective"] > state["objective"] + UPHILL_SLACK * abs(state["objective"]):
                 # The combination went uphill (plain ALS never does): it may be heading for a saddle such
                 # as U = V = 0. Forget it and take a plain sweep from the last accepted point.
                 log.debug("ALS sweep %d: the Anderson step raised f; plain sweep from the last point", sweeps)
@@ -332,17 +331,10 @@ class ALSMF:
                 break
             if accel:
                 accel.push(V, V - X)
-                X = accel.extrapolate().reshape(V.shape)
-            else:
-                X = V
+            # The last sweep of the budget is plain (never refused): it ends where a model can be returned.
+            X = accel.extrapolate().reshape(V.shape) if accel and sweeps + 1 < self.max_sweeps else V
         if accel:
             accel.reset()  # its arrays (or files) go now, not when the trainer is collected
-        if U is None:  # the budget ended on a refused combination: a plain sweep from the accepted V (never uphill)
-            U = half_steps.users(V)
-            V = half_steps.items(U)
-            sweeps += 1
-            done = self._measure(U, V, half_steps, n, lam, state)
-            history.append(state["gnorm"])
         if not history:  # no sweep, or none accepted: measure where we are
             done = self._measure(U, V, half_steps, n, lam, state)
         newton = 0
@@ -371,7 +363,7 @@ class ALSMF:
         """f, ‖∇f‖ (and the identity bound, when asked for) into ``state``; whether the stopping rule holds.
         The passes over D are the half-steps' (``HalfSteps.stationarity``): over the parts, on the workers."""
         rss, gsq, bound = half_steps.stationarity(U, V, lam, bound=self.identity_tol is not None)
-        state["objective"] = float(rss / n + 0.5 * lam * (np.sum(U * U) + np.sum(V * V)))
+        state["objective"] = float(rss / n + 0.5 * lam * (np.vdot(U, U) + np.vdot(V, V)))  # no n×k temporary
         state["gnorm"], state["bound"] = float(np.sqrt(gsq)), bound
         if self.identity_tol is None:
             return state["gnorm"] <= self.tol
