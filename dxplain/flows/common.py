@@ -23,7 +23,7 @@ from ..errors import DxplainError
 from ..io import model_store, partitions, runs
 from ..io.interactions import read_catalogue
 from ..io.spill import SpillList
-from ..mapper import LocalMapper, Mapper
+from ..mapper import LocalMapper, Mapper, peak_rss_mib
 from ..models.base import FactorModel
 from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives, terms_of
 from ..models.implicit_mf import training_table as implicit_table
@@ -66,13 +66,16 @@ def open_mapper(settings: Settings, in_memory: bool = False, shared: str | None 
 
 
 @contextlib.contextmanager
-def stage(seconds: dict, name: str):
-    """Record the wall seconds of one stage of a flow (reported in its summary)."""
+def stage(seconds: dict, name: str, peaks: dict | None = None):
+    """Record the wall seconds of one stage of a flow (reported in its summary) and, into ``peaks``, this
+    process's peak RSS (VmHWM, MiB) at its end: the first stage whose value jumps is the one that set it."""
     t = time.perf_counter()
     try:
         yield
     finally:
         seconds[name] = round(time.perf_counter() - t, 2)
+        if peaks is not None:
+            peaks[name] = peak_rss_mib()
 
 
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=transient, cache_policy=NO_CACHE)

@@ -138,23 +138,23 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     ``prediction`` is a probability σ(score).
     """
     validate(CONSTRAINTS, locals())
-    t0, seconds = time.perf_counter(), {}
+    t0, seconds, peaks = time.perf_counter(), {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     with open_mapper(settings, in_memory, shared=settings.out) as mapper:
-        with stage(seconds, "load"):  # a prepared dataset by tasks: this process keeps ids and degrees
+        with stage(seconds, "load", peaks):  # a prepared dataset by tasks: this process keeps ids and degrees
             training = load_training(dataset, settings, mapper, implicit, neg_samples, seed)
             data, implicit = training.data, training.implicit
             supplied = read_targets(targets, data) if targets else None  # bad input fails before any training
         n_targets = len(supplied) if supplied is not None else data.n_users * top_n
         n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
-        with stage(seconds, "partition"):
+        with stage(seconds, "partition", peaks):
             parts = partition(training, settings.out, mapper)
-        with stage(seconds, "train"):
+        with stage(seconds, "train", peaks):
             budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
                       if v is not None}
             m, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, parts,
                                           budget, implicit, neg_weight, fidelity_tol=tol)
-        with stage(seconds, "preprocess"):
+        with stage(seconds, "preprocess", peaks):
             job = preprocess(m, data, parts, top_n, top_k, supplied, mapper)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
         plan = {"data": data.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
@@ -163,15 +163,16 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         run_dir, resumed = runs.start_run(settings.out, plan)
         if resumed:
             get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
-        with stage(seconds, "recommend_explain_write"):  # targets, attributions and shard files, per shard
+        with stage(seconds, "recommend_explain_write", peaks):  # targets, attributions and shard files, per shard
             entries, passes = explain_all(job, data, n_shards, str(run_dir), mapper)
         memory = mapper.peak_rss_mib()
     summary = {"run": str(run_dir), "dataset": dataset, "model": model_path, **summarize(entries, passes),
                "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "peak_rss_mib": memory,
+               "flow_peak_rss_mib_after_stage": peaks,
                "grad_norm": m.grad_norm, "loss": m.loss, "prediction": PREDICTION[m.loss],
                "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k}
     check_result(summary, tol, strict)
-    with stage(seconds, "publish"):
+    with stage(seconds, "publish", peaks):
         publish(settings.out, str(run_dir), entries, {"summary": summary})
     if keep is not None:
         summary["pruned_runs"] = runs.prune_runs(settings.out, keep)

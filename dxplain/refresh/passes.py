@@ -85,9 +85,12 @@ class RefreshJob:
         # B needs every item part; the user parts only when their α is (re)written.
         sides = (("user", parts.user_cuts), ("item", parts.item_cuts)) if write else (("item", parts.item_cuts),)
         tasks = [(model_h, parts, side, p, write, Ut_h) for side, cuts in sides for p in range(len(cuts) - 1)]
-        out = mapper.map(alpha_part, tasks, name="alpha")
+        B = np.empty((model.V.shape[0], Ut.shape[1]))
+        for t, rows in mapper.imap(alpha_part, tasks, name="alpha"):  # an item part's rows of B into place
+            if rows is not None:
+                lo, hi = parts.item_range(tasks[t][3])
+                B[lo:hi] = rows
         parts = finish_alpha(parts, key) if write else dataclasses.replace(parts, with_alpha=True)
-        B = np.vstack([b for b in out if b is not None])
         return cls(parts, Preprocessed(Ut, Vt, None, model.mu, None, B, model.loss), item_degree, top_n, top_k, targets)
 
 
