@@ -15,8 +15,23 @@ import pyarrow as pa
 import scipy.sparse as sp
 
 
+class IdSpaces:
+    """``n_users`` and ``n_items`` from the id lists (``user_ids``, ``item_ids``) a table is indexed by."""
+
+    user_ids: pa.Array
+    item_ids: pa.Array
+
+    @property
+    def n_users(self) -> int:
+        return len(self.user_ids)
+
+    @property
+    def n_items(self) -> int:
+        return len(self.item_ids)
+
+
 @dataclass(frozen=True, eq=False)
-class Interactions:
+class Interactions(IdSpaces):
     """Explicit-feedback interactions (u, i, y) indexed 0..n_users-1 and 0..n_items-1.
 
     Attributes
@@ -50,14 +65,6 @@ class Interactions:
         ts = None if timestamp is None else np.asarray(timestamp, dtype=np.int64)[order]
         return cls(user[order], item[order], np.asarray(rating, dtype=np.float64)[order],
                    user_ids, item_ids, ts)
-
-    @property
-    def n_users(self) -> int:
-        return len(self.user_ids)
-
-    @property
-    def n_items(self) -> int:
-        return len(self.item_ids)
 
     def __len__(self) -> int:
         return len(self.user)
@@ -217,15 +224,11 @@ class RatingSum:
         return float(self.value() / n) if n else 0.0
 
 
-@dataclass(frozen=True, eq=False)
-class TableSummary:
-    """What a flow keeps of an interaction table it never holds whole (the parts hold the rows): the id
-    lists, the degrees, the rating statistics and the fingerprint, O(users + items). It answers the
-    questions the flow asks of ``Interactions`` (``len``, ``n_users``, degrees, ``fingerprint``,
-    ``rating_mean``, ``rating_range``) with the same values."""
+@dataclass(frozen=True)
+class RowStats:
+    """What a flow needs of a table's rows: degrees, an exact rating sum and range, the row digest. Chunks'
+    stats add up to the whole table's (``+``), so tasks can compute them over the chunks they read."""
 
-    user_ids: pa.Array
-    item_ids: pa.Array
     user_counts: np.ndarray
     item_counts: np.ndarray
     ratings: RatingSum
@@ -233,31 +236,47 @@ class TableSummary:
     rating_max: float
     digest: np.ndarray
 
-    @property
-    def n_users(self) -> int:
-        return len(self.user_ids)
+    @classmethod
+    def of(cls, user: np.ndarray, item: np.ndarray, rating: np.ndarray, n_users: int, n_items: int) -> "RowStats":
+        return cls(np.bincount(user, minlength=n_users), np.bincount(item, minlength=n_items), RatingSum.of(rating),
+                   float(rating.min()) if len(rating) else np.inf, float(rating.max()) if len(rating) else -np.inf,
+                   row_digest(user, item, rating))
 
-    @property
-    def n_items(self) -> int:
-        return len(self.item_ids)
+    def __add__(self, other: "RowStats") -> "RowStats":
+        with np.errstate(over="ignore"):  # the digest is a sum mod 2⁶⁴
+            digest = self.digest + other.digest
+        return RowStats(self.user_counts + other.user_counts, self.item_counts + other.item_counts,
+                        self.ratings + other.ratings, min(self.rating_min, other.rating_min),
+                        max(self.rating_max, other.rating_max), digest)
+
+
+@dataclass(frozen=True, eq=False)
+class TableSummary(IdSpaces):
+    """What a flow keeps of an interaction table it never holds whole (the parts hold the rows): the id
+    lists and ``RowStats``, O(users + items). It answers the questions the flow asks of ``Interactions``
+    (``len``, ``n_users``, degrees, ``fingerprint``, ``rating_mean``, ``rating_range``) with the same values."""
+
+    user_ids: pa.Array
+    item_ids: pa.Array
+    stats: RowStats
 
     def __len__(self) -> int:
-        return int(self.user_counts.sum())
+        return int(self.stats.user_counts.sum())
 
     def user_degree(self) -> np.ndarray:
-        return self.user_counts
+        return self.stats.user_counts
 
     def item_degree(self) -> np.ndarray:
-        return self.item_counts
+        return self.stats.item_counts
 
     def fingerprint(self) -> str:
-        return fingerprint_of(len(self), self.digest, self.user_ids, self.item_ids)
+        return fingerprint_of(len(self), self.stats.digest, self.user_ids, self.item_ids)
 
     def rating_mean(self) -> float:
-        return self.ratings.mean_of(len(self))
+        return self.stats.ratings.mean_of(len(self))
 
     def rating_range(self) -> tuple[float, float]:
-        return self.rating_min, self.rating_max
+        return self.stats.rating_min, self.stats.rating_max
 
 
 def segment_positions(indptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

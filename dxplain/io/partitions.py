@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from ..interactions import Interactions, RatingSum, TableSummary, equal_cuts, row_digest
+from ..interactions import Interactions, RowStats, TableSummary, equal_cuts
 from .atomic import Location, atomic_file, exists, filesystem, join, read_text, write_text_atomic
 
 ROWS_PER_PART = 2_000_000  # ~50 MB of columns per part; a shard holds one item part at a time
@@ -256,23 +256,8 @@ def _read_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> tuple[n
     return u, i, y
 
 
-@dataclass(frozen=True)
-class ChunkScan:
-    """What one chunk adds to the table's ``TableSummary``."""
-
-    user_counts: np.ndarray
-    item_counts: np.ndarray
-    ratings: RatingSum
-    rating_min: float
-    rating_max: float
-    digest: np.ndarray
-
-
-def scan_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> ChunkScan:
-    u, i, y = _read_chunk(chunk, user_ids, item_ids)
-    return ChunkScan(np.bincount(u, minlength=len(user_ids)).astype(np.int32),
-                     np.bincount(i, minlength=len(item_ids)).astype(np.int32), RatingSum.of(y),
-                     float(y.min()) if len(y) else np.inf, float(y.max()) if len(y) else -np.inf, row_digest(u, i, y))
+def scan_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> RowStats:
+    return RowStats.of(*_read_chunk(chunk, user_ids, item_ids), len(user_ids), len(item_ids))
 
 
 def scan_source(mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array,
@@ -288,21 +273,16 @@ def scan_source(mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array,
     if not chunks:
         raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
     users_h, items_h = mapper.put(user_ids, broadcast=True), mapper.put(item_ids, broadcast=True)
-    user_counts, item_counts = np.zeros(len(user_ids), np.int64), np.zeros(len(item_ids), np.int64)
-    ratings, lo, hi, digest = RatingSum({}), np.inf, -np.inf, np.zeros(2, np.uint64)
+    stats = None
     # Summed as they finish: the flow holds one chunk's counts at a time.
     for _, c in mapper.imap(scan_chunk, [(chunk, users_h, items_h) for chunk in chunks], name="load-scan"):
-        user_counts += c.user_counts
-        item_counts += c.item_counts
-        ratings, lo, hi = ratings + c.ratings, min(lo, c.rating_min), max(hi, c.rating_max)
-        with np.errstate(over="ignore"):
-            digest += c.digest
-    for what, counts, ids in (("user", user_counts, user_ids), ("item", item_counts, item_ids)):
+        stats = c if stats is None else stats + c
+    for what, counts, ids in (("user", stats.user_counts, user_ids), ("item", stats.item_counts, item_ids)):
         if not counts.all():
             raise InputError(f"{path}: {what}s.parquet lists {int((counts == 0).sum())} {what}(s) with no interaction, "
                              f"e.g. {ids[int(np.argmin(counts))].as_py()!r}; re-create the dataset with "
                              "`dxplain datasets import`")
-    return TableSummary(user_ids, item_ids, user_counts, item_counts, ratings, lo, hi, digest)
+    return TableSummary(user_ids, item_ids, stats)
 
 
 def bucket_chunk(chunk: Chunk, c: int, user_ids: pa.Array, item_ids: pa.Array, root: Location,
@@ -352,7 +332,7 @@ def stream_partitions(mapper, path: Location, summary: TableSummary, root: Locat
         n = len(summary)
         n_parts = max(1, -(-n // max(1, rows_per_part)))
         user_cuts, item_cuts = (equal_cuts(np.concatenate([[0], np.cumsum(counts)]), n_parts)
-                                for counts in (summary.user_counts, summary.item_counts))
+                                for counts in (summary.user_degree(), summary.item_degree()))
         users_h, items_h = mapper.put(summary.user_ids, broadcast=True), mapper.put(summary.item_ids, broadcast=True)
         fs, root_path = filesystem(root)
         if fs.exists(f"{root_path}/_buckets"):  # an interrupted run's: its chunks may have been cut otherwise
