@@ -188,8 +188,8 @@ class RatingSum:
 
     @classmethod
     def of(cls, y: np.ndarray) -> "RatingSum":
-        # y = M·2^(e−53) with |M| < 2^53 an integer; split M into 26-bit halves so that float64 sums of up to
-        # 2^27 rows per exponent stay exact (bincount adds in float64).
+        # y = M·2^(e−53) with |M| < 2^53 an integer; split M into 26- and 27-bit halves so that float64 sums
+        # of up to 2^26 rows per exponent stay exact (bincount adds in float64: 2^26 · 2^27 = 2^53).
         y = np.asarray(y, np.float64)
         for s in (0, 1, 2):  # the common case, ratings on a grid of 1, ½ or ¼: one exact integer sum
             scaled = y * float(1 << s)
@@ -198,8 +198,8 @@ class RatingSum:
                 if np.array_equal(whole, scaled):
                     return cls({-s: int(whole.sum())})
         terms: dict[int, int] = {}
-        for lo in range(0, len(y), 1 << 27):
-            m, e = np.frexp(y[lo:lo + (1 << 27)])
+        for lo in range(0, len(y), 1 << 26):
+            m, e = np.frexp(y[lo:lo + (1 << 26)])
             M = (m * 2.0 ** 53).astype(np.int64)
             e0 = int(e.min()) if len(e) else 0
             for part, shift in ((M >> 26, 26), (M & ((1 << 26) - 1), 0)):

@@ -395,3 +395,62 @@ def test_row_digest_and_rating_sum_add_up_over_any_split():
         i2 = i.copy()
         i2[5] += 1
         assert not np.array_equal(row_digest(u, i2, y), whole)
+
+
+def test_a_folder_of_files_is_read_as_pyarrow_reads_it_and_a_rerun_part_task_rebuilds_the_same_part(tmp_path):
+    """interactions.parquet may be a folder: files under ``_…`` or ``.…`` names are not data (as for
+    ``pq.read_table``). A part task rerun after a lost worker, with an interrupted write's temporary file
+    among its buckets, rebuilds the same part."""
+    import shutil
+
+    import pyarrow as pa
+    from conftest import interactions_table
+    from dxplain.io.interactions import read_dataset
+
+    d = random_interactions(60, 50, 0.25, seed=4)
+    folder = streamed_folder(tmp_path, d)
+    table = pq.read_table(folder / "interactions.parquet")
+    (folder / "interactions.parquet").unlink()
+    (folder / "interactions.parquet" / "_temporary").mkdir(parents=True)
+    for n, (a, b) in enumerate([(0, 300), (300, table.num_rows)]):
+        pq.write_table(table.slice(a, b - a), folder / "interactions.parquet" / f"part-{n}.parquet", row_group_size=97)
+    pq.write_table(table.slice(0, 10), folder / "interactions.parquet" / "_temporary" / "part-0.parquet")
+    shutil.copy(folder / "interactions.parquet" / "part-0.parquet", folder / "interactions.parquet" / ".part-0.parquet")
+    whole = read_dataset(folder).interactions
+    summary = scan(folder)
+    assert summary.fingerprint() == whole.fingerprint() == d.fingerprint()
+    root = tmp_path / "s"
+    parts = partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, root,
+                                         rows_per_part=200, rows_per_chunk=200)
+    first = pq.read_table(root / "user" / "part-00000.parquet")
+    # A part task run twice (its worker lost after it wrote), an interrupted write's temporary file among
+    # the buckets it reads (they are kept until the whole store is written): the same part.
+    users, items, again = summary.user_ids, summary.item_ids, tmp_path / "again"
+    for c, chunk in enumerate(partitions.source_chunks(folder / "interactions.parquet", 200)):
+        partitions.bucket_chunk(chunk, c, users, items, again, parts.user_cuts, parts.item_cuts)
+    partitions.assemble_part(again, "user", 0, users, items, "src")
+    (again / "_buckets" / "user" / "00000" / ".00000.parquet.tmp-1").write_bytes(b"half a file")
+    assert partitions.assemble_part(again, "user", 0, users, items, "src") == first.num_rows
+    assert pq.read_table(again / "user" / "part-00000.parquet").equals(first)
+
+
+def test_a_source_changed_between_scan_and_partitioning_is_refused_and_nothing_is_left(tmp_path):
+    from dxplain.errors import InputError
+
+    d = random_interactions(60, 50, 0.25, seed=6)
+    folder = streamed_folder(tmp_path, d)
+    summary = scan(folder)
+    table = pq.read_table(folder / "interactions.parquet")
+    ratings = table["rating"].to_numpy().copy()
+    ratings[3] = ratings[3] % 5 + 1  # same rows, one rating changed
+    pq.write_table(table.set_column(2, "rating", pa_array(ratings)), folder / "interactions.parquet", row_group_size=97)
+    with pytest.raises(InputError, match="changed while they were read"):
+        partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s",
+                                     rows_per_part=200, rows_per_chunk=200)
+    assert not (tmp_path / "s").exists()
+
+
+def pa_array(values):
+    import pyarrow as pa
+
+    return pa.array(values)

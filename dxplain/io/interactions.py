@@ -155,9 +155,14 @@ def _check_unrated(rows: int, n_users: int, n_items: int, source) -> None:
 
 
 def parquet_files(path: Location) -> list[str]:
-    """The Parquet files of a file or folder (in name order), as paths of its filesystem."""
+    """The Parquet files of a file or folder (in name order), as paths of its filesystem: those
+    ``pq.read_table`` reads, i.e. none under a name starting with ``_`` or ``.`` (``_temporary/``, ``.crc``)."""
     fs, p = filesystem(path)
-    return sorted(f for f in fs.find(p) if f.endswith((".parquet", ".pq"))) if fs.isdir(p) else [p]
+    if not fs.isdir(p):
+        return [p]
+    root = p.rstrip("/")
+    return sorted(f for f in fs.find(p) if f.endswith((".parquet", ".pq"))
+                  and not any(part.startswith(("_", ".")) for part in f[len(root):].strip("/").split("/")))
 
 
 def _parquet_shape(path: Location) -> tuple[pa.Schema, int]:

@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from ..interactions import Interactions, RowStats, TableSummary, equal_cuts
+from ..interactions import Interactions, RowStats, TableSummary, equal_cuts, row_digest
 from .atomic import Location, atomic_file, exists, filesystem, join, read_text, write_text_atomic
 
 ROWS_PER_PART = 2_000_000  # ~50 MB of columns per part; a shard holds one item part at a time
@@ -265,9 +265,10 @@ def scan_source(mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array,
     """Validate a prepared dataset's interactions by tasks over chunks of its row groups and summarise
     them (``TableSummary``): the flow holds O(users + items). ``user_ids`` and ``item_ids`` are the
     dataset's users.parquet and items.parquet ids, which must be sorted and each have an interaction."""
+    folder = str(path).rsplit("/", 1)[0]  # the dataset: its users.parquet and items.parquet are named below
     for what, ids in (("users", user_ids), ("items", item_ids)):
         if len(ids) > 1 and not pc.all(pc.greater(ids[1:], ids[:-1])).as_py():
-            raise InputError(f"{path}: {what}.parquet does not list its ids in sorted order without repeats; "
+            raise InputError(f"{folder}: {what}.parquet does not list its ids in sorted order without repeats; "
                              "re-create the dataset with `dxplain datasets import`")
     chunks = source_chunks(path, rows_per_chunk)
     if not chunks:
@@ -277,17 +278,20 @@ def scan_source(mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array,
     # Summed as they finish: the flow holds one chunk's counts at a time.
     for _, c in mapper.imap(scan_chunk, [(chunk, users_h, items_h) for chunk in chunks], name="load-scan"):
         stats = c if stats is None else stats + c
+    if stats is None or not stats.user_counts.sum():
+        raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
     for what, counts, ids in (("user", stats.user_counts, user_ids), ("item", stats.item_counts, item_ids)):
         if not counts.all():
-            raise InputError(f"{path}: {what}s.parquet lists {int((counts == 0).sum())} {what}(s) with no interaction, "
+            raise InputError(f"{folder}: {what}s.parquet lists {int((counts == 0).sum())} {what}(s) with no interaction, "
                              f"e.g. {ids[int(np.argmin(counts))].as_py()!r}; re-create the dataset with "
                              "`dxplain datasets import`")
     return TableSummary(user_ids, item_ids, stats)
 
 
 def bucket_chunk(chunk: Chunk, c: int, user_ids: pa.Array, item_ids: pa.Array, root: Location,
-                 user_cuts: np.ndarray, item_cuts: np.ndarray) -> None:
-    """Write chunk c's rows into one bucket file per part they belong to, for each side."""
+                 user_cuts: np.ndarray, item_cuts: np.ndarray) -> np.ndarray:
+    """Write chunk c's rows into one bucket file per part they belong to, for each side; the rows'
+    digest, which the caller checks against the scan's (the source must not change in between)."""
     u, i, y = _read_chunk(chunk, user_ids, item_ids)
     for side, key, cuts in (("user", u, user_cuts), ("item", i, item_cuts)):
         part = np.searchsorted(cuts, key, side="right") - 1
@@ -297,14 +301,18 @@ def bucket_chunk(chunk: Chunk, c: int, user_ids: pa.Array, item_ids: pa.Array, r
             rows = order[edges[p]:edges[p + 1]]
             _write(join(root, "_buckets", side, f"{p:05d}", f"{c:05d}.parquet"),
                    {"user": u[rows], "item": i[rows], "rating": y[rows]})
+    return row_digest(u, i, y)
 
 
-def assemble_part(root: Location, side: str, p: int, user_ids: pa.Array, item_ids: pa.Array) -> int:
-    """Part p of one side from its buckets: rows in (user, item) order, a repeated pair refused by name."""
-    fs, path = filesystem(join(root, "_buckets", side, f"{p:05d}"))
-    files = sorted(fs.ls(path, detail=False)) if fs.exists(path) else []
-    t = pa.concat_tables([_read_table(join(root, "_buckets", side, f"{p:05d}", f.rsplit("/", 1)[-1])) for f in files]) \
-        if files else _empty(False)
+def assemble_part(root: Location, side: str, p: int, user_ids: pa.Array, item_ids: pa.Array, source: str) -> int:
+    """Part p of one side from its buckets: rows in (user, item) order, a repeated pair refused by name.
+    The buckets stay (``stream_partitions`` removes them all at the end), so a rerun of this task, after a
+    lost worker, rebuilds the same part; only finished bucket files are read, not an interrupted write's."""
+    folder = join(root, "_buckets", side, f"{p:05d}")
+    fs, path = filesystem(folder)
+    names = sorted(f.rsplit("/", 1)[-1] for f in fs.ls(path, detail=False)) if fs.exists(path) else []
+    tables = [_read_table(join(folder, n)) for n in names if n.endswith(".parquet") and not n.startswith(".")]
+    t = pa.concat_tables(tables) if tables else _empty(False)
     u, i, y = (t[c].to_numpy() for c in ("user", "item", "rating"))
     key = u.astype(np.int64) * len(item_ids) + i
     order = np.argsort(key)
@@ -312,12 +320,10 @@ def assemble_part(root: Location, side: str, p: int, user_ids: pa.Array, item_id
     dup = np.flatnonzero(key[1:] == key[:-1])
     if len(dup):
         row = order[dup[0]]
-        raise InputError(f"the interactions hold {len(dup)} duplicate (user, item) pair(s), e.g. user="
+        raise InputError(f"{source}: {len(dup)} duplicate (user, item) pair(s), e.g. user="
                          f"{user_ids[int(u[row])].as_py()!r}, item={item_ids[int(i[row])].as_py()!r}; keep one rating "
                          "per pair (e.g. the latest) before importing")
     _write(join(root, side, _name(p)), {"user": u[order], "item": i[order], "rating": y[order]})
-    if files:
-        fs.rm(path, recursive=True)
     return len(order)
 
 
@@ -338,18 +344,23 @@ def stream_partitions(mapper, path: Location, summary: TableSummary, root: Locat
         if fs.exists(f"{root_path}/_buckets"):  # an interrupted run's: its chunks may have been cut otherwise
             fs.rm(f"{root_path}/_buckets", recursive=True)
         try:
-            mapper.map(bucket_chunk, [(chunk, c, users_h, items_h, root, user_cuts, item_cuts)
-                                      for c, chunk in enumerate(source_chunks(path, rows_per_chunk))], name="load-bucket")
-            counts = mapper.map(assemble_part, [(root, side, p, users_h, items_h) for side, cuts in
+            digests = mapper.map(bucket_chunk, [(chunk, c, users_h, items_h, root, user_cuts, item_cuts) for c, chunk
+                                                in enumerate(source_chunks(path, rows_per_chunk))], name="load-bucket")
+            with np.errstate(over="ignore"):
+                digest = np.sum(digests, axis=0, dtype=np.uint64)
+            if not np.array_equal(digest, summary.stats.digest):
+                raise InputError(f"{path}: the interactions changed while they were read (their digest differs "
+                                 "from the scan's); run again once the dataset is no longer being written")
+            counts = mapper.map(assemble_part, [(root, side, p, users_h, items_h, str(path)) for side, cuts in
                                                 (("user", user_cuts), ("item", item_cuts)) for p in range(len(cuts) - 1)],
                                 name="load-assemble")
+            if sum(counts) != 2 * n:
+                raise InputError(f"{path}: the parts hold {sum(counts)} rows for 2 × {n} interactions; the "
+                                 "interactions changed while they were read; run again")
         except BaseException:
             if fs.exists(root_path):
                 fs.rm(root_path, recursive=True)
             raise
-        if sum(counts) != 2 * n:
-            raise RuntimeError(f"the parts hold {sum(counts)} rows for 2 × {n} interactions; the source changed while "
-                               "it was read")
         if fs.exists(f"{root_path}/_buckets"):
             fs.rm(f"{root_path}/_buckets", recursive=True)
         index = {"key": key, "n_interactions": n, "n_users": summary.n_users, "n_items": summary.n_items,
