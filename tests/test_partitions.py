@@ -435,6 +435,7 @@ def test_a_folder_of_files_is_read_as_pyarrow_reads_it_and_a_rerun_part_task_reb
 
 
 def test_a_source_changed_between_scan_and_partitioning_is_refused_and_nothing_is_left(tmp_path):
+    import pyarrow as pa
     from dxplain.errors import InputError
 
     d = random_interactions(60, 50, 0.25, seed=6)
@@ -443,14 +444,8 @@ def test_a_source_changed_between_scan_and_partitioning_is_refused_and_nothing_i
     table = pq.read_table(folder / "interactions.parquet")
     ratings = table["rating"].to_numpy().copy()
     ratings[3] = ratings[3] % 5 + 1  # same rows, one rating changed
-    pq.write_table(table.set_column(2, "rating", pa_array(ratings)), folder / "interactions.parquet", row_group_size=97)
+    pq.write_table(table.set_column(2, "rating", pa.array(ratings)), folder / "interactions.parquet", row_group_size=97)
     with pytest.raises(InputError, match="changed while they were read"):
         partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s",
                                      rows_per_part=200, rows_per_chunk=200)
     assert not (tmp_path / "s").exists()
-
-
-def pa_array(values):
-    import pyarrow as pa
-
-    return pa.array(values)

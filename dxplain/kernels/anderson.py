@@ -30,7 +30,7 @@ class Anderson:
     def __init__(self, m: int, dtype=np.float32, store=list):
         """``store()`` makes each of the two histories: a list, or anything with ``append``, ``pop(0)``,
         ``len`` and iteration (``io.spill.SpillList`` keeps them in files, out of the process)."""
-        self.m, self.dtype, self.store = m, dtype, store
+        self.m, self.dtype = m, dtype
         self.dF, self.dG = store(), store()
         self.reset()
 
