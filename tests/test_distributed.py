@@ -299,6 +299,21 @@ def test_exact_distributed_sbq_selects_the_same_points_as_centralised(client, sp
     np.testing.assert_allclose(dist.objective, central.objective, rtol=1e-10, atol=1e-14)
 
 
+def test_block_sbq_on_cluster_equals_in_memory(client):
+    from dxplain.explain.prototypes import mf_fisher_rows, select
+    from dxplain.interactions import Targets
+    from dxplain.kernels.sbq import greedy, mean_embedding
+
+    d = random_interactions(80, 50, 0.25, seed=23)
+    model = ALSMF(k=5, lam=1e-2, seed=0).fit(d)
+    R, R_T = mf_fisher_rows(model, d, Targets.from_pairs(np.array([1, 1, 4, 9]), np.array([0, 3, 5, 7])))
+    mu = mean_embedding(R_T)
+    central = greedy(R, mu, 20)
+    dist = select(R, mu, 20, "greedy", n_shards=4, mapper=DaskMapper(client))
+    np.testing.assert_array_equal(dist.index, central.index)
+    np.testing.assert_allclose(dist.weights, central.weights, rtol=1e-10)
+
+
 def test_greedi_on_cluster_equals_in_memory_greedi(client):
     from dxplain.explain.prototypes import select
     from dxplain.kernels.sbq import greedi, mean_embedding

@@ -232,3 +232,47 @@ def test_user_supplied_gradients(fisher):
     np.testing.assert_allclose(Phi @ Phi_T.T, ref, rtol=1e-9)
     with pytest.raises(ValueError, match="unknown Fisher approximation"):
         gradient_embedding(G, G_T, "kfac")
+
+
+def mf_block_problem(seed=8):
+    d = random_interactions(60, 40, 0.3, seed=seed)
+    model = ALSMF(k=4, lam=1e-2, seed=0).fit(d)
+    T = Targets.from_pairs(np.array([3, 3, 3, 7, 7, 9]), np.array([0, 2, 4, 6, 8, 1]))
+    return d, model, T
+
+
+@pytest.mark.parametrize("n_shards", [1, 3])
+def test_block_rows_select_what_the_csr_rows_select(n_shards):
+    """The block form (2k floats a pair, c_x kept only where a selected pair shares the user or item)
+    runs the dense state's arithmetic: the same prototypes, weights and objective."""
+    from dxplain.explain.prototypes import mf_fisher_rows
+    from dxplain.kernels.sbq import local_shards
+
+    d, model, T = mf_block_problem()
+    R, R_T = mf_fisher_rows(model, d, T)
+    Phi, Phi_T = mf_fisher_embedding(model, d, T)
+    np.testing.assert_allclose(R.to_csr(d.n_users, d.n_items).toarray(), Phi.toarray())
+    dense, block = greedy(Phi, mean_embedding(Phi_T), 25, n_shards), greedy(R, mean_embedding(R_T), 25, n_shards)
+    np.testing.assert_array_equal(block.index, dense.index)
+    np.testing.assert_allclose(block.weights, dense.weights, rtol=1e-10)
+    np.testing.assert_allclose(block.objective, dense.objective, rtol=1e-12)
+    # The state holds c_x for exactly the pairs sharing a user or an item with a selected one.
+    shards = local_shards(R, mean_embedding(R_T), 25)
+    from dxplain.kernels.sbq import greedy_select, inner
+    sel = greedy_select(shards, 25, inner(mean_embedding(R_T), mean_embedding(R_T)))
+    near = np.isin(d.user, d.user[sel.index]) | np.isin(d.item, d.item[sel.index])
+    np.testing.assert_array_equal(shards.states[0].touched, np.flatnonzero(near))
+    assert shards.states[0].Ct.shape == (25, near.sum()) and near.sum() < len(d)
+
+
+@pytest.mark.parametrize("variant", ["greedi", "stochastic", "mp"])
+def test_every_variant_takes_block_rows(variant):
+    from dxplain.explain.prototypes import mf_fisher_rows
+
+    d, model, T = mf_block_problem(seed=9)
+    R, R_T = mf_fisher_rows(model, d, T)
+    Phi, Phi_T = mf_fisher_embedding(model, d, T)
+    a = select(Phi, mean_embedding(Phi_T), 10, variant, n_shards=3)
+    b = select(R, mean_embedding(R_T), 10, variant, n_shards=3)
+    np.testing.assert_array_equal(b.index, a.index)
+    np.testing.assert_allclose(b.weights, a.weights, rtol=1e-10)

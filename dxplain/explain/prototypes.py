@@ -15,13 +15,14 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import scipy.sparse as sp
 from scipy.special import expit
 
 from .. import progress
 from ..interactions import Interactions, Targets
 from ..kernels import fisher as F
-from ..kernels.sbq import (Selection, ShardState, as_rows, greedi, greedy, greedy_select, inner, matching_pursuit,
-                           split_rows, stochastic_greedy)
+from ..kernels.sbq import (BlockMean, BlockRows, Selection, as_rows, greedi, greedy, greedy_select, inner,
+                           matching_pursuit, n_rows, shard_state, split_rows, stochastic_greedy)
 from ..mapper import LocalMapper, Mapper
 from ..models.mf import MFModel
 from .representer import check_explainable, negative_weight
@@ -68,11 +69,11 @@ class MappedShards:
     """
 
     def __init__(self, mapper: Mapper, Phi, mu, m: int, n_shards: int):
-        ranges = split_rows(Phi.shape[0], n_shards)
+        ranges = split_rows(n_rows(Phi), n_shards)
         self.mapper = mapper
         parts = mapper.put([Phi[a:b] for a, b in ranges])
         mu_h = mapper.put(mu, broadcast=True)
-        self.states = mapper.persist(ShardState, [(part, mu_h, m, a) for part, (a, _) in zip(parts, ranges)],
+        self.states = mapper.persist(shard_state, [(part, mu_h, m, a) for part, (a, _) in zip(parts, ranges)],
                                      name="sbq-init")
 
     def best(self):
@@ -93,9 +94,13 @@ def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: in
     process).
     """
     mapper = mapper or LocalMapper()
+    if isinstance(Phi, BlockRows) and variant in ("stochastic", "mp"):  # they take the rows' CSR form
+        n_users = int(max(Phi.user.max(initial=-1), mu.users.max(initial=-1))) + 1
+        n_items = int(max(Phi.item.max(initial=-1), mu.items.max(initial=-1))) + 1
+        Phi, mu = Phi.to_csr(n_users, n_items), _mean_row(mu, n_users, n_items)
     if variant == "greedy":
         Phi = as_rows(Phi)
-        m = min(m, Phi.shape[0])
+        m = min(m, n_rows(Phi))
         shards = MappedShards(mapper, Phi, mu, m, n_shards)
         return greedy_select(Progress(shards, m, "SBQ greedy"), m, inner(mu, mu))
     if variant == "greedi":
@@ -107,6 +112,15 @@ def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: in
     if variant == "mp":
         return matching_pursuit(Phi, mu, m)
     raise ValueError(f"unknown SBQ variant {variant!r}; choose one of {VARIANTS}")
+
+
+def _mean_row(mu: BlockMean, n_users: int, n_items: int) -> sp.csr_array:
+    """A ``BlockMean`` as a (1, p) CSR row of the space of ``BlockRows.to_csr``."""
+    k = mu.U.shape[1]
+    cols = np.concatenate([(mu.users[:, None] * k + np.arange(k)).ravel(),
+                           ((n_users + mu.items)[:, None] * k + np.arange(k)).ravel()])
+    vals = np.concatenate([mu.U.ravel(), mu.V.ravel()])
+    return sp.csr_array((vals, (np.zeros(len(cols), np.int64), cols)), shape=(1, (n_users + n_items) * k))
 
 
 def sample_scores(model: MFModel, data: Interactions) -> tuple[np.ndarray, np.ndarray | None]:
@@ -124,7 +138,15 @@ def sample_scores(model: MFModel, data: Interactions) -> tuple[np.ndarray, np.nd
 
 def mf_fisher_embedding(model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical",
                         damping: float = F.DEFAULT_DAMPING):
-    """Fisher embeddings of every training interaction and of the target pairs, for an MF model.
+    """``mf_fisher_rows`` as CSR rows in the (users + items)·k space (for the generic SBQ variants)."""
+    Phi, Phi_T = mf_fisher_rows(model, data, targets, kind, damping)
+    return Phi.to_csr(data.n_users, data.n_items), Phi_T.to_csr(data.n_users, data.n_items)
+
+
+def mf_fisher_rows(model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical",
+                   damping: float = F.DEFAULT_DAMPING) -> tuple[BlockRows, BlockRows]:
+    """Fisher embeddings of every training interaction and of the target pairs, for an MF model, in
+    block form (``kernels.sbq.BlockRows``).
 
     Training pairs carry their residual (g = r·∇ŷ); targets are predictions without a label, so their
     embedding is F^{-1/2}∇ŷ. F is block-diagonal: one k×k block per user and per item."""
@@ -138,11 +160,13 @@ def mf_fisher_embedding(model: MFModel, data: Interactions, targets: Targets, ki
     else:
         FU, FV = F.mf_fisher_blocks(model.U, model.V, data.user, data.item, residual, kind, curvature)
         WU, WV = F.inverse_cholesky(FU, damping), F.inverse_cholesky(FV, damping)
-    Phi = F.mf_embedding(WU, WV, data.user, data.item, gU, gV)
+    Phi = BlockRows(data.user.astype(np.int64), data.item.astype(np.int64),
+                    *F.mf_halves(WU, WV, data.user, data.item, gU, gV))
     tU, tV = F.mf_scores(model.U, model.V, targets.user, targets.item)
-    Phi_T = F.mf_embedding(WU, WV, targets.user, targets.item, tU, tV)
+    Phi_T = BlockRows(targets.user.astype(np.int64), targets.item.astype(np.int64),
+                      *F.mf_halves(WU, WV, targets.user, targets.item, tU, tV))
     log.info("Fisher embeddings (%s F): %d training pairs, %d targets, (%d users + %d items)·k=%d in %.1fs",
-             kind, Phi.shape[0], Phi_T.shape[0], data.n_users, data.n_items, model.k, time.perf_counter() - t0)
+             kind, len(Phi), len(Phi_T), data.n_users, data.n_items, model.k, time.perf_counter() - t0)
     return Phi, Phi_T
 
 

@@ -16,7 +16,7 @@ from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
 from ..errors import InputError
-from ..explain.prototypes import VARIANTS, mf_fisher_embedding, prototype_table, select
+from ..explain.prototypes import VARIANTS, mf_fisher_rows, prototype_table, select
 from ..explain.targets import recommend
 from ..io.interactions import index_of, read_targets
 from ..io.results import write_results
@@ -43,7 +43,7 @@ def top_n_of(ds, mf, u: np.ndarray, top_n: int):
 
 @task(cache_policy=NO_CACHE)
 def embed(mf, train, T, fisher: str, damping: float):
-    return mf_fisher_embedding(mf, train, T, fisher, damping)
+    return mf_fisher_rows(mf, train, T, fisher, damping)
 
 
 @task(cache_policy=NO_CACHE)

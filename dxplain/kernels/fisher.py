@@ -160,11 +160,14 @@ def _apply_blocks(W: np.ndarray, owner: np.ndarray, g: np.ndarray) -> np.ndarray
     return out
 
 
+def mf_halves(WU, WV, users, items, gU, gV) -> tuple[np.ndarray, np.ndarray]:
+    """The user and item halves of φ for pairs (users, items): W_u gU and W_j gV, each (n, k)."""
+    return _apply_blocks(WU, users, gU), _apply_blocks(WV, items, gV)
+
+
 def mf_embedding(WU, WV, users, items, gU, gV) -> sp.csr_array:
     """Sparse rows φ = [W_u gU at block u, W_j gV at block n_users + j] in a (n_users + n_items)·k space."""
-    n_users, k = WU.shape[0], WU.shape[1]
-    n = len(users)
-    cols = np.concatenate([users[:, None] * k + np.arange(k), (n_users + items)[:, None] * k + np.arange(k)], axis=1)
-    vals = np.concatenate([_apply_blocks(WU, users, gU), _apply_blocks(WV, items, gV)], axis=1)
-    return sp.csr_array((vals.ravel(), cols.ravel().astype(np.int64), np.arange(0, 2 * k * n + 1, 2 * k)),
-                        shape=(n, (n_users + WV.shape[0]) * k))
+    from .sbq import BlockRows
+
+    a, b = mf_halves(WU, WV, users, items, gU, gV)
+    return BlockRows(np.asarray(users), np.asarray(items), a, b).to_csr(WU.shape[0], WV.shape[0])

@@ -20,6 +20,11 @@ objective after the step is c − ‖β‖². A step costs one kernel column plu
 Candidates may be split into shards (``ShardState``): each keeps its own rows of c, v, r and reports its
 best candidate; the driver (``greedy_select``) keeps L and β. One shard is the in-memory algorithm; many
 shards on a mapper (``explain.prototypes.MappedShards``) run exactly the same arithmetic row by row.
+
+A factor model's Fisher kernel is block-diagonal, so its embeddings are kept in block form
+(``BlockRows``: per pair, a user half and an item half) and ``BlockShardState`` runs the same steps
+storing c_x only for the candidates that share a user or an item with a selected point: every other
+c_x is exactly zero. Its memory is O(n·k + touched·m) instead of O(n·m).
 """
 
 from __future__ import annotations
@@ -63,12 +68,88 @@ class Candidate:
     r: float
 
 
-def as_rows(Phi) -> np.ndarray | sp.csr_array:
+@dataclass
+class BlockRows:
+    """Fisher embeddings of factor-model pairs in block form: φ_x = [a_x at user block user[x], b_x at item
+    block item[x]] in a (users + items)·k space (``kernels.fisher.mf_embedding`` is its CSR form).
+
+    Two rows' kernel is [user equal]·⟨a, a'⟩ + [item equal]·⟨b, b'⟩: zero unless they share a user or an
+    item, so a kernel column needs only the rows of one user and one item."""
+
+    user: np.ndarray  # (n,) int64
+    item: np.ndarray  # (n,) int64
+    a: np.ndarray  # (n, k) user halves
+    b: np.ndarray  # (n, k) item halves
+
+    def __len__(self) -> int:
+        return len(self.user)
+
+    def __getitem__(self, rows) -> "BlockRows":
+        rows = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows)
+        return BlockRows(self.user[rows], self.item[rows], self.a[rows], self.b[rows])
+
+    def squared_norms(self) -> np.ndarray:
+        return np.einsum("ij,ij->i", self.a, self.a) + np.einsum("ij,ij->i", self.b, self.b)
+
+    def to_csr(self, n_users: int, n_items: int) -> sp.csr_array:
+        n, k = self.a.shape
+        cols = np.concatenate([self.user[:, None] * k + np.arange(k), (n_users + self.item)[:, None] * k + np.arange(k)],
+                              axis=1)
+        return sp.csr_array((np.concatenate([self.a, self.b], axis=1).ravel(), cols.ravel().astype(np.int64),
+                             np.arange(0, 2 * k * n + 1, 2 * k)), shape=(n, (n_users + n_items) * k))
+
+
+@dataclass
+class BlockMean:
+    """μ_T of ``BlockRows`` targets: the mean of their halves per distinct user and per distinct item."""
+
+    users: np.ndarray  # sorted distinct target users
+    U: np.ndarray  # (len(users), k)
+    items: np.ndarray
+    V: np.ndarray
+
+    @classmethod
+    def of(cls, T: BlockRows) -> "BlockMean":
+        n = len(T)
+        users, iu = np.unique(T.user, return_inverse=True)
+        items, ii = np.unique(T.item, return_inverse=True)
+        U, V = np.zeros((len(users), T.a.shape[1])), np.zeros((len(items), T.b.shape[1]))
+        np.add.at(U, iu, T.a / n)
+        np.add.at(V, ii, T.b / n)
+        return cls(users, U, items, V)
+
+    def inner(self, other: "BlockMean") -> float:
+        _, i, j = np.intersect1d(self.users, other.users, assume_unique=True, return_indices=True)
+        _, p, q = np.intersect1d(self.items, other.items, assume_unique=True, return_indices=True)
+        return float(np.vdot(self.U[i], other.U[j]) + np.vdot(self.V[p], other.V[q]))
+
+    def inner_rows(self, X: BlockRows) -> np.ndarray:
+        """⟨φ_x, μ⟩ for every row x: its user half against μ's block of its user, the same for items."""
+        return _half_inner(X.user, X.a, self.users, self.U) + _half_inner(X.item, X.b, self.items, self.V)
+
+
+def _half_inner(owner: np.ndarray, X: np.ndarray, keys: np.ndarray, M: np.ndarray) -> np.ndarray:
+    pos = np.minimum(np.searchsorted(keys, owner), max(len(keys) - 1, 0))
+    hit = (keys[pos] == owner) if len(keys) else np.zeros(len(owner), bool)
+    out = np.zeros(len(owner))
+    out[hit] = np.einsum("ij,ij->i", X[hit], M[pos[hit]])
+    return out
+
+
+def n_rows(Phi) -> int:
+    return len(Phi) if isinstance(Phi, BlockRows) else Phi.shape[0]
+
+
+def as_rows(Phi) -> np.ndarray | sp.csr_array | BlockRows:
+    if isinstance(Phi, BlockRows):
+        return Phi
     return sp.csr_array(Phi) if sp.issparse(Phi) else np.ascontiguousarray(Phi, dtype=np.float64)
 
 
-def mean_embedding(Phi_T) -> np.ndarray | sp.csr_array:
-    """μ_T = (1/|T|) Σ_t φ(t) as a (1, p) row (sparse if Φ_T is)."""
+def mean_embedding(Phi_T) -> np.ndarray | sp.csr_array | BlockMean:
+    """μ_T = (1/|T|) Σ_t φ(t) as a (1, p) row (sparse if Φ_T is; a ``BlockMean`` of ``BlockRows``)."""
+    if isinstance(Phi_T, BlockRows):
+        return BlockMean.of(Phi_T)
     if sp.issparse(Phi_T):  # a sparse product keeps μ sparse even when p is (users + items)·k
         n = Phi_T.shape[0]
         return sp.csr_array(sp.csr_array(np.full((1, n), 1.0 / n)) @ Phi_T)
@@ -96,7 +177,9 @@ def squared_norms(Phi) -> np.ndarray:
 
 
 def inner(a, b) -> float:
-    """⟨a, b⟩ of two (1, p) rows, dense or sparse."""
+    """⟨a, b⟩ of two (1, p) rows, dense or sparse (or ‖μ‖² of a ``BlockMean``)."""
+    if isinstance(a, BlockMean):
+        return a.inner(b)
     if sp.issparse(a) or sp.issparse(b):
         prod = (a @ b.T) if sp.issparse(a) else (b @ np.ravel(a))
         return float(prod.toarray().sum() if sp.issparse(prod) else np.sum(prod))
@@ -129,8 +212,11 @@ class ShardState:
             return None
         gain = np.where(ok, self.r**2 / np.where(ok, self.v, 1.0), -np.inf)
         x = int(np.argmax(gain))  # argmax returns the first maximum: ties go to the lowest index
-        return Candidate(index=self.offset + x, gain=float(gain[x]), phi=self.Phi[[x]], c=self.Ct[: self.t, x].copy(),
+        return Candidate(index=self.offset + x, gain=float(gain[x]), phi=self.Phi[[x]], c=self._c(x),
                          v=float(self.v[x]), r=float(self.r[x]))
+
+    def _c(self, x: int) -> np.ndarray:
+        return self.Ct[: self.t, x].copy()
 
     def add(self, s: Candidate, d: float, beta_t: float) -> "ShardState":
         """The state after appending s to S: the new entry of L⁻¹k_S· for every candidate, then r, v.
@@ -149,6 +235,67 @@ class ShardState:
             new.open = self.open.copy()
             new.open[x] = False
         return new
+
+
+class BlockShardState(ShardState):
+    """``ShardState`` for ``BlockRows``: the same steps, with c_x kept only for the rows that share a user or
+    an item with a selected point (``touched``). Every other row's kernel with S is zero, so its c_x is
+    zero and its r and v stay z and k_xx, exactly as in the dense state; memory is O(touched·m)."""
+
+    def __init__(self, Phi: BlockRows, mu: BlockMean, m: int, offset: int = 0):
+        self.Phi, self.offset, self.m = Phi, offset, m
+        self.kdiag = Phi.squared_norms()
+        self.z = mu.inner_rows(Phi)
+        self.r, self.v = self.z.copy(), self.kdiag.copy()
+        self.by_user, self.by_item = np.argsort(Phi.user, kind="stable"), np.argsort(Phi.item, kind="stable")
+        self.user_sorted, self.item_sorted = Phi.user[self.by_user], Phi.item[self.by_item]
+        self.touched = np.empty(0, np.int64)  # sorted local rows whose c_x is stored
+        self.Ct = np.empty((m, 0))  # their c_x, column by column
+        self.t = 0
+        self.open = self.kdiag > 0
+
+    def _c(self, x: int) -> np.ndarray:
+        pos = np.searchsorted(self.touched, x)
+        if pos < len(self.touched) and self.touched[pos] == x:
+            return self.Ct[: self.t, pos].copy()
+        return np.zeros(self.t)
+
+    def _neighbours(self, s: BlockRows) -> tuple[np.ndarray, np.ndarray]:
+        """The rows sharing s's user or item, and their kernel with s."""
+        u0, u1 = np.searchsorted(self.user_sorted, [s.user[0], s.user[0] + 1])
+        i0, i1 = np.searchsorted(self.item_sorted, [s.item[0], s.item[0] + 1])
+        rows = np.union1d(self.by_user[u0:u1], self.by_item[i0:i1])
+        P = self.Phi
+        k = np.where(P.user[rows] == s.user[0], P.a[rows] @ s.a[0], 0.0)
+        k += np.where(P.item[rows] == s.item[0], P.b[rows] @ s.b[0], 0.0)
+        return rows, k
+
+    def add(self, s: Candidate, d: float, beta_t: float) -> "BlockShardState":
+        """As ``ShardState.add``, over the touched rows and s's neighbours only. The touched rows and their
+        c_x are copied into the new state (O(touched·m)), so replaying a step gives the same values."""
+        rows, kcol = self._neighbours(s.phi)
+        touched = np.union1d(self.touched, rows)
+        Ct = np.zeros((self.m, len(touched)))
+        Ct[: self.t, np.searchsorted(touched, self.touched)] = self.Ct[: self.t]
+        k_all = np.zeros(len(touched))
+        k_all[np.searchsorted(touched, rows)] = kcol
+        col = (k_all - s.c @ Ct[: self.t]) / d
+        Ct[self.t] = col
+        new = copy.copy(self)
+        new.t, new.touched, new.Ct = self.t + 1, touched, Ct
+        new.r, new.v = self.r.copy(), self.v.copy()
+        new.r[touched] -= col * beta_t
+        new.v[touched] -= col**2
+        x = s.index - self.offset
+        if 0 <= x < len(self.open):
+            new.open = self.open.copy()
+            new.open[x] = False
+        return new
+
+
+def shard_state(Phi, mu, m: int, offset: int = 0) -> ShardState:
+    """The shard state for these rows: block form for ``BlockRows``, dense otherwise."""
+    return (BlockShardState if isinstance(Phi, BlockRows) else ShardState)(Phi, mu, m, offset)
 
 
 def greedy_select(shards, m: int, c: float) -> Selection:
@@ -194,14 +341,14 @@ def split_rows(n: int, n_shards: int) -> list[tuple[int, int]]:
 
 def local_shards(Phi, mu, m: int, n_shards: int = 1) -> LocalShards:
     """The rows of Φ split into ``n_shards`` in-memory ``ShardState``s, ready for ``greedy_select``."""
-    return LocalShards([ShardState(Phi[a:b], mu, m, a) for a, b in split_rows(Phi.shape[0], n_shards)])
+    return LocalShards([shard_state(Phi[a:b], mu, m, a) for a, b in split_rows(n_rows(Phi), n_shards)])
 
 
 def greedy(Phi, mu, m: int, n_shards: int = 1, wrap=None) -> Selection:
     """Greedy SBQ selecting up to m rows of Φ to represent μ (a (1, p) row, e.g. ``mean_embedding``).
     ``wrap(shards, m)`` may wrap the shards, e.g. to log progress."""
     Phi = as_rows(Phi)
-    m = min(m, Phi.shape[0])
+    m = min(m, n_rows(Phi))
     shards = local_shards(Phi, mu, m, n_shards)
     return greedy_select(wrap(shards, m) if wrap else shards, m, inner(mu, mu))
 
@@ -214,7 +361,7 @@ def greedi(Phi, mu, m: int, n_parts: int, seed: int = 0, map_parts=None) -> Sele
     version maps them over workers), so the in-memory and distributed runs are the same computation.
     """
     Phi = as_rows(Phi)
-    n = Phi.shape[0]
+    n = n_rows(Phi)
     part_rows = [np.sort(p) for p in np.array_split(np.random.default_rng(seed).permutation(n), n_parts)]
     parts = [Phi[r] for r in part_rows]
     local = (map_parts or (lambda ps: [greedy(p, mu, m) for p in ps]))(parts)
