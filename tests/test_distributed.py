@@ -314,6 +314,20 @@ def test_block_sbq_on_cluster_equals_in_memory(client):
     np.testing.assert_allclose(dist.weights, central.weights, rtol=1e-10)
 
 
+def test_sbq_over_parts_on_cluster_equals_in_process(client, tmp_path):
+    from dxplain.explain.prototypes_parts import select_from_parts
+    from dxplain.interactions import Targets
+
+    d = random_interactions(90, 60, 0.25, seed=24)
+    model = ALSMF(k=5, lam=1e-2, seed=0).fit(d)
+    parts = write_partitions(str(tmp_path / "parts"), d, rows_per_part=len(d) // 5)
+    T = Targets.from_pairs(np.array([2, 2, 8, 30]), np.array([1, 4, 6, 9]))
+    local = select_from_parts(LocalMapper(), parts, model, T, 20)
+    dist = select_from_parts(DaskMapper(client), parts, model, T, 20)
+    np.testing.assert_array_equal(dist.index, local.index)
+    np.testing.assert_allclose(dist.weights, local.weights, rtol=1e-12)
+
+
 def test_greedi_on_cluster_equals_in_memory_greedi(client):
     from dxplain.explain.prototypes import select
     from dxplain.kernels.sbq import greedi, mean_embedding

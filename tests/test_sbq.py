@@ -276,3 +276,36 @@ def test_every_variant_takes_block_rows(variant):
     b = select(R, mean_embedding(R_T), 10, variant, n_shards=3)
     np.testing.assert_array_equal(b.index, a.index)
     np.testing.assert_allclose(b.weights, a.weights, rtol=1e-10)
+
+
+def implicit_problem(seed=4):
+    from dxplain.models.implicit_mf import ImplicitMF, sample_negatives, terms_of, training_table
+
+    P = random_interactions(50, 30, 0.2, seed=seed)
+    table = training_table(P, *sample_negatives(P, 2, seed))
+    return table, ImplicitMF(k=4, lam=1e-2, seed=0).fit(terms_of(table, 0.5))
+
+
+@pytest.mark.parametrize("kind", ["empirical", "expected", "identity", "bce"])
+def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(tmp_path, kind):
+    """Each by-user part computes its own candidates' embeddings, and only the item blocks a step needs
+    travel: the same prototypes, weights and objective as greedy over every row's embedding."""
+    from dxplain.explain.prototypes import mf_fisher_rows
+    from dxplain.explain.prototypes_parts import select_from_parts
+    from dxplain.io.partitions import write_partitions
+    from dxplain.mapper import LocalMapper
+
+    if kind == "bce":
+        d, model = implicit_problem()
+        kind = "expected"  # the Bernoulli curvature
+    else:
+        d, model = mf_block_problem(seed=11)[:2]
+    T = Targets.from_pairs(np.array([1, 1, 4, 9, 20]), np.array([0, 3, 5, 7, 2]))
+    R, R_T = mf_fisher_rows(model, d, T, kind)
+    whole = greedy(R, mean_embedding(R_T), 15)
+    parts = write_partitions(str(tmp_path / "parts"), d, rows_per_part=len(d) // 6)
+    assert len(parts.user_cuts) > 5
+    sel = select_from_parts(LocalMapper(), parts, model, T, 15, kind)
+    np.testing.assert_array_equal(sel.index, whole.index)
+    np.testing.assert_allclose(sel.weights, whole.weights, rtol=1e-10)
+    np.testing.assert_allclose(sel.objective, whole.objective, rtol=1e-12)

@@ -1,8 +1,9 @@
 """Prototypes: the m training interactions that together explain a set of predictions (SBQ, Fisher kernel).
 
-load interactions → train (or load) the MF model → targets (a supplied list, or one user's top-N) →
-Fisher embeddings of training pairs and targets → SBQ selection (candidates sharded over Dask workers,
-or in memory) → write prototypes.parquet, targets.parquet and summary.json.
+load interactions → by-user and by-item parts → train (or load) the MF model → targets (a supplied list,
+or one user's top-N) → SBQ selection: exact greedy with the by-user parts as candidate shards, each
+computing its Fisher embeddings where it is (``explain.prototypes_parts``), or the other variants on the
+embeddings of the whole table → write prototypes.parquet, targets.parquet and summary.json.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from ..config import Settings
 from ..errors import InputError
 from ..explain.prototypes import VARIANTS, mf_fisher_rows, prototype_table, select
+from ..explain.prototypes_parts import select_from_parts
 from ..explain.targets import recommend
 from ..io.interactions import index_of, read_targets
 from ..io.results import write_results
@@ -44,6 +46,11 @@ def top_n_of(ds, mf, u: np.ndarray, top_n: int):
 @task(cache_policy=NO_CACHE)
 def embed(mf, train, T, fisher: str, damping: float):
     return mf_fisher_rows(mf, train, T, fisher, damping)
+
+
+@task(cache_policy=NO_CACHE)
+def choose_from_parts(mapper, parts, mf, T, m: int, fisher: str, damping: float):
+    return select_from_parts(mapper, parts, mf, T, m, fisher, damping)
 
 
 @task(cache_policy=NO_CACHE)
@@ -107,12 +114,19 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
     u = None if targets else index_of(pa.array([user]), data.user_ids, "user", "--user").astype(np.int64)
     train, implicit = training_table(ds, implicit, neg_samples, seed)
     with open_mapper(settings, in_memory) as mapper:
-        parts = partition(Training(ds.name, train, implicit), settings.out, mapper) if not model else None  # ALS reads them
+        # ALS trains on the parts, and exact greedy selects from them (no Φ here); a supplied model with
+        # another variant needs neither.
+        parts = partition(Training(ds.name, train, implicit), settings.out, mapper) \
+            if not model or variant == "greedy" else None
         mf, model_path = train_or_load(ds.name, train, model, settings.out, k, lam, seed, mapper, parts,
                                        implicit=implicit, neg_weight=neg_weight)
         T = supplied if supplied is not None else top_n_of(ds, mf, u, top_n)
-        Phi, Phi_T = embed(mf, train, T, fisher, damping)
-        sel = choose_prototypes(Phi, mean_embedding(Phi_T), m, variant, shards or 4 * settings.workers, seed, mapper)
+        if variant == "greedy":
+            sel = choose_from_parts(mapper, parts, mf, T, m, fisher, damping)
+        else:
+            Phi, Phi_T = embed(mf, train, T, fisher, damping)
+            sel = choose_prototypes(Phi, mean_embedding(Phi_T), m, variant, shards or 4 * settings.workers, seed,
+                                    mapper)
     table = prototype_table(sel, train)
     target_table = pa.table({"user": data.user_ids.take(pa.array(T.user)), "item": data.item_ids.take(pa.array(T.item)),
                              "prediction": predictions(mf.loss, 0.0, mf.predict(T.user, T.item))})

@@ -88,6 +88,16 @@ class Partitions:
         item = t["item"].to_numpy()
         return self._part(t, (item >= lo) & (item < hi))  # rows are in (user, item) order, not by item
 
+    def user_part_offsets(self) -> np.ndarray:
+        """The table row where each by-user part starts (parts hold consecutive users' rows in table
+        order), from the files' footers."""
+        rows = []
+        for p in range(len(self.user_cuts) - 1):
+            fs, path = filesystem(join(self.root, "user", _name(p)))
+            with fs.open(path, "rb") as fh:
+                rows.append(pq.ParquetFile(fh).metadata.num_rows)
+        return np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+
     def read_part(self, side: str, p: int) -> Part:
         """Part p of one side (``user`` or ``item``), its rows in file order (the order its α is written in)."""
         return self._part(self._read(side, p), slice(None))

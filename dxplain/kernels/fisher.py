@@ -137,10 +137,7 @@ def mf_fisher_blocks(U, V, users, items, residual, kind: str,
         return np.broadcast_to(np.eye(k), (len(U), k, k)), np.broadcast_to(np.eye(k), (len(V), k, k))
     if kind not in ("empirical", "expected"):
         raise ValueError(f"unknown Fisher kind {kind!r}; choose one of {FISHER_KINDS}")
-    if kind == "empirical":
-        w = residual**2 / n
-    else:
-        w = (np.full(n, np.mean(residual**2)) if curvature is None else np.asarray(curvature, np.float64)) / n
+    w = fisher_weights(kind, residual, curvature, n, float(np.mean(residual**2)))
     M = sp.csr_array((w, (users, items)), shape=(len(U), len(V)))  # one entry per (user, item) pair
     return _block_grams(M, V.astype(np.float64)), _block_grams(sp.csr_array(M.T), U.astype(np.float64))
 
@@ -148,12 +145,38 @@ def mf_fisher_blocks(U, V, users, items, residual, kind: str,
 def inverse_cholesky(F: np.ndarray, damping: float) -> np.ndarray:
     """W_b = L_b⁻¹ for every block, F_b + δI = L_b L_bᵀ (δ from the mean trace over all blocks)."""
     k = F.shape[-1]
-    delta = max(damping * float(np.trace(F, axis1=-2, axis2=-1).mean()) / k, np.finfo(float).tiny)
-    L = np.linalg.cholesky(F + delta * np.eye(k))
+    return damped_inverse_factor(F, damping * float(np.trace(F, axis1=-2, axis2=-1).mean()) / k)
+
+
+def damped_inverse_factor(F: np.ndarray, delta: float) -> np.ndarray:
+    """W_b = L_b⁻¹ with F_b + δI = L_b L_bᵀ, for a δ known beforehand (e.g. reduced over shards)."""
+    k = F.shape[-1]
+    L = np.linalg.cholesky(F + max(delta, np.finfo(float).tiny) * np.eye(k))
     return np.linalg.inv(L)
 
 
-def _apply_blocks(W: np.ndarray, owner: np.ndarray, g: np.ndarray) -> np.ndarray:
+def owner_grams(owner: np.ndarray, X: np.ndarray, w: np.ndarray, n_owners: int) -> np.ndarray:
+    """Σ_{x: owner[x] = o} w_x X_x X_xᵀ for every o < n_owners, as (n_owners, k, k): the Fisher blocks of
+    some users (X = the rated items' V) or items (X = the raters' U) from their rows alone."""
+    k = X.shape[1]
+    out = np.zeros((n_owners, k * k))
+    for a in range(0, len(owner), CHUNK_ROWS):
+        sl = slice(a, a + CHUNK_ROWS)
+        M = sp.csr_array((w[sl], (owner[sl], np.arange(len(owner[sl])))), shape=(n_owners, len(owner[sl])))
+        out += M @ np.einsum("ik,il->ikl", X[sl], X[sl]).reshape(-1, k * k)
+    return out.reshape(n_owners, k, k)
+
+
+def fisher_weights(kind: str, residual: np.ndarray, curvature: np.ndarray | None, n: int,
+                   sigma2: float | None = None) -> np.ndarray:
+    """Per-pair weights of ∇s∇sᵀ in F, as ``mf_fisher_blocks`` uses them: r²/n (empirical), or the
+    loss's E_y[r²]/n (expected: ``curvature`` per pair, else the Gaussian σ̂² = mean r² over all pairs)."""
+    if kind == "empirical":
+        return residual**2 / n
+    return (np.full(len(residual), sigma2) if curvature is None else np.asarray(curvature, np.float64)) / n
+
+
+def apply_blocks(W: np.ndarray, owner: np.ndarray, g: np.ndarray) -> np.ndarray:
     out = np.empty_like(g)
     for a in range(0, len(g), CHUNK_ROWS):
         out[a:a + CHUNK_ROWS] = np.einsum("nij,nj->ni", W[owner[a:a + CHUNK_ROWS]], g[a:a + CHUNK_ROWS])
@@ -162,7 +185,7 @@ def _apply_blocks(W: np.ndarray, owner: np.ndarray, g: np.ndarray) -> np.ndarray
 
 def mf_halves(WU, WV, users, items, gU, gV) -> tuple[np.ndarray, np.ndarray]:
     """The user and item halves of φ for pairs (users, items): W_u gU and W_j gV, each (n, k)."""
-    return _apply_blocks(WU, users, gU), _apply_blocks(WV, items, gV)
+    return apply_blocks(WU, users, gU), apply_blocks(WV, items, gV)
 
 
 def mf_embedding(WU, WV, users, items, gU, gV) -> sp.csr_array:

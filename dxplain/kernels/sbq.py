@@ -212,8 +212,11 @@ class ShardState:
             return None
         gain = np.where(ok, self.r**2 / np.where(ok, self.v, 1.0), -np.inf)
         x = int(np.argmax(gain))  # argmax returns the first maximum: ties go to the lowest index
-        return Candidate(index=self.offset + x, gain=float(gain[x]), phi=self.Phi[[x]], c=self._c(x),
+        return Candidate(index=self.offset + x, gain=float(gain[x]), phi=self._row(x), c=self._c(x),
                          v=float(self.v[x]), r=float(self.r[x]))
+
+    def _row(self, x: int):
+        return self.Phi[[x]]
 
     def _c(self, x: int) -> np.ndarray:
         return self.Ct[: self.t, x].copy()
@@ -240,19 +243,38 @@ class ShardState:
 class BlockShardState(ShardState):
     """``ShardState`` for ``BlockRows``: the same steps, with c_x kept only for the rows that share a user or
     an item with a selected point (``touched``). Every other row's kernel with S is zero, so its c_x is
-    zero and its r and v stay z and k_xx, exactly as in the dense state; memory is O(touched·m)."""
+    zero and its r and v stay z and k_xx, exactly as in the dense state; memory is O(touched·m).
+
+    Subclasses may hold the halves elsewhere: they override ``halves`` (a and b of some rows) and
+    ``admit`` (rows whose z and k_xx are first needed, before a step touches them)."""
 
     def __init__(self, Phi: BlockRows, mu: BlockMean, m: int, offset: int = 0):
-        self.Phi, self.offset, self.m = Phi, offset, m
+        self.Phi = Phi
+        self._index(Phi.user, Phi.item, m, offset)
         self.kdiag = Phi.squared_norms()
         self.z = mu.inner_rows(Phi)
         self.r, self.v = self.z.copy(), self.kdiag.copy()
-        self.by_user, self.by_item = np.argsort(Phi.user, kind="stable"), np.argsort(Phi.item, kind="stable")
-        self.user_sorted, self.item_sorted = Phi.user[self.by_user], Phi.item[self.by_item]
+        self.open = self.kdiag > 0
+
+    def _index(self, user: np.ndarray, item: np.ndarray, m: int, offset: int) -> None:
+        self.user, self.item, self.m, self.offset = user, item, m, offset
+        self.by_user, self.by_item = np.argsort(user, kind="stable"), np.argsort(item, kind="stable")
+        self.user_sorted, self.item_sorted = user[self.by_user], item[self.by_item]
         self.touched = np.empty(0, np.int64)  # sorted local rows whose c_x is stored
         self.Ct = np.empty((m, 0))  # their c_x, column by column
         self.t = 0
-        self.open = self.kdiag > 0
+
+    def halves(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(a, b) of these local rows."""
+        return self.Phi.a[rows], self.Phi.b[rows]
+
+    def admit(self, new: "BlockShardState", rows: np.ndarray) -> None:
+        """Give ``new`` (the next state, its arrays already copied) z and k_xx of ``rows``: here every
+        row's are known from the start."""
+
+    def _row(self, x: int) -> BlockRows:
+        a, b = self.halves(np.array([x]))
+        return BlockRows(self.user[[x]], self.item[[x]], a, b)
 
     def _c(self, x: int) -> np.ndarray:
         pos = np.searchsorted(self.touched, x)
@@ -260,20 +282,22 @@ class BlockShardState(ShardState):
             return self.Ct[: self.t, pos].copy()
         return np.zeros(self.t)
 
-    def _neighbours(self, s: BlockRows) -> tuple[np.ndarray, np.ndarray]:
-        """The rows sharing s's user or item, and their kernel with s."""
-        u0, u1 = np.searchsorted(self.user_sorted, [s.user[0], s.user[0] + 1])
-        i0, i1 = np.searchsorted(self.item_sorted, [s.item[0], s.item[0] + 1])
-        rows = np.union1d(self.by_user[u0:u1], self.by_item[i0:i1])
-        P = self.Phi
-        k = np.where(P.user[rows] == s.user[0], P.a[rows] @ s.a[0], 0.0)
-        k += np.where(P.item[rows] == s.item[0], P.b[rows] @ s.b[0], 0.0)
-        return rows, k
+    def neighbours(self, user: int, item: int) -> np.ndarray:
+        """The local rows of this user or this item, ascending."""
+        u0, u1 = np.searchsorted(self.user_sorted, [user, user + 1])
+        i0, i1 = np.searchsorted(self.item_sorted, [item, item + 1])
+        return np.union1d(self.by_user[u0:u1], self.by_item[i0:i1])
 
     def add(self, s: Candidate, d: float, beta_t: float) -> "BlockShardState":
         """As ``ShardState.add``, over the touched rows and s's neighbours only. The touched rows and their
         c_x are copied into the new state (O(touched·m)), so replaying a step gives the same values."""
-        rows, kcol = self._neighbours(s.phi)
+        new = copy.copy(self)
+        new.r, new.v = self.r.copy(), self.v.copy()
+        rows = self.neighbours(int(s.phi.user[0]), int(s.phi.item[0]))
+        self.admit(new, rows)
+        a, b = self.halves(rows)
+        kcol = np.where(self.user[rows] == s.phi.user[0], a @ s.phi.a[0], 0.0)
+        kcol += np.where(self.item[rows] == s.phi.item[0], b @ s.phi.b[0], 0.0)
         touched = np.union1d(self.touched, rows)
         Ct = np.zeros((self.m, len(touched)))
         Ct[: self.t, np.searchsorted(touched, self.touched)] = self.Ct[: self.t]
@@ -281,14 +305,12 @@ class BlockShardState(ShardState):
         k_all[np.searchsorted(touched, rows)] = kcol
         col = (k_all - s.c @ Ct[: self.t]) / d
         Ct[self.t] = col
-        new = copy.copy(self)
         new.t, new.touched, new.Ct = self.t + 1, touched, Ct
-        new.r, new.v = self.r.copy(), self.v.copy()
         new.r[touched] -= col * beta_t
         new.v[touched] -= col**2
         x = s.index - self.offset
-        if 0 <= x < len(self.open):
-            new.open = self.open.copy()
+        if 0 <= x < len(new.open):
+            new.open = new.open.copy() if new.open is self.open else new.open
             new.open[x] = False
         return new
 

@@ -1,0 +1,242 @@
+"""Exact greedy SBQ for a factor model with the candidates where the by-user parts are: no Φ, no Fisher
+block and no O(n) state in the flow's process (docs/prototypes.md, "At scale").
+
+What makes it possible (``kernels.sbq.BlockRows``):
+
+* φ_x = [a_x = W_u r_x V_j at user block u, b_x = W_j r_x U_u at item block j], F_b + δI = L_b L_bᵀ, W_b = L_b⁻¹,
+  so k(x, y) = [u_x = u_y]⟨a_x, a_y⟩ + [j_x = j_y]⟨b_x, b_y⟩;
+* z_x = ⟨φ_x, μ_T⟩ is zero unless x shares a target's user or item, and a row sharing no user or item with
+  a selected point keeps c_x = 0 and r_x = z_x: a row that is neither has gain 0, and greedy never takes it.
+
+So each by-user part is a shard (``PartShard``) that computes z and k_xx only for its *live* rows (those
+sharing a user or an item with a target or a selected point) and recomputes a_x, b_x when a kernel column
+needs them. A user's block needs only the user's own rows, all in its part. An item's block needs all its
+raters, spread over the parts: the few items a step needs (the targets' and the selected points' items)
+are summed over the parts, one map, and inverted here. The flow holds the model (O(users + items)·k), μ_T
+(O(targets·k)), L and β; the selection equals ``kernels.sbq.greedy`` over ``mf_fisher_rows``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..interactions import Targets
+from ..kernels import fisher as F
+from ..kernels.sbq import BlockMean, BlockRows, BlockShardState, Candidate, Selection, greedy_select
+from ..mapper import Mapper
+from .prototypes import Progress, sample_scores
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ItemBlocks:
+    """W_j of some items (one object, so a mapper sends it whole rather than element by element)."""
+
+    items: np.ndarray  # (n,) sorted
+    W: np.ndarray  # (n, k, k)
+
+    def as_dict(self) -> dict:
+        return dict(zip(self.items.tolist(), self.W))
+
+
+class PartShard(BlockShardState):
+    """The candidates of by-user part p during greedy SBQ: rows (u, j, r) and the Fisher weights, dense
+    scalars (z, k_xx, r, v) over its rows (zero for rows not yet live), c_x of the touched rows, and the
+    item blocks W_j it has been sent."""
+
+    def __init__(self, parts, p: int, model, kind: str, offset: int):
+        d = parts.read_part("user", p).data
+        self.model, self.kind = model, kind
+        self.residual, self.curvature = sample_scores(model, d)
+        self._index(d.user.astype(np.int64), d.item.astype(np.int64), 0, offset)
+        self.w = None  # Fisher weights, once the whole table's n (and σ̂²) are known
+
+    def sums(self) -> tuple[int, float]:
+        return len(self.user), float(self.residual @ self.residual)
+
+    def weighted(self, n: int, sigma2: float) -> "PartShard":
+        new = copy.copy(self)
+        new.w = None if self.kind == "identity" else F.fisher_weights(self.kind, self.residual, self.curvature, n,
+                                                                       sigma2)
+        return new
+
+    def traces(self) -> tuple[float, float]:
+        """Σ over this part's rows of w‖V_j‖² and w‖U_u‖²: its share of Σ tr F_u and Σ tr F_j."""
+        U, V = self.model.U, self.model.V
+        return (float(self.w @ np.einsum("ij,ij->i", V[self.item], V[self.item])),
+                float(self.w @ np.einsum("ij,ij->i", U[self.user], U[self.user])))
+
+    def items_of(self, users: np.ndarray) -> np.ndarray:
+        return np.unique(self.item[np.isin(self.user, users)])
+
+    def item_grams(self, items: np.ndarray) -> np.ndarray:
+        """This part's share of F_j for ``items`` (sorted): Σ over their raters here of w U_u U_uᵀ."""
+        rows = np.flatnonzero(np.isin(self.item, items))
+        return F.owner_grams(np.searchsorted(items, self.item[rows]), self.model.U[self.user[rows]], self.w[rows],
+                             len(items))
+
+    def target_user_halves(self, T: Targets, delta_U: float) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in T, a_t = W_u V_j) of the targets whose user is in this part."""
+        at = np.flatnonzero(np.isin(T.user, self.user))
+        return at, self._user_side(T.user[at].astype(np.int64), self.model.V[T.item[at]], delta_U)
+
+    def start(self, mu: BlockMean, blocks: ItemBlocks, delta_U: float, m: int) -> "PartShard":
+        """The state before any selection: live rows are those of a target's user or item."""
+        new = copy.copy(self)
+        new.mu, new.W_items, new.delta_U = mu, blocks.as_dict(), delta_U
+        new.m, new.Ct = m, np.empty((m, 0))
+        n = len(self.user)
+        new.z, new.kdiag, new.r, new.v = (np.zeros(n) for _ in range(4))
+        new.open, new.live = np.zeros(n, bool), np.zeros(n, bool)
+        new.admit(new, np.flatnonzero(np.isin(self.user, mu.users) | np.isin(self.item, mu.items)))
+        return new
+
+    def with_items(self, blocks: ItemBlocks) -> "PartShard":
+        new = copy.copy(self)
+        new.W_items = {**self.W_items, **blocks.as_dict()}
+        return new
+
+    def admit(self, new: "PartShard", rows: np.ndarray) -> None:
+        rows = rows[~new.live[rows]]
+        if not len(rows):
+            return
+        new.z, new.kdiag, new.open, new.live = new.z.copy(), new.kdiag.copy(), new.open.copy(), new.live.copy()
+        a, b = new.halves(rows)
+        X = BlockRows(self.user[rows], self.item[rows], a, b)
+        new.kdiag[rows] = X.squared_norms()
+        new.z[rows] = new.mu.inner_rows(X)
+        new.r[rows], new.v[rows] = new.z[rows], new.kdiag[rows]  # c_x = 0: no selected point shares u or j yet
+        new.open[rows], new.live[rows] = new.kdiag[rows] > 0, True
+
+    def halves(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        U, V, r = self.model.U, self.model.V, self.residual[rows]
+        a = self._user_side(self.user[rows], r[:, None] * V[self.item[rows]], self.delta_U)
+        gV = r[:, None] * U[self.user[rows]]
+        if self.kind == "identity" or not len(rows):
+            return a, gV
+        items, owner = np.unique(self.item[rows], return_inverse=True)
+        missing = [j for j in items if j not in self.W_items]
+        if missing:
+            raise RuntimeError(f"item blocks of {len(missing)} items (e.g. {missing[0]}) were not sent to this shard")
+        return a, F.apply_blocks(np.stack([self.W_items[j] for j in items]), owner, gV)
+
+    def _user_side(self, users: np.ndarray, g: np.ndarray, delta_U: float) -> np.ndarray:
+        """W_u g for rows of ``users`` (all in this part): each user's block from the user's own rows."""
+        if self.kind == "identity" or not len(users):
+            return g
+        distinct, owner = np.unique(users, return_inverse=True)
+        lo, hi = np.searchsorted(self.user, distinct), np.searchsorted(self.user, distinct, side="right")
+        rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
+        block = np.repeat(np.arange(len(distinct)), hi - lo)
+        Fu = F.owner_grams(block, self.model.V[self.item[rows]], self.w[rows], len(distinct))
+        return F.apply_blocks(F.damped_inverse_factor(Fu, delta_U), owner, g)
+
+    def user_items(self, user: int) -> np.ndarray:
+        a, b = np.searchsorted(self.user, [user, user + 1])
+        return self.item[a:b]
+
+
+def _call(state, method: str, *args):
+    return getattr(state, method)(*args)
+
+
+def _best(state: PartShard):
+    c = state.best()
+    return (c, None) if c is None else (c, state.user_items(int(c.phi.user[0])))
+
+
+def _add(state: PartShard, W_items: ItemBlocks, cand: Candidate, d: float, beta_t: float) -> PartShard:
+    return state.with_items(W_items).add(cand, d, beta_t)
+
+
+class PartShards:
+    """The by-user parts as SBQ shards on ``mapper`` (``kernels.sbq.greedy_select``'s ``best``/``add``);
+    ``start`` computes the damping, the targets' item blocks and μ_T from the parts."""
+
+    def __init__(self, mapper: Mapper, parts, model, kind: str, damping: float, offsets: np.ndarray):
+        self.mapper, self.kind, self.model = mapper, kind, model
+        self.model_h = mapper.put(model, broadcast=True)
+        n_parts = len(parts.user_cuts) - 1
+        self.states = mapper.persist(PartShard, [(parts, p, self.model_h, kind, int(offsets[p])) for p in range(n_parts)],
+                                     name="sbq-parts")
+        sums = self._map("sums")
+        n, rss = sum(c for c, _ in sums), sum(s for _, s in sums)
+        if n != parts.n_interactions:
+            raise ValueError(f"the parts hold {n} rows, their index {parts.n_interactions}")
+        self.states = mapper.persist(_call, [(st, "weighted", n, rss / n) for st in self.states], name="sbq-weights")
+        self.delta_U = self.delta_V = 0.0
+        if kind != "identity":
+            traces = self._map("traces")
+            k = model.U.shape[1]
+            self.delta_U = damping * sum(t for t, _ in traces) / model.U.shape[0] / k
+            self.delta_V = damping * sum(t for _, t in traces) / model.V.shape[0] / k
+        self.known: set[int] = set()
+        self.user_items: dict[int, np.ndarray] = {}
+
+    def _map(self, method: str, *args) -> list:
+        return self.mapper.map(_call, [(st, method, *args) for st in self.states], name=f"sbq-{method}")
+
+    def item_blocks(self, items: np.ndarray) -> ItemBlocks:
+        """W_j for ``items`` not sent before: F_j summed over the parts as they finish, inverted here."""
+        k = self.model.U.shape[1]
+        items = np.array(sorted(set(items.tolist()) - self.known), np.int64)
+        if self.kind == "identity" or not len(items):
+            return ItemBlocks(np.empty(0, np.int64), np.empty((0, k, k)))
+        Fj = np.zeros((len(items), k, k))
+        for _, part in self.mapper.imap(_call, [(st, "item_grams", items) for st in self.states], name="sbq-items"):
+            Fj += part
+        self.known.update(items.tolist())
+        return ItemBlocks(items, F.damped_inverse_factor(Fj, self.delta_V))
+
+    def start(self, T: Targets, m: int) -> float:
+        """Live rows and μ_T; returns ‖μ_T‖²."""
+        users = np.unique(T.user)
+        their_items = np.unique(np.concatenate([*self._map("items_of", users), T.item.astype(np.int64)]))
+        blocks = self.item_blocks(their_items)
+        a = np.empty((len(T), self.model.U.shape[1]))
+        for at, rows in self._map("target_user_halves", T, self.delta_U):
+            a[at] = rows
+        gV = self.model.U[T.user]
+        b = gV if self.kind == "identity" else F.apply_blocks(blocks.W, np.searchsorted(blocks.items, T.item), gV)
+        mu = BlockMean.of(BlockRows(T.user.astype(np.int64), T.item.astype(np.int64), a, b))
+        mu_h, blocks_h = self.mapper.put(mu, broadcast=True), self.mapper.put(blocks, broadcast=True)
+        self.states = self.mapper.persist(_call, [(st, "start", mu_h, blocks_h, self.delta_U, m) for st in self.states],
+                                          name="sbq-start")
+        return mu.inner(mu)
+
+    def best(self):
+        found = self.mapper.map(_best, [(st,) for st in self.states], name="sbq-best")
+        for c, items in found:
+            if c is not None:
+                self.user_items[c.index] = items
+        return [c for c, _ in found]
+
+    def add(self, cand: Candidate, d: float, beta_t: float):
+        # Every row of the chosen user and of the chosen item turns live: their item blocks go out first.
+        blocks = self.item_blocks(np.append(self.user_items[cand.index], cand.phi.item[0]))
+        self.user_items.clear()
+        W_h = self.mapper.put(blocks)
+        self.states = self.mapper.persist(_add, [(st, W_h, cand, d, beta_t) for st in self.states], name="sbq-add")
+
+
+def select_from_parts(mapper: Mapper, parts, model, targets: Targets, m: int, kind: str = "empirical",
+                      damping: float = F.DEFAULT_DAMPING, offsets: np.ndarray | None = None) -> Selection:
+    """Greedy SBQ (the paper's Algorithm 1) for ``model``'s targets with the training pairs in ``parts``'s
+    by-user parts as candidates, indexed in the training table's (user, item) order. ``offsets``: the
+    first row of each by-user part (default: from the parts' files)."""
+    t0 = time.perf_counter()
+    if offsets is None:
+        offsets = parts.user_part_offsets()
+    shards = PartShards(mapper, parts, model, kind, damping, offsets)
+    c = shards.start(targets, m)
+    m = min(m, parts.n_interactions)
+    sel = greedy_select(Progress(shards, m, "SBQ greedy (parts)"), m, c)
+    log.info("SBQ over %d by-user parts: %d prototypes, %d item blocks sent, %.1fs", len(shards.states),
+             len(sel.index), len(shards.known), time.perf_counter() - t0)
+    return sel
