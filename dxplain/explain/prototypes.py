@@ -192,16 +192,19 @@ def gradient_embedding(G, G_T, fisher: str = "empirical", rank: int | None = Non
     return phi(G), phi(G_T)
 
 
-def prototype_table(sel: Selection, data: Interactions) -> pa.Table:
+def prototype_table(sel: Selection, data) -> pa.Table:
     """One row per prototype in selection order: the training interaction, its quadrature weight, and the
-    objective ‖μ_T − Σwφ‖² (relative to its start) after it was added."""
+    objective ‖μ_T − Σwφ‖² (relative to its start) after it was added. ``data``: the training table, or
+    its ``io.partitions.Partitions`` (only the chosen rows are read)."""
     idx = sel.index
+    user, item, rating = data.read_rows(idx) if hasattr(data, "read_rows") else (data.user[idx], data.item[idx],
+                                                                                 data.rating[idx])
     start = sel.objective[0] if sel.objective[0] > 0 else 1.0
     return pa.table({
         "rank": np.arange(1, len(idx) + 1, dtype=np.int32),
-        "user": data.user_ids.take(pa.array(data.user[idx])),
-        "item": data.item_ids.take(pa.array(data.item[idx])),
-        "rating": data.rating[idx],
+        "user": data.user_ids.take(pa.array(user)),
+        "item": data.item_ids.take(pa.array(item)),
+        "rating": rating,
         "weight": sel.weights,
         "objective": sel.objective[1:len(idx) + 1] / start,
     })

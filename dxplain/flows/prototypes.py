@@ -1,6 +1,6 @@
 """Prototypes: the m training interactions that together explain a set of predictions (SBQ, Fisher kernel).
 
-load interactions → by-user and by-item parts → train (or load) the MF model → targets (a supplied list,
+load interactions (a prepared dataset by tasks) → by-user and by-item parts → train (or load) the MF model → targets (a supplied list,
 or one user's top-N) → SBQ selection: exact greedy with the by-user parts as candidate shards, each
 computing its Fisher embeddings where it is (``explain.prototypes_parts``), or the other variants on the
 embeddings of the whole table → write prototypes.parquet, targets.parquet and summary.json.
@@ -27,7 +27,8 @@ from ..kernels.sbq import mean_embedding
 from ..models.mf import DEFAULT_K
 from ..params import Interval, OneOf, validate
 from ..explain.representer import predictions
-from .common import Training, load_data, open_mapper, partition, train_or_load, training_table
+from ..interactions import Interactions
+from .common import load_training, open_mapper, partition, stage, train_or_load
 
 CONSTRAINTS = {
     "m": Interval(int, 1, example=10), "fisher": OneOf(*FISHER_KINDS), "variant": OneOf(*VARIANTS),
@@ -39,8 +40,11 @@ CONSTRAINTS = {
 
 
 @task(cache_policy=NO_CACHE)
-def top_n_of(ds, mf, u: np.ndarray, top_n: int):
-    return recommend(mf.U, mf.V, ds.interactions, u, top_n)
+def top_n_of(parts, mf, u: np.ndarray, top_n: int):
+    """The user's top-N unseen items: read from the user's part (a BCE table's sampled negatives stay
+    recommendable, as in the refresh)."""
+    seen = parts.read_users(int(u[0]), int(u[0]) + 1).data
+    return recommend(mf.U, mf.V, seen.subset(seen.rating > 0) if mf.loss == "bce" else seen, u, top_n)
 
 
 @task(cache_policy=NO_CACHE)
@@ -105,40 +109,43 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
     if (targets is None) == (user is None):
         raise InputError("say what to explain: --targets FILE (a Parquet/CSV list of (user, item)) or --user ID "
                          "(that user's top-N recommendations), not both")
-    t0 = time.perf_counter()
+    t0, seconds, peaks = time.perf_counter(), {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
-    ds = load_data(dataset, settings)
-    data = ds.interactions
-    # Bad targets or an unknown user fail before any training.
-    supplied = read_targets(targets, data) if targets else None
-    u = None if targets else index_of(pa.array([user]), data.user_ids, "user", "--user").astype(np.int64)
-    train, implicit = training_table(ds, implicit, neg_samples, seed)
     with open_mapper(settings, in_memory) as mapper:
-        # ALS trains on the parts, and exact greedy selects from them (no Φ here); a supplied model with
-        # another variant needs neither.
-        parts = partition(Training(ds.name, train, implicit), settings.out, mapper) \
-            if not model or variant == "greedy" else None
-        mf, model_path = train_or_load(ds.name, train, model, settings.out, k, lam, seed, mapper, parts,
-                                       implicit=implicit, neg_weight=neg_weight)
-        T = supplied if supplied is not None else top_n_of(ds, mf, u, top_n)
-        if variant == "greedy":
-            sel = choose_from_parts(mapper, parts, mf, T, m, fisher, damping)
-        else:
-            Phi, Phi_T = embed(mf, train, T, fisher, damping)
-            sel = choose_prototypes(Phi, mean_embedding(Phi_T), m, variant, shards or 4 * settings.workers, seed,
-                                    mapper)
-    table = prototype_table(sel, train)
+        with stage(seconds, "load", peaks):  # a prepared dataset by tasks: this process keeps ids and degrees
+            training = load_training(dataset, settings, mapper, implicit, neg_samples, seed)
+            data = training.data
+            # Bad targets or an unknown user fail before any training.
+            supplied = read_targets(targets, data) if targets else None
+            u = None if targets else index_of(pa.array([user]), data.user_ids, "user", "--user").astype(np.int64)
+        with stage(seconds, "partition", peaks):  # ALS trains on the parts, and exact greedy selects from them
+            parts = partition(training, settings.out, mapper)
+        with stage(seconds, "train", peaks):
+            mf, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, parts,
+                                           implicit=training.implicit, neg_weight=neg_weight)
+        T = supplied if supplied is not None else top_n_of(parts, mf, u, top_n)
+        with stage(seconds, "select", peaks):
+            if variant == "greedy":
+                sel = choose_from_parts(mapper, parts, mf, T, m, fisher, damping)
+            else:  # the other variants take every row's embedding, built here
+                whole = data if isinstance(data, Interactions) else parts.read_users(0, data.n_users).data
+                Phi, Phi_T = embed(mf, whole, T, fisher, damping)
+                sel = choose_prototypes(Phi, mean_embedding(Phi_T), m, variant, shards or 4 * settings.workers, seed,
+                                        mapper)
+        memory = mapper.peak_rss_mib()
+    table = prototype_table(sel, parts)
     target_table = pa.table({"user": data.user_ids.take(pa.array(T.user)), "item": data.item_ids.take(pa.array(T.item)),
                              "prediction": predictions(mf.loss, 0.0, mf.predict(T.user, T.item))})
-    summary = {"dataset": dataset, "model": model_path, "loss": mf.loss, "targets": len(T), "candidates": len(train),
-               "m": m,
+    summary = {"dataset": dataset, "model": model_path, "loss": mf.loss, "targets": len(T),
+               "candidates": parts.n_interactions, "m": m,
                "selected": len(sel.index), "fisher": fisher, "variant": variant, "damping": damping,
                "objective_start": float(sel.objective[0]), "objective_end": float(sel.objective[-1]),
                "explained_share": sel.reduction / sel.objective[0] if sel.objective[0] > 0 else 0.0,
-               "seconds": round(time.perf_counter() - t0, 2)}
+               "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "peak_rss_mib": memory,
+               "flow_peak_rss_mib_after_stage": peaks}
     folder = write_results(settings.out, "prototypes", {"prototypes": table, "targets": target_table}, summary)
     summary["folder"] = str(folder)
     get_run_logger().info("prototypes done: %d of %d training pairs explain %d targets (%.1f%% of ‖μ_T‖² matched) "
-                          "in %.1fs → %s", len(sel.index), len(train), len(T), 100 * summary["explained_share"],
+                          "in %.1fs → %s", len(sel.index), parts.n_interactions, len(T), 100 * summary["explained_share"],
                           summary["seconds"], folder)
     return summary

@@ -98,6 +98,20 @@ class Partitions:
                 rows.append(pq.ParquetFile(fh).metadata.num_rows)
         return np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
 
+    def read_rows(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(user, item, rating) of the table's rows ``index`` (in that order), reading only their by-user parts."""
+        index = np.asarray(index, np.int64)
+        offsets = self.user_part_offsets()
+        part = np.searchsorted(offsets, index, side="right") - 1
+        user, item = np.empty(len(index), np.int64), np.empty(len(index), np.int64)
+        rating = np.empty(len(index))
+        for p in np.unique(part):
+            at = np.flatnonzero(part == p)
+            d = self.read_part("user", int(p)).data
+            local = index[at] - offsets[p]
+            user[at], item[at], rating[at] = d.user[local], d.item[local], d.rating[local]
+        return user, item, rating
+
     def read_part(self, side: str, p: int) -> Part:
         """Part p of one side (``user`` or ``item``), its rows in file order (the order its α is written in)."""
         return self._part(self._read(side, p), slice(None))
