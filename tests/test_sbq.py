@@ -286,10 +286,11 @@ def implicit_problem(seed=4):
     return table, ImplicitMF(k=4, lam=1e-2, seed=0).fit(terms_of(table, 0.5))
 
 
-@pytest.mark.parametrize("kind", ["empirical", "expected", "identity", "bce"])
-def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(tmp_path, kind):
+@pytest.mark.parametrize("kind", ["empirical", "expected", "identity", "bce", "user-chunks"])
+def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(tmp_path, kind, monkeypatch):
     """Each by-user part computes its own candidates' embeddings, and only the item blocks a step needs
     travel: the same prototypes, weights and objective as greedy over every row's embedding."""
+    from dxplain.explain import prototypes_parts
     from dxplain.explain.prototypes import mf_fisher_rows
     from dxplain.explain.prototypes_parts import select_from_parts
     from dxplain.io.partitions import write_partitions
@@ -298,6 +299,10 @@ def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(
     if kind == "bce":
         d, model = implicit_problem()
         kind = "expected"  # the Bernoulli curvature
+    elif kind == "user-chunks":  # users' blocks built a few at a time
+        monkeypatch.setattr(prototypes_parts, "USER_BLOCKS", 2)
+        d, model = mf_block_problem(seed=11)[:2]
+        kind = "empirical"
     else:
         d, model = mf_block_problem(seed=11)[:2]
     T = Targets.from_pairs(np.array([1, 1, 4, 9, 20]), np.array([0, 3, 5, 7, 2]))

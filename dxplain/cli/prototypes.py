@@ -18,12 +18,16 @@ def print_prototypes(folder: str, dataset: str, limit: int) -> None:
     import pyarrow.parquet as pq
 
     from ..datasets import resolve_dataset
+    from ..datasets.registry import resolve_prepared
     from ..explain.report import format_prototypes
+    from ..io.interactions import read_table
 
-    ds = resolve_dataset(dataset, fetch=False)
+    # The item catalogue only: a prepared folder's items.parquet, not its interactions.
+    prepared = resolve_prepared(dataset)
+    items = read_table(str(prepared / "items.parquet")) if prepared else resolve_dataset(dataset, fetch=False).items
     print()
     print(format_prototypes(pq.read_table(f"{folder}/prototypes.parquet"), pq.read_table(f"{folder}/targets.parquet"),
-                            ds.items, limit=limit))
+                            items, limit=limit))
 
 
 def register(sub) -> None:
@@ -34,7 +38,7 @@ def register(sub) -> None:
     implicit = ("implicit", "neg_samples", "neg_weight")
     flow_options(pr, prototypes, [
         "dataset", "model", "targets", "user", "top_n", "m", "fisher", "variant", "damping", "k", "lam",
-        "seed"
-    ] + list(implicit), helps={n: param_docs(refresh)[n] for n in implicit})
+        "seed", "max_sweeps", "newton_steps"
+    ] + list(implicit), helps={n: param_docs(refresh)[n] for n in implicit + ("max_sweeps", "newton_steps")})
     run_options(pr, prototypes, "candidate shards (default 4 per worker)", "select")
     pr.set_defaults(func=cmd_prototypes)

@@ -33,6 +33,8 @@ from .prototypes import Progress, sample_scores
 
 log = logging.getLogger(__name__)
 
+USER_BLOCKS = 4096  # users whose k×k blocks are built at once: 4096·k² floats (32 MB at k = 32)
+
 
 @dataclass(frozen=True)
 class ItemBlocks:
@@ -127,15 +129,21 @@ class PartShard(BlockShardState):
         return a, F.apply_blocks(np.stack([self.W_items[j] for j in items]), owner, gV)
 
     def _user_side(self, users: np.ndarray, g: np.ndarray, delta_U: float) -> np.ndarray:
-        """W_u g for rows of ``users`` (all in this part): each user's block from the user's own rows."""
+        """W_u g for rows of ``users`` (all in this part): each user's block from the user's own rows,
+        USER_BLOCKS users at a time (their k×k blocks are the largest temporaries here)."""
         if self.kind == "identity" or not len(users):
             return g
         distinct, owner = np.unique(users, return_inverse=True)
-        lo, hi = np.searchsorted(self.user, distinct), np.searchsorted(self.user, distinct, side="right")
-        rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
-        block = np.repeat(np.arange(len(distinct)), hi - lo)
-        Fu = F.owner_grams(block, self.model.V[self.item[rows]], self.w[rows], len(distinct))
-        return F.apply_blocks(F.damped_inverse_factor(Fu, delta_U), owner, g)
+        out = np.empty_like(g)
+        for c in range(0, len(distinct), USER_BLOCKS):
+            chunk = distinct[c:c + USER_BLOCKS]
+            lo, hi = np.searchsorted(self.user, chunk), np.searchsorted(self.user, chunk, side="right")
+            rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
+            block = np.repeat(np.arange(len(chunk)), hi - lo)
+            Fu = F.owner_grams(block, self.model.V[self.item[rows]], self.w[rows], len(chunk))
+            at = np.flatnonzero((owner >= c) & (owner < c + len(chunk)))
+            out[at] = F.apply_blocks(F.damped_inverse_factor(Fu, delta_U), owner[at] - c, g[at])
+        return out
 
     def user_items(self, user: int) -> np.ndarray:
         a, b = np.searchsorted(self.user, [user, user + 1])

@@ -36,6 +36,7 @@ CONSTRAINTS = {
     "lam": Interval(float, 0, open_low=True), "seed": Interval(int, 0), "workers": Interval(int, 1, example=2),
     "shards": Interval(int, 1), "neg_samples": Interval(int, 1, example=4),
     "neg_weight": Interval(float, 0, open_low=True, example=1),
+    "max_sweeps": Interval(int, 1, example=8), "newton_steps": Interval(int, 0),
 }
 
 
@@ -68,7 +69,8 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
                variant: str = "greedy", damping: float = DEFAULT_DAMPING, out: str | None = None,
                scheduler: str | None = None, workers: int | None = None, shards: int | None = None,
                k: int = DEFAULT_K, lam: float | None = None, seed: int = 0, in_memory: bool = False,
-               implicit: bool = False, neg_samples: int = 4, neg_weight: float = 1.0) -> dict:
+               implicit: bool = False, neg_samples: int = 4, neg_weight: float = 1.0, max_sweeps: int | None = None,
+               newton_steps: int | None = None) -> dict:
     """Select m training interactions whose Fisher embeddings, weighted, best match the targets' mean.
 
     Implicit feedback (``implicit``, or a single rating value) trains the BCE model the refresh explains
@@ -102,6 +104,8 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
         Seed of training and of the randomised variants.
     implicit, neg_samples, neg_weight
         Implicit feedback, as for the refresh (``dxplain.flows.refresh.refresh``).
+    max_sweeps, newton_steps
+        Cap training, as for the refresh (a Fisher kernel needs no stationary point).
     out, scheduler, workers, shards, in_memory
         Where results go and where the work runs (``dxplain.cli.common.run_options``).
     """
@@ -121,8 +125,10 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
         with stage(seconds, "partition", peaks):  # ALS trains on the parts, and exact greedy selects from them
             parts = partition(training, settings.out, mapper)
         with stage(seconds, "train", peaks):
+            budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
+                      if v is not None}
             mf, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, parts,
-                                           implicit=training.implicit, neg_weight=neg_weight)
+                                           budget, implicit=training.implicit, neg_weight=neg_weight)
         T = supplied if supplied is not None else top_n_of(parts, mf, u, top_n)
         with stage(seconds, "select", peaks):
             if variant == "greedy":

@@ -1,0 +1,159 @@
+"""Amazon-scale SBQ prototypes (issue 24): 1M–50M Amazon-like interactions on the 2-worker LocalCluster.
+
+    python benchmarks/amazon_scale.py --sizes 5m,20m,50m     # ~the recorded run
+    python benchmarks/amazon_scale.py --sizes 1m --check     # and greedy over the whole table, compared
+
+Per size, as a user would run it (``python -m dxplain.cli``, a LocalCluster of 2 workers, Prefect's
+ephemeral mode):
+
+1. the set: ``dxplain datasets synth --kind amazon --interactions N`` (explicit ratings; docs/scaling.md,
+   "Amazon-like data"), cached in ``~/.cache/dxplain/bench/amazon-N``;
+2. a first ``dxplain prototypes --user U -m 1`` trains the model (ALS capped at ``--max-sweeps`` sweeps
+   without the Newton polish: a Fisher kernel needs no stationary point) and stores it;
+3. targets: the top-10 unseen items of 1,000 users drawn with a seed, scored by that model here (this
+   process, not the flow's);
+4. ``dxplain prototypes --targets targets.parquet -m 100``, which reuses the stored model: the SBQ run
+   measured (exact greedy over the by-user parts, ``explain.prototypes_parts``).
+
+Records each run's stage seconds and the VmHWM of the flow's process and of every worker into
+``benchmarks/results/amazon/sbq.json``, and the cost slope of each stage between sizes (1 = linear).
+``--check`` also selects with greedy over every row's embedding in this process (whole table: use it at
+1M) and compares the prototypes and weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dxplain.datasets.synthetic import generate  # noqa: E402
+from dxplain.explain.targets import recommend  # noqa: E402
+from dxplain.interactions import Interactions  # noqa: E402
+from dxplain.models.base import FactorModel  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "amazon"
+CACHE = Path.home() / ".cache" / "dxplain" / "bench"
+SIZES = {"1m": 1_000_000, "5m": 5_000_000, "20m": 20_000_000, "50m": 50_000_000}
+
+
+def dataset(n: int) -> Path:
+    folder = CACHE / f"amazon-{n}"
+    if not (folder / "interactions.parquet").exists():
+        t0 = time.perf_counter()
+        generate(folder, n, kind="amazon", seed=0)
+        print(f"generated {folder} in {time.perf_counter() - t0:.0f}s", flush=True)
+    return folder
+
+
+def prototypes(folder: Path, out: Path, args: list[str], a) -> dict:
+    cmd = [sys.executable, "-m", "dxplain.cli", "prototypes", "--dataset", str(folder), "--out", str(out),
+           "--k", str(a.k), "--workers", "2", "--max-sweeps", str(a.max_sweeps), "--newton-steps", "0", *args]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    runs = sorted((out / "prototypes").iterdir(), key=lambda f: f.stat().st_mtime)
+    summary = json.loads((runs[-1] / "summary.json").read_text())
+    summary["wall_seconds"] = time.perf_counter() - t0
+    return summary
+
+
+def user_targets(folder: Path, model_path: str, n_users: int, top_n: int, seed: int = 1) -> tuple[Path, dict]:
+    """The top-``top_n`` unseen items of ``n_users`` users drawn with ``seed``; only their rows are read."""
+    path = folder / f"targets-{n_users}x{top_n}.parquet"
+    user_ids = pq.read_table(folder / "users.parquet")["id"]
+    item_ids = pq.read_table(folder / "items.parquet")["id"]
+    users = np.sort(np.random.default_rng(seed).choice(len(user_ids), n_users, replace=False))
+    rows = pq.read_table(folder / "interactions.parquet", filters=[("user", "in", user_ids.take(users))])
+    u = np.searchsorted(user_ids.to_numpy(), rows["user"].to_numpy())
+    i = np.searchsorted(item_ids.to_numpy(), rows["item"].to_numpy())
+    seen = Interactions.from_indices(u, i, rows["rating"].to_numpy(), user_ids, item_ids)
+    model = FactorModel.load(model_path)
+    T = recommend(model.U, model.V, seen, users, top_n)
+    pq.write_table(pa.table({"user": user_ids.take(pa.array(T.user)), "item": item_ids.take(pa.array(T.item))}), path)
+    return path, {"target_users": n_users, "targets": len(T), "distinct_target_items": int(len(np.unique(T.item)))}
+
+
+def check(folder: Path, summary: dict, targets: Path, m: int) -> dict:
+    """Greedy over every row's embedding in this process, against the flow's prototypes."""
+    from dxplain.datasets import resolve_dataset
+    from dxplain.explain.prototypes import mf_fisher_rows
+    from dxplain.io.interactions import read_targets
+    from dxplain.kernels.sbq import greedy, mean_embedding
+
+    data = resolve_dataset(str(folder)).interactions
+    model = FactorModel.load(summary["model"], data)
+    T = read_targets(str(targets), data)
+    t0 = time.perf_counter()
+    R, R_T = mf_fisher_rows(model, data, T)
+    ref = greedy(R, mean_embedding(R_T), m)
+    secs = time.perf_counter() - t0
+    got = pq.read_table(Path(summary["folder"]) / "prototypes.parquet")
+    pairs = list(zip(data.user_ids.take(pa.array(data.user[ref.index])).to_pylist(),
+                     data.item_ids.take(pa.array(data.item[ref.index])).to_pylist()))
+    same = pairs == list(zip(got["user"].to_pylist(), got["item"].to_pylist()))
+    rel = float(np.max(np.abs(got["weight"].to_numpy() - ref.weights) / np.abs(ref.weights))) if same else None
+    return {"same_prototypes": same, "max_weight_rel_diff": rel, "whole_table_seconds": secs}
+
+
+def slope(sizes: list[int], values: list[float]) -> float:
+    """d log(cost) / d log(|D|) between the smallest and largest size."""
+    return float(np.log(values[-1] / values[0]) / np.log(sizes[-1] / sizes[0]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="5m,20m,50m")
+    ap.add_argument("--m", type=int, default=100)
+    ap.add_argument("--k", type=int, default=32)
+    ap.add_argument("--max-sweeps", type=int, default=8)
+    ap.add_argument("--users", type=int, default=1000)
+    ap.add_argument("--out", default="/tmp/dxplain-amazon-bench")
+    ap.add_argument("--check", action="store_true")
+    a = ap.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "sbq.json"
+    results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
+    for name in a.sizes.split(","):
+        n = SIZES[name]
+        folder = dataset(n)
+        out = Path(a.out) / name
+        first_user = pc.min(pq.read_table(folder / "users.parquet")["id"]).as_py()
+        train = prototypes(folder, out, ["--user", str(first_user), "-m", "1"], a)
+        targets, info = user_targets(folder, train["model"], a.users, 10)
+        sbq = prototypes(folder, out, ["--targets", str(targets), "-m", str(a.m)], a)
+        run = {"interactions": n, **info, "m": a.m, "k": a.k, "max_sweeps": a.max_sweeps,
+               "train": {key: train[key] for key in ("stage_seconds", "peak_rss_mib", "seconds")},
+               "sbq": {key: sbq[key] for key in ("stage_seconds", "peak_rss_mib", "flow_peak_rss_mib_after_stage",
+                                                  "seconds", "wall_seconds", "selected", "explained_share",
+                                                  "candidates")}}
+        if a.check:
+            run["check"] = check(folder, sbq, targets, a.m)
+        results["runs"][name] = run
+        print(json.dumps({name: run}, indent=1), flush=True)
+        path.write_text(json.dumps(results, indent=1))
+    done = sorted(results["runs"].values(), key=lambda r: r["interactions"])
+    if len(done) > 1:
+        sizes = [r["interactions"] for r in done]
+        results["slopes"] = {f"sbq_{stage}": slope(sizes, [r["sbq"]["stage_seconds"][stage] for r in done])
+                             for stage in ("load", "select")}
+        results["slopes"]["train"] = slope(sizes, [r["train"]["stage_seconds"]["train"] for r in done])
+        print(json.dumps(results["slopes"]), flush=True)
+        path.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
