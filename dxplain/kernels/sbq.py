@@ -205,6 +205,11 @@ class ShardState:
         self.t = 0
         self.open = self.kdiag > 0  # a zero embedding can never reduce the objective
 
+    def __sizeof__(self) -> int:
+        # What Dask weighs a task's inputs by when it places the next step: a state is kept where it is
+        # only if its arrays count (an object's own size is a few dozen bytes).
+        return object.__sizeof__(self) + sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray))
+
     def best(self) -> Candidate | None:
         """The shard's candidate of largest gain r²/v (the lowest index among equal gains)."""
         ok = self.open & (self.v > SPAN_TOL * self.kdiag)
