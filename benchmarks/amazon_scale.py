@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -131,6 +132,7 @@ def main() -> None:
         n = SIZES[name]
         folder = dataset(n)
         out = Path(a.out) / name
+        shutil.rmtree(out, ignore_errors=True)  # the first run trains: its train stage is the one recorded
         first_user = pc.min(pq.read_table(folder / "users.parquet")["id"]).as_py()
         train = prototypes(folder, out, ["--user", str(first_user), "-m", "1"], a)
         targets, info = user_targets(folder, train["model"], a.users, 10)

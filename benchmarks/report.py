@@ -171,6 +171,27 @@ def sbq_scale_table() -> str:
     return "\n".join(rows)
 
 
+def amazon_sbq_table() -> str:
+    r = json.loads((RESULTS / "amazon" / "sbq.json").read_text())
+    rows = ["| |D| | targets (distinct items) | train: 8 ALS sweeps | SBQ: load | SBQ: select, m = 100 | "
+            "flow peak | worker peaks | whole-table check |",
+            "|---|---|---|---|---|---|---|---|"]
+    for run in sorted(r["runs"].values(), key=lambda x: x["interactions"]):
+        sbq, train = run["sbq"], run["train"]
+        workers = " / ".join(f"{v:,.0f}" for v in sorted(sbq["peak_rss_mib"]["workers"].values()))
+        check = run.get("check")
+        check = "—" if check is None else (f"same, weights within {check['max_weight_rel_diff']:.0e}"
+                                           if check["same_prototypes"] else "differs")
+        rows.append(f"| {run['interactions']:,} | {run['targets']:,} ({run['distinct_target_items']:,}) | "
+                    f"{train['stage_seconds']['train']:.1f} s | {sbq['stage_seconds']['load']:.1f} s | "
+                    f"{sbq['stage_seconds']['select']:.1f} s | {sbq['peak_rss_mib']['flow']:,.0f} MiB | "
+                    f"{workers} MiB | {check} |")
+    if "slopes" in r:
+        rows += ["", "Cost slope from the smallest to the largest size (1 = linear): " +
+                 ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in r["slopes"].items()) + "."]
+    return "\n".join(rows)
+
+
 def include(path: str, shift: int = 0):
     """A benchmark's own Markdown, headings moved ``shift`` levels down to fit the page."""
     def render() -> str:
@@ -199,7 +220,7 @@ TABLES = {
     "negatives.md": {"negatives-appc-table": include("negatives_appc.md"),
                      "negatives-appc-sampled4-table": include("negatives_appc_sampled4.md"),
                      "negatives-scan-table": negatives_scan_table},
-    "prototypes.md": {"sbq-scale-table": sbq_scale_table,
+    "prototypes.md": {"sbq-scale-table": sbq_scale_table, "amazon-sbq-table": amazon_sbq_table,
                       "sbq-applications": include("sbq_applications.md", shift=2)},
     "faithfulness.md": {"case-deletion-sparse": case_deletion("breast-cancer", "digits-4v9", "synthetic-sparse"),
                         "case-deletion-cf": case_deletion("movielens-100k-sgd", "movielens-100k-als",

@@ -385,6 +385,11 @@ def test_tasks_get_aligned_arrays_whatever_the_wire_gives(client):
         arrays = [x] if isinstance(x, np.ndarray) else [v for v in vars(x).values() if isinstance(v, np.ndarray)]
         return [bool(a.flags.aligned) for a in arrays], [float(a.sum()) for a in arrays]
 
+    def copies():
+        from dxplain.distributed import mapper
+        return len(mapper._copies)
+
+    before = client.run(copies)
     mapper = DaskMapper(client)
     rng = np.random.default_rng(3)
     for obj in (rng.normal(size=(500, 16)), Box(rng.normal(size=(500, 16)), rng.normal(size=(7, 3)))):
@@ -394,6 +399,8 @@ def test_tasks_get_aligned_arrays_whatever_the_wire_gives(client):
                 assert all(flags)
                 want = [obj.sum()] if isinstance(obj, np.ndarray) else [obj.a.sum(), obj.b.sum()]
                 np.testing.assert_allclose(sums, want, rtol=1e-12)
+    # What put sends arrives aligned as it is: no worker made a copy.
+    assert client.run(copies) == before
 
 
 def test_aligned_copies_an_unaligned_array_once_and_fixes_objects_in_place():

@@ -24,8 +24,10 @@ _stamp = itertools.count()
 # offset that leaves, so the first array of every scattered or fetched object arrives unaligned
 # (measured: every bare array, and the first array attribute of a dataclass). numpy then takes its slow
 # unaligned paths: np.take of 2M rows of U took 11 s on a worker against 0.07 s on an aligned copy.
-# Tasks get aligned arrays: an object's array attributes are replaced in place (once: the worker keeps
-# the object), and a bare array's aligned copy is kept while the array lives.
+# What ``put`` sends goes behind a one-byte array (``Padded``), so its own arrays arrive aligned with no
+# copy, on the worker it is sent to and on every peer that fetches it. Anything else a task receives
+# (another task's result fetched from a peer) is realigned by ``aligned``: an object's array attributes
+# in place (once: the worker keeps the object), a bare array's copy kept while the array lives.
 _copies: dict[int, tuple[weakref.ref, np.ndarray]] = {}
 _copies_lock = threading.Lock()
 
@@ -58,8 +60,24 @@ def aligned(x, depth: int = 2):
     return x
 
 
+class Padded:
+    """An object sent behind a one-byte array, which takes the unaligned first-buffer slot."""
+
+    __slots__ = ("pad", "obj")
+
+    def __init__(self, obj, pad: np.ndarray | None = None):
+        self.pad, self.obj = (np.zeros(1, np.uint8) if pad is None else pad), obj
+
+    def __reduce__(self):
+        return _padded, (self.pad, self.obj)  # the pad is pickled first: its buffer comes first
+
+
+def _padded(pad: np.ndarray, obj) -> Padded:
+    return Padded(obj, pad)
+
+
 def _call_aligned(fn, *args):
-    return fn(*(aligned(a) for a in args))
+    return fn(*(a.obj if type(a) is Padded else aligned(a) for a in args))
 
 
 class DaskMapper:
@@ -73,7 +91,9 @@ class DaskMapper:
         return max(1, len(self.client.scheduler_info()["workers"]))
 
     def put(self, obj, broadcast: bool = False):
-        return scatter(self.client, obj, broadcast=broadcast)
+        # A list is sent element by element (one handle each), as Dask's scatter does.
+        wrapped = [Padded(x) for x in obj] if type(obj) is list else Padded(obj)
+        return scatter(self.client, wrapped, broadcast=broadcast)
 
     def _submit(self, fn, args, name: str) -> list:
         stamp = f"{time.time_ns()}-{next(_stamp)}"
