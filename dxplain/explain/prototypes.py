@@ -123,14 +123,16 @@ def _mean_row(mu: BlockMean, n_users: int, n_items: int) -> sp.csr_array:
     return sp.csr_array((vals, (np.zeros(len(cols), np.int64), cols)), shape=(1, (n_users + n_items) * k))
 
 
-def sample_scores(model: MFModel, data: Interactions) -> tuple[np.ndarray, np.ndarray | None]:
+def sample_scores(model: MFModel, data: Interactions, s: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Per training pair, the score's scale r (g = r·∇s) and the expected Fisher weight under the loss.
 
     Squared loss (Gaussian likelihood): r = y − ŷ, expected weight σ̂² (None: ``mf_fisher_blocks`` takes
-    the mean r²). BCE: r = c(y − σ(s)), expected weight c²σ(s)(1 − σ(s)), the Bernoulli curvature."""
+    the mean r²). BCE: r = c(y − σ(s)), expected weight c²σ(s)(1 − σ(s)), the Bernoulli curvature.
+    ``s``: the rows' ⟨U_i, V_j⟩ when computed elsewhere (default: from the model's factors)."""
+    if s is None:
+        s = model.predict(data.user, data.item) - model.mu
     if model.loss != "bce":
-        return data.rating - model.predict(data.user, data.item), None
-    s = model.predict(data.user, data.item) - model.mu
+        return data.rating - model.mu - s, None
     c = np.where(data.rating > 0, 1.0, negative_weight(model))
     p = expit(s)
     return c * (data.rating - p), c**2 * p * (1 - p)

@@ -12,13 +12,15 @@ So each by-user part is a shard (``PartShard``) that computes z and k_xx only fo
 sharing a user or an item with a target or a selected point) and recomputes a_x, b_x when a kernel column
 needs them. A user's block needs only the user's own rows, all in its part. An item's block needs all its
 raters, spread over the parts: the few items a step needs (the targets' and the selected points' items)
-are summed over the parts, one map, and inverted here. The flow holds the model (O(users + items)·k), μ_T
-(O(targets·k)), L and β; the selection equals ``kernels.sbq.greedy`` over ``mf_fisher_rows``.
+are summed over the parts, one map, and inverted here. A shard holds its users' rows of U and all of V.
+The flow holds the model (O(users + items)·k), μ_T (O(targets·k)), L and β; the selection equals
+``kernels.sbq.greedy`` over ``mf_fisher_rows``.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ import numpy as np
 
 from ..interactions import Targets
 from ..kernels import fisher as F
+from ..kernels.als import pair_scores
 from ..kernels.sbq import BlockMean, BlockRows, BlockShardState, Candidate, Selection, greedy_select
 from ..mapper import Mapper
 from .prototypes import Progress, sample_scores
@@ -52,11 +55,13 @@ class PartShard(BlockShardState):
     scalars (z, k_xx, r, v) over its rows (zero for rows not yet live), c_x of the touched rows, and the
     item blocks W_j it has been sent."""
 
-    def __init__(self, parts, p: int, model, kind: str, offset: int):
+    def __init__(self, parts, p: int, head, U_own: np.ndarray, V: np.ndarray, kind: str, offset: int):
         d = parts.read_part("user", p).data
-        self.model, self.kind = model, kind
-        self.residual, self.curvature = sample_scores(model, d)
+        # The part's users' rows of U only (users × k is the model's largest array), V whole.
+        self.lo, self.U_own, self.V, self.kind = int(parts.user_cuts[p]), U_own, V, kind
         self._index(d.user.astype(np.int64), d.item.astype(np.int64), 0, offset)
+        s = pair_scores(U_own, V, self.user - self.lo, self.item)
+        self.residual, self.curvature = sample_scores(head, d, s)
         self.w = None  # Fisher weights, once the whole table's n (and σ̂²) are known
 
     def sums(self) -> tuple[int, float]:
@@ -70,9 +75,8 @@ class PartShard(BlockShardState):
 
     def traces(self) -> tuple[float, float]:
         """Σ over this part's rows of w‖V_j‖² and w‖U_u‖²: its share of Σ tr F_u and Σ tr F_j."""
-        U, V = self.model.U, self.model.V
-        return (float(self.w @ np.einsum("ij,ij->i", V[self.item], V[self.item])),
-                float(self.w @ np.einsum("ij,ij->i", U[self.user], U[self.user])))
+        Vj, Uu = self.V[self.item], self.U_own[self.user - self.lo]
+        return float(self.w @ np.einsum("ij,ij->i", Vj, Vj)), float(self.w @ np.einsum("ij,ij->i", Uu, Uu))
 
     def items_of(self, users: np.ndarray) -> np.ndarray:
         return np.unique(self.item[np.isin(self.user, users)])
@@ -80,13 +84,13 @@ class PartShard(BlockShardState):
     def item_grams(self, items: np.ndarray) -> np.ndarray:
         """This part's share of F_j for ``items`` (sorted): Σ over their raters here of w U_u U_uᵀ."""
         rows = np.flatnonzero(np.isin(self.item, items))
-        return F.owner_grams(np.searchsorted(items, self.item[rows]), self.model.U[self.user[rows]], self.w[rows],
-                             len(items))
+        return F.owner_grams(np.searchsorted(items, self.item[rows]), self.U_own[self.user[rows] - self.lo],
+                             self.w[rows], len(items))
 
     def target_user_halves(self, T: Targets, delta_U: float) -> tuple[np.ndarray, np.ndarray]:
         """(positions in T, a_t = W_u V_j) of the targets whose user is in this part."""
         at = np.flatnonzero(np.isin(T.user, self.user))
-        return at, self._user_side(T.user[at].astype(np.int64), self.model.V[T.item[at]], delta_U)
+        return at, self._user_side(T.user[at].astype(np.int64), self.V[T.item[at]], delta_U)
 
     def start(self, mu: BlockMean, blocks: ItemBlocks, delta_U: float, m: int) -> "PartShard":
         """The state before any selection: live rows are those of a target's user or item."""
@@ -117,9 +121,9 @@ class PartShard(BlockShardState):
         new.open[rows], new.live[rows] = new.kdiag[rows] > 0, True
 
     def halves(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        U, V, r = self.model.U, self.model.V, self.residual[rows]
-        a = self._user_side(self.user[rows], r[:, None] * V[self.item[rows]], self.delta_U)
-        gV = r[:, None] * U[self.user[rows]]
+        r = self.residual[rows]
+        a = self._user_side(self.user[rows], r[:, None] * self.V[self.item[rows]], self.delta_U)
+        gV = r[:, None] * self.U_own[self.user[rows] - self.lo]
         if self.kind == "identity" or not len(rows):
             return a, gV
         items, owner = np.unique(self.item[rows], return_inverse=True)
@@ -140,7 +144,7 @@ class PartShard(BlockShardState):
             lo, hi = np.searchsorted(self.user, chunk), np.searchsorted(self.user, chunk, side="right")
             rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
             block = np.repeat(np.arange(len(chunk)), hi - lo)
-            Fu = F.owner_grams(block, self.model.V[self.item[rows]], self.w[rows], len(chunk))
+            Fu = F.owner_grams(block, self.V[self.item[rows]], self.w[rows], len(chunk))
             at = np.flatnonzero((owner >= c) & (owner < c + len(chunk)))
             out[at] = F.apply_blocks(F.damped_inverse_factor(Fu, delta_U), owner[at] - c, g[at])
         return out
@@ -169,10 +173,15 @@ class PartShards:
 
     def __init__(self, mapper: Mapper, parts, model, kind: str, damping: float, offsets: np.ndarray):
         self.mapper, self.kind, self.model = mapper, kind, model
-        self.model_h = mapper.put(model, broadcast=True)
         n_parts = len(parts.user_cuts) - 1
-        self.states = mapper.persist(PartShard, [(parts, p, self.model_h, kind, int(offsets[p])) for p in range(n_parts)],
-                                     name="sbq-parts")
+        cuts = parts.user_cuts
+        k = model.U.shape[1]
+        # Each shard gets its users' rows of U; V and the loss's terms (``head``) go to every worker.
+        head = dataclasses.replace(model, U=np.empty((0, k)), V=np.empty((0, k)))
+        head_h, V_h = mapper.put(head, broadcast=True), mapper.put(model.V, broadcast=True)
+        U_h = mapper.put([model.U[cuts[p]:cuts[p + 1]] for p in range(n_parts)])
+        self.states = mapper.persist(PartShard, [(parts, p, head_h, U_h[p], V_h, kind, int(offsets[p]))
+                                                 for p in range(n_parts)], name="sbq-parts")
         sums = self._map("sums")
         n, rss = sum(c for c, _ in sums), sum(s for _, s in sums)
         if n != parts.n_interactions:
