@@ -328,6 +328,26 @@ def test_sbq_over_parts_on_cluster_equals_in_process(client, tmp_path):
     np.testing.assert_allclose(dist.weights, local.weights, rtol=1e-12)
 
 
+def test_sampled_negatives_in_parts_on_cluster_equal_in_process(client, tmp_path):
+    import pyarrow.parquet as pq
+
+    from dxplain.explain import negatives as N
+    from dxplain.kernels.bce import SparseTerms
+    from dxplain.models.implicit_mf import ImplicitMF, positive_pairs, sample_negatives, training_table
+
+    P = positive_pairs(random_interactions(50, 30, 0.2, seed=25), 3)
+    nu, ni = sample_negatives(P, 2, seed=0)
+    terms = SparseTerms.from_pairs(P.n_users, P.n_items, P.user, P.item, nu, ni, 0.05)
+    score = N.negative_score("representer", ImplicitMF(k=3).fit(terms), terms, P)
+    table = training_table(P, nu, ni)
+    parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 4)
+    local = N.select_lowest_parts(score, parts, terms.n_neg, 5, LocalMapper(), tmp_path / "a.parquet")
+    dist = N.select_lowest_parts(score, parts, terms.n_neg, 5, DaskMapper(client), tmp_path / "b.parquet")
+    for a, b in zip(dist, local):
+        np.testing.assert_array_equal(a, b)
+    assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))
+
+
 def test_greedi_on_cluster_equals_in_memory_greedi(client):
     from dxplain.explain.prototypes import select
     from dxplain.kernels.sbq import greedi, mean_embedding

@@ -206,3 +206,44 @@ def test_estimated_bound_keeps_the_selection_exact_and_a_bad_bound_is_caught(mon
     assert len(calls) == 2 and calls[1] == np.inf
     for a, b in zip(got, exact):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("method", ["representer", "fia", "loss", "random"])
+def test_sampled_negatives_scored_in_parts_flag_what_the_whole_list_flags(tmp_path, method):
+    """Each by-user part of the training table scores its own negatives: the same flagged pairs and values
+    as ranking the whole list, and the parts' cleaned files hold exactly the rest."""
+    import pyarrow.parquet as pq
+
+    from dxplain.io.partitions import write_partitions
+    from dxplain.mapper import LocalMapper
+    from dxplain.models.implicit_mf import training_table
+
+    data = random_interactions(40, 30, density=0.2, seed=12)
+    P = positive_pairs(data, 3)
+    nu, ni = sample_negatives(P, 3, seed=1)
+    terms = SparseTerms.from_pairs(P.n_users, P.n_items, P.user, P.item, nu, ni, W)
+    m = ImplicitMF(k=3).fit(terms)
+    table = training_table(P, nu, ni)
+    parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 5)
+    assert len(parts.user_cuts) > 4
+    score = N.negative_score(method, m, terms, P, seed=3)
+    whole = N.flag_table(terms, score, 10)
+    got = N.select_lowest_parts(score, parts, terms.n_neg, 10, LocalMapper(), tmp_path / "cleaned.parquet")
+    for a, b in zip(got, whole):
+        np.testing.assert_array_equal(a, b)
+    cleaned = pq.read_table(tmp_path / "cleaned.parquet")
+    flagged = set(zip(P.user_ids.take(got[1]).to_pylist(), P.item_ids.take(got[2]).to_pylist()))
+    rest = set(zip(cleaned["user"].to_pylist(), cleaned["item"].to_pylist()))
+    negs = set(zip(P.user_ids.take(nu).to_pylist(), P.item_ids.take(ni).to_pylist()))
+    assert cleaned.num_rows == len(rest) == terms.n_neg - len(flagged) and rest | flagged == negs
+
+
+def test_random_scores_are_a_function_of_the_pair():
+    from dxplain.kernels.negatives import pair_uniform
+
+    u, i = np.repeat(np.arange(50), 40), np.tile(np.arange(40), 50)
+    v = pair_uniform(u, i, seed=5)
+    assert v.min() >= 0 and v.max() < 1 and abs(v.mean() - 0.5) < 0.03 and len(np.unique(v)) == len(v)
+    order = np.random.default_rng(0).permutation(len(u))
+    np.testing.assert_array_equal(pair_uniform(u[order], i[order], 5), v[order])
+    assert not np.array_equal(pair_uniform(u, i, seed=6), v)

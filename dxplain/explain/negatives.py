@@ -31,6 +31,7 @@ from scipy.special import expit
 
 from .. import progress
 from ..interactions import Interactions
+from ..io.interactions import write_pairs_part
 from ..kernels.bce import DenseTerms, SparseTerms, csr_rows
 from ..kernels.negatives import LowestK, NegativeScore, scan_rows
 from ..kernels.representer import balance_transforms
@@ -237,6 +238,57 @@ def select_lowest(score: NegativeScore, terms: DenseTerms | SparseTerms, percent
         return keep.result()
 
     return lowest(scan_shards, score, terms, K, step)
+
+
+def part_negatives(parts, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """(users, items) of the negatives (y = 0) in by-user part p of a BCE training table, in table order."""
+    d = parts.read_part("user", p).data
+    neg = d.rating == 0
+    return d.user[neg].astype(np.int64), d.item[neg].astype(np.int64)
+
+
+def lowest_in_part(score: NegativeScore, parts, p: int, K: int) -> tuple:
+    """The K lowest-scoring negatives of part p, as ``LowestK.result``."""
+    u, i = part_negatives(parts, p)
+    keep = LowestK(K)
+    keep.push(score.pairs(u, i), u, i)
+    return keep.result()
+
+
+def cleaned_part(score: NegativeScore, parts, p: int, last: tuple[float, int, int], folder) -> int:
+    """Write part p's negatives that are not flagged (above ``last``, the K-th lowest (value, user, item)
+    in ``LowestK``'s order) to ``folder``; their number. The scores are recomputed: the same rows give
+    the same values, so the cut is exact."""
+    u, i = part_negatives(parts, p)
+    v = score.pairs(u, i)
+    lv, lu, li = last
+    flagged = (v < lv) | ((v == lv) & ((u < lu) | ((u == lu) & (i <= li))))
+    write_pairs_part(folder, p, parts.user_ids, parts.item_ids, u[~flagged], i[~flagged])
+    return int((~flagged).sum())
+
+
+def select_lowest_parts(score: NegativeScore, parts, n_neg: int, percent: float, mapper: Mapper,
+                        cleaned_folder=None) -> tuple:
+    """The lowest p% of a BCE training table's negatives (its y = 0 rows), scored where the by-user parts
+    are: each part's task returns its K lowest, merged here in O(K) as they finish; the same result as
+    ``flag_table`` over the whole list. With ``cleaned_folder``, a second map writes each part's
+    unflagged negatives there (a Parquet dataset, one file per part)."""
+    K = int(math.ceil(percent / 100.0 * n_neg))
+    score_h = mapper.put(score, broadcast=True)
+    n_parts = len(parts.user_cuts) - 1
+    keep = LowestK(K)
+    for done, (_, result) in enumerate(mapper.imap(lowest_in_part, [(score_h, parts, p, K) for p in range(n_parts)],
+                                                   name="neg-parts"), start=1):
+        keep.push(*result)
+        progress.update("negatives: score parts", done, n_parts)
+    values, users, items = keep.result()
+    if cleaned_folder is not None and len(values):
+        last = (float(values[-1]), int(users[-1]), int(items[-1]))
+        kept = mapper.map(cleaned_part, [(score_h, parts, p, last, cleaned_folder) for p in range(n_parts)],
+                          name="neg-cleaned")
+        if sum(kept) != n_neg - len(values):
+            raise RuntimeError(f"the cleaned parts hold {sum(kept)} negatives, expected {n_neg} − {len(values)}")
+    return values, users, items
 
 
 def flag(method: str, model: ImplicitModel, terms, P: Interactions, percent: float, seed: int = 0) -> tuple:

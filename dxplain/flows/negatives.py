@@ -2,8 +2,9 @@
 
 load interactions → positives (rating ≥ threshold) → negatives (all unobserved, sampled, or a list) →
 train (or reuse) the BCE model → score every negative → keep the lowest p% (scanned over user shards on
-the mapper when every unobserved pair is a negative) → write the flagged pairs → optionally retrain
-without them.
+the mapper when every unobserved pair is a negative; sampled ones scored where the training table's
+by-user parts are, which also write the cleaned set as a Parquet dataset) → write the flagged pairs →
+optionally retrain without them.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from ..errors import InputError
 from ..explain import negatives as N
 from ..io import model_store
 from ..io.interactions import pairs_table, read_negatives
-from ..io.results import write_results
+from ..io.results import finish_results, staged_results
 from ..kernels.bce import DenseTerms, SparseTerms
 from ..models.base import FactorModel
 from ..models.implicit_mf import (DEFAULT_NEG_WEIGHT, ImplicitMF, ImplicitModel, dense_terms, positive_pairs,
-                                  sample_negatives, sparse_terms)
+                                  sample_negatives, sparse_terms, training_table)
 from ..params import Interval, OneOf, Satisfies, validate
-from .common import load_data, open_mapper
+from .common import Training, load_data, open_mapper, partition
 
 CONSTRAINTS = {
     "percent": Interval(float, 0, 100, open_low=True, example=1),
@@ -61,6 +62,12 @@ def train(terms, P, k: int, lam: float | None, seed: int, path):
 @task(cache_policy=NO_CACHE)
 def flag_negatives(method: str, m, terms, P, percent: float, seed: int, n_shards: int, mapper):
     return N.select_lowest(N.negative_score(method, m, terms, P, seed), terms, percent, mapper, n_shards)
+
+
+@task(cache_policy=NO_CACHE)
+def flag_in_parts(method: str, m, terms, P, percent: float, seed: int, parts, mapper, cleaned):
+    return N.select_lowest_parts(N.negative_score(method, m, terms, P, seed), parts, terms.n_neg, percent, mapper,
+                                 cleaned)
 
 
 @flow(name="dxplain-negatives", log_prints=True)
@@ -113,31 +120,37 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
     tags = {"implicit-k": k, "lam": "default" if lam is None else lam, "w": neg_weight}
     base_path = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
                                        n=negatives if reusable else "file", s=seed)
-    with open_mapper(settings, in_memory) as mapper:
+    sampled = negatives.isdigit()
+    with open_mapper(settings, in_memory) as mapper, staged_results(settings.out, "negatives") as (tmp, folder):
         if reusable and model_store.exists(base_path):
             logger.info("reusing model %s (same positives, negatives and hyperparameters)", base_path)
             m = ImplicitModel.from_stored(FactorModel.load(base_path, P))
         else:
             m = train(terms, P, k, lam, seed, base_path)
-        values, users, items = flag_negatives(method, m, terms, P, percent, seed, shards or 4 * settings.workers,
-                                              mapper)
-    flagged = N.flagged_table(values, users, items, P, method)
-    summary = {"dataset": dataset, "method": method, "percent": percent, "negatives": negatives,
-               "neg_weight": neg_weight, "positives": len(P), "negatives_total": terms.n_neg,
-               "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam}
-    tables = {"flagged": flagged}
-    if isinstance(terms, SparseTerms):  # all-unobserved mode: the cleaned set is "all but flagged.parquet"
-        tables["cleaned-negatives"] = pairs_table(P, *sparse_terms(P, *terms.negatives(), neg_weight,
-                                                                    (users, items)).negatives())
-    if retrain:
-        terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
-        path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
-                                       cleaned=f"-{method}-p{percent:g}", s=seed)
-        m2 = train(terms2, P, k, lam, seed, path2)
-        summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm,
-                                "negatives": terms2.n_neg}
-    summary["seconds"] = round(time.perf_counter() - t0, 2)
-    folder = write_results(settings.out, "negatives", tables, summary)
+        if sampled:  # scored where the training table's by-user parts are, the cleaned set written there too
+            parts = partition(Training(ds.name, training_table(P, *terms.negatives()), True), settings.out, mapper)
+            values, users, items = flag_in_parts(method, m, terms, P, percent, seed, parts, mapper,
+                                                 tmp / "cleaned-negatives.parquet")
+        else:
+            values, users, items = flag_negatives(method, m, terms, P, percent, seed,
+                                                  shards or 4 * settings.workers, mapper)
+        flagged = N.flagged_table(values, users, items, P, method)
+        summary = {"dataset": dataset, "method": method, "percent": percent, "negatives": negatives,
+                   "neg_weight": neg_weight, "positives": len(P), "negatives_total": terms.n_neg,
+                   "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam}
+        tables = {"flagged": flagged}
+        if isinstance(terms, SparseTerms) and not sampled:  # a listed set; all-unobserved: "all but flagged"
+            tables["cleaned-negatives"] = pairs_table(P, *sparse_terms(P, *terms.negatives(), neg_weight,
+                                                                        (users, items)).negatives())
+        if retrain:
+            terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
+            path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
+                                           cleaned=f"-{method}-p{percent:g}", s=seed)
+            m2 = train(terms2, P, k, lam, seed, path2)
+            summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm,
+                                    "negatives": terms2.n_neg}
+        summary["seconds"] = round(time.perf_counter() - t0, 2)
+        finish_results(tmp, folder, tables, summary)
     summary["folder"] = str(folder)
     logger.info("negatives done: %s flagged %d of %d negatives (%.3g%%) in %.1fs → %s", method, len(values),
                 terms.n_neg, percent, summary["seconds"], folder)

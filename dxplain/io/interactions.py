@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..interactions import Interactions, Targets
-from .atomic import Location, atomic_path, filesystem, is_local, join
+from .atomic import Location, atomic_file, atomic_path, filesystem, is_local, join
 
 REQUIRED = ("user", "item", "rating")
 
@@ -319,3 +319,14 @@ def read_negatives(path: str | Path, P: Interactions) -> tuple[np.ndarray, np.nd
 
 def pairs_table(P: Interactions, u: np.ndarray, i: np.ndarray) -> pa.Table:
     return pa.table({"user": P.user_ids.take(pa.array(u)), "item": P.item_ids.take(pa.array(i))})
+
+
+def write_pairs_part(folder: Location, p: int, user_ids: pa.Array, item_ids: pa.Array, u: np.ndarray,
+                     i: np.ndarray) -> None:
+    """(user, item) pairs in original ids as ``<folder>/part-<p>.parquet``, one file of a Parquet dataset
+    (written whole, then moved into place)."""
+    table = pa.table({"user": user_ids.take(pa.array(u)), "item": item_ids.take(pa.array(i))})
+    fs, path = filesystem(folder)
+    fs.makedirs(path, exist_ok=True)
+    with atomic_file(join(folder, f"part-{p:05d}.parquet")) as fh:
+        pq.write_table(table, fh)

@@ -40,17 +40,27 @@ def write_results(out: str | os.PathLike, kind: str, tables: dict[str, pa.Table]
                   files: dict[str, str | bytes] | None = None, now: dt.datetime | None = None) -> Path:
     """``<out>/<kind>/<UTC timestamp>-<id>/``: ``<name>.parquet`` per table, any other ``files``
     (name → text or bytes) and ``summary.json``, written whole and renamed into place."""
+    with staged_results(out, kind, now) as (tmp, path):
+        finish_results(tmp, path, tables, summary, files)
+    return path
+
+
+@contextlib.contextmanager
+def staged_results(out: str | os.PathLike, kind: str, now: dt.datetime | None = None):
+    """``write_results``'s folder, staged for outputs that tasks write too (a Parquet dataset, one file per
+    part): yields (temporary folder, final path); ``finish_results`` adds the tables and the summary. The
+    folder is renamed into place when the block ends without error, and removed otherwise."""
     now = now or dt.datetime.now(dt.timezone.utc)
     path = Path(out) / kind / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     with atomic_path(path) as tmp:
         tmp.mkdir(parents=True)
-        for name, table in tables.items():
-            pq.write_table(table, tmp / f"{name}.parquet")
-        for name, content in (files or {}).items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / name).write_bytes(content if isinstance(content, bytes) else content.encode())
-        (tmp / "summary.json").write_text(json.dumps({**summary, "folder": str(path)}, indent=2, default=str))
-    return path
+        yield tmp, path
+
+
+def finish_results(tmp: Path, path: Path, tables: dict[str, pa.Table], summary: dict,
+                   files: dict[str, str | bytes] | None = None) -> None:
+    write_into(tmp, tables, files)
+    (tmp / "summary.json").write_text(json.dumps({**summary, "folder": str(path)}, indent=2, default=str))
 
 
 def csv_bytes(table: pa.Table) -> bytes:

@@ -51,7 +51,7 @@ class NegativeScore:
             return self.coef * expit(s) * pair_scores(self.R, self.Q, u, i)
         if self.kind == "loss":
             return -self.w * np.logaddexp(0.0, s)
-        return np.random.default_rng([self.seed, 1]).random(len(u))
+        return pair_uniform(u, i, self.seed)
 
     def block(self, a: int, b: int) -> np.ndarray:
         """Scores of users a:b against the whole catalogue, float32, (b − a, n_items)."""
@@ -68,6 +68,18 @@ class NegativeScore:
         S *= L
         S *= np.float32(self.coef)
         return S
+
+
+def pair_uniform(u: np.ndarray, i: np.ndarray, seed: int) -> np.ndarray:
+    """A uniform [0, 1) value per (user, item) pair and seed (splitmix64 of the pair): the same value
+    however the pairs are split into parts or ordered."""
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    z = (np.asarray(u).astype(np.uint64) << np.uint64(32)) ^ np.asarray(i).astype(np.uint64)
+    z = z + np.uint64(seed) * golden + golden  # uint64 arithmetic wraps, as splitmix64 wants
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
 def scan_rows(n_items: int) -> int:
