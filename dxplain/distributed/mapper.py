@@ -13,6 +13,7 @@ import time
 import weakref
 
 import numpy as np
+from dask.sizeof import sizeof
 from distributed import Client, as_completed
 
 from ..mapper import Report, peak_rss_mib
@@ -30,23 +31,30 @@ _stamp = itertools.count()
 # in place (once: the worker keeps the object), a bare array's copy kept while the array lives.
 _copies: dict[int, tuple[weakref.ref, np.ndarray]] = {}
 _copies_lock = threading.Lock()
+copies_made = itertools.count()  # every aligned copy made in this process (tests read it)
 
 
-def aligned(x, depth: int = 2):
-    """``x`` with unaligned arrays replaced by aligned copies: ``x`` itself if it is an array, else its
-    attributes and list or tuple items down to ``depth`` levels."""
+def aligned(x, depth: int = 2, cache: bool = True):
+    """``x`` with unaligned arrays replaced by aligned copies: ``x`` itself if it is an array (its copy
+    kept while it lives, when ``cache``), the object a ``Padded`` carries, else its attributes (replaced in
+    place) and list or tuple items down to ``depth`` levels."""
+    if type(x) is Padded:
+        return x.obj
     if isinstance(x, np.ndarray):
         if x.flags.aligned:
             return x
-        with _copies_lock:
-            hit = _copies.get(id(x))
+        key = id(x)
+        if cache:
+            with _copies_lock:
+                hit = _copies.get(key)
             if hit is not None and hit[0]() is x:
                 return hit[1]
-            for key in [key for key, (ref, _) in _copies.items() if ref() is None]:
-                del _copies[key]
-            copy = np.array(x)  # a fresh allocation: aligned
-            _copies[id(x)] = (weakref.ref(x), copy)
-            return copy
+        copy = np.array(x, subok=True)  # a fresh allocation: aligned
+        next(copies_made)
+        if cache:
+            with _copies_lock:
+                _copies[key] = (weakref.ref(x, lambda ref, key=key: _forget(key, ref)), copy)
+        return copy
     if depth == 0:
         return x
     if type(x) in (list, tuple):
@@ -54,10 +62,17 @@ def aligned(x, depth: int = 2):
         return x if all(a is v for a, v in zip(items, x)) else type(x)(items)
     if hasattr(x, "__dict__") and not isinstance(x, type):
         for name, v in list(vars(x).items()):
-            a = aligned(v, depth - 1)
+            a = aligned(v, depth - 1, cache=False)  # the object keeps the copy: nothing to remember
             if a is not v:
                 object.__setattr__(x, name, a)  # frozen dataclasses too
     return x
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
+    """Drop a dead array's aligned copy (a weakref callback: the array was collected)."""
+    with _copies_lock:
+        if _copies.get(key, (None,))[0] is ref:
+            del _copies[key]
 
 
 class Padded:
@@ -76,8 +91,12 @@ def _padded(pad: np.ndarray, obj) -> Padded:
     return Padded(obj, pad)
 
 
+# Dask sizes data to place tasks near it and to budget workers' memory: a Padded object weighs its content.
+sizeof.register(Padded)(lambda p: sizeof(p.obj) + 1)
+
+
 def _call_aligned(fn, *args):
-    return fn(*(a.obj if type(a) is Padded else aligned(a) for a in args))
+    return fn(*(aligned(a) for a in args))
 
 
 class DaskMapper:
@@ -91,7 +110,8 @@ class DaskMapper:
         return max(1, len(self.client.scheduler_info()["workers"]))
 
     def put(self, obj, broadcast: bool = False):
-        # A list is sent element by element (one handle each), as Dask's scatter does.
+        # A list is sent element by element (one handle each), as Dask's scatter does; anything else,
+        # tuples and dicts included, as one object with one handle.
         wrapped = [Padded(x) for x in obj] if type(obj) is list else Padded(obj)
         return scatter(self.client, wrapped, broadcast=broadcast)
 

@@ -55,6 +55,8 @@ class PartShard(BlockShardState):
     scalars (z, k_xx, r, v) over its rows (zero for rows not yet live), c_x of the touched rows, and the
     item blocks W_j it has been sent."""
 
+    shared = ("V", "U_own", "mu", "W_items")  # sent once, referenced by every state of the chain
+
     def __init__(self, parts, p: int, head, U_own: np.ndarray, V: np.ndarray, kind: str, offset: int):
         d = parts.read_part("user", p).data
         # The part's users' rows of U only (users × k is the model's largest array), V whole.
@@ -100,7 +102,8 @@ class PartShard(BlockShardState):
         n = len(self.user)
         new.z, new.kdiag, new.r, new.v = (np.zeros(n) for _ in range(4))
         new.open, new.live = np.zeros(n, bool), np.zeros(n, bool)
-        new.admit(new, np.flatnonzero(np.isin(self.user, mu.users) | np.isin(self.item, mu.items)))
+        rows = np.flatnonzero(np.isin(self.user, mu.users) | np.isin(self.item, mu.items))
+        new.admit(new, rows, *new.halves(rows))
         return new
 
     def with_items(self, blocks: ItemBlocks) -> "PartShard":
@@ -108,12 +111,12 @@ class PartShard(BlockShardState):
         new.W_items = {**self.W_items, **blocks.as_dict()}
         return new
 
-    def admit(self, new: "PartShard", rows: np.ndarray) -> None:
-        rows = rows[~new.live[rows]]
-        if not len(rows):
+    def admit(self, new: "PartShard", rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+        fresh = ~new.live[rows]
+        if not fresh.any():
             return
+        rows, a, b = rows[fresh], a[fresh], b[fresh]
         new.z, new.kdiag, new.open, new.live = new.z.copy(), new.kdiag.copy(), new.open.copy(), new.live.copy()
-        a, b = new.halves(rows)
         X = BlockRows(self.user[rows], self.item[rows], a, b)
         new.kdiag[rows] = X.squared_norms()
         new.z[rows] = new.mu.inner_rows(X)
@@ -182,6 +185,9 @@ class PartShards:
         U_h = mapper.put([model.U[cuts[p]:cuts[p + 1]] for p in range(n_parts)])
         self.states = mapper.persist(PartShard, [(parts, p, head_h, U_h[p], V_h, kind, int(offsets[p]))
                                                  for p in range(n_parts)], name="sbq-parts")
+        # Everything the states were built from stays referenced until the selection ends: a state lost
+        # with its worker is recomputed from this lineage.
+        self.inputs = [head_h, V_h, *U_h]
         sums = self._map("sums")
         n, rss = sum(c for c, _ in sums), sum(s for _, s in sums)
         if n != parts.n_interactions:
@@ -205,9 +211,13 @@ class PartShards:
         items = np.array(sorted(set(items.tolist()) - self.known), np.int64)
         if self.kind == "identity" or not len(items):
             return ItemBlocks(np.empty(0, np.int64), np.empty((0, k, k)))
-        Fj = np.zeros((len(items), k, k))
-        for _, part in self.mapper.imap(_call, [(st, "item_grams", items) for st in self.states], name="sbq-items"):
-            Fj += part
+        Fj, pending, next_part = np.zeros((len(items), k, k)), {}, 0
+        # Summed in part order, whatever order the parts finish in: the same rounding on any mapper.
+        for p, part in self.mapper.imap(_call, [(st, "item_grams", items) for st in self.states], name="sbq-items"):
+            pending[p] = part
+            while next_part in pending:
+                Fj += pending.pop(next_part)
+                next_part += 1
         self.known.update(items.tolist())
         return ItemBlocks(items, F.damped_inverse_factor(Fj, self.delta_V))
 
@@ -216,13 +226,16 @@ class PartShards:
         users = np.unique(T.user)
         their_items = np.unique(np.concatenate([*self._map("items_of", users), T.item.astype(np.int64)]))
         blocks = self.item_blocks(their_items)
-        a = np.empty((len(T), self.model.U.shape[1]))
+        # A target user with no training row has F_u = 0, so W_u = I/√δ (the whole-table embedding's value).
+        scale = 1.0 if self.kind == "identity" else np.sqrt(max(self.delta_U, np.finfo(float).tiny))
+        a = self.model.V[T.item] / scale
         for at, rows in self._map("target_user_halves", T, self.delta_U):
             a[at] = rows
         gV = self.model.U[T.user]
         b = gV if self.kind == "identity" else F.apply_blocks(blocks.W, np.searchsorted(blocks.items, T.item), gV)
         mu = BlockMean.of(BlockRows(T.user.astype(np.int64), T.item.astype(np.int64), a, b))
         mu_h, blocks_h = self.mapper.put(mu, broadcast=True), self.mapper.put(blocks, broadcast=True)
+        self.inputs += [mu_h, blocks_h]
         self.states = self.mapper.persist(_call, [(st, "start", mu_h, blocks_h, self.delta_U, m) for st in self.states],
                                           name="sbq-start")
         return mu.inner(mu)
@@ -239,6 +252,7 @@ class PartShards:
         blocks = self.item_blocks(np.append(self.user_items[cand.index], cand.phi.item[0]))
         self.user_items.clear()
         W_h = self.mapper.put(blocks)
+        self.inputs.append(W_h)
         self.states = self.mapper.persist(_add, [(st, W_h, cand, d, beta_t) for st in self.states], name="sbq-add")
 
 

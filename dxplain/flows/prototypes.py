@@ -26,7 +26,7 @@ from ..kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
 from ..kernels.sbq import mean_embedding
 from ..models.mf import DEFAULT_K
 from ..params import Interval, OneOf, validate
-from ..explain.representer import predictions
+from ..explain.representer import check_explainable, predictions
 from ..interactions import Interactions
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
@@ -132,6 +132,7 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
         T = supplied if supplied is not None else top_n_of(parts, mf, u, top_n)
         with stage(seconds, "select", peaks):
             if variant == "greedy":
+                check_explainable(mf, data)  # what mf_fisher_rows checks for the other variants
                 sel = choose_from_parts(mapper, parts, mf, T, m, fisher, damping)
             else:  # the other variants take every row's embedding, built here
                 whole = data if isinstance(data, Interactions) else parts.read_users(0, data.n_users).data

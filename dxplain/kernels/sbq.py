@@ -205,10 +205,15 @@ class ShardState:
         self.t = 0
         self.open = self.kdiag > 0  # a zero embedding can never reduce the objective
 
+    # Arrays a state shares with every other state of its worker (sent once), left out of its size.
+    shared: tuple[str, ...] = ()
+
     def __sizeof__(self) -> int:
         # What Dask weighs a task's inputs by when it places the next step: a state is kept where it is
         # only if its arrays count (an object's own size is a few dozen bytes).
-        return object.__sizeof__(self) + sum(v.nbytes for v in vars(self).values() if isinstance(v, np.ndarray))
+        arrays = [v for name, v in vars(self).items() if name not in self.shared]
+        arrays += [getattr(v, f) for v in arrays if isinstance(v, BlockRows) for f in ("user", "item", "a", "b")]
+        return object.__sizeof__(self) + sum(v.nbytes for v in arrays if isinstance(v, np.ndarray))
 
     def best(self) -> Candidate | None:
         """The shard's candidate of largest gain r²/v (the lowest index among equal gains)."""
@@ -248,7 +253,8 @@ class ShardState:
 class BlockShardState(ShardState):
     """``ShardState`` for ``BlockRows``: the same steps, with c_x kept only for the rows that share a user or
     an item with a selected point (``touched``). Every other row's kernel with S is zero, so its c_x is
-    zero and its r and v stay z and k_xx, exactly as in the dense state; memory is O(touched·m).
+    zero and its r and v stay z and k_xx, as in the dense state (the same values up to rounding: kernel
+    entries are dot products of halves rather than sparse column sums); memory is O(touched·m).
 
     Subclasses may hold the halves elsewhere: they override ``halves`` (a and b of some rows) and
     ``admit`` (rows whose z and k_xx are first needed, before a step touches them)."""
@@ -273,9 +279,9 @@ class BlockShardState(ShardState):
         """(a, b) of these local rows."""
         return self.Phi.a[rows], self.Phi.b[rows]
 
-    def admit(self, new: "BlockShardState", rows: np.ndarray) -> None:
-        """Give ``new`` (the next state, its arrays already copied) z and k_xx of ``rows``: here every
-        row's are known from the start."""
+    def admit(self, new: "BlockShardState", rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+        """Give ``new`` (the next state, its r and v already copied) z and k_xx of ``rows``, whose halves
+        are ``a``, ``b``: here every row's are known from the start."""
 
     def _row(self, x: int) -> BlockRows:
         a, b = self.halves(np.array([x]))
@@ -299,8 +305,8 @@ class BlockShardState(ShardState):
         new = copy.copy(self)
         new.r, new.v = self.r.copy(), self.v.copy()
         rows = self.neighbours(int(s.phi.user[0]), int(s.phi.item[0]))
-        self.admit(new, rows)
         a, b = self.halves(rows)
+        self.admit(new, rows, a, b)
         kcol = np.where(self.user[rows] == s.phi.user[0], a @ s.phi.a[0], 0.0)
         kcol += np.where(self.item[rows] == s.phi.item[0], b @ s.phi.b[0], 0.0)
         touched = np.union1d(self.touched, rows)
