@@ -15,13 +15,12 @@ import time
 
 import numpy as np
 import pyarrow as pa
-import scipy.sparse as sp
 from scipy.special import expit
 
 from .. import progress
 from ..interactions import Interactions, Targets
 from ..kernels import fisher as F
-from ..kernels.sbq import (BlockMean, BlockRows, Selection, as_rows, greedi, greedy, greedy_select, inner,
+from ..kernels.sbq import (BlockRows, Selection, as_rows, greedi, greedy, greedy_select, inner,
                            matching_pursuit, n_rows, shard_state, split_rows, stochastic_greedy)
 from ..mapper import LocalMapper, Mapper
 from ..models.mf import MFModel
@@ -97,7 +96,7 @@ def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: in
     if isinstance(Phi, BlockRows) and variant in ("stochastic", "mp"):  # they take the rows' CSR form
         n_users = int(max(Phi.user.max(initial=-1), mu.users.max(initial=-1))) + 1
         n_items = int(max(Phi.item.max(initial=-1), mu.items.max(initial=-1))) + 1
-        Phi, mu = Phi.to_csr(n_users, n_items), _mean_row(mu, n_users, n_items)
+        Phi, mu = Phi.to_csr(n_users, n_items), mu.to_csr(n_users, n_items)
     if variant == "greedy":
         Phi = as_rows(Phi)
         m = min(m, n_rows(Phi))
@@ -112,15 +111,6 @@ def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: in
     if variant == "mp":
         return matching_pursuit(Phi, mu, m)
     raise ValueError(f"unknown SBQ variant {variant!r}; choose one of {VARIANTS}")
-
-
-def _mean_row(mu: BlockMean, n_users: int, n_items: int) -> sp.csr_array:
-    """A ``BlockMean`` as a (1, p) CSR row of the space of ``BlockRows.to_csr``."""
-    k = mu.U.shape[1]
-    cols = np.concatenate([(mu.users[:, None] * k + np.arange(k)).ravel(),
-                           ((n_users + mu.items)[:, None] * k + np.arange(k)).ravel()])
-    vals = np.concatenate([mu.U.ravel(), mu.V.ravel()])
-    return sp.csr_array((vals, (np.zeros(len(cols), np.int64), cols)), shape=(1, (n_users + n_items) * k))
 
 
 def sample_scores(model: MFModel, data: Interactions, s: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:

@@ -93,10 +93,14 @@ class BlockRows:
 
     def to_csr(self, n_users: int, n_items: int) -> sp.csr_array:
         n, k = self.a.shape
-        cols = np.concatenate([self.user[:, None] * k + np.arange(k), (n_users + self.item)[:, None] * k + np.arange(k)],
-                              axis=1)
-        return sp.csr_array((np.concatenate([self.a, self.b], axis=1).ravel(), cols.ravel().astype(np.int64),
+        cols = np.concatenate([block_columns(self.user, k), block_columns(n_users + self.item, k)], axis=1)
+        return sp.csr_array((np.concatenate([self.a, self.b], axis=1).ravel(), cols.ravel(),
                              np.arange(0, 2 * k * n + 1, 2 * k)), shape=(n, (n_users + n_items) * k))
+
+
+def block_columns(block: np.ndarray, k: int) -> np.ndarray:
+    """The k columns of each block (a user's, or n_users + an item's) in the (users + items)·k space."""
+    return np.asarray(block, np.int64)[:, None] * k + np.arange(k)
 
 
 @dataclass
@@ -117,6 +121,13 @@ class BlockMean:
         np.add.at(U, iu, T.a / n)
         np.add.at(V, ii, T.b / n)
         return cls(users, U, items, V)
+
+    def to_csr(self, n_users: int, n_items: int) -> sp.csr_array:
+        """μ as a (1, p) row of the space of ``BlockRows.to_csr``."""
+        k = self.U.shape[1]
+        cols = np.concatenate([block_columns(self.users, k).ravel(), block_columns(n_users + self.items, k).ravel()])
+        return sp.csr_array((np.concatenate([self.U.ravel(), self.V.ravel()]), (np.zeros(len(cols), np.int64), cols)),
+                            shape=(1, (n_users + n_items) * k))
 
     def inner(self, other: "BlockMean") -> float:
         _, i, j = np.intersect1d(self.users, other.users, assume_unique=True, return_indices=True)
