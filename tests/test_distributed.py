@@ -168,7 +168,7 @@ def test_distributed_als_equals_in_memory_als(client, tmp_path):
     d = random_interactions(120, 90, 0.15, seed=21)
     parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 5 + 1)  # the workers read 5 parts per side
     made = []
-    half = lambda *a: made.append(PartHalfSteps(DaskMapper(client), parts, *a)) or made[-1]  # noqa: E731
+    half = lambda *a, **kw: made.append(PartHalfSteps(DaskMapper(client), parts, *a, **kw)) or made[-1]  # noqa: E731
     for polish in (0, 200):  # sweeps alone, and sweeps followed by the Newton polish (on the parts too)
         model = ALSMF(k=6, max_sweeps=12, polish_iters=polish, seed=4)
         mem, dsk = model.fit(d), model.fit(d, half_steps=half)
@@ -179,6 +179,33 @@ def test_distributed_als_equals_in_memory_als(client, tmp_path):
         assert dsk.grad_norm == pytest.approx(mem.grad_norm, rel=1e-6, abs=1e-13)
     assert len(made) == 2 and len(made[0].parts["user"]) == 5 and len(made[0].parts["item"]) == 5
     assert partial(PartHalfSteps, DaskMapper(client), parts)  # the form the flow uses
+
+
+def test_bce_trained_over_parts_on_the_cluster_equals_in_process_and_is_stationary(client, tmp_path):
+    """Implicit feedback with sampled negatives, trained by alternating BCE half-steps where the training
+    table's parts are: the same factors on the cluster as on a LocalMapper, stationary to rtol·λ, with
+    the objective of the whole-table L-BFGS fit (the same optimum), and Newton's polish on the parts too."""
+    from functools import partial
+
+    from dxplain.models.implicit_mf import (ImplicitMF, positive_pairs, sample_negatives, terms_of,
+                                            training_table)
+    from dxplain.models.mf import PartHalfSteps
+
+    P = positive_pairs(random_interactions(60, 45, 0.2, seed=31), 3)
+    table = training_table(P, *sample_negatives(P, 4, seed=2))
+    parts = write_partitions(tmp_path, table, rows_per_part=len(table) // 4 + 1)
+    whole = ImplicitMF(k=4, rtol=1e-6).fit(terms_of(table, 0.05))
+    for sweeps in (300, 3):  # to the stop on sweeps alone; then a short budget that the Newton polish finishes
+        trainer = ImplicitMF(k=4, rtol=1e-6, max_iter=sweeps)
+        mem = trainer.fit_alternating(table, partial(PartHalfSteps, LocalMapper(), parts))
+        dsk = trainer.fit_alternating(table, partial(PartHalfSteps, DaskMapper(client), parts))
+        assert mem.info["sweeps"] == dsk.info["sweeps"] and mem.info["newton_iters"] == dsk.info["newton_iters"]
+        assert (dsk.info["newton_iters"] > 0) == (sweeps == 3)
+        np.testing.assert_allclose(dsk.U, mem.U, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(dsk.V, mem.V, rtol=1e-9, atol=1e-12)
+        assert dsk.grad_norm <= 1e-6 * dsk.lam and dsk.negatives == "sampled" and dsk.info["n_neg"] == len(table) - len(P)
+        assert dsk.info["objective"] == pytest.approx(whole.info["objective"], rel=1e-9)
+        np.testing.assert_allclose(dsk.U @ dsk.V.T, whole.U @ whole.V.T, atol=1e-4)
 
 
 def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
@@ -245,13 +272,13 @@ def test_worker_killed_mid_training_loses_nothing(tmp_path):
         class KillAfterTwoSweeps(PartHalfSteps):
             calls = 0
 
-            def users(self, V):
+            def users(self, V, U0=None):
                 KillAfterTwoSweeps.calls += 1
                 if KillAfterTwoSweeps.calls == 3:
                     os.kill(victim, signal.SIGKILL)
-                return super().users(V)
+                return super().users(V, U0)
 
-        got = model.fit(d, half_steps=lambda *a: KillAfterTwoSweeps(DaskMapper(c), parts, *a))
+        got = model.fit(d, half_steps=lambda *a, **kw: KillAfterTwoSweeps(DaskMapper(c), parts, *a, **kw))
         assert victim not in c.run(os.getpid).values()
     assert KillAfterTwoSweeps.calls == 6
     want = model.fit(d)

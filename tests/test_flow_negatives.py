@@ -66,8 +66,11 @@ def test_sampled_negatives_write_a_cleaned_set(dataset, tmp_path):
     folder, d = dataset
     out = tmp_path / "out"
     s = negatives(dataset=str(folder), out=str(out), negatives="2", percent=10, k=3, lam=2e-4, in_memory=True,
-                  method="loss")
+                  method="loss", retrain=True)
     run = only_run(out, "negatives")
+    # Trained over the training table's parts, to the same stop as the whole-table fit; so is the retrain.
+    assert s["solver"] == "alternating" and s["grad_norm"] <= 1e-4 * s["lam"]
+    assert s["retrained"]["negatives"] == s["negatives_total"] - s["flagged"] and s["retrained"]["grad_norm"] <= 1e-4 * s["lam"]
     flagged = pq.read_table(run / "flagged.parquet")
     cleaned = pq.read_table(run / "cleaned-negatives.parquet")
     assert flagged.num_rows == math.ceil(0.1 * s["negatives_total"])

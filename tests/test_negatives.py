@@ -247,3 +247,74 @@ def test_random_scores_are_a_function_of_the_pair():
     order = np.random.default_rng(0).permutation(len(u))
     np.testing.assert_array_equal(pair_uniform(u[order], i[order], 5), v[order])
     assert not np.array_equal(pair_uniform(u, i, seed=6), v)
+
+
+def _sampled(seed=12, n_users=40, n_items=30, k=3):
+    from dxplain.models.implicit_mf import training_table
+
+    data = random_interactions(n_users, n_items, density=0.2, seed=seed)
+    P = positive_pairs(data, 3)
+    nu, ni = sample_negatives(P, 3, seed=1)
+    table = training_table(P, nu, ni)
+    terms = SparseTerms.from_pairs(P.n_users, P.n_items, P.user, P.item, nu, ni, W)
+    rng = np.random.default_rng(seed)
+    return table, terms, rng.normal(size=(P.n_users, k)), rng.normal(size=(P.n_items, k))
+
+
+def test_bce_row_passes_equal_the_whole_table_terms():
+    """A slice of rows holding their whole sums gives those rows of ∇f, H·d and the curvature blocks, and
+    Σ c ℓ: by-user slices give U's rows, by-item slices V's (the passes training over parts makes)."""
+    from dxplain.kernels import bce
+    from dxplain.models.mf import csr_view
+
+    table, terms, U, V = _sampled()
+    n, lam = terms.n_terms, 0.01
+    rng = np.random.default_rng(1)
+    dU, dV = rng.normal(size=U.shape), rng.normal(size=V.shape)
+    f, gU, gV = terms.fun_grad(U, V, lam)
+    hU, hV = terms.hessp(U, V, dU, dV, lam)
+    A, B = terms.curvature_grams(U, V)
+    for side, (F, Fo, dF, dFo, g, h, C) in {"user": (U, V, dU, dV, gU, hU, A), "item": (V, U, dV, dU, gV, hV, B)}.items():
+        view = csr_view(table, table.rating, side)
+        got_g, loss = bce.gradient_rows(*view, W, F, Fo, n, lam)
+        np.testing.assert_allclose(got_g, g, rtol=1e-12, atol=1e-15)
+        assert loss / n + 0.5 * lam * (np.sum(U * U) + np.sum(V * V)) == pytest.approx(f, rel=1e-12)
+        np.testing.assert_allclose(bce.hessian_rows(*view, W, F, Fo, dF, dFo, n, lam), h, rtol=1e-10, atol=1e-15)
+        np.testing.assert_allclose(bce.curvature_rows(*view, W, F, Fo, n), C, rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_bce_half_step_makes_its_side_stationary_from_any_start(fused, monkeypatch):
+    """Newton per row to rounding: ∇_U f = 0 given V, cold or warm started, far off or near; the weighted
+    solve of the compiled kernel and of the numpy batches agree."""
+    from dxplain.kernels import als, bce
+    from dxplain.models.mf import csr_view
+
+    monkeypatch.setattr(als, "FUSED", fused)
+    table, terms, U, V = _sampled(k=5)
+    n, lam = terms.n_terms, 0.5 / terms.n_terms  # a small ridge: large scores, curvature far from 1/4
+    view = csr_view(table, table.rating, "user")
+    results = []
+    for X0 in (None, U, 40.0 * U):
+        X, iters = bce.newton_rows(*view, W, V, lam * n / 2, X0)
+        g, _ = bce.gradient_rows(*view, W, X, V, n, lam)
+        assert np.abs(g).max() < 1e-12 * lam * n and 0 < iters < bce.NEWTON_MAX
+        results.append(X)
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(results[2], results[0], rtol=1e-9, atol=1e-12)
+
+
+def test_weighted_ridge_solve_is_weighted_least_squares():
+    """sw scales each entry's row of F: X_r = (Fᵀ W F + ridge I)⁻¹ Fᵀ W^½ y on rows longer and shorter than k."""
+    from dxplain.kernels import als
+
+    table, _, _, V = _sampled(k=6)
+    indptr, cols, y = table.user_indptr, table.item, table.rating
+    sw = np.random.default_rng(2).uniform(0.1, 2.0, len(y))
+    assert np.diff(indptr).min() < 6 < np.diff(indptr).max()  # the dual (d < k) and the primal path
+    for fused in (True, False):
+        X = als.ridge_solve_rows(indptr, cols, y, V, 0.7, fused=fused, sw=sw)
+        for r in range(len(indptr) - 1):
+            F = V[cols[indptr[r]:indptr[r + 1]]] * sw[indptr[r]:indptr[r + 1], None]
+            want = np.linalg.solve(F.T @ F + 0.7 * np.eye(6), F.T @ y[indptr[r]:indptr[r + 1]])
+            np.testing.assert_allclose(X[r], want, rtol=1e-9, atol=1e-12)

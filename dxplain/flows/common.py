@@ -25,7 +25,7 @@ from ..io.interactions import read_catalogue
 from ..io.spill import SpillList
 from ..mapper import LocalMapper, Mapper, peak_rss_mib
 from ..models.base import FactorModel
-from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives, terms_of
+from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives
 from ..models.implicit_mf import training_table as implicit_table
 from ..models.mf import ALSMF, MIN_TARGET_COS, PartHalfSteps, default_lam
 
@@ -154,6 +154,12 @@ def training_table(ds, implicit: bool, neg_samples: int, seed: int):
     return table, True
 
 
+def train_implicit(trainer: ImplicitMF, table, mapper: Mapper, parts) -> ImplicitModel:
+    """BCE MF on a training table (positives and sampled negatives) by alternating half-steps over its
+    parts, on the workers: the flow's process holds the factors, not the terms."""
+    return trainer.fit_alternating(table, partial(PartHalfSteps, mapper, parts), anderson_store=SpillList)
+
+
 @task(cache_policy=NO_CACHE)
 def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: float | None, seed: int,
                   mapper: Mapper, parts, budget: dict | None = None, implicit: bool = False,
@@ -186,9 +192,10 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
         m = FactorModel.load(path, data)
         return (ImplicitModel.from_stored(m) if implicit else m), str(path)
     if implicit:
-        m = ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed).fit(terms_of(data, neg_weight))
-        logger.info("trained BCE MF k=%d λ=%g w=%g: ‖∇f‖=%.1e after %d L-BFGS + %d Newton steps in %.1fs → %s",
-                    k, m.lam, neg_weight, m.grad_norm, m.info["lbfgs_iters"], m.info["newton_iters"],
+        m = train_implicit(ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed), data,
+                           mapper, parts)
+        logger.info("trained BCE MF k=%d λ=%g w=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
+                    k, m.lam, neg_weight, m.grad_norm, m.info["sweeps"], m.info["newton_iters"],
                     m.info["seconds"], path)
     else:
         # The Anderson history in files: 0.6 GB at 50M (k = 64) that the flow's process does not hold.

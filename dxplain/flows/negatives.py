@@ -1,10 +1,11 @@
 """Find likely false negatives in implicit feedback (negative-sample aggregation, paper App. C).
 
 load interactions → positives (rating ≥ threshold) → negatives (all unobserved, sampled, or a list) →
-train (or reuse) the BCE model → score every negative → keep the lowest p% (scanned over user shards on
-the mapper when every unobserved pair is a negative; sampled ones scored where the training table's
-by-user parts are, which also write the cleaned set as a Parquet dataset) → write the flagged pairs →
-optionally retrain without them.
+train (or reuse) the BCE model → score every negative → keep the lowest p% → write the flagged pairs →
+optionally retrain without them. Every unobserved pair as a negative: trained here, scanned over user
+shards on the mapper. Sampled negatives: the training table D = P ∪ N is partitioned, trained by
+alternating half-steps over its parts and scored where its by-user parts are, which also write the
+cleaned set as a Parquet dataset.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..models.base import FactorModel
 from ..models.implicit_mf import (DEFAULT_NEG_WEIGHT, ImplicitMF, ImplicitModel, dense_terms, positive_pairs,
                                   sample_negatives, sparse_terms, training_table)
 from ..params import Interval, OneOf, Satisfies, validate
-from .common import Training, load_data, open_mapper, partition
+from .common import Training, load_data, open_mapper, partition, train_implicit
 
 CONSTRAINTS = {
     "percent": Interval(float, 0, 100, open_low=True, example=1),
@@ -49,14 +50,28 @@ def build_terms(P, negatives: str, neg_weight: float, seed: int, excluded=None) 
 
 
 @task(cache_policy=NO_CACHE)
-def train(terms, P, k: int, lam: float | None, seed: int, path):
+def train(terms, P, k: int, lam: float | None, seed: int, path, mapper=None, parted=None):
+    """BCE MF on the terms: over ``parted`` = (training table, its parts) on the mapper when given (sampled
+    negatives), else in this process (every unobserved pair, or a listed set)."""
     logger = get_run_logger()
-    m = ImplicitMF(k=k, lam=lam, seed=seed).fit(terms)
+    trainer = ImplicitMF(k=k, lam=lam, seed=seed)
+    if parted is None:
+        m = trainer.fit(terms)
+        steps = f"{m.info['lbfgs_iters']} L-BFGS"
+    else:
+        m = train_implicit(trainer, parted[0], mapper, parted[1])
+        steps = f"{m.info['sweeps']} alternating sweeps"
     m.save(path, P)
-    logger.info("trained implicit MF k=%d λ=%g on |P|=%d, |N|=%d: ‖∇f‖=%.1e after %d L-BFGS + %d Newton steps "
-                "in %.1fs → %s", k, m.lam, terms.n_pos, terms.n_neg, m.grad_norm, m.info["lbfgs_iters"],
+    logger.info("trained implicit MF k=%d λ=%g on |P|=%d, |N|=%d: ‖∇f‖=%.1e after %s + %d Newton steps "
+                "in %.1fs → %s", k, m.lam, terms.n_pos, terms.n_neg, m.grad_norm, steps,
                 m.info["newton_iters"], m.info["seconds"], path)
     return m
+
+
+def parted_table(name: str, P, terms: SparseTerms, out: str, mapper):
+    """(D = P ∪ N as one table, its by-user and by-item parts): what sampled negatives train and score on."""
+    table = training_table(P, *terms.negatives())
+    return table, partition(Training(name, table, True), out, mapper)
 
 
 @task(cache_policy=NO_CACHE)
@@ -122,13 +137,15 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
                                        n=negatives if reusable else "file", s=seed)
     sampled = negatives.isdigit()
     with open_mapper(settings, in_memory) as mapper, staged_results(settings.out, "negatives") as (tmp, folder):
+        # Sampled negatives: trained, scored and cleaned where the training table's parts are.
+        parted = parted_table(ds.name, P, terms, settings.out, mapper) if sampled else None
         if reusable and model_store.exists(base_path):
             logger.info("reusing model %s (same positives, negatives and hyperparameters)", base_path)
             m = ImplicitModel.from_stored(FactorModel.load(base_path, P))
         else:
-            m = train(terms, P, k, lam, seed, base_path)
-        if sampled:  # scored where the training table's by-user parts are, the cleaned set written there too
-            parts = partition(Training(ds.name, training_table(P, *terms.negatives()), True), settings.out, mapper)
+            m = train(terms, P, k, lam, seed, base_path, mapper, parted)
+        if sampled:
+            parts = parted[1]
             values, users, items = flag_in_parts(method, m, terms, P, percent, seed, parts, mapper,
                                                  tmp / "cleaned-negatives.parquet")
         else:
@@ -137,7 +154,8 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
         flagged = N.flagged_table(values, users, items, P, method)
         summary = {"dataset": dataset, "method": method, "percent": percent, "negatives": negatives,
                    "neg_weight": neg_weight, "positives": len(P), "negatives_total": terms.n_neg,
-                   "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam}
+                   "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam,
+                   "solver": m.info.get("solver", "lbfgs")}
         tables = {"flagged": flagged}
         if isinstance(terms, SparseTerms) and not sampled:  # a listed set; all-unobserved: "all but flagged"
             tables["cleaned-negatives"] = pairs_table(P, *sparse_terms(P, *terms.negatives(), neg_weight,
@@ -146,7 +164,8 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
             terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
             path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
                                            cleaned=f"-{method}-p{percent:g}", s=seed)
-            m2 = train(terms2, P, k, lam, seed, path2)
+            m2 = train(terms2, P, k, lam, seed, path2, mapper,
+                       parted_table(ds.name, P, terms2, settings.out, mapper) if sampled else None)
             summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm,
                                     "negatives": terms2.n_neg}
         summary["seconds"] = round(time.perf_counter() - t0, 2)

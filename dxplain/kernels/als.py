@@ -29,8 +29,12 @@ FUSED = True
 
 
 def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.ndarray,
-                     ridge: float, rows: np.ndarray | None = None, fused: bool | None = None) -> np.ndarray:
+                     ridge: float, rows: np.ndarray | None = None, fused: bool | None = None,
+                     sw: np.ndarray | None = None) -> np.ndarray:
     """X_r = (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r} for each row r (CSR over ``cols``).
+
+    With ``sw`` (one square-root weight per entry) the rows of F_{C_r} are scaled by it first: weighted
+    least squares, X_r = (F_{C_r}ᵀ W F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ W^½ y_{C_r}, W = diag(sw²).
 
     Parameters
     ----------
@@ -55,11 +59,12 @@ def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.
 
         ridge_solve_rows_fused(np.asarray(indptr, np.int64), np.asarray(cols, np.int64), np.asarray(y, np.float64),
                                np.ascontiguousarray(F, np.float64), float(ridge), rows.astype(np.int64),
-                               get_num_threads(), X)
+                               get_num_threads(), X, np.empty(0) if sw is None else np.asarray(sw, np.float64))
         return X
     deg = indptr[rows + 1] - indptr[rows]
     cols = cols.astype(np.intp)  # int32 fancy indexing is ~10x slower than intp (measured)
     F_pad = np.vstack([F, np.zeros((1, k))])  # index n_cols is a zero row used for padding
+    sw_pad = None if sw is None else np.append(sw, 0.0)
     eye = ridge * np.eye(k)
     # Power-of-two degree buckets bound the padding waste by 2x; rows with no entries stay 0.
     bucket = np.ceil(np.log2(np.maximum(deg, 1))).astype(np.int64)
@@ -73,6 +78,8 @@ def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.
             valid = offs[None, :] < deg[batch][:, None]
             pos = np.where(valid, indptr[rows[batch]][:, None] + offs[None, :], 0)
             G = F_pad[np.where(valid, cols[pos], len(F))]  # (B, d, k)
+            if sw_pad is not None:
+                G *= sw_pad[np.where(valid, pos, len(sw))][..., None]
             yb = np.where(valid, y[pos], 0.0)  # (B, d)
             if d < k:
                 # Woodbury: (GᵀG + rI_k)⁻¹Gᵀy = Gᵀ(GGᵀ + rI_d)⁻¹y — a d×d solve for the many light rows

@@ -131,9 +131,19 @@ def _solve_spd(A, n, b, x):
             x[m] -= A[i, m] * x[i]
 
 
+@njit(nogil=True, cache=True)
+def _scale_columns(Gt, sw, a, d, k):
+    """Gt[:, j] *= sw[a + j]: the gathered rows of a weighted solve."""
+    for c in range(k):
+        g = Gt[c]
+        for j in range(d):
+            g[j] *= sw[a + j]
+
+
 @njit(nogil=True, cache=True, parallel=True)
-def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X):
-    """X[n] ← (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r} for r = rows[n]; rows without entries get 0.
+def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw):
+    """X[n] ← (F_{C_r}ᵀ W F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ W^½ y_{C_r} for r = rows[n], W = diag(sw²) over the
+    row's entries (W = I when ``sw`` is empty); rows without entries get 0.
 
     Parameters
     ----------
@@ -143,7 +153,10 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X):
     rows : (m,) int64 rows to solve
     n_threads : numba's thread count (``numba.get_num_threads()``; read inside, it would block caching)
     X : (m, k) float64 output
+    sw : (nnz,) float64 square roots of per-entry weights, or (0,) for none: the weighted least squares
+        that a Newton step of a row's BCE problem is (``kernels.bce.newton_rows``); ``y`` then holds sw·z
     """
+    weighted = sw.shape[0] > 0
     k = F.shape[1]
     kp = -(-k // 4) * 4  # the Gram works on blocks of 4 rows: zero rows pad k
     m = rows.shape[0]
@@ -163,6 +176,8 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X):
                 X[n, :] = 0.0
             elif d >= k:
                 _gather_transposed(F, cols, a, d, Gt)
+                if weighted:
+                    _scale_columns(Gt, sw, a, d, k)
                 _gram_upper(Gt, kp, d, A)
                 y_r = y[a:a + d]
                 for c in range(k):
@@ -171,11 +186,13 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X):
                 _solve_spd(A, k, b, x)
                 X[n, :] = x[:k]
             else:
-                # Dual: (G Gᵀ + ridge I_d) z = y_r, X_r = Gᵀ z with G = F_{C_r} (d < k rows).
+                # Dual: (G Gᵀ + ridge I_d) z = y_r, X_r = Gᵀ z with G = W^½ F_{C_r} (d < k rows).
                 dp = -(-d // 4) * 4
                 G[d:dp] = 0.0
                 for j in range(d):
                     G[j, :k] = F[cols[a + j]]
+                    if weighted:
+                        G[j, :k] *= sw[a + j]
                     b[j] = y[a + j]
                 _gram_upper(G, dp, k, A)
                 for j in range(d):

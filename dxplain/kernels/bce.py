@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+from scipy.sparse import csr_array
 from scipy.special import expit
 
-from .als import Pattern, pair_scores
+from .als import Pattern, pair_scores, pattern_scores, ridge_solve_rows
 
 # Pairs in one dense user block × catalogue (float64): 32 MB, below the size where allocations turn into
 # fresh page-faulting mmaps (measured for the explainer, kernels/representer.py).
@@ -205,3 +206,102 @@ class SparseTerms:
             np.add.at(A, u, W * np.einsum("nk,nl->nkl", Vi, Vi))
             np.add.at(B, i, W * np.einsum("nk,nl->nkl", Uu, Uu))
         return A, B
+
+
+# Rows of D in CSR (``indptr, cols, y``) whose whole sums are in the slice: the passes a by-user or by-item
+# part makes for training over parts (``models.mf.BCERows``). c = 1 on positives, w on negatives.
+# A row's Newton iterations stop when ‖∇‖ ≤ NEWTON_RTOL of the size of its terms (rounding), or at NEWTON_MAX.
+NEWTON_RTOL = 1e-11
+NEWTON_MAX = 50
+
+
+def term_weights(y: np.ndarray, w: float) -> np.ndarray:
+    """c per entry: 1 on positives (y = 1), w on negatives."""
+    return np.where(y > 0, 1.0, w)
+
+
+def _pattern(indptr: np.ndarray, cols: np.ndarray, n_cols: int) -> Pattern:
+    m = len(indptr) - 1
+    return Pattern(np.repeat(np.arange(m), np.diff(indptr)), cols, indptr, m, n_cols)
+
+
+def _row_objective(P: Pattern, s, y, c, X, ridge) -> np.ndarray:
+    """Σ_j c ℓ(y, s) + ridge‖x‖² per row."""
+    terms = c * (np.logaddexp(0.0, s) - y * s)
+    return np.bincount(P.u, terms, minlength=len(X)) + ridge * np.einsum("rk,rk->r", X, X)
+
+
+def newton_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, w: float, F: np.ndarray, ridge: float,
+                X0: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """Each row's exact minimiser of Σ_{j∈C_r} c_j ℓ(y_j, ⟨x, F_j⟩) + ridge‖x‖²: one BCE half-step.
+
+    The row problems are strictly convex (ridge > 0), so damped Newton converges from any start, here
+    ``X0`` (a warm start: the previous sweep's rows) or 0. A Newton step is the weighted least squares
+    (Σ c ℓ'' F Fᵀ + 2 ridge I) x⁺ = Σ c ℓ'' z F with z = s − ℓ'/ℓ'' (IRLS), which the fused ridge
+    kernel solves with square-root weights; a step that raises a row's objective is halved. Rows stop
+    when their gradient is rounding next to their terms (NEWTON_RTOL), so the result is stationary
+    given F as an exact ridge half-step is. Returns (X, Newton iterations taken).
+    """
+    m = len(indptr) - 1
+    X = np.zeros((m, F.shape[1])) if X0 is None else np.array(X0, np.float64)
+    c = term_weights(y, w)
+    P = _pattern(indptr, cols, len(F))
+    F_norm = np.linalg.norm(F, axis=1)
+    active = np.flatnonzero(np.diff(indptr) > 0)  # rows without entries: x = 0 exactly
+    X[np.diff(indptr) == 0] = 0.0
+    iters, s = 0, pattern_scores(X, F, P)
+    objective = _row_objective(P, s, y, c, X, ridge)  # at X, row by row: what a step must not raise
+    for iters in range(NEWTON_MAX + 1):
+        d1 = c * (expit(s) - y)  # c ℓ'
+        g = csr_array((d1, cols, indptr), shape=(m, len(F))) @ F + 2.0 * ridge * X
+        size = csr_array((np.abs(d1), cols, indptr), shape=(m, len(F))) @ F_norm + 2.0 * ridge * np.linalg.norm(X, axis=1)
+        active = active[np.linalg.norm(g[active], axis=1) > NEWTON_RTOL * size[active]]
+        if not len(active) or iters == NEWTON_MAX:
+            break
+        # ℓ'' = σ(s)σ(−s) and z = s − ℓ'/ℓ'' without cancellation: s + 1/σ(s) = s + 1 + e^{−s} on positives,
+        # s − 1/σ(−s) = s − 1 − e^{s} on negatives.
+        sw = np.sqrt(c * expit(s) * expit(-s))
+        z = np.where(y > 0, s + 1.0 + np.exp(-np.maximum(s, -700.0)), s - 1.0 - np.exp(np.minimum(s, 700.0)))
+        X_new = ridge_solve_rows(indptr, cols, sw * z, F, 2.0 * ridge, rows=active, sw=sw)
+        X_old, before = X[active], objective[active]
+        for _ in range(40):  # halve the steps that went uphill (rare: far from the optimum)
+            X[active] = X_new
+            s = pattern_scores(X, F, P)
+            after = _row_objective(P, s, y, c, X, ridge)[active]
+            uphill = after > before + 1e-14 * np.abs(before)
+            if not uphill.any():
+                break
+            X_new[uphill] = 0.5 * (X_new[uphill] + X_old[uphill])
+        objective[active] = after
+    return X, iters
+
+
+def gradient_rows(indptr, cols, y, w: float, F_rows, F_cols, n: int, lam: float) -> tuple[np.ndarray, float]:
+    """Rows of ∇f (users' rows of ∇_U f with F_rows = U's rows and F_cols = V, items' with the roles
+    swapped), (1/|D|) Σ c ℓ' F_j + λ F_r, and the slice's Σ c ℓ. ``n`` = |D| of the whole table."""
+    c = term_weights(y, w)
+    s = pattern_scores(F_rows, F_cols, _pattern(indptr, cols, len(F_cols)))
+    G = csr_array((c * (expit(s) - y) / n, cols, indptr), shape=(len(indptr) - 1, len(F_cols)))
+    return G @ F_cols + lam * F_rows, float(np.sum(c * (np.logaddexp(0.0, s) - y * s)))
+
+
+def hessian_rows(indptr, cols, y, w: float, F_rows, F_cols, dF_rows, dF_cols, n: int, lam: float) -> np.ndarray:
+    """Rows of ``SparseTerms.hessp`` from a slice that holds those rows' whole sums (as ``gradient_rows``):
+    (1/|D|)(Σ c ℓ'' ds_j F_j + c ℓ' dF_j) + λ dF_r, ds_j = ⟨dF_r, F_j⟩ + ⟨F_r, dF_j⟩."""
+    c = term_weights(y, w)
+    P = _pattern(indptr, cols, len(F_cols))
+    sig = expit(pattern_scores(F_rows, F_cols, P))
+    ds = pattern_scores(dF_rows, F_cols, P) + pattern_scores(F_rows, dF_cols, P)
+    shape = (len(indptr) - 1, len(F_cols))
+    D = csr_array((c * sig * (1.0 - sig) * ds / n, cols, indptr), shape=shape)
+    G = csr_array((c * (sig - y) / n, cols, indptr), shape=shape)
+    return D @ F_cols + G @ dF_cols + lam * dF_rows
+
+
+def curvature_rows(indptr, cols, y, w: float, F_rows, F_cols, n: int) -> np.ndarray:
+    """Rows of ``SparseTerms.curvature_grams``: (1/|D|) Σ c ℓ'' F_j F_jᵀ per row, as (rows, k, k)."""
+    c = term_weights(y, w)
+    k = F_cols.shape[1]
+    sig = expit(pattern_scores(F_rows, F_cols, _pattern(indptr, cols, len(F_cols))))
+    M = csr_array((c * sig * (1.0 - sig) / n, cols, indptr), shape=(len(indptr) - 1, len(F_cols)))
+    return (M @ np.einsum("ik,il->ikl", F_cols, F_cols).reshape(len(F_cols), k * k)).reshape(-1, k, k)

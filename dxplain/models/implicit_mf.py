@@ -24,6 +24,7 @@ from ..kernels.bce import DenseTerms, SparseTerms
 from ..kernels.newton import newton_pcg
 from ..progress import lbfgs_progress, newton_progress
 from .base import FactorModel
+from .mf import ALSMF, BCERows
 
 log = logging.getLogger(__name__)
 
@@ -206,3 +207,27 @@ class ImplicitMF:
                              info={"lbfgs_iters": lbfgs_iters, "newton_iters": newton, "hessian_products": products, "objective": f,
                                    "seed": self.seed, "seconds": secs, "n_pos": terms.n_pos, "n_neg": terms.n_neg,
                                    "neg_weight": terms.w, "negatives": mode})
+
+    def fit_alternating(self, table: Interactions, half_steps, anderson_store=list) -> ImplicitModel:
+        """Train on a ``training_table`` (sampled negatives, y in ``rating``) by alternating exact half-steps
+        where its parts are: ``half_steps`` is ``functools.partial(models.mf.PartHalfSteps, mapper, parts)``.
+
+        Each half-step solves every user's (every item's) BCE row problem by Newton to rounding, so the
+        factors of that side are stationary; Anderson acceleration and the Newton polish of ``ALSMF`` take
+        the pair to ‖∇f‖ ≤ rtol·λ, the same stop as ``fit``. The flow's process holds the factors and V's
+        Anderson history (or ``anderson_store``'s files: ``io.spill.SpillList``), never the table: the passes
+        over D are tasks over the parts.
+        """
+        n = len(table)
+        lam = self.lam if self.lam is not None else DEFAULT_RIDGE / n
+        trainer = ALSMF(k=self.k, lam=lam, tol=self.rtol * lam, max_sweeps=self.max_iter,
+                        polish_iters=self.polish_iters, seed=self.seed, loss=BCERows(self.neg_weight),
+                        anderson_store=anderson_store)
+        m = trainer.fit(table, half_steps=half_steps)
+        n_pos = int(np.count_nonzero(table.rating > 0))
+        info = {**m.info, "solver": "alternating", "n_pos": n_pos, "n_neg": n - n_pos,
+                "neg_weight": self.neg_weight, "negatives": "sampled"}
+        log.info("implicit MF (alternating) k=%d λ=%g w=%g |D|=%d: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, %.1fs",
+                 self.k, lam, self.neg_weight, n, info["sweeps"], info["newton_iters"], m.grad_norm, info["seconds"])
+        return ImplicitModel(U=m.U, V=m.V, lam=lam, n_train=n, neg_weight=self.neg_weight, negatives="sampled",
+                             grad_norm=m.grad_norm, info=info)

@@ -26,7 +26,7 @@ from scipy.optimize import minimize
 
 from ..interactions import Interactions
 from .base import FactorModel
-from ..kernels import als, anderson
+from ..kernels import als, anderson, bce
 from ..kernels.representer import balance_transforms
 from ..kernels.newton import newton_pcg
 from .. import progress
@@ -66,17 +66,18 @@ MFModel = FactorModel  # the squared-loss model's factors: the common base, unde
 
 
 class HalfSteps:
-    """The two ALS half-steps (every user's ridge solve given V, every item's given U), and the passes over
-    D that training measures itself with: Σ r² and the gradient."""
+    """The two ALS half-steps (every user's exact solve given V, every item's given U), and the passes over
+    D that training measures itself with: Σ of the loss terms (Σ r² for the squared loss) and the gradient.
+    ``U0``/``V0`` are a warm start for losses whose half-step iterates (``BCERows``); ridge solves ignore it."""
 
-    def users(self, V: np.ndarray) -> np.ndarray:
+    def users(self, V: np.ndarray, U0: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError
 
-    def items(self, U: np.ndarray) -> np.ndarray:
+    def items(self, U: np.ndarray, V0: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError
 
     def gradient(self, U: np.ndarray, V: np.ndarray, lam: float) -> tuple[float, np.ndarray, np.ndarray]:
-        """(Σ r², ∇_U f, ∇_V f) at (U, V), r = y − μ − ⟨U_i, V_j⟩ over D."""
+        """(Σ r², ∇_U f, ∇_V f) at (U, V), r = y − μ − ⟨U_i, V_j⟩ over D (Σ c ℓ for BCE)."""
         raise NotImplementedError
 
     def stationarity(self, U: np.ndarray, V: np.ndarray, lam: float, bound: bool) -> tuple[float, float, tuple | None]:
@@ -94,6 +95,49 @@ class HalfSteps:
         raise NotImplementedError
 
 
+class SquaredRows:
+    """The squared loss on centred ratings, as a part's rows see it (the ``kernels.als`` row passes): the
+    half-step is an exact ridge solve, which needs no start."""
+
+    centred, warm_start, name = True, False, "squared"
+
+    def solve(self, part, F, ridge, X0=None):
+        return als.ridge_solve_rows(*part, F, ridge)
+
+    def gradient(self, part, F_rows, F_cols, n, lam):
+        return als.gradient_rows(*part, F_rows, F_cols, n, lam)
+
+    def hessian(self, part, F_rows, F_cols, dF_rows, dF_cols, n, lam):
+        return als.hessian_rows(*part, F_rows, F_cols, dF_rows, dF_cols, n, lam)
+
+    def curvature(self, part, F_rows, F_cols, n):
+        return als.curvature_rows(part[0], part[1], F_cols, n)
+
+
+@dataclass(frozen=True)
+class BCERows:
+    """Weighted binary cross-entropy on 0/1 labels (``kernels.bce``, c = 1 on positives, w on negatives):
+    the half-step is each row's damped Newton to rounding, warm-started from the row's previous factors."""
+
+    w: float
+    centred, warm_start, name = False, True, "bce"
+
+    def solve(self, part, F, ridge, X0=None):
+        return bce.newton_rows(*part, self.w, F, ridge, X0)[0]
+
+    def gradient(self, part, F_rows, F_cols, n, lam):
+        return bce.gradient_rows(*part, self.w, F_rows, F_cols, n, lam)
+
+    def hessian(self, part, F_rows, F_cols, dF_rows, dF_cols, n, lam):
+        return bce.hessian_rows(*part, self.w, F_rows, F_cols, dF_rows, dF_cols, n, lam)
+
+    def curvature(self, part, F_rows, F_cols, n):
+        return bce.curvature_rows(*part, self.w, F_rows, F_cols, n)
+
+
+SQUARED = SquaredRows()
+
+
 def csr_view(data: Interactions, y: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indptr, columns, values) of the by-user or by-item view, the input of one half-step."""
     if side == "user":
@@ -105,16 +149,19 @@ def csr_view(data: Interactions, y: np.ndarray, side: str) -> tuple[np.ndarray, 
 class LocalHalfSteps(HalfSteps):
     """Both half-steps in this process, over the whole table (the in-memory twin of the Dask ones)."""
 
-    def __init__(self, data: Interactions, mu: float, ridge: float):
+    def __init__(self, data: Interactions, mu: float, ridge: float, loss=SQUARED):
+        if loss is not SQUARED:
+            raise ValueError(f"the in-process half-steps are the squared loss's; train {loss.name} over parts "
+                             "(PartHalfSteps, on a LocalMapper in process)")
         self.views = {side: csr_view(data, data.rating - mu, side) for side in ("user", "item")}
         self.ridge = ridge
         self.P = als.Pattern(data.user, data.item, data.user_indptr, data.n_users, data.n_items)
         self.y = self.views["user"][2]
 
-    def users(self, V):
+    def users(self, V, U0=None):
         return als.ridge_solve_rows(*self.views["user"], V, self.ridge)
 
-    def items(self, U):
+    def items(self, U, V0=None):
         return als.ridge_solve_rows(*self.views["item"], U, self.ridge)
 
     def gradient(self, U, V, lam):
@@ -149,35 +196,34 @@ def _load_part(parts, side: str, p: int, mu: float):
     return indptr[a:b + 1] - indptr[a], cols, y
 
 
-def _solve_part(part, F, ridge):
-    indptr, cols, y = part
-    return als.ridge_solve_rows(indptr, cols, y, F, ridge)
+def _rows_of(part, a: int, F):
+    return F[a:a + len(part[0]) - 1]
 
 
-def _hessian_part(part, a: int, F_rows, F_cols, dF_rows, dF_cols, n: int, lam: float) -> np.ndarray:
-    indptr, cols, y = part
-    b = a + len(indptr) - 1
-    return als.hessian_rows(indptr, cols, y, F_rows[a:b], F_cols, dF_rows[a:b], dF_cols, n, lam)
+def _solve_part(part, a: int, F, ridge, loss, X0=None):
+    return loss.solve(part, F, ridge, None if X0 is None else _rows_of(part, a, X0))
 
 
-def _curvature_part(part, F_cols, n: int) -> np.ndarray:
-    indptr, cols, _ = part
-    return als.curvature_rows(indptr, cols, F_cols, n)
+def _hessian_part(part, a: int, F_rows, F_cols, dF_rows, dF_cols, n: int, lam: float, loss) -> np.ndarray:
+    return loss.hessian(part, _rows_of(part, a, F_rows), F_cols, _rows_of(part, a, dF_rows), dF_cols, n, lam)
 
 
-def _gradient_part(part, a: int, F_rows, F_cols, n: int, lam: float) -> tuple[np.ndarray, float]:
+def _curvature_part(part, a: int, F_rows, F_cols, n: int, loss) -> np.ndarray:
+    return loss.curvature(part, _rows_of(part, a, F_rows), F_cols, n)
+
+
+def _gradient_part(part, a: int, F_rows, F_cols, n: int, lam: float, loss) -> tuple[np.ndarray, float]:
     """One part's rows of the gradient (users' rows of ∇_U f from a by-user part, items' of ∇_V f from a
-    by-item part: each row's whole sum is in its part) and the part's Σ r²."""
-    indptr, cols, y = part
-    return als.gradient_rows(indptr, cols, y, F_rows[a:a + len(indptr) - 1], F_cols, n, lam)
+    by-item part: each row's whole sum is in its part) and the part's Σ of the loss terms (Σ r² for ALS)."""
+    return loss.gradient(part, _rows_of(part, a, F_rows), F_cols, n, lam)
 
 
-def _stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, T_own, T_other) -> tuple[float, float, float]:
-    """A part's Σ r², Σ of its gradient rows squared, and its rows' identity bound (``als.bound_rows``; 0
-    without transforms): three numbers back, not the gradient."""
-    g, rss = _gradient_part(part, a, F_rows, F_cols, n, lam)
-    eps = 0.0 if T_own is None else als.bound_rows(F_rows[a:a + len(g)], g, T_own, T_other, lam)
-    return rss, float(np.sum(g * g)), eps
+def _stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, T_own, T_other, loss) -> tuple[float, float, float]:
+    """A part's Σ of its loss terms, Σ of its gradient rows squared, and its rows' identity bound
+    (``als.bound_rows``; 0 without transforms): three numbers back, not the gradient."""
+    g, loss_sum = _gradient_part(part, a, F_rows, F_cols, n, lam, loss)
+    eps = 0.0 if T_own is None else als.bound_rows(_rows_of(part, a, F_rows), g, T_own, T_other, lam)
+    return loss_sum, float(np.sum(g * g)), eps
 
 
 class PartHalfSteps(HalfSteps):
@@ -186,38 +232,40 @@ class PartHalfSteps(HalfSteps):
     Each part is read once (``mapper.persist``) and kept where it was read for every sweep; per
     half-step only the fixed factor matrix travels, and each task returns its rows of the new factors.
     On a cluster, a worker lost mid-training loses nothing: the scheduler re-reads its parts elsewhere.
-    Use as ``ALSMF.fit(data, half_steps=functools.partial(PartHalfSteps, mapper, parts))``.
+    Use as ``ALSMF.fit(data, half_steps=functools.partial(PartHalfSteps, mapper, parts))``. ``loss`` is what
+    the rows cost: ``SQUARED`` (ALS) or ``BCERows(w)`` (implicit feedback, y the 0/1 label).
     """
 
-    def __init__(self, mapper, parts, data: Interactions, mu: float, ridge: float):
+    def __init__(self, mapper, parts, data: Interactions, mu: float, ridge: float, loss=SQUARED):
         if parts.n_interactions != len(data):
             raise ValueError(f"the parts hold {parts.n_interactions} interactions, the data {len(data)}")
-        self.mapper, self.ridge, self.n = mapper, ridge, len(data)
+        self.mapper, self.ridge, self.n, self.loss = mapper, ridge, len(data), loss
         self.cuts = {"user": parts.user_cuts, "item": parts.item_cuts}
         self.parts = {side: mapper.persist(_load_part, [(parts, side, p, mu) for p in range(len(cuts) - 1)],
                                            name=f"als-load-{side}") for side, cuts in self.cuts.items()}
 
-    def _half(self, side: str, F: np.ndarray) -> np.ndarray:
+    def _half(self, side: str, F: np.ndarray, X0: np.ndarray | None) -> np.ndarray:
         # To one worker every half-step; the others fetch it from their peer (see ``distributed.cluster.scatter``).
         F_h = self.mapper.put(F)
+        X0_h = self.mapper.put(X0) if X0 is not None and self.loss.warm_start else None
         cuts = self.cuts[side]
         out = np.empty((int(cuts[-1]), F.shape[1]))
         # Each part's rows into place as it finishes: no list of parts beside the stacked copy.
-        for p, rows in self.mapper.imap(_solve_part, [(p, F_h, self.ridge) for p in self.parts[side]],
-                                        name=f"als-{side}"):
+        tasks = [(p, int(a), F_h, self.ridge, self.loss, X0_h) for p, a in zip(self.parts[side], cuts[:-1])]
+        for p, rows in self.mapper.imap(_solve_part, tasks, name=f"als-{side}"):
             out[cuts[p]:cuts[p + 1]] = rows
         return out
 
-    def users(self, V):
-        return self._half("user", V)
+    def users(self, V, U0=None):
+        return self._half("user", V, U0)
 
-    def items(self, U):
-        return self._half("item", U)
+    def items(self, U, V0=None):
+        return self._half("item", U, V0)
 
-    def _rows(self, fn, user_side: tuple, item_side: tuple, name: str, offset: bool = True) -> tuple[list, list]:
-        """``fn(part, [first row,] *side args)`` over every by-user and by-item part in one map: each part
+    def _rows(self, fn, user_side: tuple, item_side: tuple, name: str) -> tuple[list, list]:
+        """``fn(part, first row, *side args, loss)`` over every by-user and by-item part in one map: each part
         holds its rows' whole sums, so users' rows come from the former and items' from the latter."""
-        tasks = [(p, *((int(a),) if offset else ()), *(user_side if side == "user" else item_side))
+        tasks = [(p, int(a), *(user_side if side == "user" else item_side), self.loss)
                  for side in ("user", "item") for p, a in zip(self.parts[side], self.cuts[side][:-1])]
         out = self.mapper.map(fn, tasks, name=name)
         return out[:len(self.parts["user"])], out[len(self.parts["user"]):]
@@ -248,7 +296,7 @@ class PartHalfSteps(HalfSteps):
 
     def curvature_grams(self, U, V):
         U_h, V_h = self.mapper.put(U), self.mapper.put(V)
-        users, items = self._rows(_curvature_part, (V_h, self.n), (U_h, self.n), "als-curvature", offset=False)
+        users, items = self._rows(_curvature_part, (U_h, V_h, self.n), (V_h, U_h, self.n), "als-curvature")
         return np.concatenate(users), np.concatenate(items)
 
 
@@ -270,6 +318,8 @@ class ALSMF:
     anderson : sweeps the Anderson step combines (``kernels.anderson``); 0 = plain ALS
     anderson_store : what holds the Anderson history (``kernels.anderson.Anderson``'s ``store``)
     seed : initialisation seed (deterministic for a seed)
+    loss : ``SQUARED`` (ratings centred by μ) or ``BCERows(w)`` (0/1 labels, μ = 0: ``models.implicit_mf``);
+        the half-steps are built with it
     """
 
     k: int = DEFAULT_K
@@ -281,6 +331,7 @@ class ALSMF:
     anderson: int = ANDERSON_MEMORY
     seed: int = 0
     anderson_store: Callable = list  # makes each Anderson history list; ``io.spill.SpillList`` keeps it in files
+    loss: SquaredRows | BCERows = SQUARED
 
     def fit(self, data: Interactions, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None) -> MFModel:
         """Train on ``data``.
@@ -295,14 +346,15 @@ class ALSMF:
         could be refused, and the accepted U is not kept while a trial is computed).
         """
         t0 = time.perf_counter()
-        mu = data.rating_mean()  # exact: a streamed load (``interactions.TableSummary``) gives the same μ
+        # exact: a streamed load (``interactions.TableSummary``) gives the same μ
+        mu = data.rating_mean() if self.loss.centred else 0.0
         n = len(data)
         lam = self.lam if self.lam is not None else default_lam(n)
         ridge = lam * n / 2.0
         rng = np.random.default_rng(self.seed)
         U = rng.normal(scale=0.1, size=(data.n_users, self.k)) if init is None else init[0].copy()
         V = rng.normal(scale=0.1, size=(data.n_items, self.k)) if init is None else init[1].copy()
-        half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge)
+        half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge, loss=self.loss)
         state = {"gnorm": np.inf, "bound": None, "objective": np.inf}  # at the last accepted (U, V)
         history, done, sweeps = [], False, 0
         accel = anderson.Anderson(self.anderson, store=self.anderson_store) if self.anderson else None
@@ -310,9 +362,12 @@ class ALSMF:
         for sweeps in range(1, self.max_sweeps + 1):
             # The accepted U is not kept beside the trial's: users × k is the largest array here (256 MB at
             # 50M, k = 64). Only a combination can be refused, and the budget's last sweep is a plain one.
+            # An iterative half-step (BCE's Newton) starts from the accepted U and from X.
+            U0 = U if self.loss.warm_start else None
             U = U_new = None
-            U_new = half_steps.users(X)
-            V_new = half_steps.items(U_new)
+            U_new = half_steps.users(X, U0)
+            U0 = None
+            V_new = half_steps.items(U_new, X if self.loss.warm_start else None)
             trial = {}
             done = self._measure(U_new, V_new, half_steps, n, lam, trial)
             progress.update("train: ALS sweeps", sweeps, self.max_sweeps, f"‖∇f‖={trial['gnorm']:.1e}")
