@@ -1,7 +1,17 @@
-"""Amazon-scale SBQ prototypes (issue 24): 1M–50M Amazon-like interactions on the 2-worker LocalCluster.
+"""Amazon-scale SBQ prototypes and negative-sample aggregation (issue 24): 1M–50M Amazon-like interactions
+on the 2-worker LocalCluster.
 
     python benchmarks/amazon_scale.py --sizes 5m,20m,50m     # ~the recorded run
     python benchmarks/amazon_scale.py --sizes 1m --check     # and greedy over the whole table, compared
+    python benchmarks/amazon_scale.py --stages negatives --sizes 1m --check   # negatives, and their checks
+
+Negatives (``--stages negatives``): ``dxplain negatives --negatives 4 --positive-threshold none --percent 1``
+(every interaction a positive, M = 4 sampled negatives per positive, the lowest 1% flagged by the
+representer), BCE MF trained over the training table's parts. Recorded in
+``benchmarks/results/amazon/negatives.json`` with its stage seconds, peaks and ‖∇f‖. ``--check`` runs the
+same command ``--in-memory`` (the same algorithm on this process's mapper) and compares the flagged
+sets, and compares the closed form I_neg with the naive sum over the positives that share the user or
+the item, on 1,000 of the sampled negatives.
 
 Per size, as a user would run it (``python -m dxplain.cli``, a LocalCluster of 2 workers, Prefect's
 ephemeral mode):
@@ -47,7 +57,7 @@ from dxplain.models.base import FactorModel  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "amazon"
 CACHE = Path.home() / ".cache" / "dxplain" / "bench"
-SIZES = {"1m": 1_000_000, "5m": 5_000_000, "20m": 20_000_000, "50m": 50_000_000}
+SIZES = {"100k": 100_000, "1m": 1_000_000, "5m": 5_000_000, "20m": 20_000_000, "50m": 50_000_000}
 
 
 def dataset(n: int) -> Path:
@@ -110,6 +120,56 @@ def check(folder: Path, summary: dict, targets: Path, m: int) -> dict:
     return {"same_prototypes": same, "max_weight_rel_diff": rel, "whole_table_seconds": secs}
 
 
+def negatives(folder: Path, out: Path, a, in_memory: bool = False) -> dict:
+    cmd = [sys.executable, "-m", "dxplain.cli", "negatives", "--dataset", str(folder), "--out", str(out),
+           "--negatives", "4", "--positive-threshold", "none", "--percent", "1", "--k", str(a.k),
+           *(["--in-memory"] if in_memory else ["--workers", "2"])]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    (run,) = (out / "negatives").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(wall_seconds=time.perf_counter() - t0, folder=str(run))
+    return summary
+
+
+def check_negatives(folder: Path, summary: dict, other: dict, n: int = 1000, seed: int = 0) -> dict:
+    """The flagged set against the in-memory run's, and on ``n`` sampled negatives the closed form I_neg
+    (``explain.negatives.negative_score``) against Σ over the positives sharing the user or the item."""
+    from scipy.special import expit
+
+    from dxplain.datasets import resolve_dataset
+    from dxplain.explain.negatives import negative_score
+    from dxplain.models.implicit_mf import ImplicitModel
+
+    a = pq.read_table(Path(summary["folder"]) / "flagged.parquet")
+    b = pq.read_table(Path(other["folder"]) / "flagged.parquet")
+    P = resolve_dataset(str(folder)).interactions
+    model = ImplicitModel.from_stored(FactorModel.load(summary["model"], P))
+    score = negative_score("representer", model, None, P)
+    pairs = pq.read_table(Path(summary["folder"]) / "cleaned-negatives.parquet", columns=["user", "item"])
+    pick = np.sort(np.random.default_rng(seed).choice(pairs.num_rows, n, replace=False))
+    u = np.searchsorted(P.user_ids.to_numpy(), pairs["user"].take(pick).to_numpy())
+    i = np.searchsorted(P.item_ids.to_numpy(), pairs["item"].take(pick).to_numpy())
+    closed = score.pairs(u, i)
+    Ut, Vt = score.Us, score.Vs
+    item_order, item_indptr = P.item_order, P.item_indptr
+    naive = np.empty(n)
+    for t, (uu, ii) in enumerate(zip(u, i)):  # Definition 1 term by term: the positives of user uu and of item ii
+        alpha = -model.neg_weight * expit(Ut[uu] @ Vt[ii]) / (model.lam * model.n_train)
+        own = P.item[P.user_indptr[uu]:P.user_indptr[uu + 1]]
+        others = P.user[item_order[item_indptr[ii]:item_indptr[ii + 1]]]
+        naive[t] = alpha * (np.sum(Vt[own] @ Vt[ii]) + np.sum(Ut[others] @ Ut[uu]))
+    return {"same_flagged": bool(a.select(["user", "item"]).equals(b.select(["user", "item"]))),
+            "flagged_overlap": len(set(zip(a["user"].to_pylist(), a["item"].to_pylist()))
+                                   & set(zip(b["user"].to_pylist(), b["item"].to_pylist()))) / max(1, a.num_rows),
+            "max_score_rel_diff": float(np.max(np.abs(a["score"].to_numpy() - b["score"].to_numpy())
+                                               / np.abs(b["score"].to_numpy()))) if a.num_rows == b.num_rows else None,
+            "in_memory_seconds": other["seconds"], "closed_form_negatives": n,
+            "closed_form_max_rel_diff": float(np.max(np.abs(closed - naive) / np.abs(naive)))}
+
+
 def slope(sizes: list[int], values: list[float]) -> float:
     """d log(cost) / d log(|D|) between the smallest and largest size."""
     return float(np.log(values[-1] / values[0]) / np.log(sizes[-1] / sizes[0]))
@@ -124,8 +184,43 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=1000)
     ap.add_argument("--out", default="/tmp/dxplain-amazon-bench")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--stages", default="sbq", help="sbq, negatives or both (comma-separated)")
     a = ap.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if "negatives" in a.stages.split(","):
+        run_negatives(a)
+    if "sbq" in a.stages.split(","):
+        run_sbq(a)
+
+
+def run_negatives(a) -> None:
+    path = RESULTS / "negatives.json"
+    results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
+    for name in a.sizes.split(","):
+        n = SIZES[name]
+        folder = dataset(n)
+        out = Path(a.out) / f"negatives-{name}"
+        shutil.rmtree(out, ignore_errors=True)  # a fresh model store: the run trains
+        got = negatives(folder, out / "cluster", a)
+        run = {"interactions": n, "k": a.k, "per_positive": 4, "percent": 1,
+               **{key: got[key] for key in ("positives", "negatives_total", "flagged", "grad_norm", "lam",
+                                            "solver", "stage_seconds", "peak_rss_mib",
+                                            "flow_peak_rss_mib_after_stage", "seconds", "wall_seconds")}}
+        if a.check:
+            run["check"] = check_negatives(folder, got, negatives(folder, out / "memory", a, in_memory=True))
+        results["runs"][name] = run
+        print(json.dumps({name: run}, indent=1), flush=True)
+        path.write_text(json.dumps(results, indent=1))
+    done = sorted(results["runs"].values(), key=lambda r: r["interactions"])
+    if len(done) > 1:
+        sizes = [r["interactions"] for r in done]
+        results["slopes"] = {stage: slope(sizes, [r["stage_seconds"][stage] for r in done])
+                             for stage in done[0]["stage_seconds"]}
+        print(json.dumps(results["slopes"]), flush=True)
+        path.write_text(json.dumps(results, indent=1))
+
+
+def run_sbq(a) -> None:
     path = RESULTS / "sbq.json"
     results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     for name in a.sizes.split(","):

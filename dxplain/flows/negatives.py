@@ -27,7 +27,7 @@ from ..models.base import FactorModel
 from ..models.implicit_mf import (DEFAULT_NEG_WEIGHT, ImplicitMF, ImplicitModel, dense_terms, positive_pairs,
                                   sample_negatives, sparse_terms, training_table)
 from ..params import Interval, OneOf, Satisfies, validate
-from .common import Training, load_data, open_mapper, partition, train_implicit
+from .common import Training, load_data, open_mapper, partition, stage, train_implicit
 
 CONSTRAINTS = {
     "percent": Interval(float, 0, 100, open_low=True, example=1),
@@ -120,38 +120,42 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
         Where results go and where the work runs (``dxplain.cli.common.run_options``).
     """
     validate(CONSTRAINTS, locals())
-    t0 = time.perf_counter()
+    t0, seconds, peaks = time.perf_counter(), {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     logger = get_run_logger()
-    ds = load_data(dataset, settings)
-    P = positive_pairs(ds.interactions, positive_threshold)
+    with stage(seconds, "load", peaks):
+        ds = load_data(dataset, settings)
+        P = positive_pairs(ds.interactions, positive_threshold)
     if len(P) == 0:
         raise InputError(f"no interaction has rating ≥ {positive_threshold}; lower --positive-threshold "
                          "or pass --positive-threshold none to treat every interaction as a positive")
     if negatives == "all":
         N.check_all_unobserved(P.n_users, P.n_items)
-    terms = build_terms(P, negatives, neg_weight, seed)
+    with stage(seconds, "sample", peaks):
+        terms = build_terms(P, negatives, neg_weight, seed)
     reusable = negatives == "all" or negatives.isdigit()  # a supplied file may change under the same name
     tags = {"implicit-k": k, "lam": "default" if lam is None else lam, "w": neg_weight}
     base_path = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
                                        n=negatives if reusable else "file", s=seed)
     sampled = negatives.isdigit()
     with open_mapper(settings, in_memory) as mapper, staged_results(settings.out, "negatives") as (tmp, folder):
-        # Sampled negatives: trained, scored and cleaned where the training table's parts are.
-        parted = parted_table(ds.name, P, terms, settings.out, mapper) if sampled else None
-        if reusable and model_store.exists(base_path):
-            logger.info("reusing model %s (same positives, negatives and hyperparameters)", base_path)
-            m = ImplicitModel.from_stored(FactorModel.load(base_path, P))
-        else:
-            m = train(terms, P, k, lam, seed, base_path, mapper, parted)
-        if sampled:
-            parts = parted[1]
-            values, users, items = flag_in_parts(method, m, terms, P, percent, seed, parts, mapper,
-                                                 tmp / "cleaned-negatives.parquet")
-        else:
-            values, users, items = flag_negatives(method, m, terms, P, percent, seed,
-                                                  shards or 4 * settings.workers, mapper)
-        flagged = N.flagged_table(values, users, items, P, method)
+        with stage(seconds, "partition", peaks):
+            # Sampled negatives: trained, scored and cleaned where the training table's parts are.
+            parted = parted_table(ds.name, P, terms, settings.out, mapper) if sampled else None
+        with stage(seconds, "train", peaks):
+            if reusable and model_store.exists(base_path):
+                logger.info("reusing model %s (same positives, negatives and hyperparameters)", base_path)
+                m = ImplicitModel.from_stored(FactorModel.load(base_path, P))
+            else:
+                m = train(terms, P, k, lam, seed, base_path, mapper, parted)
+        with stage(seconds, "flag", peaks):
+            if sampled:
+                values, users, items = flag_in_parts(method, m, terms, P, percent, seed, parted[1], mapper,
+                                                     tmp / "cleaned-negatives.parquet")
+            else:
+                values, users, items = flag_negatives(method, m, terms, P, percent, seed,
+                                                      shards or 4 * settings.workers, mapper)
+            flagged = N.flagged_table(values, users, items, P, method)
         summary = {"dataset": dataset, "method": method, "percent": percent, "negatives": negatives,
                    "neg_weight": neg_weight, "positives": len(P), "negatives_total": terms.n_neg,
                    "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam,
@@ -161,13 +165,15 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
             tables["cleaned-negatives"] = pairs_table(P, *sparse_terms(P, *terms.negatives(), neg_weight,
                                                                         (users, items)).negatives())
         if retrain:
-            terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
-            path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
-                                           cleaned=f"-{method}-p{percent:g}", s=seed)
-            m2 = train(terms2, P, k, lam, seed, path2, mapper,
-                       parted_table(ds.name, P, terms2, settings.out, mapper) if sampled else None)
+            with stage(seconds, "retrain", peaks):
+                terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
+                path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
+                                               cleaned=f"-{method}-p{percent:g}", s=seed)
+                m2 = train(terms2, P, k, lam, seed, path2, mapper,
+                           parted_table(ds.name, P, terms2, settings.out, mapper) if sampled else None)
             summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm,
                                     "negatives": terms2.n_neg}
+        summary.update(stage_seconds=seconds, peak_rss_mib=mapper.peak_rss_mib(), flow_peak_rss_mib_after_stage=peaks)
         summary["seconds"] = round(time.perf_counter() - t0, 2)
         finish_results(tmp, folder, tables, summary)
     summary["folder"] = str(folder)

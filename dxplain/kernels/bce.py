@@ -232,15 +232,17 @@ def _row_objective(P: Pattern, s, y, c, X, ridge) -> np.ndarray:
 
 
 def newton_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, w: float, F: np.ndarray, ridge: float,
-                X0: np.ndarray | None = None) -> tuple[np.ndarray, int]:
-    """Each row's exact minimiser of Σ_{j∈C_r} c_j ℓ(y_j, ⟨x, F_j⟩) + ridge‖x‖²: one BCE half-step.
+                X0: np.ndarray | None = None, steps: int | None = None) -> tuple[np.ndarray, int]:
+    """Each row's minimiser of Σ_{j∈C_r} c_j ℓ(y_j, ⟨x, F_j⟩) + ridge‖x‖²: one BCE half-step.
 
     The row problems are strictly convex (ridge > 0), so damped Newton converges from any start, here
     ``X0`` (a warm start: the previous sweep's rows) or 0. A Newton step is the weighted least squares
     (Σ c ℓ'' F Fᵀ + 2 ridge I) x⁺ = Σ c ℓ'' z F with z = s − ℓ'/ℓ'' (IRLS), which the fused ridge
-    kernel solves with square-root weights; a step that raises a row's objective is halved. Rows stop
-    when their gradient is rounding next to their terms (NEWTON_RTOL), so the result is stationary
-    given F as an exact ridge half-step is. Returns (X, Newton iterations taken).
+    kernel solves with square-root weights; a step that raises a row's objective is halved.
+    ``steps=None``: rows step until their gradient is rounding next to their terms (NEWTON_RTOL), so the
+    result is stationary given F as an exact ridge half-step is. ``steps=s``: s steps, no gradient
+    checks (warm-started alternating training: from the last sweep's rows one step is quadratically
+    close, and the sweeps' own stop measures the whole gradient). Returns (X, Newton steps taken).
     """
     m = len(indptr) - 1
     X = np.zeros((m, F.shape[1])) if X0 is None else np.array(X0, np.float64)
@@ -249,15 +251,18 @@ def newton_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, w: float, F
     F_norm = np.linalg.norm(F, axis=1)
     active = np.flatnonzero(np.diff(indptr) > 0)  # rows without entries: x = 0 exactly
     X[np.diff(indptr) == 0] = 0.0
-    iters, s = 0, pattern_scores(X, F, P)
+    s = pattern_scores(X, F, P)
     objective = _row_objective(P, s, y, c, X, ridge)  # at X, row by row: what a step must not raise
-    for iters in range(NEWTON_MAX + 1):
-        d1 = c * (expit(s) - y)  # c ℓ'
-        g = csr_array((d1, cols, indptr), shape=(m, len(F))) @ F + 2.0 * ridge * X
-        size = csr_array((np.abs(d1), cols, indptr), shape=(m, len(F))) @ F_norm + 2.0 * ridge * np.linalg.norm(X, axis=1)
-        active = active[np.linalg.norm(g[active], axis=1) > NEWTON_RTOL * size[active]]
-        if not len(active) or iters == NEWTON_MAX:
-            break
+    taken = 0
+    while taken < (NEWTON_MAX if steps is None else steps):
+        if steps is None:
+            d1 = c * (expit(s) - y)  # c ℓ'
+            g = csr_array((d1, cols, indptr), shape=(m, len(F))) @ F + 2.0 * ridge * X
+            size = (csr_array((np.abs(d1), cols, indptr), shape=(m, len(F))) @ F_norm
+                    + 2.0 * ridge * np.linalg.norm(X, axis=1))
+            active = active[np.linalg.norm(g[active], axis=1) > NEWTON_RTOL * size[active]]
+            if not len(active):
+                break
         # ℓ'' = σ(s)σ(−s) and z = s − ℓ'/ℓ'' without cancellation: s + 1/σ(s) = s + 1 + e^{−s} on positives,
         # s − 1/σ(−s) = s − 1 − e^{s} on negatives.
         sw = np.sqrt(c * expit(s) * expit(-s))
@@ -273,7 +278,8 @@ def newton_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, w: float, F
                 break
             X_new[uphill] = 0.5 * (X_new[uphill] + X_old[uphill])
         objective[active] = after
-    return X, iters
+        taken += 1
+    return X, taken
 
 
 def gradient_rows(indptr, cols, y, w: float, F_rows, F_cols, n: int, lam: float) -> tuple[np.ndarray, float]:

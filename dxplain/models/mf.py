@@ -117,13 +117,14 @@ class SquaredRows:
 @dataclass(frozen=True)
 class BCERows:
     """Weighted binary cross-entropy on 0/1 labels (``kernels.bce``, c = 1 on positives, w on negatives):
-    the half-step is each row's damped Newton to rounding, warm-started from the row's previous factors."""
+    the half-step is each row's damped Newton, to rounding from a cold start, one step from a warm one
+    (the row's previous factors: measured on Amazon-like 100k, 76 sweeps either way, at half the solves)."""
 
     w: float
     centred, warm_start, name = False, True, "bce"
 
     def solve(self, part, F, ridge, X0=None):
-        return bce.newton_rows(*part, self.w, F, ridge, X0)[0]
+        return bce.newton_rows(*part, self.w, F, ridge, X0, steps=None if X0 is None else 1)[0]
 
     def gradient(self, part, F_rows, F_cols, n, lam):
         return bce.gradient_rows(*part, self.w, F_rows, F_cols, n, lam)
