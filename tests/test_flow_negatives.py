@@ -120,3 +120,28 @@ def test_all_unobserved_above_the_size_limit_is_refused_naming_sampled_negatives
     err = capsys.readouterr().err
     assert "--negatives all:" in err and f"{d.n_users} users × {d.n_items} items" in err and "--negatives 4" in err
     assert not (out / "negatives").exists()
+
+
+def test_sampled_negatives_of_a_prepared_dataset_are_drawn_trained_and_scored_by_tasks(dataset, tmp_path, monkeypatch):
+    """Every interaction a positive (--positive-threshold none) of a prepared dataset: sampled per by-user
+    part by tasks, trained and scored over the parts of D. The cluster flags what this process's mapper
+    flags; the negatives are unobserved, distinct, M per positive; flagged and cleaned partition them."""
+    from dxplain.io import partitions
+
+    folder, d = dataset
+    monkeypatch.setattr(partitions, "ROWS_PER_PART", 300)  # several parts per side (d has ~400 rows)
+    common = dict(dataset=str(folder), negatives="3", positive_threshold=None, percent=5, k=3, lam=2e-4)
+    a = negatives(out=str(tmp_path / "mem"), in_memory=True, **common)
+    b = negatives(out=str(tmp_path / "dask"), workers=2, **common)
+    assert a["sampled_by"] == b["sampled_by"] == "tasks" and a["solver"] == "alternating"
+    assert a["grad_norm"] <= 1e-4 * a["lam"] and a["positives"] == len(d)
+    fa, fb = (pq.read_table(only_run(tmp_path / o, "negatives") / "flagged.parquet") for o in ("mem", "dask"))
+    assert fa.num_rows == math.ceil(0.05 * a["negatives_total"]) and fa.select(["user", "item"]).equals(fb.select(["user", "item"]))
+    np.testing.assert_allclose(fa["score"].to_numpy(), fb["score"].to_numpy(), rtol=1e-9)
+    cleaned = pq.read_table(only_run(tmp_path / "dask", "negatives") / "cleaned-negatives.parquet")
+    f = set(zip(fb["user"].to_pylist(), fb["item"].to_pylist()))
+    c = set(zip(cleaned["user"].to_pylist(), cleaned["item"].to_pylist()))
+    every = {(f"u{u:03d}", f"i{i:03d}") for u, i in zip(d.user, d.item)}
+    assert not f & c and not (f | c) & every and len(f) + len(c) == a["negatives_total"] == cleaned.num_rows + len(f)
+    deg = d.user_degree()
+    assert a["negatives_total"] == int(np.minimum(3 * deg, d.n_items - deg).sum())

@@ -318,3 +318,19 @@ def test_weighted_ridge_solve_is_weighted_least_squares():
             F = V[cols[indptr[r]:indptr[r + 1]]] * sw[indptr[r]:indptr[r + 1], None]
             want = np.linalg.solve(F.T @ F + 0.7 * np.eye(6), F.T @ y[indptr[r]:indptr[r + 1]])
             np.testing.assert_allclose(X[r], want, rtol=1e-9, atol=1e-12)
+
+
+def test_representer_sums_over_parts_equal_the_sums_over_positives(tmp_path):
+    """S^V and S^U from the training table's parts (its y = 1 rows) give the same scoring rule as P's."""
+    from dxplain.io.partitions import write_partitions
+    from dxplain.mapper import LocalMapper
+
+    table, terms, U, V = _sampled()
+    P = positive_pairs(table, 0.5)
+    model = ImplicitModel(U, V, lam=0.01, n_train=len(table), neg_weight=W, negatives="sampled", grad_norm=np.nan)
+    parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 4)
+    want = N.negative_score("representer", model, terms, P)
+    got = N.negative_score("representer", model, None, None, positive_sums=N.positive_sums_in_parts(parts, LocalMapper()))
+    nu, ni = terms.negatives()
+    np.testing.assert_allclose(got.pairs(nu, ni), want.pairs(nu, ni), rtol=1e-12)
+    assert len(parts.item_cuts) > 2 and len(parts.user_cuts) > 2

@@ -60,9 +60,13 @@ def check_all_unobserved(n_users: int, n_items: int, limit: int | None = None) -
 FIA_CHUNK = 1024  # positives per batched 2k×2k solve: (1024, 64, 64) float64 = 32 MB
 
 
-def negative_score(method: str, model: ImplicitModel, terms: DenseTerms | SparseTerms, P: Interactions,
-                   seed: int = 0) -> NegativeScore:
-    """The scoring rule of ``method`` for this model; positives P are the model's training positives."""
+def negative_score(method: str, model: ImplicitModel, terms: DenseTerms | SparseTerms | None, P: Interactions | None,
+                   seed: int = 0, positive_sums=None) -> NegativeScore:
+    """The scoring rule of ``method`` for this model; positives P are the model's training positives.
+
+    ``positive_sums(Ut, Vt) -> (S^V, S^U)`` computes the representer's sums over the positives elsewhere
+    (``positive_sums_in_parts``: where a training table's parts are), in place of P; FIA needs P and terms.
+    """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     U, V, w, n = model.U, model.V, model.neg_weight, model.n_train
@@ -70,13 +74,17 @@ def negative_score(method: str, model: ImplicitModel, terms: DenseTerms | Sparse
         return NegativeScore("random", U, V, seed=seed)
     if method == "loss":
         return NegativeScore("loss", U, V, w=w)
-    ones = np.ones(len(P))
     if method == "representer":
         T_U, T_V = balance_transforms(U, V)
         Ut, Vt = U @ T_U, V @ T_V
-        SV = P.by_user(ones) @ Vt  # S^V_i = Σ_{j':(i,j')∈P} Ṽ_j'
-        SU = P.by_item(ones) @ Ut  # S^U_j = Σ_{i':(i',j)∈P} Ũ_i'
+        if positive_sums is None:
+            ones = np.ones(len(P))
+            SV = P.by_user(ones) @ Vt  # S^V_i = Σ_{j':(i,j')∈P} Ṽ_j'
+            SU = P.by_item(ones) @ Ut  # S^U_j = Σ_{i':(i',j)∈P} Ũ_i'
+        else:
+            SV, SU = positive_sums(Ut, Vt)
         return NegativeScore("aggregate", Ut, Vt, np.hstack([Ut, SV]), np.hstack([SU, Vt]), coef=-w / (model.lam * n))
+    ones = np.ones(len(P))
     xU, xV = fia_directions(model, terms, P)
     XU = _per_positive_sum(P, xU, "user")
     XV = _per_positive_sum(P, xV, "item")
@@ -238,6 +246,32 @@ def select_lowest(score: NegativeScore, terms: DenseTerms | SparseTerms, percent
         return keep.result()
 
     return lowest(scan_shards, score, terms, K, step)
+
+
+def _positive_sum_part(parts, side: str, p: int, F) -> np.ndarray:
+    """Σ of F's rows over the positives (y = 1) of each row in part p of ``side``: users' S^V (F = Ṽ) from a
+    by-user part, items' S^U (F = Ũ) from a by-item part."""
+    d = parts.read_part(side, p).data
+    lo, hi = (int(parts.user_cuts[p]), int(parts.user_cuts[p + 1])) if side == "user" else parts.item_range(p)
+    pos = d.rating > 0
+    rows, cols = (d.user, d.item) if side == "user" else (d.item, d.user)
+    M = sp.csr_array((np.ones(int(pos.sum())), (rows[pos] - lo, cols[pos])), shape=(hi - lo, len(F)))
+    return M @ F
+
+
+def positive_sums_in_parts(parts, mapper: Mapper):
+    """``negative_score``'s ``positive_sums`` for a BCE training table in parts: S^V by the by-user parts,
+    S^U by the by-item parts, stacked here (users × k and items × k, as the model)."""
+
+    def sums(Ut, Vt):
+        Ut_h, Vt_h = mapper.put(Ut), mapper.put(Vt)
+        tasks = [(parts, side, p, Vt_h if side == "user" else Ut_h)
+                 for side, cuts in (("user", parts.user_cuts), ("item", parts.item_cuts)) for p in range(len(cuts) - 1)]
+        out = mapper.map(_positive_sum_part, tasks, name="neg-positive-sums")
+        n_user_parts = len(parts.user_cuts) - 1
+        return np.vstack(out[:n_user_parts]), np.vstack(out[n_user_parts:])
+
+    return sums
 
 
 def part_negatives(parts, p: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,11 +21,12 @@ from ..datasets import resolve_dataset
 from ..datasets.registry import resolve_prepared
 from ..errors import DxplainError
 from ..io import model_store, partitions, runs
+from ..io.atomic import Location, join
 from ..io.interactions import read_catalogue
 from ..io.spill import SpillList
 from ..mapper import LocalMapper, Mapper, peak_rss_mib
 from ..models.base import FactorModel
-from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives
+from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_in_parts, sample_negatives
 from ..models.implicit_mf import training_table as implicit_table
 from ..models.mf import ALSMF, MIN_TARGET_COS, PartHalfSteps, default_lam
 
@@ -94,16 +95,17 @@ class Training:
     name: str
     data: object  # Interactions | TableSummary
     implicit: bool
-    source: Path | None = None
+    source: Location | None = None  # the prepared dataset folder (or sampled D) holding interactions.parquet
 
 
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=transient, cache_policy=NO_CACHE)
 def load_training(dataset: str, settings: Settings, mapper: Mapper, implicit: bool, neg_samples: int,
                   seed: int) -> Training:
-    """A prepared dataset with explicit ratings is scanned by tasks (``partitions.scan_source``): this
-    process keeps ids, degrees and rating statistics, O(users + items). Otherwise (a bare file, a URL,
-    implicit feedback, which samples negatives against the whole table) it is loaded whole."""
-    folder = None if implicit else resolve_prepared(dataset, settings)
+    """A prepared dataset is scanned by tasks (``partitions.scan_source``): this process keeps ids, degrees
+    and rating statistics, O(users + items). Implicit feedback from it (``implicit``, or a single rating
+    value) is partitioned as positives and its negatives sampled by tasks (``sampled_training``). A bare
+    file or a URL is loaded whole."""
+    folder = resolve_prepared(dataset, settings)
     if folder is not None:
         users, items = read_catalogue(folder)
         t = time.perf_counter()
@@ -111,12 +113,29 @@ def load_training(dataset: str, settings: Settings, mapper: Mapper, implicit: bo
                                          users.column("id").combine_chunks(), items.column("id").combine_chunks())
         get_run_logger().info("dataset %s: %d interactions, %d users, %d items (scanned by tasks in %.1fs)",
                               folder.name, len(summary), summary.n_users, summary.n_items, time.perf_counter() - t)
-        if not looks_implicit(summary):
-            return Training(folder.name, summary, False, folder)
-        get_run_logger().info("a single rating value: implicit feedback, which needs the whole table; loading it")
+        positives = Training(folder.name, summary, False, folder)
+        detected = looks_implicit(summary)
+        if not (implicit or detected):
+            return positives
+        get_run_logger().info("implicit feedback (%s): every interaction a positive, %d sampled negatives per "
+                              "positive", "a single rating value" if detected else "--implicit", neg_samples)
+        return sampled_training(positives, settings.out, mapper, neg_samples, seed)
     ds = load_data.fn(dataset, settings)
     data, implicit = training_table.fn(ds, implicit, neg_samples, seed)
     return Training(ds.name, data, implicit)
+
+
+def sampled_training(positives: Training, out: str, mapper: Mapper, per_positive: int, seed: int) -> Training:
+    """The BCE training table D = P ∪ N of a scanned dataset's interactions (all positives): P in parts,
+    then each by-user part's negatives sampled by a task that writes its rows of D
+    (``implicit_mf.sample_in_parts``); ``partition`` then parts D from those files. Nothing of D here."""
+    t = time.perf_counter()
+    P_parts = partition.fn(positives, out, mapper)
+    source = join(P_parts.root, f"sampled-m{per_positive}-s{seed}")
+    summary = sample_in_parts(mapper, P_parts, per_positive, seed, join(source, "interactions.parquet"))
+    get_run_logger().info("sampled %d negatives for %d positives in %d tasks (%.1fs)", len(summary) - len(positives.data),
+                          len(positives.data), len(P_parts.user_cuts) - 1, time.perf_counter() - t)
+    return Training(positives.name, summary, True, source)
 
 
 @task(cache_policy=NO_CACHE)
@@ -126,7 +145,8 @@ def partition(training: Training, out: str, mapper: Mapper):
     t = time.perf_counter()
     root = partitions.store_path(out, training.name, training.data)
     if training.source is not None:
-        parts = partitions.stream_partitions(mapper, training.source / "interactions.parquet", training.data, root)
+        parts = partitions.stream_partitions(mapper, join(training.source, "interactions.parquet"),
+                                             training.data, root)
     else:
         parts = partitions.write_partitions(root, training.data)
     get_run_logger().info("interactions in %d by-user and %d by-item parts at %s (%.1fs)", len(parts.user_cuts) - 1,

@@ -17,6 +17,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
+from ..datasets.registry import resolve_prepared
 from ..errors import InputError
 from ..explain import negatives as N
 from ..io import model_store
@@ -27,7 +28,7 @@ from ..models.base import FactorModel
 from ..models.implicit_mf import (DEFAULT_NEG_WEIGHT, ImplicitMF, ImplicitModel, dense_terms, positive_pairs,
                                   sample_negatives, sparse_terms, training_table)
 from ..params import Interval, OneOf, Satisfies, validate
-from .common import Training, load_data, open_mapper, partition, stage, train_implicit
+from .common import Training, load_data, load_training, open_mapper, partition, stage, train_implicit
 
 CONSTRAINTS = {
     "percent": Interval(float, 0, 100, open_low=True, example=1),
@@ -85,6 +86,43 @@ def flag_in_parts(method: str, m, terms, P, percent: float, seed: int, parts, ma
                                  cleaned)
 
 
+def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive: int, neg_weight: float, k: int,
+                          lam: float | None, seed: int, method: str, percent: float, tmp, seconds: dict,
+                          peaks: dict) -> dict:
+    """The sampled-negatives run with nothing whole in this process: the interactions scanned and parted
+    by tasks, each by-user part's negatives sampled and written by a task (``load_training``), D = P ∪ N
+    parted, trained over its parts, scored where its by-user parts are (the representer's sums over the
+    positives from the parts too), the cleaned set written by the parts into ``tmp``. Its summary, with
+    the flagged table under ``table``."""
+    logger = get_run_logger()
+    with stage(seconds, "load", peaks):  # with the sampling, by tasks
+        training = load_training(dataset, settings, mapper, True, per_positive, seed)
+    with stage(seconds, "partition", peaks):
+        parts = partition(training, settings.out, mapper)
+    D = training.data
+    n_pos = int(round(D.rating_mean() * len(D)))
+    path = model_store.model_path(settings.out, training.name, D.fingerprint(), **{"implicit-k": k},
+                                  lam="default" if lam is None else lam, w=neg_weight, s=seed)
+    with stage(seconds, "train", peaks):
+        if model_store.exists(path):
+            logger.info("reusing model %s (same training table and hyperparameters)", path)
+            m = ImplicitModel.from_stored(FactorModel.load(path, D))
+        else:
+            m = train_implicit(ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, seed=seed), D, mapper, parts)
+            m.save(path, D)
+            logger.info("trained implicit MF k=%d λ=%g on |P|=%d, |N|=%d over %d parts: ‖∇f‖=%.1e after %d sweeps "
+                        "+ %d Newton steps in %.1fs → %s", k, m.lam, n_pos, len(D) - n_pos, len(parts.user_cuts) - 1,
+                        m.grad_norm, m.info["sweeps"], m.info["newton_iters"], m.info["seconds"], path)
+    with stage(seconds, "flag", peaks):
+        score = N.negative_score(method, m, None, None, seed, positive_sums=N.positive_sums_in_parts(parts, mapper))
+        values, users, items = N.select_lowest_parts(score, parts, len(D) - n_pos, percent, mapper,
+                                                     tmp / "cleaned-negatives.parquet")
+    return {"dataset": dataset, "method": method, "percent": percent, "negatives": str(per_positive),
+            "neg_weight": neg_weight, "positives": n_pos, "negatives_total": len(D) - n_pos, "flagged": len(values),
+            "model": str(path), "grad_norm": m.grad_norm, "lam": m.lam, "solver": m.info.get("solver", "lbfgs"),
+            "sampled_by": "tasks", "table": N.flagged_table(values, users, items, D, method)}
+
+
 @flow(name="dxplain-negatives", log_prints=True)
 def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str = "representer",
               negatives: str = "all", neg_weight: float = DEFAULT_NEG_WEIGHT, positive_threshold: float | None = 4.0,
@@ -123,6 +161,19 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
     t0, seconds, peaks = time.perf_counter(), {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     logger = get_run_logger()
+    if (negatives.isdigit() and positive_threshold is None and method != "fia" and not retrain
+            and resolve_prepared(dataset, settings) is not None):
+        # Every interaction a positive, sampled negatives, a prepared dataset: nothing whole in this process.
+        with open_mapper(settings, in_memory) as mapper, staged_results(settings.out, "negatives") as (tmp, folder):
+            summary = flag_sampled_in_parts(dataset, settings, mapper, int(negatives), neg_weight, k, lam, seed,
+                                            method, percent, tmp, seconds, peaks)
+            summary.update(stage_seconds=seconds, peak_rss_mib=mapper.peak_rss_mib(),
+                           flow_peak_rss_mib_after_stage=peaks, seconds=round(time.perf_counter() - t0, 2))
+            finish_results(tmp, folder, {"flagged": summary.pop("table")}, summary)
+        summary["folder"] = str(folder)
+        logger.info("negatives done: %s flagged %d of %d negatives (%.3g%%) in %.1fs → %s", method,
+                    summary["flagged"], summary["negatives_total"], percent, summary["seconds"], folder)
+        return summary
     with stage(seconds, "load", peaks):
         ds = load_data(dataset, settings)
         P = positive_pairs(ds.interactions, positive_threshold)

@@ -322,10 +322,11 @@ def pairs_table(P: Interactions, u: np.ndarray, i: np.ndarray) -> pa.Table:
 
 
 def write_pairs_part(folder: Location, p: int, user_ids: pa.Array, item_ids: pa.Array, u: np.ndarray,
-                     i: np.ndarray) -> None:
-    """(user, item) pairs in original ids as ``<folder>/part-<p>.parquet``, one file of a Parquet dataset
-    (written whole, then moved into place)."""
-    table = pa.table({"user": user_ids.take(pa.array(u)), "item": item_ids.take(pa.array(i))})
+                     i: np.ndarray, rating: np.ndarray | None = None) -> None:
+    """(user, item) pairs in original ids (and their ``rating``, when given) as ``<folder>/part-<p>.parquet``,
+    one file of a Parquet dataset (written whole, then moved into place)."""
+    columns = {"user": user_ids.take(pa.array(u)), "item": item_ids.take(pa.array(i))}
+    table = pa.table(columns if rating is None else {**columns, "rating": np.asarray(rating, np.float64)})
     fs, path = filesystem(folder)
     fs.makedirs(path, exist_ok=True)
     with atomic_file(join(folder, f"part-{p:05d}.parquet")) as fh:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
-from ..interactions import Interactions
+from ..interactions import Interactions, RowStats, TableSummary
 from ..kernels.bce import DenseTerms, SparseTerms
 from ..kernels.newton import newton_pcg
 from ..progress import lbfgs_progress, newton_progress
@@ -104,9 +104,10 @@ def terms_of(table: Interactions, w: float) -> SparseTerms:
                                   table.user[~pos], table.item[~pos], w)
 
 
-def sample_negatives(P: Interactions, per_positive: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def sample_negatives(P: Interactions, per_positive: int, seed: int | list[int]) -> tuple[np.ndarray, np.ndarray]:
     """``per_positive`` uniform unobserved items per positive (distinct per user, at most every unobserved
-    item), deterministic for a seed; returned sorted by (user, item)."""
+    item), deterministic for a seed (an int, or ints as ``numpy.random.default_rng`` takes them); returned
+    sorted by (user, item)."""
     rng = np.random.default_rng(seed)
     n_items = P.n_items
     pos_key = P.user.astype(np.int64) * n_items + P.item
@@ -137,6 +138,36 @@ def sample_negatives(P: Interactions, per_positive: int, seed: int) -> tuple[np.
     draws = np.concatenate([draws, *chosen])
     keys = np.sort(draws)
     return keys // n_items, keys % n_items
+
+
+def sample_part(parts, p: int, per_positive: int, seed: int, folder) -> RowStats:
+    """By-user part p of the positives' parts with ``per_positive`` sampled negatives per positive
+    (``sample_negatives`` over the part's users, seeded by (seed, p): the same for the same partitioning),
+    written to ``folder`` as one file of a Parquet dataset in original ids, rating 1 on positives and 0
+    on negatives: the rows of the training table D this part's users have. Returns their ``RowStats``."""
+    from ..io.interactions import write_pairs_part
+
+    a, b = int(parts.user_cuts[p]), int(parts.user_cuts[p + 1])
+    d = parts.read_part("user", p).data
+    # The part's users as 0..b−a: the sampler's per-user arrays are the part's size, not the catalogue's.
+    local = Interactions.from_indices(d.user - a, d.item, d.rating, d.user_ids.slice(a, b - a), d.item_ids)
+    nu, ni = sample_negatives(local, per_positive, [seed, p])
+    u = np.concatenate([d.user.astype(np.int64), nu + a])
+    i = np.concatenate([d.item.astype(np.int64), ni])
+    y = np.concatenate([np.ones(len(d)), np.zeros(len(nu))])
+    write_pairs_part(folder, p, d.user_ids, d.item_ids, u, i, rating=y)
+    return RowStats.of(u, i, y, d.n_users, d.n_items)
+
+
+def sample_in_parts(mapper, parts, per_positive: int, seed: int, folder) -> TableSummary:
+    """The training table D = P ∪ N written by tasks, one file per by-user part of the positives' ``parts``
+    (``sample_part``), to the Parquet dataset ``folder``; its summary, summed as the tasks finish. The
+    flow's process holds O(users + items): the negatives are never here."""
+    stats = None
+    for _, s in mapper.imap(sample_part, [(parts, p, per_positive, seed, folder) for p in range(len(parts.user_cuts) - 1)],
+                            name="sample-negatives"):
+        stats = s if stats is None else stats + s
+    return TableSummary(parts.user_ids, parts.item_ids, stats)
 
 
 @dataclass
@@ -218,13 +249,13 @@ class ImplicitMF:
         Anderson history (or ``anderson_store``'s files: ``io.spill.SpillList``), never the table: the passes
         over D are tasks over the parts.
         """
-        n = len(table)
+        n = len(table)  # an Interactions or a TableSummary: y is 1 on positives, so Σ y = |P|
         lam = self.lam if self.lam is not None else DEFAULT_RIDGE / n
         trainer = ALSMF(k=self.k, lam=lam, tol=self.rtol * lam, max_sweeps=self.max_iter,
                         polish_iters=self.polish_iters, seed=self.seed, loss=BCERows(self.neg_weight),
                         anderson_store=anderson_store)
         m = trainer.fit(table, half_steps=half_steps)
-        n_pos = int(np.count_nonzero(table.rating > 0))
+        n_pos = int(round(table.rating_mean() * n))
         info = {**m.info, "solver": "alternating", "n_pos": n_pos, "n_neg": n - n_pos,
                 "neg_weight": self.neg_weight, "negatives": "sampled"}
         log.info("implicit MF (alternating) k=%d λ=%g w=%g |D|=%d: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, %.1fs",
