@@ -157,3 +157,23 @@ def test_fidelity_above_tol_is_said_and_strict_refuses_to_publish(tmp_path, pref
     assert main([*capped, "--out", str(tmp_path / "b"), "--strict"]) == 2
     assert "--strict refuses to publish it" in capsys.readouterr().err
     assert not (tmp_path / "b" / "LATEST").exists()
+
+
+def test_refresh_on_a_prepared_implicit_dataset_samples_and_trains_by_tasks(tmp_path, prefect_server):
+    """A prepared dataset of all-ones ratings: the negatives are drawn per by-user part by tasks and BCE MF
+    trains over the parts of D; the explanations still sum to the score."""
+    from dxplain.io.interactions import write_dataset
+
+    folder = tmp_path / "ones"
+    write_dataset(folder, interactions_table(implicit_data(50, 40, 0.2, seed=3)))
+    out = tmp_path / "out"
+    assert main(["refresh", "--dataset", str(folder), "--out", str(out), "--in-memory", "-k", "4",
+                 "--top-n", "3", "--top-k", "5"]) == 0
+    manifest = json.loads((out / "runs" / (out / "LATEST").read_text().strip() / "_meta" / "manifest.json").read_text())
+    s = manifest["summary"]
+    assert s["loss"] == "bce" and s["fidelity_ok"] and max(s["fidelity_max_rel_error"].values()) <= 1e-6
+    sampled = list((out / "partitions").glob("*/sampled-m4-s0/interactions.parquet/part-*.parquet"))
+    assert sampled  # D's rows as the sampling tasks wrote them
+    D = pa.concat_tables([pq.read_table(p) for p in sampled])
+    assert set(np.unique(D.column("rating").to_numpy())) == {0.0, 1.0}
+    assert D.num_rows == len(set(zip(D.column("user").to_pylist(), D.column("item").to_pylist())))

@@ -39,6 +39,7 @@ CONSTRAINTS = {
     "neg_weight": Interval(float, 0, open_low=True, example=0.05),
     "k": Interval(int, 1, example=32), "lam": Interval(float, 0, open_low=True), "seed": Interval(int, 0),
     "workers": Interval(int, 1, example=2), "shards": Interval(int, 1),
+    "max_sweeps": Interval(int, 1, example=30), "newton_steps": Interval(int, 0),
 }
 
 
@@ -51,11 +52,10 @@ def build_terms(P, negatives: str, neg_weight: float, seed: int, excluded=None) 
 
 
 @task(cache_policy=NO_CACHE)
-def train(terms, P, k: int, lam: float | None, seed: int, path, mapper=None, parted=None):
+def train(trainer: ImplicitMF, terms, P, path, mapper=None, parted=None):
     """BCE MF on the terms: over ``parted`` = (training table, its parts) on the mapper when given (sampled
     negatives), else in this process (every unobserved pair, or a listed set)."""
     logger = get_run_logger()
-    trainer = ImplicitMF(k=k, lam=lam, seed=seed)
     if parted is None:
         m = trainer.fit(terms)
         steps = f"{m.info['lbfgs_iters']} L-BFGS"
@@ -63,10 +63,18 @@ def train(terms, P, k: int, lam: float | None, seed: int, path, mapper=None, par
         m = train_implicit(trainer, parted[0], mapper, parted[1])
         steps = f"{m.info['sweeps']} alternating sweeps"
     m.save(path, P)
+    warn_if_capped(trainer, m)
     logger.info("trained implicit MF k=%d λ=%g on |P|=%d, |N|=%d: ‖∇f‖=%.1e after %s + %d Newton steps "
-                "in %.1fs → %s", k, m.lam, terms.n_pos, terms.n_neg, m.grad_norm, steps,
+                "in %.1fs → %s", trainer.k, m.lam, terms.n_pos, terms.n_neg, m.grad_norm, steps,
                 m.info["newton_iters"], m.info["seconds"], path)
     return m
+
+
+def warn_if_capped(trainer: ImplicitMF, m) -> None:
+    if m.grad_norm > trainer.rtol * m.lam:
+        get_run_logger().warning("training stopped at ‖∇f‖=%.1e, above its stop %.1e (rtol·λ), on its budget "
+                                 "(--max-sweeps, --newton-steps): the scores use a model short of stationary",
+                                 m.grad_norm, trainer.rtol * m.lam)
 
 
 def parted_table(name: str, P, terms: SparseTerms, out: str, mapper):
@@ -86,9 +94,8 @@ def flag_in_parts(method: str, m, terms, P, percent: float, seed: int, parts, ma
                                  cleaned)
 
 
-def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive: int, neg_weight: float, k: int,
-                          lam: float | None, seed: int, method: str, percent: float, tmp, seconds: dict,
-                          peaks: dict) -> dict:
+def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive: int, trainer: ImplicitMF,
+                          tags: dict, method: str, percent: float, tmp, seconds: dict, peaks: dict) -> dict:
     """The sampled-negatives run with nothing whole in this process: the interactions scanned and parted
     by tasks, each by-user part's negatives sampled and written by a task (``load_training``), D = P ∪ N
     parted, trained over its parts, scored where its by-user parts are (the representer's sums over the
@@ -96,31 +103,33 @@ def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive
     the flagged table under ``table``."""
     logger = get_run_logger()
     with stage(seconds, "load", peaks):  # with the sampling, by tasks
-        training = load_training(dataset, settings, mapper, True, per_positive, seed)
+        training = load_training(dataset, settings, mapper, True, per_positive, trainer.seed)
     with stage(seconds, "partition", peaks):
         parts = partition(training, settings.out, mapper)
     D = training.data
     n_pos = int(round(D.rating_mean() * len(D)))
-    path = model_store.model_path(settings.out, training.name, D.fingerprint(), **{"implicit-k": k},
-                                  lam="default" if lam is None else lam, w=neg_weight, s=seed)
+    path = model_store.model_path(settings.out, training.name, D.fingerprint(), **tags, s=trainer.seed)
     with stage(seconds, "train", peaks):
         if model_store.exists(path):
             logger.info("reusing model %s (same training table and hyperparameters)", path)
             m = ImplicitModel.from_stored(FactorModel.load(path, D))
         else:
-            m = train_implicit(ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, seed=seed), D, mapper, parts)
+            m = train_implicit(trainer, D, mapper, parts)
             m.save(path, D)
+            warn_if_capped(trainer, m)
             logger.info("trained implicit MF k=%d λ=%g on |P|=%d, |N|=%d over %d parts: ‖∇f‖=%.1e after %d sweeps "
-                        "+ %d Newton steps in %.1fs → %s", k, m.lam, n_pos, len(D) - n_pos, len(parts.user_cuts) - 1,
+                        "+ %d Newton steps in %.1fs → %s", trainer.k, m.lam, n_pos, len(D) - n_pos, len(parts.user_cuts) - 1,
                         m.grad_norm, m.info["sweeps"], m.info["newton_iters"], m.info["seconds"], path)
     with stage(seconds, "flag", peaks):
-        score = N.negative_score(method, m, None, None, seed, positive_sums=N.positive_sums_in_parts(parts, mapper))
+        score = N.negative_score(method, m, None, None, trainer.seed, positive_sums=N.positive_sums_in_parts(parts, mapper))
         values, users, items = N.select_lowest_parts(score, parts, len(D) - n_pos, percent, mapper,
                                                      tmp / "cleaned-negatives.parquet")
     return {"dataset": dataset, "method": method, "percent": percent, "negatives": str(per_positive),
-            "neg_weight": neg_weight, "positives": n_pos, "negatives_total": len(D) - n_pos, "flagged": len(values),
+            "neg_weight": trainer.neg_weight, "positives": n_pos, "negatives_total": len(D) - n_pos, "flagged": len(values),
             "model": str(path), "grad_norm": m.grad_norm, "lam": m.lam, "solver": m.info.get("solver", "lbfgs"),
-            "sampled_by": "tasks", "table": N.flagged_table(values, users, items, D, method)}
+            "converged": bool(m.grad_norm <= trainer.rtol * m.lam), "sweeps": m.info.get("sweeps"),
+            "newton_iters": m.info.get("newton_iters"), "users": D.n_users,
+            "items": D.n_items, "sampled_by": "tasks", "table": N.flagged_table(values, users, items, D, method)}
 
 
 @flow(name="dxplain-negatives", log_prints=True)
@@ -128,7 +137,8 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
               negatives: str = "all", neg_weight: float = DEFAULT_NEG_WEIGHT, positive_threshold: float | None = 4.0,
               k: int = 32, lam: float | None = None, seed: int = 0, out: str | None = None,
               scheduler: str | None = None, workers: int | None = None, shards: int | None = None,
-              retrain: bool = False, in_memory: bool = False) -> dict:
+              retrain: bool = False, in_memory: bool = False, max_sweeps: int | None = None,
+              newton_steps: int | None = None) -> dict:
     """Flag the p% negatives most likely to be false negatives; write them (and a cleaned set); retrain if asked.
 
     Parameters
@@ -154,6 +164,11 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
         Seed of the initialisation and of sampled negatives.
     retrain : bool
         Retrain without the flagged negatives and store it.
+    max_sweeps : int
+        Cap training: alternating sweeps over the parts (sampled negatives), or L-BFGS iterations (default
+        500); the summary's grad_norm says how far from stationary the model stopped.
+    newton_steps : int
+        Cap the Newton polish after them (default 100).
     out, scheduler, workers, shards, in_memory
         Where results go and where the work runs (``dxplain.cli.common.run_options``).
     """
@@ -161,12 +176,17 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
     t0, seconds, peaks = time.perf_counter(), {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     logger = get_run_logger()
+    budget = {name: v for name, v in (("max_iter", max_sweeps), ("polish_iters", newton_steps)) if v is not None}
+    trainer = ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, seed=seed, **budget)
+    # A capped model is stored under its own name, never reused as an uncapped one.
+    tags = {"implicit-k": k, "lam": "default" if lam is None else lam, "w": neg_weight, "sweeps": max_sweeps,
+            "newton": newton_steps}
     if (negatives.isdigit() and positive_threshold is None and method != "fia" and not retrain
             and resolve_prepared(dataset, settings) is not None):
         # Every interaction a positive, sampled negatives, a prepared dataset: nothing whole in this process.
         with open_mapper(settings, in_memory) as mapper, staged_results(settings.out, "negatives") as (tmp, folder):
-            summary = flag_sampled_in_parts(dataset, settings, mapper, int(negatives), neg_weight, k, lam, seed,
-                                            method, percent, tmp, seconds, peaks)
+            summary = flag_sampled_in_parts(dataset, settings, mapper, int(negatives), trainer, tags, method, percent,
+                                            tmp, seconds, peaks)
             summary.update(stage_seconds=seconds, peak_rss_mib=mapper.peak_rss_mib(),
                            flow_peak_rss_mib_after_stage=peaks, seconds=round(time.perf_counter() - t0, 2))
             finish_results(tmp, folder, {"flagged": summary.pop("table")}, summary)
@@ -185,7 +205,6 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
     with stage(seconds, "sample", peaks):
         terms = build_terms(P, negatives, neg_weight, seed)
     reusable = negatives == "all" or negatives.isdigit()  # a supplied file may change under the same name
-    tags = {"implicit-k": k, "lam": "default" if lam is None else lam, "w": neg_weight}
     base_path = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
                                        n=negatives if reusable else "file", s=seed)
     sampled = negatives.isdigit()
@@ -198,7 +217,7 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
                 logger.info("reusing model %s (same positives, negatives and hyperparameters)", base_path)
                 m = ImplicitModel.from_stored(FactorModel.load(base_path, P))
             else:
-                m = train(terms, P, k, lam, seed, base_path, mapper, parted)
+                m = train(trainer, terms, P, base_path, mapper, parted)
         with stage(seconds, "flag", peaks):
             if sampled:
                 values, users, items = flag_in_parts(method, m, terms, P, percent, seed, parted[1], mapper,
@@ -210,7 +229,7 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
         summary = {"dataset": dataset, "method": method, "percent": percent, "negatives": negatives,
                    "neg_weight": neg_weight, "positives": len(P), "negatives_total": terms.n_neg,
                    "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam,
-                   "solver": m.info.get("solver", "lbfgs")}
+                   "solver": m.info.get("solver", "lbfgs"), "converged": bool(m.grad_norm <= trainer.rtol * m.lam)}
         tables = {"flagged": flagged}
         if isinstance(terms, SparseTerms) and not sampled:  # a listed set; all-unobserved: "all but flagged"
             tables["cleaned-negatives"] = pairs_table(P, *sparse_terms(P, *terms.negatives(), neg_weight,
@@ -220,7 +239,7 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
                 terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
                 path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
                                                cleaned=f"-{method}-p{percent:g}", s=seed)
-                m2 = train(terms2, P, k, lam, seed, path2, mapper,
+                m2 = train(trainer, terms2, P, path2, mapper,
                            parted_table(ds.name, P, terms2, settings.out, mapper) if sampled else None)
             summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm,
                                     "negatives": terms2.n_neg}
