@@ -150,7 +150,7 @@ def check_negatives(folder: Path, summary: dict, other: dict, n: int = 1000, see
     a = pq.read_table(Path(summary["folder"]) / "flagged.parquet")
     b = pq.read_table(Path(other["folder"]) / "flagged.parquet")
     P = resolve_dataset(str(folder)).interactions
-    model = ImplicitModel.from_stored(FactorModel.load(summary["model"], P))
+    model = ImplicitModel.from_stored(FactorModel.load(summary["model"]))  # fitted on D, whose ids are P's
     score = negative_score("representer", model, None, P)
     pairs = pq.read_table(Path(summary["folder"]) / "cleaned-negatives.parquet", columns=["user", "item"])
     pick = np.sort(np.random.default_rng(seed).choice(pairs.num_rows, n, replace=False))
