@@ -10,7 +10,6 @@ import contextlib
 import time
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Iterator
 
 from prefect import get_run_logger, task

@@ -95,12 +95,12 @@ def flag_in_parts(method: str, m, terms, P, percent: float, seed: int, parts, ma
 
 
 def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive: int, trainer: ImplicitMF,
-                          tags: dict, method: str, percent: float, tmp, seconds: dict, peaks: dict) -> dict:
+                          tags: dict, method: str, percent: float, tmp, seconds: dict, peaks: dict) -> tuple[dict, dict]:
     """The sampled-negatives run with nothing whole in this process: the interactions scanned and parted
     by tasks, each by-user part's negatives sampled and written by a task (``load_training``), D = P ∪ N
     parted, trained over its parts, scored where its by-user parts are (the representer's sums over the
-    positives from the parts too), the cleaned set written by the parts into ``tmp``. Its summary, with
-    the flagged table under ``table``."""
+    positives from the parts too), the cleaned set written by the parts into ``tmp``. Its summary and the
+    tables to write."""
     logger = get_run_logger()
     with stage(seconds, "load", peaks):  # with the sampling, by tasks
         training = load_training(dataset, settings, mapper, True, per_positive, trainer.seed)
@@ -124,12 +124,77 @@ def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive
         score = N.negative_score(method, m, None, None, trainer.seed, positive_sums=N.positive_sums_in_parts(parts, mapper))
         values, users, items = N.select_lowest_parts(score, parts, len(D) - n_pos, percent, mapper,
                                                      tmp / "cleaned-negatives.parquet")
-    return {"dataset": dataset, "method": method, "percent": percent, "negatives": str(per_positive),
+    return {"method": method, "percent": percent, "negatives": str(per_positive),
             "neg_weight": trainer.neg_weight, "positives": n_pos, "negatives_total": len(D) - n_pos, "flagged": len(values),
             "model": str(path), "grad_norm": m.grad_norm, "lam": m.lam, "solver": m.info.get("solver", "lbfgs"),
             "converged": bool(m.grad_norm <= trainer.rtol * m.lam), "sweeps": m.info.get("sweeps"),
             "newton_iters": m.info.get("newton_iters"), "users": D.n_users,
-            "items": D.n_items, "sampled_by": "tasks", "table": N.flagged_table(values, users, items, D, method)}
+            "items": D.n_items, "sampled_by": "tasks"}, {"flagged": N.flagged_table(values, users, items, D, method)}
+
+
+def load_whole(dataset: str, settings: Settings, positive_threshold: float | None, negatives: str, neg_weight: float,
+               seed: int, seconds: dict, peaks: dict) -> tuple:
+    """(dataset, positives P, training terms) loaded and built in this process; bad input fails here."""
+    with stage(seconds, "load", peaks):
+        ds = load_data(dataset, settings)
+        P = positive_pairs(ds.interactions, positive_threshold)
+    if len(P) == 0:
+        raise InputError(f"no interaction has rating ≥ {positive_threshold}; lower --positive-threshold "
+                         "or pass --positive-threshold none to treat every interaction as a positive")
+    if negatives == "all":
+        N.check_all_unobserved(P.n_users, P.n_items)
+    with stage(seconds, "sample", peaks):
+        terms = build_terms(P, negatives, neg_weight, seed)
+    return ds, P, terms
+
+
+def flag_whole(whole: tuple, settings: Settings, mapper, negatives: str, trainer: ImplicitMF, tags: dict,
+               method: str, percent: float, shards: int | None, retrain: bool, tmp, seconds: dict,
+               peaks: dict) -> tuple[dict, dict]:
+    """The run on a table held here: trained here (every unobserved pair, a list) or over the parts of
+    D = P ∪ N (sampled), scored over user shards or where D's by-user parts are; retrained if asked.
+    Its summary and the tables to write."""
+    logger = get_run_logger()
+    ds, P, terms = whole
+    seed, neg_weight = trainer.seed, trainer.neg_weight
+    reusable = negatives == "all" or negatives.isdigit()  # a supplied file may change under the same name
+    base_path = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
+                                       n=negatives if reusable else "file", s=seed)
+    sampled = negatives.isdigit()
+    with stage(seconds, "partition", peaks):
+        # Sampled negatives: trained, scored and cleaned where the training table's parts are.
+        parted = parted_table(ds.name, P, terms, settings.out, mapper) if sampled else None
+    with stage(seconds, "train", peaks):
+        if reusable and model_store.exists(base_path):
+            logger.info("reusing model %s (same positives, negatives and hyperparameters)", base_path)
+            m = ImplicitModel.from_stored(FactorModel.load(base_path, P))
+        else:
+            m = train(trainer, terms, P, base_path, mapper, parted)
+    with stage(seconds, "flag", peaks):
+        if sampled:
+            values, users, items = flag_in_parts(method, m, terms, P, percent, seed, parted[1], mapper,
+                                                 tmp / "cleaned-negatives.parquet")
+        else:
+            values, users, items = flag_negatives(method, m, terms, P, percent, seed,
+                                                  shards or 4 * settings.workers, mapper)
+    summary = {"method": method, "percent": percent, "negatives": negatives,
+               "neg_weight": neg_weight, "positives": len(P), "negatives_total": terms.n_neg,
+               "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam,
+               "solver": m.info.get("solver", "lbfgs"), "converged": bool(m.grad_norm <= trainer.rtol * m.lam)}
+    tables = {"flagged": N.flagged_table(values, users, items, P, method)}
+    if isinstance(terms, SparseTerms) and not sampled:  # a listed set; all-unobserved: "all but flagged"
+        tables["cleaned-negatives"] = pairs_table(P, *sparse_terms(P, *terms.negatives(), neg_weight,
+                                                                    (users, items)).negatives())
+    if retrain:
+        with stage(seconds, "retrain", peaks):
+            terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
+            path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
+                                           cleaned=f"-{method}-p{percent:g}", s=seed)
+            m2 = train(trainer, terms2, P, path2, mapper,
+                       parted_table(ds.name, P, terms2, settings.out, mapper) if sampled else None)
+        summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm,
+                                "negatives": terms2.n_neg}
+    return summary, tables
 
 
 @flow(name="dxplain-negatives", log_prints=True)
@@ -181,72 +246,23 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
     # A capped model is stored under its own name, never reused as an uncapped one.
     tags = {"implicit-k": k, "lam": "default" if lam is None else lam, "w": neg_weight, "sweeps": max_sweeps,
             "newton": newton_steps}
-    if (negatives.isdigit() and positive_threshold is None and method != "fia" and not retrain
-            and resolve_prepared(dataset, settings) is not None):
-        # Every interaction a positive, sampled negatives, a prepared dataset: nothing whole in this process.
-        with open_mapper(settings, in_memory) as mapper, staged_results(settings.out, "negatives") as (tmp, folder):
-            summary = flag_sampled_in_parts(dataset, settings, mapper, int(negatives), trainer, tags, method, percent,
-                                            tmp, seconds, peaks)
-            summary.update(stage_seconds=seconds, peak_rss_mib=mapper.peak_rss_mib(),
-                           flow_peak_rss_mib_after_stage=peaks, seconds=round(time.perf_counter() - t0, 2))
-            finish_results(tmp, folder, {"flagged": summary.pop("table")}, summary)
-        summary["folder"] = str(folder)
-        logger.info("negatives done: %s flagged %d of %d negatives (%.3g%%) in %.1fs → %s", method,
-                    summary["flagged"], summary["negatives_total"], percent, summary["seconds"], folder)
-        return summary
-    with stage(seconds, "load", peaks):
-        ds = load_data(dataset, settings)
-        P = positive_pairs(ds.interactions, positive_threshold)
-    if len(P) == 0:
-        raise InputError(f"no interaction has rating ≥ {positive_threshold}; lower --positive-threshold "
-                         "or pass --positive-threshold none to treat every interaction as a positive")
-    if negatives == "all":
-        N.check_all_unobserved(P.n_users, P.n_items)
-    with stage(seconds, "sample", peaks):
-        terms = build_terms(P, negatives, neg_weight, seed)
-    reusable = negatives == "all" or negatives.isdigit()  # a supplied file may change under the same name
-    base_path = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
-                                       n=negatives if reusable else "file", s=seed)
-    sampled = negatives.isdigit()
+    # Every interaction a positive, sampled negatives, a prepared dataset: nothing whole in this process.
+    in_parts = (negatives.isdigit() and positive_threshold is None and method != "fia" and not retrain
+                and resolve_prepared(dataset, settings) is not None)
+    # Otherwise the table is loaded here first, so that bad input fails before a cluster starts.
+    whole = None if in_parts else load_whole(dataset, settings, positive_threshold, negatives, neg_weight, seed,
+                                             seconds, peaks)
     with open_mapper(settings, in_memory) as mapper, staged_results(settings.out, "negatives") as (tmp, folder):
-        with stage(seconds, "partition", peaks):
-            # Sampled negatives: trained, scored and cleaned where the training table's parts are.
-            parted = parted_table(ds.name, P, terms, settings.out, mapper) if sampled else None
-        with stage(seconds, "train", peaks):
-            if reusable and model_store.exists(base_path):
-                logger.info("reusing model %s (same positives, negatives and hyperparameters)", base_path)
-                m = ImplicitModel.from_stored(FactorModel.load(base_path, P))
-            else:
-                m = train(trainer, terms, P, base_path, mapper, parted)
-        with stage(seconds, "flag", peaks):
-            if sampled:
-                values, users, items = flag_in_parts(method, m, terms, P, percent, seed, parted[1], mapper,
-                                                     tmp / "cleaned-negatives.parquet")
-            else:
-                values, users, items = flag_negatives(method, m, terms, P, percent, seed,
-                                                      shards or 4 * settings.workers, mapper)
-            flagged = N.flagged_table(values, users, items, P, method)
-        summary = {"dataset": dataset, "method": method, "percent": percent, "negatives": negatives,
-                   "neg_weight": neg_weight, "positives": len(P), "negatives_total": terms.n_neg,
-                   "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam,
-                   "solver": m.info.get("solver", "lbfgs"), "converged": bool(m.grad_norm <= trainer.rtol * m.lam)}
-        tables = {"flagged": flagged}
-        if isinstance(terms, SparseTerms) and not sampled:  # a listed set; all-unobserved: "all but flagged"
-            tables["cleaned-negatives"] = pairs_table(P, *sparse_terms(P, *terms.negatives(), neg_weight,
-                                                                        (users, items)).negatives())
-        if retrain:
-            with stage(seconds, "retrain", peaks):
-                terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
-                path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
-                                               cleaned=f"-{method}-p{percent:g}", s=seed)
-                m2 = train(trainer, terms2, P, path2, mapper,
-                           parted_table(ds.name, P, terms2, settings.out, mapper) if sampled else None)
-            summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm,
-                                    "negatives": terms2.n_neg}
-        summary.update(stage_seconds=seconds, peak_rss_mib=mapper.peak_rss_mib(), flow_peak_rss_mib_after_stage=peaks)
-        summary["seconds"] = round(time.perf_counter() - t0, 2)
+        if in_parts:
+            summary, tables = flag_sampled_in_parts(dataset, settings, mapper, int(negatives), trainer, tags, method,
+                                                    percent, tmp, seconds, peaks)
+        else:
+            summary, tables = flag_whole(whole, settings, mapper, negatives, trainer, tags, method, percent, shards,
+                                         retrain, tmp, seconds, peaks)
+        summary = {"dataset": dataset, **summary, "stage_seconds": seconds, "peak_rss_mib": mapper.peak_rss_mib(),
+                   "flow_peak_rss_mib_after_stage": peaks, "seconds": round(time.perf_counter() - t0, 2)}
         finish_results(tmp, folder, tables, summary)
     summary["folder"] = str(folder)
-    logger.info("negatives done: %s flagged %d of %d negatives (%.3g%%) in %.1fs → %s", method, len(values),
-                terms.n_neg, percent, summary["seconds"], folder)
+    logger.info("negatives done: %s flagged %d of %d negatives (%.3g%%) in %.1fs → %s", method, summary["flagged"],
+                summary["negatives_total"], percent, summary["seconds"], folder)
     return summary
