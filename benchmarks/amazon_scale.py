@@ -222,13 +222,12 @@ def run_negatives(a) -> None:
             run["check"] = check_negatives(folder, got, negatives(folder, out / "memory", a, in_memory=True))
         results["runs"][name] = run
         print(json.dumps({name: run}, indent=1), flush=True)
-        path.write_text(json.dumps(results, indent=1))
-    done = sorted(results["runs"].values(), key=lambda r: r["interactions"])
-    if len(done) > 1:
-        sizes = [r["interactions"] for r in done]
-        results["slopes"] = {stage: slope(sizes, [r["stage_seconds"][stage] for r in done])
-                             for stage in done[0]["stage_seconds"]}
-        print(json.dumps(results["slopes"]), flush=True)
+        done = sorted(results["runs"].values(), key=lambda r: r["interactions"])
+        if len(done) > 1:  # after every size: a later size that fails leaves the slopes measured so far
+            sizes = [r["interactions"] for r in done]
+            results["slopes"] = {stage: slope(sizes, [r["stage_seconds"][stage] for r in done])
+                                 for stage in done[0]["stage_seconds"]}
+            print(json.dumps(results["slopes"]), flush=True)
         path.write_text(json.dumps(results, indent=1))
 
 

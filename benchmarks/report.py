@@ -173,7 +173,7 @@ def sbq_scale_table() -> str:
 
 def amazon_sbq_table() -> str:
     r = json.loads((RESULTS / "amazon" / "sbq.json").read_text())
-    rows = ["| |D| | targets (distinct items) | train: 8 ALS sweeps | SBQ: load | SBQ: select, m = 100 | "
+    rows = ["| \\|D\\| | targets (distinct items) | train: 8 ALS sweeps | SBQ: load | SBQ: select, m = 100 | "
             "flow peak | worker peaks | whole-table check |",
             "|---|---|---|---|---|---|---|---|"]
     for run in sorted(r["runs"].values(), key=lambda x: x["interactions"]):
@@ -195,16 +195,17 @@ def amazon_sbq_table() -> str:
 def amazon_negatives_table() -> str:
     r = json.loads((RESULTS / "amazon" / "negatives.json").read_text())
     stages = ("load", "partition", "train", "flag")
-    rows = ["| |D| = |P| + |N| | users × items | " + " | ".join(stages) + " | sweeps | ‖∇f‖ / λ | flow peak | "
-            "worker peaks | in-memory run, closed form |",
-            "|---|---|" + "---|" * len(stages) + "---|---|---|---|---|"]
+    rows = ["| interactions = \\|P\\| | \\|D\\| = \\|P\\| + \\|N\\| | users × items | " + " | ".join(stages) +
+            " | sweeps | ‖∇f‖ / λ | flow peak | worker peaks | in-memory run, closed form |",
+            "|---|---|---|" + "---|" * len(stages) + "---|---|---|---|---|"]
     for run in sorted(r["runs"].values(), key=lambda x: x["interactions"]):
         workers = " / ".join(f"{v:,.0f}" for v in sorted(run["peak_rss_mib"]["workers"].values()))
         check = run.get("check")
         check = "—" if check is None else (
             f"{'same flagged set' if check['same_flagged'] else 'flagged sets differ'}, naive sum within "
             f"{check['closed_form_max_rel_diff']:.0e} on {check['closed_form_negatives']:,} negatives")
-        rows.append(f"| {run['positives'] + run['negatives_total']:,} | {run['users']:,} × {run['items']:,} | " +
+        rows.append(f"| {run['positives']:,} | {run['positives'] + run['negatives_total']:,} | "
+                    f"{run['users']:,} × {run['items']:,} | " +
                     " | ".join(f"{run['stage_seconds'][st]:.1f} s" for st in stages) +
                     f" | {run['sweeps']} | {run['grad_norm'] / run['lam']:.1e} | "
                     f"{run['peak_rss_mib']['flow']:,.0f} MiB | {workers} MiB | {check} |")

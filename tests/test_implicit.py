@@ -177,3 +177,7 @@ def test_refresh_on_a_prepared_implicit_dataset_samples_and_trains_by_tasks(tmp_
     D = pa.concat_tables([pq.read_table(p) for p in sampled])
     assert set(np.unique(D.column("rating").to_numpy())) == {0.0, 1.0}
     assert D.num_rows == len(set(zip(D.column("user").to_pylist(), D.column("item").to_pylist())))
+    # A training budget applies to BCE too: the capped model is stored under its own name.
+    assert main(["refresh", "--dataset", str(folder), "--out", str(out), "--in-memory", "-k", "4", "--top-n", "3",
+                 "--top-k", "5", "--max-sweeps", "2", "--newton-steps", "0"]) == 0
+    assert len(list((out / "models").glob("*bce-k4*sweeps2-newton0*"))) == 1 == len(list((out / "models").glob("*bce-k4*"))) - 1

@@ -190,7 +190,8 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
     a capped model is stored under its own name. ``fidelity_tol`` (the refresh's ``--tol``) trains until
     the gradient's bound on the identity's relative error is ≤ fidelity_tol·MIN_TARGET_COS
     (``ALSMF.identity_tol``); None trains to ‖∇f‖ ≤ ``ALSMF.tol``. Either is part of the model's name. Implicit data (``training_table``): BCE MF on the
-    positives and sampled negatives, to the stationarity the representer identity needs.
+    positives and sampled negatives over the parts, to the stationarity the representer identity needs or
+    within ``budget`` (sweeps and Newton steps again, a capped model under its own name).
     """
     logger = get_run_logger()
     if model:
@@ -200,7 +201,8 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
         return m, model
     budget = budget or {}
     if implicit:
-        path = model_store.model_path(out, name, data.fingerprint(), **{"bce-k": k}, lam=lam, w=neg_weight, s=seed)
+        path = model_store.model_path(out, name, data.fingerprint(), **{"bce-k": k}, lam=lam, w=neg_weight, s=seed,
+                                      sweeps=budget.get("max_sweeps"), newton=budget.get("polish_iters"))
     else:
         lam = lam if lam is not None else default_lam(len(data))
         identity_tol = None if fidelity_tol is None else fidelity_tol * MIN_TARGET_COS
@@ -211,11 +213,15 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
         m = FactorModel.load(path, data)
         return (ImplicitModel.from_stored(m) if implicit else m), str(path)
     if implicit:
-        m = train_implicit(ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed), data,
-                           mapper, parts)
+        caps = {"max_iter" if name == "max_sweeps" else name: v for name, v in budget.items()}  # ImplicitMF's names
+        m = train_implicit(ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed, **caps),
+                           data, mapper, parts)
         logger.info("trained BCE MF k=%d λ=%g w=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
                     k, m.lam, neg_weight, m.grad_norm, m.info["sweeps"], m.info["newton_iters"],
                     m.info["seconds"], path)
+        if m.grad_norm > IDENTITY_RTOL * m.lam:
+            logger.warning("training stopped at ‖∇f‖=%.1e, above its stop %.1e, on its budget %s: attributions "
+                           "will sum to the score only approximately", m.grad_norm, IDENTITY_RTOL * m.lam, budget)
     else:
         # The Anderson history in files: 0.6 GB at 50M (k = 64) that the flow's process does not hold.
         trainer = ALSMF(k=k, lam=lam, seed=seed, identity_tol=identity_tol, anderson_store=SpillList, **budget)
