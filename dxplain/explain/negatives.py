@@ -83,12 +83,12 @@ def negative_score(method: str, model: ImplicitModel, terms: DenseTerms | Sparse
             SU = P.by_item(ones) @ Ut  # S^U_j = Σ_{i':(i',j)∈P} Ũ_i'
         else:
             SV, SU = positive_sums(Ut, Vt)
-        return NegativeScore("aggregate", Ut, Vt, np.hstack([Ut, SV]), np.hstack([SU, Vt]), coef=-w / (model.lam * n))
+        return NegativeScore("aggregate", Ut, Vt, SV, SU, coef=-w / (model.lam * n))
     ones = np.ones(len(P))
     xU, xV = fia_directions(model, terms, P)
     XU = _per_positive_sum(P, xU, "user")
     XV = _per_positive_sum(P, xV, "item")
-    return NegativeScore("aggregate", U, V, np.hstack([U, XU]), np.hstack([XV, V]), coef=-w / n)
+    return NegativeScore("aggregate", U, V, XU, XV, coef=-w / n)
 
 
 def _per_positive_sum(P: Interactions, X: np.ndarray, by: str) -> np.ndarray:

@@ -6,7 +6,7 @@ Summing Definition 1 over every positive (i', j') ∈ P that shares the negative
     S^U_j = Σ_{i':(i',j)∈P} Ũ_{i'},   S^V_i = Σ_{j':(i,j')∈P} Ṽ_{j'},   α_ij = −w σ(s_ij)/(λ|D|)
 
 so after one pass of segment sums each negative costs O(k), and a block of users × the catalogue is
-two matrix products. FIA aggregates the same way with other row/column embeddings (explain/negatives.py),
+three matrix products. FIA aggregates the same way with other row/column embeddings (explain/negatives.py),
 so every method is "a coefficient of s_ij times ⟨R_i, Q_j⟩" — or a plain function of s_ij (loss), or
 seeded noise (random). The lowest p% over all unobserved pairs is kept by a streaming selection whose
 result does not depend on how the pairs were split into blocks or shards.
@@ -29,7 +29,9 @@ SCAN_ELEMENTS = 1 << 22
 class NegativeScore:
     """How one method scores a negative (i, j); lower = more likely a false negative.
 
-    kind ``aggregate``: coef · σ(⟨Us_i, Vs_j⟩) · ⟨R_i, Q_j⟩ (representer, FIA)
+    kind ``aggregate``: coef · σ(⟨Us_i, Vs_j⟩) · ⟨R_i, Q_j⟩ with R_i = [Us_i, A_i], Q_j = [B_j, Vs_j]
+                        (representer, FIA); R and Q are never formed: ⟨R_i, Q_j⟩ = ⟨Us_i, B_j⟩ + ⟨A_i, Vs_j⟩
+                        (users × k less to hold and send, 1 GB at 20M Amazon-like)
     kind ``loss``:      −w · softplus(⟨Us_i, Vs_j⟩) (the highest-loss negatives come first)
     kind ``random``:    uniform noise, seeded per user block
     """
@@ -37,8 +39,8 @@ class NegativeScore:
     kind: str
     Us: np.ndarray
     Vs: np.ndarray
-    R: np.ndarray | None = None
-    Q: np.ndarray | None = None
+    A: np.ndarray | None = None
+    B: np.ndarray | None = None
     coef: float = 1.0
     w: float = 1.0
     seed: int = 0
@@ -48,7 +50,7 @@ class NegativeScore:
         u, i = np.asarray(u, np.intp), np.asarray(i, np.intp)
         s = pair_scores(self.Us, self.Vs, u, i)
         if self.kind == "aggregate":
-            return self.coef * expit(s) * pair_scores(self.R, self.Q, u, i)
+            return self.coef * expit(s) * (pair_scores(self.Us, self.B, u, i) + pair_scores(self.A, self.Vs, u, i))
         if self.kind == "loss":
             return -self.w * np.logaddexp(0.0, s)
         return pair_uniform(u, i, self.seed)
@@ -63,7 +65,8 @@ class NegativeScore:
             np.logaddexp(np.float32(0.0), S, out=S)
             S *= np.float32(-self.w)
             return S
-        L = self.R[a:b].astype(np.float32) @ self.Q.astype(np.float32).T
+        L = Us @ self.B.astype(np.float32).T
+        L += self.A[a:b].astype(np.float32) @ Vs.T
         expit(S, out=S)
         S *= L
         S *= np.float32(self.coef)
