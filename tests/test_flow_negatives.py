@@ -138,6 +138,8 @@ def test_sampled_negatives_of_a_prepared_dataset_are_drawn_trained_and_scored_by
     fa, fb = (pq.read_table(only_run(tmp_path / o, "negatives") / "flagged.parquet") for o in ("mem", "dask"))
     assert fa.num_rows == math.ceil(0.05 * a["negatives_total"]) and fa.select(["user", "item"]).equals(fb.select(["user", "item"]))
     np.testing.assert_allclose(fa["score"].to_numpy(), fb["score"].to_numpy(), rtol=1e-9)
+    cleaned_parts = list((only_run(tmp_path / "dask", "negatives") / "cleaned-negatives.parquet").glob("part-*.parquet"))
+    assert len(cleaned_parts) > 2  # one file per by-user part of D: the run had several
     cleaned = pq.read_table(only_run(tmp_path / "dask", "negatives") / "cleaned-negatives.parquet")
     f = set(zip(fb["user"].to_pylist(), fb["item"].to_pylist()))
     c = set(zip(cleaned["user"].to_pylist(), cleaned["item"].to_pylist()))

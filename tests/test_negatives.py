@@ -334,3 +334,36 @@ def test_representer_sums_over_parts_equal_the_sums_over_positives(tmp_path):
     nu, ni = terms.negatives()
     np.testing.assert_allclose(got.pairs(nu, ni), want.pairs(nu, ni), rtol=1e-12)
     assert len(parts.item_cuts) > 2 and len(parts.user_cuts) > 2
+
+
+def test_negatives_sampled_per_part_are_unobserved_distinct_and_m_per_positive(tmp_path):
+    """``sample_in_parts`` over several by-user parts: each part's users get min(M·deg, items − deg)
+    distinct unobserved items, in the right ids; the summary is the written table's; the same seed draws
+    the same files again."""
+    import pyarrow.parquet as pq
+
+    from dxplain.interactions import RowStats
+    from dxplain.io.partitions import write_partitions
+    from dxplain.mapper import LocalMapper
+    from dxplain.models.implicit_mf import sample_in_parts
+
+    P = positive_pairs(random_interactions(50, 30, density=0.25, seed=5), None)
+    parts = write_partitions(str(tmp_path / "P"), P, rows_per_part=len(P) // 4)
+    assert len(parts.user_cuts) > 3
+    folder = tmp_path / "D" / "interactions.parquet"
+    summary = sample_in_parts(LocalMapper(), parts, 3, 7, str(folder))
+    D = pq.read_table(folder)
+    u = np.searchsorted(P.user_ids.to_numpy(zero_copy_only=False), D["user"].to_numpy(zero_copy_only=False))
+    i = np.searchsorted(P.item_ids.to_numpy(zero_copy_only=False), D["item"].to_numpy(zero_copy_only=False))
+    y = D["rating"].to_numpy()
+    assert len(np.unique(u.astype(np.int64) * P.n_items + i)) == len(D)  # no pair twice
+    pos = set(zip(P.user, P.item))
+    assert {(a, b) for a, b, c in zip(u, i, y) if c == 1} == pos
+    assert not {(a, b) for a, b, c in zip(u, i, y) if c == 0} & pos
+    deg = P.user_degree()
+    np.testing.assert_array_equal(np.bincount(u[y == 0], minlength=P.n_users), np.minimum(3 * deg, P.n_items - deg))
+    want = RowStats.of(u, i, y, P.n_users, P.n_items)
+    assert summary.fingerprint() == type(summary)(P.user_ids, P.item_ids, want).fingerprint() and len(summary) == len(D)
+    again = sample_in_parts(LocalMapper(), parts, 3, 7, str(folder))
+    assert again.fingerprint() == summary.fingerprint()
+    assert sample_in_parts(LocalMapper(), parts, 3, 8, str(folder)).fingerprint() != summary.fingerprint()

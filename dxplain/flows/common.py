@@ -173,6 +173,15 @@ def training_table(ds, implicit: bool, neg_samples: int, seed: int):
     return table, True
 
 
+def warn_if_capped(trainer: ImplicitMF, m: ImplicitModel) -> None:
+    """Say so when BCE training stopped on its budget (--max-sweeps, --newton-steps) short of rtol·λ."""
+    if m.grad_norm > trainer.rtol * m.lam:
+        get_run_logger().warning("training stopped at ‖∇f‖=%.1e, above its stop %.1e (rtol·λ), on its budget "
+                                 "(--max-sweeps, --newton-steps): the model is short of stationary, so scores and "
+                                 "attributions follow the representer identity only approximately",
+                                 m.grad_norm, trainer.rtol * m.lam)
+
+
 def train_implicit(trainer: ImplicitMF, table, mapper: Mapper, parts) -> ImplicitModel:
     """BCE MF on a training table (positives and sampled negatives) by alternating half-steps over its
     parts, on the workers: the flow's process holds the factors, not the terms."""
@@ -213,15 +222,13 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
         m = FactorModel.load(path, data)
         return (ImplicitModel.from_stored(m) if implicit else m), str(path)
     if implicit:
-        caps = {"max_iter" if name == "max_sweeps" else name: v for name, v in budget.items()}  # ImplicitMF's names
-        m = train_implicit(ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed, **caps),
-                           data, mapper, parts)
+        caps = {"max_iter" if key == "max_sweeps" else key: v for key, v in budget.items()}  # ImplicitMF's names
+        trainer = ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed, **caps)
+        m = train_implicit(trainer, data, mapper, parts)
         logger.info("trained BCE MF k=%d λ=%g w=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
                     k, m.lam, neg_weight, m.grad_norm, m.info["sweeps"], m.info["newton_iters"],
                     m.info["seconds"], path)
-        if m.grad_norm > IDENTITY_RTOL * m.lam:
-            logger.warning("training stopped at ‖∇f‖=%.1e, above its stop %.1e, on its budget %s: attributions "
-                           "will sum to the score only approximately", m.grad_norm, IDENTITY_RTOL * m.lam, budget)
+        warn_if_capped(trainer, m)
     else:
         # The Anderson history in files: 0.6 GB at 50M (k = 64) that the flow's process does not hold.
         trainer = ALSMF(k=k, lam=lam, seed=seed, identity_tol=identity_tol, anderson_store=SpillList, **budget)

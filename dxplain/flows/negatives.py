@@ -28,7 +28,8 @@ from ..models.base import FactorModel
 from ..models.implicit_mf import (DEFAULT_NEG_WEIGHT, ImplicitMF, ImplicitModel, dense_terms, positive_pairs,
                                   sample_negatives, sparse_terms, training_table)
 from ..params import Interval, OneOf, Satisfies, validate
-from .common import Training, load_data, load_training, open_mapper, partition, stage, train_implicit
+from .common import (Training, load_data, load_training, open_mapper, partition, stage, train_implicit,
+                     warn_if_capped)
 
 CONSTRAINTS = {
     "percent": Interval(float, 0, 100, open_low=True, example=1),
@@ -68,13 +69,6 @@ def train(trainer: ImplicitMF, terms, P, path, mapper=None, parted=None):
                 "in %.1fs → %s", trainer.k, m.lam, terms.n_pos, terms.n_neg, m.grad_norm, steps,
                 m.info["newton_iters"], m.info["seconds"], path)
     return m
-
-
-def warn_if_capped(trainer: ImplicitMF, m) -> None:
-    if m.grad_norm > trainer.rtol * m.lam:
-        get_run_logger().warning("training stopped at ‖∇f‖=%.1e, above its stop %.1e (rtol·λ), on its budget "
-                                 "(--max-sweeps, --newton-steps): the scores use a model short of stationary",
-                                 m.grad_norm, trainer.rtol * m.lam)
 
 
 def parted_table(name: str, P, terms: SparseTerms, out: str, mapper):
@@ -180,7 +174,8 @@ def flag_whole(whole: tuple, settings: Settings, mapper, negatives: str, trainer
     summary = {"method": method, "percent": percent, "negatives": negatives,
                "neg_weight": neg_weight, "positives": len(P), "negatives_total": terms.n_neg,
                "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam,
-               "solver": m.info.get("solver", "lbfgs"), "converged": bool(m.grad_norm <= trainer.rtol * m.lam)}
+               "solver": m.info.get("solver", "lbfgs"), "converged": bool(m.grad_norm <= trainer.rtol * m.lam),
+               "sweeps": m.info.get("sweeps"), "newton_iters": m.info.get("newton_iters")}
     tables = {"flagged": N.flagged_table(values, users, items, P, method)}
     if isinstance(terms, SparseTerms) and not sampled:  # a listed set; all-unobserved: "all but flagged"
         tables["cleaned-negatives"] = pairs_table(P, *sparse_terms(P, *terms.negatives(), neg_weight,

@@ -321,6 +321,14 @@ def pairs_table(P: Interactions, u: np.ndarray, i: np.ndarray) -> pa.Table:
     return pa.table({"user": P.user_ids.take(pa.array(u)), "item": P.item_ids.take(pa.array(i))})
 
 
+def clear_dataset(folder: Location) -> None:
+    """Remove a Parquet dataset folder that tasks are about to write afresh: no file of an earlier,
+    differently split run stays to be read with the new ones."""
+    fs, path = filesystem(folder)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
 def write_pairs_part(folder: Location, p: int, user_ids: pa.Array, item_ids: pa.Array, u: np.ndarray,
                      i: np.ndarray, rating: np.ndarray | None = None) -> None:
     """(user, item) pairs in original ids (and their ``rating``, when given) as ``<folder>/part-<p>.parquet``,

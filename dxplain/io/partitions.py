@@ -148,7 +148,7 @@ def store_path(out: Location, dataset: str, data: Interactions) -> Location:
     return join(out, "partitions", f"{dataset}-{data.fingerprint()}")
 
 
-def write_partitions(root: Location, data: Interactions, rows_per_part: int = ROWS_PER_PART) -> Partitions:
+def write_partitions(root: Location, data: Interactions, rows_per_part: int | None = None) -> Partitions:
     """Write (or reuse, when ``root`` already holds this exact data) the by-user and by-item parts of ``data``.
 
     Each file is written atomically and the index last, so a crash leaves no store a reader would trust.
@@ -156,7 +156,8 @@ def write_partitions(root: Location, data: Interactions, rows_per_part: int = RO
     key = data.fingerprint()
     index = _reusable(join(root, "index.json"), key)
     if index is None:
-        n_parts = max(1, -(-len(data) // max(1, rows_per_part)))
+        # The module's value read at call time (None), so a test can set smaller parts for a whole flow.
+        n_parts = max(1, -(-len(data) // max(1, rows_per_part or ROWS_PER_PART)))
         user_cuts, item_cuts = equal_cuts(data.user_indptr, n_parts), equal_cuts(data.item_indptr, n_parts)
         def columns(rows):
             return {"user": data.user[rows], "item": data.item[rows], "rating": data.rating[rows]}
@@ -352,7 +353,7 @@ def assemble_part(root: Location, side: str, p: int, user_ids: pa.Array, item_id
 
 
 def stream_partitions(mapper, path: Location, summary: TableSummary, root: Location,
-                      rows_per_part: int = ROWS_PER_PART, rows_per_chunk: int = ROWS_PER_CHUNK) -> Partitions:
+                      rows_per_part: int | None = None, rows_per_chunk: int = ROWS_PER_CHUNK) -> Partitions:
     """Write (or reuse) the by-user and by-item parts of the table at ``path`` by tasks (``bucket_chunk``,
     then ``assemble_part``), its rows never in this process: the same files ``write_partitions`` writes
     for the table read whole. On an error nothing is left that a reader would trust, nor any bucket."""
@@ -360,7 +361,7 @@ def stream_partitions(mapper, path: Location, summary: TableSummary, root: Locat
     index = _reusable(join(root, "index.json"), key)
     if index is None:
         n = len(summary)
-        n_parts = max(1, -(-n // max(1, rows_per_part)))
+        n_parts = max(1, -(-n // max(1, rows_per_part or ROWS_PER_PART)))
         user_cuts, item_cuts = (equal_cuts(np.concatenate([[0], np.cumsum(counts)]), n_parts)
                                 for counts in (summary.user_degree(), summary.item_degree()))
         users_h, items_h = mapper.put(summary.user_ids, broadcast=True), mapper.put(summary.item_ids, broadcast=True)

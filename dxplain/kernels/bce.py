@@ -17,6 +17,7 @@ the per-row curvature Grams Σ_j c ℓ'' V_j V_jᵀ that FIA's restricted Hessia
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -25,6 +26,8 @@ from scipy.sparse import csr_array
 from scipy.special import expit
 
 from .als import Pattern, pair_scores, pattern_scores, ridge_solve_rows
+
+log = logging.getLogger(__name__)
 
 # Pairs in one dense user block × catalogue (float64): 32 MB, below the size where allocations turn into
 # fresh page-faulting mmaps (measured for the explainer, kernels/representer.py).
@@ -279,6 +282,9 @@ def newton_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, w: float, F
             X_new[uphill] = 0.5 * (X_new[uphill] + X_old[uphill])
         objective[active] = after
         taken += 1
+    if steps is None and taken == NEWTON_MAX:
+        log.warning("BCE half-step: %d rows still above rounding before the last of %d Newton steps", len(active),
+                    NEWTON_MAX)
     return X, taken
 
 

@@ -31,7 +31,7 @@ class NegativeScore:
 
     kind ``aggregate``: coef · σ(⟨Us_i, Vs_j⟩) · ⟨R_i, Q_j⟩ with R_i = [Us_i, A_i], Q_j = [B_j, Vs_j]
                         (representer, FIA); R and Q are never formed: ⟨R_i, Q_j⟩ = ⟨Us_i, B_j⟩ + ⟨A_i, Vs_j⟩
-                        (users × k less to hold and send, 1 GB at 20M Amazon-like)
+                        (two users × k arrays fewer to hold, one fewer to send: 1 GB each at 20M Amazon-like)
     kind ``loss``:      −w · softplus(⟨Us_i, Vs_j⟩) (the highest-loss negatives come first)
     kind ``random``:    uniform noise, seeded per user block
     """

@@ -163,6 +163,9 @@ def sample_in_parts(mapper, parts, per_positive: int, seed: int, folder) -> Tabl
     """The training table D = P ∪ N written by tasks, one file per by-user part of the positives' ``parts``
     (``sample_part``), to the Parquet dataset ``folder``; its summary, summed as the tasks finish. The
     flow's process holds O(users + items): the negatives are never here."""
+    from ..io.interactions import clear_dataset
+
+    clear_dataset(folder)
     stats = None
     for _, s in mapper.imap(sample_part, [(parts, p, per_positive, seed, folder) for p in range(len(parts.user_cuts) - 1)],
                             name="sample-negatives"):
@@ -181,7 +184,8 @@ class ImplicitMF:
     neg_weight : w, the weight of negative terms (paper: 0.05)
     rtol : stop when ‖∇f‖ ≤ rtol·λ. At a stationary point U_i = Σ_j α_ij V_j exactly; off it the
         residual is ∇_{U_i} f/λ, so rtol bounds the representer identity's error in the factors' units.
-    max_iter : L-BFGS iterations at most; polish_iters: damped Newton iterations at most
+    max_iter : L-BFGS iterations (``fit``) or alternating sweeps (``fit_alternating``) at most;
+        polish_iters: damped Newton iterations at most
     seed : initialisation seed
     """
 
@@ -243,9 +247,10 @@ class ImplicitMF:
         """Train on a ``training_table`` (sampled negatives, y in ``rating``) by alternating exact half-steps
         where its parts are: ``half_steps`` is ``functools.partial(models.mf.PartHalfSteps, mapper, parts)``.
 
-        Each half-step solves every user's (every item's) BCE row problem by Newton to rounding, so the
-        factors of that side are stationary; Anderson acceleration and the Newton polish of ``ALSMF`` take
-        the pair to ‖∇f‖ ≤ rtol·λ, the same stop as ``fit``. The flow's process holds the factors and V's
+        Each half-step takes a damped Newton step on every user's (every item's) BCE row problem from the
+        previous sweep's rows (to rounding from a cold start: ``models.mf.BCERows``); Anderson acceleration
+        and the Newton polish of ``ALSMF`` take the pair to ‖∇f‖ ≤ rtol·λ, the same stop as ``fit``, or
+        to ``max_iter`` sweeps and ``polish_iters`` Newton steps. The flow's process holds the factors and V's
         Anderson history (or ``anderson_store``'s files: ``io.spill.SpillList``), never the table: the passes
         over D are tasks over the parts.
         """

@@ -118,7 +118,8 @@ class SquaredRows:
 class BCERows:
     """Weighted binary cross-entropy on 0/1 labels (``kernels.bce``, c = 1 on positives, w on negatives):
     the half-step is each row's damped Newton, to rounding from a cold start, one step from a warm one
-    (the row's previous factors: on Amazon-like 100k, 74 sweeps against 76 to rounding, at half the solves)."""
+    (the row's previous factors). A one-off comparison on Amazon-like 100k: 74 sweeps against 76 when
+    every half-step went to rounding, at half the solves."""
 
     w: float
     centred, warm_start, name = False, True, "bce"
@@ -151,7 +152,7 @@ class LocalHalfSteps(HalfSteps):
     """Both half-steps in this process, over the whole table (the in-memory twin of the Dask ones)."""
 
     def __init__(self, data: Interactions, mu: float, ridge: float, loss=SQUARED):
-        if loss is not SQUARED:
+        if not isinstance(loss, SquaredRows):  # not identity: a copied trainer holds a copy of SQUARED
             raise ValueError(f"the in-process half-steps are the squared loss's; train {loss.name} over parts "
                              "(PartHalfSteps, on a LocalMapper in process)")
         self.views = {side: csr_view(data, data.rating - mu, side) for side in ("user", "item")}
@@ -231,7 +232,8 @@ class PartHalfSteps(HalfSteps):
     """Half-steps mapped over the partitioned interactions, one task per part.
 
     Each part is read once (``mapper.persist``) and kept where it was read for every sweep; per
-    half-step only the fixed factor matrix travels, and each task returns its rows of the new factors.
+    half-step the fixed factor matrix travels (and, for BCE, the warm start), and each task returns its
+    rows of the new factors.
     On a cluster, a worker lost mid-training loses nothing: the scheduler re-reads its parts elsewhere.
     Use as ``ALSMF.fit(data, half_steps=functools.partial(PartHalfSteps, mapper, parts))``. ``loss`` is what
     the rows cost: ``SQUARED`` (ALS) or ``BCERows(w)`` (implicit feedback, y the 0/1 label).
@@ -337,7 +339,7 @@ class ALSMF:
     def fit(self, data: Interactions, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None) -> MFModel:
         """Train on ``data``.
 
-        ``half_steps(data, mu, ridge) -> HalfSteps`` runs the two ridge half-steps elsewhere, e.g.
+        ``half_steps(data, mu, ridge, loss=self.loss) -> HalfSteps`` runs the two half-steps elsewhere, e.g.
         ``functools.partial(PartHalfSteps, mapper, parts)`` maps them over partitions; by default they run here.
         ``init=(U, V)`` starts from given factors instead of the seeded random ones (e.g. a retraining
         after deleting a few ratings, started from the original optimum).
@@ -364,7 +366,8 @@ class ALSMF:
         for sweeps in range(1, self.max_sweeps + 1):
             # The accepted U is not kept beside the trial's: users × k is the largest array here (256 MB at
             # 50M, k = 64). Only a combination can be refused, and the budget's last sweep is a plain one.
-            # An iterative half-step (BCE's Newton) starts from the accepted U and from X.
+            # An iterative half-step (BCE's Newton) starts from the accepted U and from X, so for BCE the
+            # accepted U stays alive (and is sent) during the users' half-step: one more users × k.
             U0 = U if self.loss.warm_start else None
             U = U_new = None
             U_new = half_steps.users(X, U0)
