@@ -178,7 +178,7 @@ def amazon_sbq_table() -> str:
             "|---|---|---|---|---|---|---|---|"]
     for run in sorted(r["runs"].values(), key=lambda x: x["interactions"]):
         sbq, train = run["sbq"], run["train"]
-        workers = " / ".join(f"{v:,.0f}" for v in sorted(sbq["peak_rss_mib"]["workers"].values()))
+        workers = worker_peaks(sbq["peak_rss_mib"])
         check = run.get("check")
         check = "—" if check is None else (f"same, weights within {check['max_weight_rel_diff']:.0e}"
                                            if check["same_prototypes"] else "differs")
@@ -186,10 +186,19 @@ def amazon_sbq_table() -> str:
                     f"{train['stage_seconds']['train']:.1f} s | {sbq['stage_seconds']['load']:.1f} s | "
                     f"{sbq['stage_seconds']['select']:.1f} s | {sbq['peak_rss_mib']['flow']:,.0f} MiB | "
                     f"{workers} MiB | {check} |")
-    if "slopes" in r:
-        rows += ["", "Cost slope from the smallest to the largest size (1 = linear): " +
-                 ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in r["slopes"].items()) + "."]
-    return "\n".join(rows)
+    return "\n".join(rows + slopes_line(r))
+
+
+def worker_peaks(peaks: dict) -> str:
+    return " / ".join(f"{v:,.0f}" for v in sorted(peaks["workers"].values()))
+
+
+def slopes_line(r: dict) -> list[str]:
+    """The Amazon tables' footnote: each stage's cost slope between the smallest and largest size."""
+    if "slopes" not in r:
+        return []
+    return ["", "Cost slope from the smallest to the largest size (1 = linear): " +
+            ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in r["slopes"].items()) + "."]
 
 
 def amazon_negatives_table() -> str:
@@ -199,7 +208,7 @@ def amazon_negatives_table() -> str:
             " | sweeps | ‖∇f‖ / λ | flow peak | worker peaks | in-memory run, closed form |",
             "|---|---|---|" + "---|" * len(stages) + "---|---|---|---|---|"]
     for run in sorted(r["runs"].values(), key=lambda x: x["interactions"]):
-        workers = " / ".join(f"{v:,.0f}" for v in sorted(run["peak_rss_mib"]["workers"].values()))
+        workers = worker_peaks(run["peak_rss_mib"])
         check = run.get("check")
         check = "—" if check is None else (
             f"{'same flagged set' if check['same_flagged'] else 'flagged sets differ'}, naive sum within "
@@ -209,10 +218,7 @@ def amazon_negatives_table() -> str:
                     " | ".join(f"{run['stage_seconds'][st]:.1f} s" for st in stages) +
                     f" | {run['sweeps']} | {run['grad_norm'] / run['lam']:.1e} | "
                     f"{run['peak_rss_mib']['flow']:,.0f} MiB | {workers} MiB | {check} |")
-    if "slopes" in r:
-        rows += ["", "Cost slope from the smallest to the largest size (1 = linear): " +
-                 ", ".join(f"{k} {v:.2f}" for k, v in r["slopes"].items()) + "."]
-    return "\n".join(rows)
+    return "\n".join(rows + slopes_line(r))
 
 
 def include(path: str, shift: int = 0):
