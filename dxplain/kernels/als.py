@@ -133,6 +133,12 @@ class Pattern:
         self.u, self.i = u.astype(np.intp), i.astype(np.intp)
         self.indptr, self.shape = indptr, (n_users, n_items)
 
+    @classmethod
+    def of_rows(cls, indptr: np.ndarray, cols: np.ndarray, n_cols: int) -> "Pattern":
+        """The pattern of a CSR slice of rows (a part's users or items against every column)."""
+        m = len(indptr) - 1
+        return cls(np.repeat(np.arange(m), np.diff(indptr)), cols, indptr, m, n_cols)
+
     def matrix(self, values: np.ndarray) -> sp.csr_array:
         return sp.csr_array((values, self.i, self.indptr), shape=self.shape)
 
@@ -156,11 +162,9 @@ def gradient_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F_rows: n
     With rows = users (``F_rows`` = U's rows, ``F_cols`` = V) they are ∇_U f's rows, −(2/|D|) R V + λU;
     with rows = items and columns = users, ∇_V f's. ``n`` = |D| of the whole table.
     """
-    m = len(indptr) - 1
-    rows = np.repeat(np.arange(m), np.diff(indptr))
-    r = y - pattern_scores(F_rows, F_cols, Pattern(rows, cols, indptr, m, len(F_cols)))
-    R = sp.csr_array((r, cols, indptr), shape=(m, len(F_cols)))
-    return -(2.0 / n) * (R @ F_cols) + lam * F_rows, float(r @ r)
+    P = Pattern.of_rows(indptr, cols, len(F_cols))
+    r = y - pattern_scores(F_rows, F_cols, P)
+    return -(2.0 / n) * (P.matrix(r) @ F_cols) + lam * F_rows, float(r @ r)
 
 
 def hessian_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F_rows: np.ndarray, F_cols: np.ndarray,
@@ -168,8 +172,7 @@ def hessian_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F_rows: np
     """Rows of ``hessian_vector`` from a CSR slice that holds those rows' whole sums (as ``gradient_rows``):
     users' rows of H_U with (F, dF) = (U, dU) on the rows and (V, dV) on the columns, items' rows of H_V
     with the roles swapped."""
-    m = len(indptr) - 1
-    P = Pattern(np.repeat(np.arange(m), np.diff(indptr)), cols, indptr, m, len(F_cols))
+    P = Pattern.of_rows(indptr, cols, len(F_cols))
     r = y - pattern_scores(F_rows, F_cols, P)
     s = pattern_scores(dF_rows, F_cols, P) + pattern_scores(F_rows, dF_cols, P)
     return (2.0 / n) * (P.matrix(s) @ F_cols - P.matrix(r) @ dF_cols) + lam * dF_rows

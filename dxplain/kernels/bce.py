@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from scipy.sparse import csr_array
 from scipy.special import expit
 
 from .als import Pattern, pair_scores, pattern_scores, ridge_solve_rows
@@ -223,11 +222,6 @@ def term_weights(y: np.ndarray, w: float) -> np.ndarray:
     return np.where(y > 0, 1.0, w)
 
 
-def _pattern(indptr: np.ndarray, cols: np.ndarray, n_cols: int) -> Pattern:
-    m = len(indptr) - 1
-    return Pattern(np.repeat(np.arange(m), np.diff(indptr)), cols, indptr, m, n_cols)
-
-
 def _row_objective(P: Pattern, s, y, c, X, ridge) -> np.ndarray:
     """Σ_j c ℓ(y, s) + ridge‖x‖² per row."""
     terms = c * (np.logaddexp(0.0, s) - y * s)
@@ -247,22 +241,21 @@ def newton_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, w: float, F
     checks (warm-started alternating training: from the last sweep's rows one step is quadratically
     close, and the sweeps' own stop measures the whole gradient). Returns (X, Newton steps taken).
     """
-    m = len(indptr) - 1
+    m, deg = len(indptr) - 1, np.diff(indptr)
     X = np.zeros((m, F.shape[1])) if X0 is None else np.array(X0, np.float64)
     c = term_weights(y, w)
-    P = _pattern(indptr, cols, len(F))
+    P = Pattern.of_rows(indptr, cols, len(F))
     F_norm = np.linalg.norm(F, axis=1)
-    active = np.flatnonzero(np.diff(indptr) > 0)  # rows without entries: x = 0 exactly
-    X[np.diff(indptr) == 0] = 0.0
+    active = np.flatnonzero(deg > 0)  # rows without entries: x = 0 exactly
+    X[deg == 0] = 0.0
     s = pattern_scores(X, F, P)
     objective = _row_objective(P, s, y, c, X, ridge)  # at X, row by row: what a step must not raise
     taken = 0
     while taken < (NEWTON_MAX if steps is None else steps):
         if steps is None:
             d1 = c * (expit(s) - y)  # c ℓ'
-            g = csr_array((d1, cols, indptr), shape=(m, len(F))) @ F + 2.0 * ridge * X
-            size = (csr_array((np.abs(d1), cols, indptr), shape=(m, len(F))) @ F_norm
-                    + 2.0 * ridge * np.linalg.norm(X, axis=1))
+            g = P.matrix(d1) @ F + 2.0 * ridge * X
+            size = P.matrix(np.abs(d1)) @ F_norm + 2.0 * ridge * np.linalg.norm(X, axis=1)
             active = active[np.linalg.norm(g[active], axis=1) > NEWTON_RTOL * size[active]]
             if not len(active):
                 break
@@ -292,28 +285,25 @@ def gradient_rows(indptr, cols, y, w: float, F_rows, F_cols, n: int, lam: float)
     """Rows of ∇f (users' rows of ∇_U f with F_rows = U's rows and F_cols = V, items' with the roles
     swapped), (1/|D|) Σ c ℓ' F_j + λ F_r, and the slice's Σ c ℓ. ``n`` = |D| of the whole table."""
     c = term_weights(y, w)
-    s = pattern_scores(F_rows, F_cols, _pattern(indptr, cols, len(F_cols)))
-    G = csr_array((c * (expit(s) - y) / n, cols, indptr), shape=(len(indptr) - 1, len(F_cols)))
-    return G @ F_cols + lam * F_rows, float(np.sum(c * (np.logaddexp(0.0, s) - y * s)))
+    P = Pattern.of_rows(indptr, cols, len(F_cols))
+    s = pattern_scores(F_rows, F_cols, P)
+    return P.matrix(c * (expit(s) - y) / n) @ F_cols + lam * F_rows, float(np.sum(c * (np.logaddexp(0.0, s) - y * s)))
 
 
 def hessian_rows(indptr, cols, y, w: float, F_rows, F_cols, dF_rows, dF_cols, n: int, lam: float) -> np.ndarray:
     """Rows of ``SparseTerms.hessp`` from a slice that holds those rows' whole sums (as ``gradient_rows``):
     (1/|D|)(Σ c ℓ'' ds_j F_j + c ℓ' dF_j) + λ dF_r, ds_j = ⟨dF_r, F_j⟩ + ⟨F_r, dF_j⟩."""
     c = term_weights(y, w)
-    P = _pattern(indptr, cols, len(F_cols))
+    P = Pattern.of_rows(indptr, cols, len(F_cols))
     sig = expit(pattern_scores(F_rows, F_cols, P))
     ds = pattern_scores(dF_rows, F_cols, P) + pattern_scores(F_rows, dF_cols, P)
-    shape = (len(indptr) - 1, len(F_cols))
-    D = csr_array((c * sig * (1.0 - sig) * ds / n, cols, indptr), shape=shape)
-    G = csr_array((c * (sig - y) / n, cols, indptr), shape=shape)
-    return D @ F_cols + G @ dF_cols + lam * dF_rows
+    return P.matrix(c * sig * (1.0 - sig) * ds / n) @ F_cols + P.matrix(c * (sig - y) / n) @ dF_cols + lam * dF_rows
 
 
 def curvature_rows(indptr, cols, y, w: float, F_rows, F_cols, n: int) -> np.ndarray:
     """Rows of ``SparseTerms.curvature_grams``: (1/|D|) Σ c ℓ'' F_j F_jᵀ per row, as (rows, k, k)."""
     c = term_weights(y, w)
     k = F_cols.shape[1]
-    sig = expit(pattern_scores(F_rows, F_cols, _pattern(indptr, cols, len(F_cols))))
-    M = csr_array((c * sig * (1.0 - sig) / n, cols, indptr), shape=(len(indptr) - 1, len(F_cols)))
-    return (M @ np.einsum("ik,il->ikl", F_cols, F_cols).reshape(len(F_cols), k * k)).reshape(-1, k, k)
+    P = Pattern.of_rows(indptr, cols, len(F_cols))
+    sig = expit(pattern_scores(F_rows, F_cols, P))
+    return (P.matrix(c * sig * (1.0 - sig) / n) @ np.einsum("ik,il->ikl", F_cols, F_cols).reshape(len(F_cols), k * k)).reshape(-1, k, k)
