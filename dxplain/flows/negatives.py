@@ -53,20 +53,26 @@ def build_terms(P, negatives: str, neg_weight: float, seed: int, excluded=None) 
 
 
 @task(cache_policy=NO_CACHE)
-def train(trainer: ImplicitMF, terms, P, path, mapper=None, parted=None):
-    """BCE MF on the terms: over ``parted`` = (training table, its parts) on the mapper when given (sampled
-    negatives), else in this process (every unobserved pair, or a listed set)."""
+def train(trainer: ImplicitMF, path, data, n_pos: int, n_neg: int, terms=None, mapper=None, parted=None,
+          reuse: bool = False):
+    """The BCE model stored at ``path`` when ``reuse`` and it is there; else trained and stored: over
+    ``parted`` = (training table, its parts) on the mapper when given (sampled negatives), else on
+    ``terms`` in this process (every unobserved pair, or a listed set). ``data`` gives the ids it is
+    stored with (P, or the training table)."""
     logger = get_run_logger()
+    if reuse and model_store.exists(path):
+        logger.info("reusing model %s (same training data and hyperparameters)", path)
+        return ImplicitModel.from_stored(FactorModel.load(path, data))
     if parted is None:
         m = trainer.fit(terms)
         steps = f"{m.info['lbfgs_iters']} L-BFGS"
     else:
         m = train_implicit(trainer, parted[0], mapper, parted[1])
-        steps = f"{m.info['sweeps']} alternating sweeps"
-    m.save(path, P)
+        steps = f"{m.info['sweeps']} alternating sweeps over {len(parted[1].user_cuts) - 1} parts"
+    m.save(path, data)
     warn_if_capped(trainer, m)
     logger.info("trained implicit MF k=%d λ=%g on |P|=%d, |N|=%d: ‖∇f‖=%.1e after %s + %d Newton steps "
-                "in %.1fs → %s", trainer.k, m.lam, terms.n_pos, terms.n_neg, m.grad_norm, steps,
+                "in %.1fs → %s", trainer.k, m.lam, n_pos, n_neg, m.grad_norm, steps,
                 m.info["newton_iters"], m.info["seconds"], path)
     return m
 
@@ -95,7 +101,6 @@ def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive
     parted, trained over its parts, scored where its by-user parts are (the representer's sums over the
     positives from the parts too), the cleaned set written by the parts into ``tmp``. Its summary and the
     tables to write."""
-    logger = get_run_logger()
     with stage(seconds, "load", peaks):  # with the sampling, by tasks
         training = load_training(dataset, settings, mapper, True, per_positive, trainer.seed)
     with stage(seconds, "partition", peaks):
@@ -104,16 +109,7 @@ def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive
     n_pos = int(round(D.rating_mean() * len(D)))
     path = model_store.model_path(settings.out, training.name, D.fingerprint(), **tags, s=trainer.seed)
     with stage(seconds, "train", peaks):
-        if model_store.exists(path):
-            logger.info("reusing model %s (same training table and hyperparameters)", path)
-            m = ImplicitModel.from_stored(FactorModel.load(path, D))
-        else:
-            m = train_implicit(trainer, D, mapper, parts)
-            m.save(path, D)
-            warn_if_capped(trainer, m)
-            logger.info("trained implicit MF k=%d λ=%g on |P|=%d, |N|=%d over %d parts: ‖∇f‖=%.1e after %d sweeps "
-                        "+ %d Newton steps in %.1fs → %s", trainer.k, m.lam, n_pos, len(D) - n_pos, len(parts.user_cuts) - 1,
-                        m.grad_norm, m.info["sweeps"], m.info["newton_iters"], m.info["seconds"], path)
+        m = train(trainer, path, D, n_pos, len(D) - n_pos, mapper=mapper, parted=(D, parts), reuse=True)
     with stage(seconds, "flag", peaks):
         score = N.negative_score(method, m, None, None, trainer.seed, positive_sums=N.positive_sums_in_parts(parts, mapper))
         values, users, items = N.select_lowest_parts(score, parts, len(D) - n_pos, percent, mapper,
@@ -148,7 +144,6 @@ def flag_whole(whole: tuple, settings: Settings, mapper, negatives: str, trainer
     """The run on a table held here: trained here (every unobserved pair, a list) or over the parts of
     D = P ∪ N (sampled), scored over user shards or where D's by-user parts are; retrained if asked.
     Its summary and the tables to write."""
-    logger = get_run_logger()
     ds, P, terms = whole
     seed, neg_weight = trainer.seed, trainer.neg_weight
     reusable = negatives == "all" or negatives.isdigit()  # a supplied file may change under the same name
@@ -159,11 +154,7 @@ def flag_whole(whole: tuple, settings: Settings, mapper, negatives: str, trainer
         # Sampled negatives: trained, scored and cleaned where the training table's parts are.
         parted = parted_table(ds.name, P, terms, settings.out, mapper) if sampled else None
     with stage(seconds, "train", peaks):
-        if reusable and model_store.exists(base_path):
-            logger.info("reusing model %s (same positives, negatives and hyperparameters)", base_path)
-            m = ImplicitModel.from_stored(FactorModel.load(base_path, P))
-        else:
-            m = train(trainer, terms, P, base_path, mapper, parted)
+        m = train(trainer, base_path, P, terms.n_pos, terms.n_neg, terms, mapper, parted, reuse=reusable)
     with stage(seconds, "flag", peaks):
         if sampled:
             values, users, items = flag_in_parts(method, m, terms, P, percent, seed, parted[1], mapper,
@@ -185,7 +176,7 @@ def flag_whole(whole: tuple, settings: Settings, mapper, negatives: str, trainer
             terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
             path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
                                            cleaned=f"-{method}-p{percent:g}", s=seed)
-            m2 = train(trainer, terms2, P, path2, mapper,
+            m2 = train(trainer, path2, P, terms2.n_pos, terms2.n_neg, terms2, mapper,
                        parted_table(ds.name, P, terms2, settings.out, mapper) if sampled else None)
         summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm,
                                 "negatives": terms2.n_neg}
