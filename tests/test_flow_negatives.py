@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -147,6 +148,10 @@ def test_sampled_negatives_of_a_prepared_dataset_are_drawn_trained_and_scored_by
     assert not f & c and not (f | c) & every and len(f) + len(c) == a["negatives_total"] == cleaned.num_rows + len(f)
     deg = d.user_degree()
     assert a["negatives_total"] == int(np.minimum(3 * deg, d.n_items - deg).sum())
+    # Run again: the model stored a block at a time is read back in blocks by tasks, and flags the same.
+    again = negatives(out=str(tmp_path / "mem"), in_memory=True, **common)
+    assert again["model"] == a["model"] and again["grad_norm"] == a["grad_norm"]
+    assert pq.read_table(Path(again["folder"]) / "flagged.parquet").equals(fa)
     # A training budget: the model stops there, says so, and is stored under its own name.
     c = negatives(out=str(tmp_path / "mem"), in_memory=True, max_sweeps=2, newton_steps=0, **common)
     assert c["sweeps"] == 2 and c["newton_iters"] == 0 and not c["converged"] and a["converged"]

@@ -111,7 +111,7 @@ def test_anderson_step_solves_a_linear_fixed_point_in_dimension_plus_one_steps()
         x, accel = np.zeros(n), anderson.Anderson(n, dtype)
         for _ in range(n + 2):
             g = A @ x + b
-            accel.push(g, g - x)
+            accel.push(g, x)
             x = accel.extrapolate()
         np.testing.assert_allclose(x, fixed, rtol=rtol)
     plain = np.zeros(n)

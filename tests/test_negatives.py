@@ -320,20 +320,29 @@ def test_weighted_ridge_solve_is_weighted_least_squares():
             np.testing.assert_allclose(X[r], want, rtol=1e-9, atol=1e-12)
 
 
-def test_representer_sums_over_parts_equal_the_sums_over_positives(tmp_path):
-    """S^V and S^U from the training table's parts (its y = 1 rows) give the same scoring rule as P's."""
+@pytest.mark.parametrize("method", ["representer", "loss", "random"])
+def test_scores_from_factor_blocks_equal_the_whole_scoring_rule(tmp_path, method):
+    """A model whose factors are row blocks where the parts are (``models.blocks``): each by-user part's
+    scoring rule, built there from the blocks' Grams and the parts' sums over the positives (y = 1 rows),
+    scores the part's negatives as the whole model's rule does."""
     from dxplain.io.partitions import write_partitions
     from dxplain.mapper import LocalMapper
+    from dxplain.models.blocks import Blocks
 
     table, terms, U, V = _sampled()
     P = positive_pairs(table, 0.5)
     model = ImplicitModel(U, V, lam=0.01, n_train=len(table), neg_weight=W, negatives="sampled", grad_norm=np.nan)
     parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 4)
-    want = N.negative_score("representer", model, terms, P)
-    got = N.negative_score("representer", model, None, None, positive_sums=N.positive_sums_in_parts(parts, LocalMapper()))
-    nu, ni = terms.negatives()
-    np.testing.assert_allclose(got.pairs(nu, ni), want.pairs(nu, ni), rtol=1e-12)
-    assert len(parts.item_cuts) > 2 and len(parts.user_cuts) > 2
+    mapper = LocalMapper()
+    blocks = ImplicitModel(Blocks.split(mapper, U, parts.user_cuts), Blocks.split(mapper, V, parts.item_cuts),
+                           lam=0.01, n_train=len(table), neg_weight=W, negatives="sampled", grad_norm=np.nan)
+    want = N.negative_score(method, model, terms, P, seed=3)
+    scores = N.part_scores(method, blocks, parts, mapper, seed=3)
+    assert len(scores) == len(parts.user_cuts) - 1 > 2 and len(parts.item_cuts) > 2
+    for p, score in enumerate(scores):
+        nu, ni = N.part_negatives(parts, p)
+        assert len(score.Us) == parts.user_cuts[p + 1] - parts.user_cuts[p]  # the part's users only
+        np.testing.assert_allclose(score.pairs(nu, ni), want.pairs(nu, ni), rtol=1e-12)
 
 
 def test_negatives_sampled_per_part_are_unobserved_distinct_and_m_per_positive(tmp_path):

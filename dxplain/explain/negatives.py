@@ -34,7 +34,7 @@ from ..interactions import Interactions
 from ..io.interactions import write_pairs_part
 from ..kernels.bce import DenseTerms, SparseTerms, csr_rows
 from ..kernels.negatives import LowestK, NegativeScore, scan_rows
-from ..kernels.representer import balance_transforms
+from ..kernels.representer import balance_transforms, balance_transforms_from_grams
 from ..mapper import LocalMapper, Mapper
 from ..models.implicit_mf import ImplicitModel
 
@@ -61,12 +61,9 @@ FIA_CHUNK = 1024  # positives per batched 2k×2k solve: (1024, 64, 64) float64 =
 
 
 def negative_score(method: str, model: ImplicitModel, terms: DenseTerms | SparseTerms | None, P: Interactions | None,
-                   seed: int = 0, positive_sums=None) -> NegativeScore:
-    """The scoring rule of ``method`` for this model; positives P are the model's training positives.
-
-    ``positive_sums(Ut, Vt) -> (S^V, S^U)`` computes the representer's sums over the positives elsewhere
-    (``positive_sums_in_parts``: where a training table's parts are), in place of P; FIA needs P and terms.
-    """
+                   seed: int = 0) -> NegativeScore:
+    """The scoring rule of ``method`` for this model; positives P are the model's training positives
+    (FIA needs the terms too). A model in row blocks on the workers is scored by ``part_scores``."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     U, V, w, n = model.U, model.V, model.neg_weight, model.n_train
@@ -77,12 +74,9 @@ def negative_score(method: str, model: ImplicitModel, terms: DenseTerms | Sparse
     if method == "representer":
         T_U, T_V = balance_transforms(U, V)
         Ut, Vt = U @ T_U, V @ T_V
-        if positive_sums is None:
-            ones = np.ones(len(P))
-            SV = P.by_user(ones) @ Vt  # S^V_i = Σ_{j':(i,j')∈P} Ṽ_j'
-            SU = P.by_item(ones) @ Ut  # S^U_j = Σ_{i':(i',j)∈P} Ũ_i'
-        else:
-            SV, SU = positive_sums(Ut, Vt)
+        ones = np.ones(len(P))
+        SV = P.by_user(ones) @ Vt  # S^V_i = Σ_{j':(i,j')∈P} Ṽ_j'
+        SU = P.by_item(ones) @ Ut  # S^U_j = Σ_{i':(i',j)∈P} Ũ_i'
         return NegativeScore("aggregate", Ut, Vt, SV, SU, coef=-w / (model.lam * n))
     ones = np.ones(len(P))
     xU, xV = fia_directions(model, terms, P)
@@ -259,19 +253,35 @@ def _positive_sum_part(parts, side: str, p: int, F) -> np.ndarray:
     return M @ F
 
 
-def positive_sums_in_parts(parts, mapper: Mapper):
-    """``negative_score``'s ``positive_sums`` for a BCE training table in parts: S^V by the by-user parts,
-    S^U by the by-item parts, stacked here (users × k and items × k, as the model)."""
+def _part_score(kind: str, Us: np.ndarray, Vs: np.ndarray, A, B, coef: float, w: float, seed: int,
+                row0: int) -> NegativeScore:
+    return NegativeScore(kind, Us, Vs, A, B, coef=coef, w=w, seed=seed, row0=row0)
 
-    def sums(Ut, Vt):
-        Ut_h, Vt_h = mapper.put(Ut), mapper.put(Vt)
-        tasks = [(parts, side, p, Vt_h if side == "user" else Ut_h)
-                 for side, cuts in (("user", parts.user_cuts), ("item", parts.item_cuts)) for p in range(len(cuts) - 1)]
-        out = mapper.map(_positive_sum_part, tasks, name="neg-positive-sums")
-        n_user_parts = len(parts.user_cuts) - 1
-        return np.vstack(out[:n_user_parts]), np.vstack(out[n_user_parts:])
 
-    return sums
+def part_scores(method: str, model: ImplicitModel, parts, mapper: Mapper, seed: int = 0) -> list:
+    """``negative_score`` for a model whose factors are row blocks on the workers (``models.blocks.Blocks``,
+    U's blocks the by-user parts' rows): one scoring rule per by-user part, built and kept where that
+    part's users' rows are, with the item side (Ṽ and S^U) whole beside it. The balancing transforms
+    come from the blocks' Grams; S^V and S^U from the parts (``_positive_sum_part``). Handles, one per
+    part, for ``select_lowest_parts``; nothing users × k reaches this process."""
+    if method not in ("representer", "loss", "random"):
+        raise ValueError(f"{method!r} needs the model whole; score it with negative_score")
+    U, V, w = model.U, model.V, model.neg_weight
+    starts = [int(a) for a in parts.user_cuts[:-1]]
+    if method in ("loss", "random"):
+        kind, V_h = ("loss" if method == "loss" else "random"), V.whole()
+        return mapper.persist(_part_score, [(kind, Uh, V_h, None, None, 1.0, w, seed, a)
+                                            for Uh, a in zip(U.handles, starts)], name="neg-part-score")
+    T_U, T_V = balance_transforms_from_grams(U.gram(), V.gram())
+    Ut, Vt = U.map(np.matmul, T_U, name="neg-balance"), V.map(np.matmul, T_V, name="neg-balance")
+    Ut_h, Vt_h = Ut.whole(), Vt.whole()
+    SV = mapper.persist(_positive_sum_part, [(parts, "user", p, Vt_h) for p in range(len(starts))],
+                        name="neg-positive-sums")
+    SU = Vt.like(mapper.persist(_positive_sum_part, [(parts, "item", p, Ut_h) for p in range(len(parts.item_cuts) - 1)],
+                                name="neg-positive-sums")).whole()
+    coef = -w / (model.lam * model.n_train)
+    return mapper.persist(_part_score, [("aggregate", Uh, Vt_h, S, SU, coef, w, seed, a)
+                                        for Uh, S, a in zip(Ut.handles, SV, starts)], name="neg-part-score")
 
 
 def part_negatives(parts, p: int) -> tuple[np.ndarray, np.ndarray]:
@@ -306,19 +316,20 @@ def select_lowest_parts(score: NegativeScore, parts, n_neg: int, percent: float,
     """The lowest p% of a BCE training table's negatives (its y = 0 rows), scored where the by-user parts
     are: each part's task returns its K lowest, merged here in O(K) as they finish; the same result as
     ``flag_table`` over the whole list. With ``cleaned_folder``, a second map writes each part's
-    unflagged negatives there (a Parquet dataset, one file per part)."""
+    unflagged negatives there (a Parquet dataset, one file per part). ``score`` is one ``NegativeScore``
+    (sent to every worker) or a handle per part (``part_scores``)."""
     K = int(math.ceil(percent / 100.0 * n_neg))
-    score_h = mapper.put(score, broadcast=True)
     n_parts = len(parts.user_cuts) - 1
+    scores = score if isinstance(score, list) else [mapper.put(score, broadcast=True)] * n_parts
     keep = LowestK(K)
-    for done, (_, result) in enumerate(mapper.imap(lowest_in_part, [(score_h, parts, p, K) for p in range(n_parts)],
+    for done, (_, result) in enumerate(mapper.imap(lowest_in_part, [(scores[p], parts, p, K) for p in range(n_parts)],
                                                    name="neg-parts"), start=1):
         keep.push(*result)
         progress.update("negatives: score parts", done, n_parts)
     values, users, items = keep.result()
     if cleaned_folder is not None and len(values):
         last = (float(values[-1]), int(users[-1]), int(items[-1]))
-        kept = mapper.map(cleaned_part, [(score_h, parts, p, last, cleaned_folder) for p in range(n_parts)],
+        kept = mapper.map(cleaned_part, [(scores[p], parts, p, last, cleaned_folder) for p in range(n_parts)],
                           name="neg-cleaned")
         if sum(kept) != n_neg - len(values):
             raise RuntimeError(f"the cleaned parts hold {sum(kept)} negatives, expected {n_neg} − {len(values)}")

@@ -27,7 +27,7 @@ from ..mapper import LocalMapper, Mapper, peak_rss_mib
 from ..models.base import FactorModel
 from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_in_parts, sample_negatives
 from ..models.implicit_mf import training_table as implicit_table
-from ..models.mf import ALSMF, MIN_TARGET_COS, PartHalfSteps, default_lam
+from ..models.mf import ALSMF, MIN_TARGET_COS, BlockHalfSteps, PartHalfSteps, default_lam
 
 # BCE training stops at ‖∇f‖ ≤ IDENTITY_RTOL·λ: the representer identity's residual in the factors is
 # ∇f/λ, so this bounds it in the factors' own units (docs/methods.md §1).
@@ -182,10 +182,12 @@ def warn_if_capped(trainer: ImplicitMF, m: ImplicitModel) -> None:
                                  m.grad_norm, trainer.rtol * m.lam)
 
 
-def train_implicit(trainer: ImplicitMF, table, mapper: Mapper, parts) -> ImplicitModel:
+def train_implicit(trainer: ImplicitMF, table, mapper: Mapper, parts, blocks: bool = False) -> ImplicitModel:
     """BCE MF on a training table (positives and sampled negatives) by alternating half-steps over its
-    parts, on the workers: the flow's process holds the factors, not the terms."""
-    return trainer.fit_alternating(table, partial(PartHalfSteps, mapper, parts), anderson_store=SpillList)
+    parts, on the workers: the flow's process holds the factors, not the terms; with ``blocks``, not the
+    factors either (``models.mf.BlockHalfSteps``: U and V in row blocks where the parts are)."""
+    return trainer.fit_alternating(table, partial(BlockHalfSteps if blocks else PartHalfSteps, mapper, parts),
+                                   anderson_store=SpillList)
 
 
 @task(cache_policy=NO_CACHE)

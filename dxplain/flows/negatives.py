@@ -54,20 +54,22 @@ def build_terms(P, negatives: str, neg_weight: float, seed: int, excluded=None) 
 
 @task(cache_policy=NO_CACHE)
 def train(trainer: ImplicitMF, path, data, n_pos: int, n_neg: int, terms=None, mapper=None, parted=None,
-          reuse: bool = False):
+          reuse: bool = False, blocks: bool = False):
     """The BCE model stored at ``path`` when ``reuse`` and it is there; else trained and stored: over
     ``parted`` = (training table, its parts) on the mapper when given (sampled negatives), else on
     ``terms`` in this process (every unobserved pair, or a listed set). ``data`` gives the ids it is
-    stored with (P, or the training table)."""
+    stored with (P, or the training table). With ``blocks`` the factors stay in row blocks on the
+    workers, trained, stored and read back a block at a time (``models.blocks``)."""
     logger = get_run_logger()
     if reuse and model_store.exists(path):
         logger.info("reusing model %s (same training data and hyperparameters)", path)
-        return ImplicitModel.from_stored(FactorModel.load(path, data))
+        cuts = (mapper, parted[1].user_cuts, parted[1].item_cuts) if blocks else None
+        return ImplicitModel.from_stored(FactorModel.load(path, data, blocks=cuts))
     if parted is None:
         m = trainer.fit(terms)
         steps = f"{m.info['lbfgs_iters']} L-BFGS"
     else:
-        m = train_implicit(trainer, parted[0], mapper, parted[1])
+        m = train_implicit(trainer, parted[0], mapper, parted[1], blocks)
         steps = f"{m.info['sweeps']} alternating sweeps over {len(parted[1].user_cuts) - 1} parts"
     m.save(path, data)
     warn_if_capped(trainer, m)
@@ -109,10 +111,10 @@ def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive
     n_pos = int(round(D.rating_mean() * len(D)))
     path = model_store.model_path(settings.out, training.name, D.fingerprint(), **tags, s=trainer.seed)
     with stage(seconds, "train", peaks):
-        m = train(trainer, path, D, n_pos, len(D) - n_pos, mapper=mapper, parted=(D, parts), reuse=True)
+        m = train(trainer, path, D, n_pos, len(D) - n_pos, mapper=mapper, parted=(D, parts), reuse=True, blocks=True)
     with stage(seconds, "flag", peaks):
-        score = N.negative_score(method, m, None, None, trainer.seed, positive_sums=N.positive_sums_in_parts(parts, mapper))
-        values, users, items = N.select_lowest_parts(score, parts, len(D) - n_pos, percent, mapper,
+        scores = N.part_scores(method, m, parts, mapper, trainer.seed)
+        values, users, items = N.select_lowest_parts(scores, parts, len(D) - n_pos, percent, mapper,
                                                      tmp / "cleaned-negatives.parquet")
     return {"method": method, "percent": percent, "negatives": str(per_positive),
             "neg_weight": trainer.neg_weight, "positives": n_pos, "negatives_total": len(D) - n_pos, "flagged": len(values),

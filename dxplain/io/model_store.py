@@ -54,19 +54,32 @@ def exists(path: Location) -> bool:
     return _exists(join(path, "zarr.json"))
 
 
-def write_model(path: Location, U: np.ndarray, V: np.ndarray, meta: dict, data: Interactions) -> Location:
+def write_model(path: Location, U, V, meta: dict, data: Interactions) -> Location:
     """Write factors and their attributes atomically (local folder or fsspec URL); the attributes tie
-    them to ``data`` by fingerprint. ``meta`` holds at least ``kind``, ``loss`` and ``lam``."""
+    them to ``data`` by fingerprint. ``meta`` holds at least ``kind``, ``loss`` and ``lam``.
+
+    U and V are arrays, or row blocks kept elsewhere (anything with ``shape`` and ``rows()`` yielding
+    (first row, block), as ``models.blocks.Blocks``): written a block at a time, never whole here."""
     path = join(path)
     with atomic_dir(path) as tmp:
         g = zarr.open_group(str(tmp), mode="w")
-        g.create_array("user_factors", data=U, chunks=(min(ROW_CHUNK, max(1, len(U))), U.shape[1]))
-        g.create_array("item_factors", data=V, chunks=(min(ROW_CHUNK, max(1, len(V))), V.shape[1]))
+        for name, F in (("user_factors", U), ("item_factors", V)):
+            if isinstance(F, np.ndarray):
+                g.create_array(name, data=F, chunks=(min(ROW_CHUNK, max(1, len(F))), F.shape[1]))
+                continue
+            z = g.create_array(name, shape=F.shape, dtype="float64", chunks=(min(ROW_CHUNK, max(1, F.shape[0])), F.shape[1]))
+            for a, block in F.rows():  # in row order, one writer: a chunk two blocks share is written whole
+                z[a:a + len(block)] = block
         g.create_array("user_ids", data=_ids_to_zarr(data.user_ids))
         g.create_array("item_ids", data=_ids_to_zarr(data.item_ids))
         g.attrs.update({**meta, "k": int(U.shape[1]), "fingerprint": data.fingerprint(),
                         "dxplain_version": __version__})
     return path
+
+
+def read_factor_rows(path: Location, side: str, a: int, b: int) -> np.ndarray:
+    """Rows a:b of a stored model's user (``side="user"``) or item factors: a task's block."""
+    return zarr.open_group(str(join(path)), mode="r")[f"{side}_factors"][a:b]
 
 
 def read_model_ids(path: Location) -> tuple[pa.Array, pa.Array]:
@@ -83,9 +96,10 @@ def model_attrs(path: Location) -> dict:
     return dict(zarr.open_group(str(path), mode="r").attrs)
 
 
-def read_model(path: Location, data: Interactions | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+def read_model(path: Location, data: Interactions | None = None, factors: bool = True) -> tuple:
     """(U, V, attributes) of a stored model; with ``data``, check that it was fitted on exactly these
-    interactions and ids. Stores written before the loss was recorded are squared-loss models."""
+    interactions and ids. Stores written before the loss was recorded are squared-loss models. Without
+    ``factors``, U and V are None: tasks read their rows (``read_factor_rows``)."""
     attrs = model_attrs(path)
     g = zarr.open_group(str(path), mode="r")
     if data is not None:
@@ -99,6 +113,8 @@ def read_model(path: Location, data: Interactions | None = None) -> tuple[np.nda
                                  "against this dataset")
     attrs = {"mu": 0.0, "loss": "squared", "kind": "imported", "info": {}, **attrs}
     attrs["mu"], attrs["n_train"] = float(attrs["mu"]), int(attrs.get("n_train", 0))
+    if not factors:
+        return None, None, attrs
     return g["user_factors"][:], g["item_factors"][:], attrs
 
 

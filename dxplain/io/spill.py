@@ -48,3 +48,37 @@ class SpillList:
 
     def __del__(self):
         self.close()
+
+
+def save(folder, name: str, a: np.ndarray) -> str:
+    """Write ``a`` to ``folder/name.npy`` (a task's block of a spilled array); its path, as a string."""
+    path = Path(folder) / f"{name}.npy"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, np.ascontiguousarray(a), allow_pickle=False)
+    return str(path)
+
+
+def load(path: str) -> np.ndarray:
+    return np.load(path, allow_pickle=False)
+
+
+def remove(paths) -> None:
+    for path in paths:
+        Path(path).unlink(missing_ok=True)
+
+
+def scratch_folder(root) -> Path | None:
+    """A fresh private folder under ``root`` for files tasks share, when ``root`` is a local folder (the
+    workers see it: they read their parts from there); None otherwise."""
+    from .atomic import is_local
+
+    if root is None or not is_local(root):
+        return None
+    base = Path(str(root).removeprefix("file://"))
+    base.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=".dxplain-scratch-", dir=base))
+
+
+def remove_folder(folder) -> None:
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -16,6 +16,35 @@ from __future__ import annotations
 import numpy as np
 
 
+class ArrayVectors:
+    """The vector operations ``Anderson`` needs, on numpy arrays in this process: differences stored in
+    ``dtype`` in what ``store()`` makes (a list, or ``io.spill.SpillList`` to keep them in files)."""
+
+    def __init__(self, store=list, dtype=np.float32):
+        self.store, self.dtype = store, dtype
+
+    def residual(self, image, iterate):
+        return np.asarray(image, np.float64) - iterate
+
+    def difference(self, a, b):
+        return (a - b).astype(self.dtype)
+
+    def dots(self, items, d) -> np.ndarray:
+        return np.array([dot(x, d) for x in items])
+
+    def combine(self, g, gamma, items):
+        x = g.copy()
+        for c, d in zip(gamma, items):
+            x -= c * d
+        return x
+
+    def copy(self, g):
+        return g.copy()
+
+    def history(self):
+        return self.store()
+
+
 class Anderson:
     """The last m differences ΔF, ΔG and the latest (image, residual), and ΔFᵀΔF kept as they come.
 
@@ -25,13 +54,18 @@ class Anderson:
     that shrinks with the residual, and the stationarity the sweeps stop on is measured in float64 at
     the half-steps' output. The latest image and residual, which every new difference and ΔFᵀf_k take,
     stay float64. ΔFᵀΔF gains one row per push (m dot products), never a pass over the whole history.
+
+    The vectors are whatever ``vectors`` operates on: arrays here (``ArrayVectors``), or row blocks on
+    a cluster's workers (``models.blocks.BlockVectors``); the m × m algebra is the same.
     """
 
-    def __init__(self, m: int, dtype=np.float32, store=list):
+    def __init__(self, m: int, dtype=np.float32, store=list, vectors=None):
         """``store()`` makes each of the two histories: a list, or anything with ``append``, ``pop(0)``,
-        ``len`` and iteration (``io.spill.SpillList`` keeps them in files, out of the process)."""
-        self.m, self.dtype = m, dtype
-        self.dF, self.dG = store(), store()
+        ``len`` and iteration (``io.spill.SpillList`` keeps them in files, out of the process).
+        ``vectors`` replaces both with other vector operations (``ArrayVectors``' methods)."""
+        self.m = m
+        self.ops = vectors if vectors is not None else ArrayVectors(store, dtype)
+        self.dF, self.dG = self.ops.history(), self.ops.history()
         self.reset()
 
     def reset(self) -> None:
@@ -39,41 +73,40 @@ class Anderson:
             self.dF.pop(0), self.dG.pop(0)
         self.last, self.A = None, np.zeros((0, 0))
 
-    def push(self, image: np.ndarray, residual: np.ndarray) -> None:
-        """Add g(x_k) and f_k = g(x_k) − x_k. Both are kept by reference until the next push: do not change them."""
-        image, residual = np.asarray(image, np.float64).ravel(), np.asarray(residual, np.float64).ravel()
+    def push(self, image, iterate) -> None:
+        """Add g(x_k) (``image``) for the iterate x_k, whose residual is f_k = g(x_k) − x_k. The image is
+        kept by reference until the next push: do not change it."""
+        residual = self.ops.residual(image, iterate)
         if self.last is not None:
             g, f = self.last
-            df = (residual - f).astype(self.dtype)
+            df = self.ops.difference(residual, f)
             self.dF.append(df)
-            self.dG.append((image - g).astype(self.dtype))
+            self.dG.append(self.ops.difference(image, g))
             if len(self.dF) > self.m:
                 self.dF.pop(0), self.dG.pop(0)
                 self.A = self.A[1:, 1:]
-            row = np.array([_dot(d, df) for d in self.dF])
+            row = self.ops.dots(self.dF, df)
             A = np.empty((len(row), len(row)))
             A[:-1, :-1], A[-1, :], A[:, -1] = self.A, row, row
             self.A = A
         self.last = (image, residual)
 
-    def extrapolate(self) -> np.ndarray:
-        """The next iterate (flat): g(x_k) − ΔG γ, γ from the normal equations (ΔFᵀΔF) γ = ΔFᵀf_k with a
+    def extrapolate(self):
+        """The next iterate: g(x_k) − ΔG γ, γ from the normal equations (ΔFᵀΔF) γ = ΔFᵀf_k with a
         ridge of 1e-10 of their trace, so that collinear differences (near convergence) give a shorter
         combination, not a blow-up. With no difference yet it is the plain step g(x_k)."""
         g, f = self.last
-        if not self.dF:
-            return g.copy()
+        if not len(self.dF):
+            return self.ops.copy(g)
         A = self.A.copy()
         A[np.diag_indices_from(A)] += 1e-10 * np.trace(A) + np.finfo(float).tiny
-        gamma = np.linalg.solve(A, np.array([_dot(d, f) for d in self.dF]))
-        x = g.copy()
-        for c, d in zip(gamma, self.dG):
-            x -= c * d
-        return x
+        gamma = np.linalg.solve(A, self.ops.dots(self.dF, f))
+        return self.ops.combine(g, gamma, self.dG)
 
 
-def _dot(a: np.ndarray, b: np.ndarray) -> float:
+def dot(a: np.ndarray, b: np.ndarray) -> float:
     """⟨a, b⟩ accumulated in float64 over blocks (float32 inputs would otherwise be summed in float32)."""
+    a, b = np.ravel(a), np.ravel(b)
     step = 1 << 20
     return float(sum(np.dot(a[s:s + step].astype(np.float64), b[s:s + step].astype(np.float64))
                      for s in range(0, len(a), step)))

@@ -44,16 +44,17 @@ class NegativeScore:
     coef: float = 1.0
     w: float = 1.0
     seed: int = 0
+    row0: int = 0  # the user of Us's (and A's) first row: a part's users only, the items whole
 
     def pairs(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
         """Scores of a list of pairs in float64, O(k) each (the sampled-negatives table)."""
-        u, i = np.asarray(u, np.intp), np.asarray(i, np.intp)
+        if self.kind == "random":
+            return pair_uniform(u, i, self.seed)  # of the user's index, not its row
+        u, i = np.asarray(u, np.intp) - self.row0, np.asarray(i, np.intp)
         s = pair_scores(self.Us, self.Vs, u, i)
         if self.kind == "aggregate":
             return self.coef * expit(s) * (pair_scores(self.Us, self.B, u, i) + pair_scores(self.A, self.Vs, u, i))
-        if self.kind == "loss":
-            return -self.w * np.logaddexp(0.0, s)
-        return pair_uniform(u, i, self.seed)
+        return -self.w * np.logaddexp(0.0, s)  # loss
 
     def block(self, a: int, b: int) -> np.ndarray:
         """Scores of users a:b against the whole catalogue, float32, (b − a, n_items)."""
@@ -78,7 +79,8 @@ def pair_uniform(u: np.ndarray, i: np.ndarray, seed: int) -> np.ndarray:
     however the pairs are split into parts or ordered."""
     golden = np.uint64(0x9E3779B97F4A7C15)
     z = (np.asarray(u).astype(np.uint64) << np.uint64(32)) ^ np.asarray(i).astype(np.uint64)
-    z = z + np.uint64(seed) * golden + golden  # uint64 arithmetic wraps, as splitmix64 wants
+    with np.errstate(over="ignore"):  # numpy warns when a uint64 scalar product wraps: splitmix64 wants it to
+        z = z + np.uint64(seed) * golden + golden
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z ^= z >> np.uint64(31)

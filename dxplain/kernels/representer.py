@@ -28,14 +28,21 @@ def balance_transforms(U: np.ndarray, V: np.ndarray, rtol: float = 1e-12) -> tup
     value is below ``rtol``·max carry no part of UVᵀ worth keeping and are dropped (rank collapse).
     """
 
-    def half(F):
-        w, W = sla.eigh(F.T @ F)
+    return balance_transforms_from_grams(U.T @ U, V.T @ V, rtol)
+
+
+def balance_transforms_from_grams(G_U: np.ndarray, G_V: np.ndarray, rtol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
+    """``balance_transforms`` from the Grams UᵀU and VᵀV alone: factors kept in row blocks elsewhere
+    (``models.blocks``) send k×k sums, not rows."""
+
+    def half(G):
+        w, W = sla.eigh(G)
         keep = w > rtol * max(w.max(), np.finfo(float).tiny)
         s = np.sqrt(w[keep])
         return W[:, keep], s
 
-    W1, s1 = half(U)
-    W2, s2 = half(V)
+    W1, s1 = half(G_U)
+    W2, s2 = half(G_V)
     M = (s1[:, None] * (W1.T @ W2)) * s2[None, :]  # Σ₁V₁ᵀU₂Σ₂ with V₁ = W1, U₂ = W2
     U3, s3, V3t = sla.svd(M)
     r = int(np.sum(s3 > np.sqrt(rtol) * max(s3.max(initial=0.0), np.finfo(float).tiny)))

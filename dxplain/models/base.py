@@ -73,10 +73,18 @@ class FactorModel:
         return model_store.write_model(path, self.U, self.V, self.metadata(), data)
 
     @classmethod
-    def load(cls, path, data=None) -> "FactorModel":
-        """Read a stored model; with ``data``, check it was fitted on exactly these interactions and ids."""
+    def load(cls, path, data=None, blocks: tuple | None = None) -> "FactorModel":
+        """Read a stored model; with ``data``, check it was fitted on exactly these interactions and ids.
+        ``blocks=(mapper, user_cuts, item_cuts)`` leaves the factors in row blocks read by the mapper's
+        tasks (``models.blocks.Blocks``), never whole here."""
         from ..io import model_store
 
-        U, V, attrs = model_store.read_model(path, data)
+        U, V, attrs = model_store.read_model(path, data, factors=blocks is None)
+        if blocks is not None:
+            from .blocks import Blocks
+
+            mapper, user_cuts, item_cuts = blocks
+            U = Blocks.from_store(mapper, path, "user", user_cuts, attrs["k"])
+            V = Blocks.from_store(mapper, path, "item", item_cuts, attrs["k"])
         known = {f.name for f in fields(FactorModel)}
         return FactorModel(U=U, V=V, **{k: v for k, v in attrs.items() if k in known})

@@ -27,7 +27,9 @@ from scipy.optimize import minimize
 from ..interactions import Interactions
 from .base import FactorModel
 from ..kernels import als, anderson, bce
-from ..kernels.representer import balance_transforms
+from ..io import spill
+from ..kernels.representer import balance_transforms, balance_transforms_from_grams
+from .blocks import Blocks, BlockVectors
 from ..kernels.newton import newton_pcg
 from .. import progress
 from ..progress import newton_progress
@@ -68,7 +70,31 @@ MFModel = FactorModel  # the squared-loss model's factors: the common base, unde
 class HalfSteps:
     """The two ALS half-steps (every user's exact solve given V, every item's given U), and the passes over
     D that training measures itself with: Σ of the loss terms (Σ r² for the squared loss) and the gradient.
-    ``U0``/``V0`` are a warm start for losses whose half-step iterates (``BCERows``); ridge solves ignore it."""
+    ``U0``/``V0`` are a warm start for losses whose half-step iterates (``BCERows``); ridge solves ignore it.
+
+    The factors are numpy arrays here; ``BlockHalfSteps`` keeps them in row blocks on the workers, and
+    overrides the few vector operations training does outside the half-steps (``initial``, ``start``,
+    ``sqnorm``, ``accelerator``)."""
+
+    in_process = True  # the factors are arrays in this process: the Newton polish can take them whole
+
+    def initial(self, n_users: int, n_items: int, k: int, seed: int):
+        """The seeded random start: N(0, 0.1²) entries, U then V from one generator."""
+        rng = np.random.default_rng(seed)
+        return rng.normal(scale=0.1, size=(n_users, k)), rng.normal(scale=0.1, size=(n_items, k))
+
+    def start(self, U: np.ndarray, V: np.ndarray):
+        """A given start (copied: training replaces its rows)."""
+        return U.copy(), V.copy()
+
+    def sqnorm(self, F) -> float:
+        return float(np.vdot(F, F))
+
+    def accelerator(self, m: int, store) -> anderson.Anderson:
+        return anderson.Anderson(m, store=store)
+
+    def close(self) -> None:
+        """Free what training kept (files, state on workers)."""
 
     def users(self, V: np.ndarray, U0: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError
@@ -304,6 +330,73 @@ class PartHalfSteps(HalfSteps):
 
 
 @dataclass
+class BlockHalfSteps(PartHalfSteps):
+    """``PartHalfSteps`` with the factors themselves kept on the workers, never whole in the flow's process:
+    U in blocks of the by-user parts' rows, V in blocks of the by-item parts' (``models.blocks.Blocks``).
+
+    A half-step stacks the fixed side on a worker (every part's rows meet columns anywhere), and each
+    part's task returns its block of the new factors, kept where it ran; the stopping rule's passes send
+    back three numbers a part, the objective's norms and the balancing transforms' Grams are sums of the
+    blocks', and Anderson's history is a file per block and difference under the parts' folder
+    (``models.blocks.BlockVectors``). At 50M Amazon-like interactions (k = 32) this keeps some 3 GB of
+    factors, their warm starts and 1.3 GB of history (spilled) out of the flow's process. The Newton polish
+    needs the factors whole, so it is not offered here: training stops on the sweeps.
+    """
+
+    in_process = False
+
+    def __init__(self, mapper, parts, data: Interactions, mu: float, ridge: float, loss=SQUARED):
+        super().__init__(mapper, parts, data, mu, ridge, loss)
+        self.folder = spill.scratch_folder(parts.root)
+
+    def initial(self, n_users, n_items, k, seed):
+        # One generator per block (seed, side, part): the same start for the same parts, wherever it is drawn.
+        return (Blocks.random(self.mapper, self.cuts["user"], k, seed, 0),
+                Blocks.random(self.mapper, self.cuts["item"], k, seed, 1))
+
+    def start(self, U, V):
+        return Blocks.split(self.mapper, U, self.cuts["user"]), Blocks.split(self.mapper, V, self.cuts["item"])
+
+    def sqnorm(self, F: Blocks) -> float:
+        return F.vdot()
+
+    def accelerator(self, m, store):
+        return anderson.Anderson(m, vectors=BlockVectors(self.folder))
+
+    def close(self):
+        spill.remove_folder(self.folder)
+
+    def _half(self, side: str, F: Blocks, X0: Blocks | None) -> Blocks:
+        F_whole = F.whole()
+        warm = X0 is not None and self.loss.warm_start
+        tasks = [(part, 0, F_whole, self.ridge, self.loss, X0.handles[p] if warm else None)
+                 for p, part in enumerate(self.parts[side])]
+        return Blocks(self.mapper, tuple(self.mapper.persist(_solve_part, tasks, name=f"als-{side}")),
+                      self.cuts[side], F.k)
+
+    def stationarity(self, U: Blocks, V: Blocks, lam, bound):
+        T_U, T_V = balance_transforms_from_grams(U.gram(), V.gram()) if bound else (None, None)
+        U_h, V_h = U.whole(), V.whole()
+        tasks = [(part, 0, B.handles[p], other, self.n, lam, *T, self.loss)
+                 for side, B, other, T in (("user", U, V_h, (T_U, T_V)), ("item", V, U_h, (T_V, T_U)))
+                 for p, part in enumerate(self.parts[side])]
+        out = self.mapper.map(_stationarity_part, tasks, name="als-stationarity")
+        users, items = out[:len(self.parts["user"])], out[len(self.parts["user"]):]
+        gsq = sum(g for _, g, _ in out)
+        eps = (max(e for _, _, e in users), max(e for _, _, e in items)) if bound else None
+        return sum(rss for rss, _, _ in users), gsq, eps
+
+    def gradient(self, U, V, lam):
+        raise NotImplementedError("the factors are kept on the workers: the gradient is never gathered "
+                                  "(``stationarity`` reduces it there)")
+
+    def hessian_vector(self, U, V, dU, dV, lam):
+        raise NotImplementedError("the Newton polish needs the factors whole; train with PartHalfSteps for it")
+
+    curvature_grams = hessian_vector
+
+
+@dataclass
 class ALSMF:
     """ALS matrix factorisation trained to a stationary point.
 
@@ -355,13 +448,19 @@ class ALSMF:
         n = len(data)
         lam = self.lam if self.lam is not None else default_lam(n)
         ridge = lam * n / 2.0
-        rng = np.random.default_rng(self.seed)
-        U = rng.normal(scale=0.1, size=(data.n_users, self.k)) if init is None else init[0].copy()
-        V = rng.normal(scale=0.1, size=(data.n_items, self.k)) if init is None else init[1].copy()
         half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge, loss=self.loss)
+        try:
+            return self._fit(data, half_steps, init, mu, lam, t0)
+        finally:
+            half_steps.close()
+
+    def _fit(self, data, half_steps: HalfSteps, init, mu: float, lam: float, t0: float) -> MFModel:
+        n = len(data)
+        U, V = (half_steps.initial(data.n_users, data.n_items, self.k, self.seed) if init is None
+                else half_steps.start(*init))
         state = {"gnorm": np.inf, "bound": None, "objective": np.inf}  # at the last accepted (U, V)
         history, done, sweeps = [], False, 0
-        accel = anderson.Anderson(self.anderson, store=self.anderson_store) if self.anderson else None
+        accel = half_steps.accelerator(self.anderson, self.anderson_store) if self.anderson else None
         X = V  # the Anderson iterate: each sweep maps it to items(users(X))
         for sweeps in range(1, self.max_sweeps + 1):
             # The accepted U is not kept beside the trial's: users × k is the largest array here (256 MB at
@@ -390,15 +489,18 @@ class ALSMF:
             if done or self._stalled(history):
                 break
             if accel:
-                accel.push(V, V - X)
+                accel.push(V, X)
             # The last sweep of the budget is plain (never refused): it ends where a model can be returned.
-            X = accel.extrapolate().reshape(V.shape) if accel and sweeps + 1 < self.max_sweeps else V
+            X = accel.extrapolate() if accel and sweeps + 1 < self.max_sweeps else V
         if accel:
             accel.reset()  # its arrays (or files) go now, not when the trainer is collected
         if not history:  # no sweep, or none accepted: measure where we are
             done = self._measure(U, V, half_steps, n, lam, state)
         newton = 0
-        if not done and self.polish_iters > 0:
+        if not done and self.polish_iters > 0 and not half_steps.in_process:
+            log.warning("ALS-MF: %d sweeps left ‖∇f‖=%.2e above its stop; the Newton polish needs the factors in "
+                        "one process and they are kept on the workers, so training ends here", sweeps, state["gnorm"])
+        elif not done and self.polish_iters > 0:
             U, V, _, newton = self._polish(U, V, half_steps, n, lam)  # its passes over D where the half-steps run
             self._measure(U, V, half_steps, n, lam, state)
         gnorm, bound = state["gnorm"], state["bound"]
@@ -409,7 +511,8 @@ class ALSMF:
         if bound is not None:
             info.update(identity_tol=self.identity_tol, identity_bound={"item": bound[0], "user": bound[1]})
         model = MFModel(U, V, mu, lam, n, grad_norm=gnorm, info=info)
-        model.check_not_degenerate(data)
+        if half_steps.in_process:
+            model.check_not_degenerate(data)
         return model
 
     def converged(self, model: MFModel) -> bool:
@@ -423,7 +526,7 @@ class ALSMF:
         """f, ‖∇f‖ (and the identity bound, when asked for) into ``state``; whether the stopping rule holds.
         The passes over D are the half-steps' (``HalfSteps.stationarity``): over the parts, on the workers."""
         rss, gsq, bound = half_steps.stationarity(U, V, lam, bound=self.identity_tol is not None)
-        state["objective"] = float(rss / n + 0.5 * lam * (np.vdot(U, U) + np.vdot(V, V)))  # no n×k temporary
+        state["objective"] = float(rss / n + 0.5 * lam * (half_steps.sqnorm(U) + half_steps.sqnorm(V)))
         state["gnorm"], state["bound"] = float(np.sqrt(gsq)), bound
         if self.identity_tol is None:
             return state["gnorm"] <= self.tol
