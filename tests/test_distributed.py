@@ -208,14 +208,13 @@ def test_bce_trained_over_parts_on_the_cluster_equals_in_process_and_is_stationa
         np.testing.assert_allclose(dsk.U @ dsk.V.T, whole.U @ whole.V.T, atol=1e-4)
 
 
-def test_factors_kept_on_the_workers_train_as_arrays_do(client, tmp_path, monkeypatch):
-    """BlockHalfSteps keeps U and V in row blocks where the parts are, never whole in this process. From the
+def test_factors_kept_in_block_files_train_as_arrays_do(client, tmp_path):
+    """BlockHalfSteps keeps U and V in row-block files beside the parts, never whole in any process. From the
     same start it takes the sweeps PartHalfSteps takes with arrays here (ALS with Anderson, to rounding:
-    only the sums' order differs); the cluster's blocks equal a LocalMapper's; Anderson's history goes to
-    files under the parts' folder, removed when training ends."""
+    only the sums' order differs); the cluster's blocks equal a LocalMapper's; only the model's blocks
+    outlive training, and they go when it does."""
     from functools import partial
 
-    from dxplain.io import spill
     from dxplain.models.blocks import Blocks
     from dxplain.models.implicit_mf import ImplicitMF, positive_pairs, sample_negatives, training_table
     from dxplain.models.mf import BlockHalfSteps, PartHalfSteps
@@ -227,7 +226,7 @@ def test_factors_kept_on_the_workers_train_as_arrays_do(client, tmp_path, monkey
     trainer = ALSMF(k=6, max_sweeps=25, polish_iters=0, seed=4)
     arrays = trainer.fit(d, half_steps=partial(PartHalfSteps, LocalMapper(), parts), init=init)
     blocks = trainer.fit(d, half_steps=partial(BlockHalfSteps, DaskMapper(client), parts), init=init)
-    assert isinstance(blocks.U, Blocks) and len(blocks.U.handles) == 5 and len(blocks.V.handles) == 5
+    assert isinstance(blocks.U, Blocks) and len(blocks.U.paths) == 5 and len(blocks.V.paths) == 5
     assert blocks.info["sweeps"] == arrays.info["sweeps"] > 10
     np.testing.assert_allclose(blocks.U.gather(), arrays.U, rtol=1e-7, atol=1e-10)
     np.testing.assert_allclose(blocks.V.gather(), arrays.V, rtol=1e-7, atol=1e-10)
@@ -236,18 +235,18 @@ def test_factors_kept_on_the_workers_train_as_arrays_do(client, tmp_path, monkey
     P = positive_pairs(random_interactions(60, 45, 0.2, seed=31), 3)
     table = training_table(P, *sample_negatives(P, 4, seed=2))
     parts = write_partitions(tmp_path / "bce", table, rows_per_part=len(table) // 4 + 1)
-    saved = []
-    monkeypatch.setattr(spill, "save", lambda *a, _save=spill.save: saved.append(_save(*a)) or saved[-1])
     bce = ImplicitMF(k=4, rtol=1e-6, max_iter=300)
     mem = bce.fit_alternating(table, partial(BlockHalfSteps, LocalMapper(), parts))
     dsk = bce.fit_alternating(table, partial(BlockHalfSteps, DaskMapper(client), parts))
-    assert saved and all(str(tmp_path / "bce") in f for f in saved)  # the in-process run's history files
-    assert not list((tmp_path / "bce").glob(".dxplain-scratch-*"))  # and every run's, gone
+    assert all(f.startswith(str(tmp_path / "bce" / ".dxplain-scratch-")) for f in dsk.U.paths + dsk.V.paths)
+    assert len(list((tmp_path / "bce").glob(".dxplain-scratch-*/*"))) == 2 * (len(parts.user_cuts) + len(parts.item_cuts) - 2)
     assert mem.info["sweeps"] == dsk.info["sweeps"] and dsk.grad_norm <= 1e-6 * dsk.lam
     np.testing.assert_array_equal(dsk.U.gather(), mem.U.gather())
     np.testing.assert_array_equal(dsk.V.gather(), mem.V.gather())
     arrays = bce.fit_alternating(table, partial(PartHalfSteps, LocalMapper(), parts))
     assert dsk.info["objective"] == pytest.approx(arrays.info["objective"], rel=1e-9)  # another start, one optimum
+    del mem, dsk, blocks
+    assert not list((tmp_path / "bce").glob(".dxplain-scratch-*")) and not list((tmp_path / "als").glob(".dxplain-scratch-*"))
 
 
 def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):

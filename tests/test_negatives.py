@@ -327,21 +327,23 @@ def test_scores_from_factor_blocks_equal_the_whole_scoring_rule(tmp_path, method
     scores the part's negatives as the whole model's rule does."""
     from dxplain.io.partitions import write_partitions
     from dxplain.mapper import LocalMapper
-    from dxplain.models.blocks import Blocks
+    from dxplain.models.blocks import Blocks, Scratch
 
     table, terms, U, V = _sampled()
     P = positive_pairs(table, 0.5)
     model = ImplicitModel(U, V, lam=0.01, n_train=len(table), neg_weight=W, negatives="sampled", grad_norm=np.nan)
     parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 4)
-    mapper = LocalMapper()
-    blocks = ImplicitModel(Blocks.split(mapper, U, parts.user_cuts), Blocks.split(mapper, V, parts.item_cuts),
+    mapper, scratch = LocalMapper(), Scratch(parts.root)
+    blocks = ImplicitModel(Blocks.split(mapper, scratch, U, parts.user_cuts), Blocks.split(mapper, scratch, V, parts.item_cuts),
                            lam=0.01, n_train=len(table), neg_weight=W, negatives="sampled", grad_norm=np.nan)
     want = N.negative_score(method, model, terms, P, seed=3)
-    scores = N.part_scores(method, blocks, parts, mapper, seed=3)
-    assert len(scores) == len(parts.user_cuts) - 1 > 2 and len(parts.item_cuts) > 2
-    for p, score in enumerate(scores):
+    rule = N.part_scores(method, blocks, parts, seed=3)
+    assert len(parts.user_cuts) > 3 and len(parts.item_cuts) > 2
+    for p in range(len(parts.user_cuts) - 1):
         nu, ni = N.part_negatives(parts, p)
+        score = rule.at(parts, p, ni)
         assert len(score.Us) == parts.user_cuts[p + 1] - parts.user_cuts[p]  # the part's users only
+        assert len(score.Vs) == len(np.unique(ni))  # the items its negatives touch only
         np.testing.assert_allclose(score.pairs(nu, ni), want.pairs(nu, ni), rtol=1e-12)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +36,9 @@ from ..io.interactions import write_pairs_part
 from ..kernels.bce import DenseTerms, SparseTerms, csr_rows
 from ..kernels.negatives import LowestK, NegativeScore, scan_rows
 from ..kernels.representer import balance_transforms, balance_transforms_from_grams
+from ..io import spill
 from ..mapper import LocalMapper, Mapper
+from ..models.blocks import Blocks, RowSource, take_rows
 from ..models.implicit_mf import ImplicitModel
 
 log = logging.getLogger(__name__)
@@ -242,46 +245,63 @@ def select_lowest(score: NegativeScore, terms: DenseTerms | SparseTerms, percent
     return lowest(scan_shards, score, terms, K, step)
 
 
-def _positive_sum_part(parts, side: str, p: int, F) -> np.ndarray:
+def _positive_sum_part(parts, side: str, p: int, F: RowSource) -> np.ndarray:
     """Σ of F's rows over the positives (y = 1) of each row in part p of ``side``: users' S^V (F = Ṽ) from a
-    by-user part, items' S^U (F = Ũ) from a by-item part."""
+    by-user part, items' S^U (F = Ũ) from a by-item part; only the rows of F its positives touch are read."""
     d = parts.read_part(side, p).data
     lo, hi = (int(parts.user_cuts[p]), int(parts.user_cuts[p + 1])) if side == "user" else parts.item_range(p)
     pos = d.rating > 0
     rows, cols = (d.user, d.item) if side == "user" else (d.item, d.user)
-    M = sp.csr_array((np.ones(int(pos.sum())), (rows[pos] - lo, cols[pos])), shape=(hi - lo, len(F)))
-    return M @ F
+    need, local = np.unique(cols[pos], return_inverse=True)
+    M = sp.csr_array((np.ones(len(local)), (rows[pos] - lo, local)), shape=(hi - lo, len(need)))
+    return M @ take_rows(F, need)
 
 
-def _part_score(kind: str, Us: np.ndarray, Vs: np.ndarray, A, B, coef: float, w: float, seed: int,
-                row0: int) -> NegativeScore:
-    return NegativeScore(kind, Us, Vs, A, B, coef=coef, w=w, seed=seed, row0=row0)
+@dataclass(frozen=True)
+class PartScore:
+    """``negative_score``'s rule for a model kept in row-block files (``models.blocks``), made by each
+    by-user part's task for its own negatives (``at``): its users' rows of Us (and A) are its blocks, and
+    only the items its negatives touch are read of Vs (and B)."""
+
+    kind: str  # as NegativeScore's
+    Us: RowSource
+    Vs: RowSource
+    A: RowSource | None = None
+    B: RowSource | None = None
+    coef: float = 1.0
+    w: float = 1.0
+    seed: int = 0
+    keep: tuple = field(default=(), compare=False, repr=False)  # the Blocks behind the files, in the flow only
+
+    def __getstate__(self):
+        return {**self.__dict__, "keep": ()}  # tasks get the file names, never the flow's Blocks
+
+    def at(self, parts, p: int, items: np.ndarray) -> NegativeScore:
+        a = int(parts.user_cuts[p])
+        need = np.unique(items)
+        rows = lambda F: None if F is None else spill.load(F.paths[p])  # noqa: E731 - block p: the part's users
+        cols = lambda F: None if F is None else take_rows(F, need)  # noqa: E731
+        return NegativeScore(self.kind, rows(self.Us), cols(self.Vs), rows(self.A), cols(self.B), coef=self.coef,
+                             w=self.w, seed=self.seed, row0=a, items=need)
 
 
-def part_scores(method: str, model: ImplicitModel, parts, mapper: Mapper, seed: int = 0) -> list:
-    """``negative_score`` for a model whose factors are row blocks on the workers (``models.blocks.Blocks``,
-    U's blocks the by-user parts' rows): one scoring rule per by-user part, built and kept where that
-    part's users' rows are, with the item side (Ṽ and S^U) whole beside it. The balancing transforms
-    come from the blocks' Grams; S^V and S^U from the parts (``_positive_sum_part``). Handles, one per
-    part, for ``select_lowest_parts``; nothing users × k reaches this process."""
+def part_scores(method: str, model: ImplicitModel, parts, seed: int = 0) -> PartScore:
+    """``negative_score`` for a model whose factors are row-block files (``models.blocks.Blocks``, U's blocks
+    the by-user parts' rows). The representer's balancing transforms come from the blocks' Grams; Ũ, Ṽ,
+    S^V (by the by-user parts) and S^U (by the by-item parts) are blocks written by tasks. Nothing
+    users × k, or items × k, reaches this process or any one task."""
     if method not in ("representer", "loss", "random"):
         raise ValueError(f"{method!r} needs the model whole; score it with negative_score")
     U, V, w = model.U, model.V, model.neg_weight
-    starts = [int(a) for a in parts.user_cuts[:-1]]
     if method in ("loss", "random"):
-        kind, V_h = ("loss" if method == "loss" else "random"), V.whole()
-        return mapper.persist(_part_score, [(kind, Uh, V_h, None, None, 1.0, w, seed, a)
-                                            for Uh, a in zip(U.handles, starts)], name="neg-part-score")
+        return PartScore(method if method == "random" else "loss", U.source, V.source, w=w, seed=seed, keep=(U, V))
     T_U, T_V = balance_transforms_from_grams(U.gram(), V.gram())
     Ut, Vt = U.map(np.matmul, T_U, name="neg-balance"), V.map(np.matmul, T_V, name="neg-balance")
-    Ut_h, Vt_h = Ut.whole(), Vt.whole()
-    SV = mapper.persist(_positive_sum_part, [(parts, "user", p, Vt_h) for p in range(len(starts))],
-                        name="neg-positive-sums")
-    SU = Vt.like(mapper.persist(_positive_sum_part, [(parts, "item", p, Ut_h) for p in range(len(parts.item_cuts) - 1)],
-                                name="neg-positive-sums")).whole()
-    coef = -w / (model.lam * model.n_train)
-    return mapper.persist(_part_score, [("aggregate", Uh, Vt_h, S, SU, coef, w, seed, a)
-                                        for Uh, S, a in zip(Ut.handles, SV, starts)], name="neg-part-score")
+    SV, SU = (Blocks.made_by(U.mapper, U.scratch, _positive_sum_part,
+                             [(parts, side, p, F.source) for p in range(len(cuts) - 1)], cuts, U.k, "neg-positive-sums")
+              for side, cuts, F in (("user", parts.user_cuts, Vt), ("item", parts.item_cuts, Ut)))
+    return PartScore("aggregate", Ut.source, Vt.source, SV.source, SU.source, coef=-w / (model.lam * model.n_train),
+                     w=w, seed=seed, keep=(Ut, Vt, SV, SU))
 
 
 def part_negatives(parts, p: int) -> tuple[np.ndarray, np.ndarray]:
@@ -291,45 +311,52 @@ def part_negatives(parts, p: int) -> tuple[np.ndarray, np.ndarray]:
     return d.user[neg].astype(np.int64), d.item[neg].astype(np.int64)
 
 
-def lowest_in_part(score: NegativeScore, parts, p: int, K: int) -> tuple:
-    """The K lowest-scoring negatives of part p, as ``LowestK.result``."""
+def _scored(score: NegativeScore | PartScore, parts, p: int) -> tuple:
+    """(users, items, scores) of part p's negatives."""
     u, i = part_negatives(parts, p)
+    if isinstance(score, PartScore):
+        score = score.at(parts, p, i)
+    return u, i, score.pairs(u, i)
+
+
+def lowest_in_part(score: NegativeScore | PartScore, parts, p: int, K: int) -> tuple:
+    """The K lowest-scoring negatives of part p, as ``LowestK.result``."""
+    u, i, v = _scored(score, parts, p)
     keep = LowestK(K)
-    keep.push(score.pairs(u, i), u, i)
+    keep.push(v, u, i)
     return keep.result()
 
 
-def cleaned_part(score: NegativeScore, parts, p: int, last: tuple[float, int, int], folder) -> int:
+def cleaned_part(score: NegativeScore | PartScore, parts, p: int, last: tuple[float, int, int], folder) -> int:
     """Write part p's negatives that are not flagged (above ``last``, the K-th lowest (value, user, item)
     in ``LowestK``'s order) to ``folder``; their number. The scores are recomputed: the same rows give
     the same values, so the cut is exact."""
-    u, i = part_negatives(parts, p)
-    v = score.pairs(u, i)
+    u, i, v = _scored(score, parts, p)
     lv, lu, li = last
     flagged = (v < lv) | ((v == lv) & ((u < lu) | ((u == lu) & (i <= li))))
     write_pairs_part(folder, p, parts.user_ids, parts.item_ids, u[~flagged], i[~flagged])
     return int((~flagged).sum())
 
 
-def select_lowest_parts(score: NegativeScore, parts, n_neg: int, percent: float, mapper: Mapper,
+def select_lowest_parts(score: NegativeScore | PartScore, parts, n_neg: int, percent: float, mapper: Mapper,
                         cleaned_folder=None) -> tuple:
     """The lowest p% of a BCE training table's negatives (its y = 0 rows), scored where the by-user parts
     are: each part's task returns its K lowest, merged here in O(K) as they finish; the same result as
     ``flag_table`` over the whole list. With ``cleaned_folder``, a second map writes each part's
-    unflagged negatives there (a Parquet dataset, one file per part). ``score`` is one ``NegativeScore``
-    (sent to every worker) or a handle per part (``part_scores``)."""
+    unflagged negatives there (a Parquet dataset, one file per part). ``score`` is a ``NegativeScore``
+    (sent to every worker) or a ``PartScore`` (``part_scores``: each part's task makes its own rule)."""
     K = int(math.ceil(percent / 100.0 * n_neg))
     n_parts = len(parts.user_cuts) - 1
-    scores = score if isinstance(score, list) else [mapper.put(score, broadcast=True)] * n_parts
+    score_h = score if isinstance(score, PartScore) else mapper.put(score, broadcast=True)
     keep = LowestK(K)
-    for done, (_, result) in enumerate(mapper.imap(lowest_in_part, [(scores[p], parts, p, K) for p in range(n_parts)],
+    for done, (_, result) in enumerate(mapper.imap(lowest_in_part, [(score_h, parts, p, K) for p in range(n_parts)],
                                                    name="neg-parts"), start=1):
         keep.push(*result)
         progress.update("negatives: score parts", done, n_parts)
     values, users, items = keep.result()
     if cleaned_folder is not None and len(values):
         last = (float(values[-1]), int(users[-1]), int(items[-1]))
-        kept = mapper.map(cleaned_part, [(scores[p], parts, p, last, cleaned_folder) for p in range(n_parts)],
+        kept = mapper.map(cleaned_part, [(score_h, parts, p, last, cleaned_folder) for p in range(n_parts)],
                           name="neg-cleaned")
         if sum(kept) != n_neg - len(values):
             raise RuntimeError(f"the cleaned parts hold {sum(kept)} negatives, expected {n_neg} − {len(values)}")

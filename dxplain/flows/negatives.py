@@ -63,8 +63,7 @@ def train(trainer: ImplicitMF, path, data, n_pos: int, n_neg: int, terms=None, m
     logger = get_run_logger()
     if reuse and model_store.exists(path):
         logger.info("reusing model %s (same training data and hyperparameters)", path)
-        cuts = (mapper, parted[1].user_cuts, parted[1].item_cuts) if blocks else None
-        return ImplicitModel.from_stored(FactorModel.load(path, data, blocks=cuts))
+        return ImplicitModel.from_stored(FactorModel.load(path, data, blocks=(mapper, parted[1]) if blocks else None))
     if parted is None:
         m = trainer.fit(terms)
         steps = f"{m.info['lbfgs_iters']} L-BFGS"
@@ -113,7 +112,7 @@ def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive
     with stage(seconds, "train", peaks):
         m = train(trainer, path, D, n_pos, len(D) - n_pos, mapper=mapper, parted=(D, parts), reuse=True, blocks=True)
     with stage(seconds, "flag", peaks):
-        scores = N.part_scores(method, m, parts, mapper, trainer.seed)
+        scores = N.part_scores(method, m, parts, trainer.seed)
         values, users, items = N.select_lowest_parts(scores, parts, len(D) - n_pos, percent, mapper,
                                                      tmp / "cleaned-negatives.parquet")
     return {"method": method, "percent": percent, "negatives": str(per_positive),

@@ -8,6 +8,7 @@ it is used, one at a time: ~3m arrays a sweep, from the page cache, against a sw
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -50,16 +51,35 @@ class SpillList:
         self.close()
 
 
-def save(folder, name: str, a: np.ndarray) -> str:
-    """Write ``a`` to ``folder/name.npy`` (a task's block of a spilled array); its path, as a string."""
-    path = Path(folder) / f"{name}.npy"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, np.ascontiguousarray(a), allow_pickle=False)
+def save_file(path, a: np.ndarray) -> str:
+    """Write ``a`` to the .npy file ``path`` (a task's block), whole or not at all: a task rerun after its
+    worker died mid-write rewrites it, and no reader sees half of it. Returns the path, as a string."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        np.save(fh, np.ascontiguousarray(a), allow_pickle=False)
+    os.replace(tmp, path)
     return str(path)
 
 
-def load(path: str) -> np.ndarray:
-    return np.load(path, allow_pickle=False)
+def load(path: str, mmap: bool = False) -> np.ndarray:
+    """A block written by ``save_file``; ``mmap`` maps it (only the pages read become resident)."""
+    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def save_arrays(path, **arrays: np.ndarray) -> str:
+    """Several named arrays as one file (uncompressed .npz), whole or not at all, as ``save_file``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+    os.replace(tmp, path)
+    return str(path)
+
+
+def load_arrays(path: str) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {name: z[name] for name in z.files}
 
 
 def remove(paths) -> None:
@@ -67,13 +87,14 @@ def remove(paths) -> None:
         Path(path).unlink(missing_ok=True)
 
 
-def scratch_folder(root) -> Path | None:
-    """A fresh private folder under ``root`` for files tasks share, when ``root`` is a local folder (the
-    workers see it: they read their parts from there); None otherwise."""
+def scratch_folder(root) -> Path:
+    """A fresh private folder under ``root``, a local folder the workers share (they read their parts from
+    there), for the files tasks pass each other."""
     from .atomic import is_local
 
-    if root is None or not is_local(root):
-        return None
+    if not is_local(root):
+        raise ValueError(f"{root}: factors kept in block files need a local (or network-mounted) folder the "
+                         "workers share; use a local --out")
     base = Path(str(root).removeprefix("file://"))
     base.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=".dxplain-scratch-", dir=base))

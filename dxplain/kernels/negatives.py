@@ -44,13 +44,16 @@ class NegativeScore:
     coef: float = 1.0
     w: float = 1.0
     seed: int = 0
-    row0: int = 0  # the user of Us's (and A's) first row: a part's users only, the items whole
+    row0: int = 0  # the user of Us's (and A's) first row: a part's users only
+    items: np.ndarray | None = None  # the items of Vs's (and B's) rows, sorted; None: every item, in order
 
     def pairs(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
         """Scores of a list of pairs in float64, O(k) each (the sampled-negatives table)."""
         if self.kind == "random":
             return pair_uniform(u, i, self.seed)  # of the user's index, not its row
         u, i = np.asarray(u, np.intp) - self.row0, np.asarray(i, np.intp)
+        if self.items is not None:
+            i = np.searchsorted(self.items, i)
         s = pair_scores(self.Us, self.Vs, u, i)
         if self.kind == "aggregate":
             return self.coef * expit(s) * (pair_scores(self.Us, self.B, u, i) + pair_scores(self.A, self.Vs, u, i))

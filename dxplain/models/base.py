@@ -75,16 +75,17 @@ class FactorModel:
     @classmethod
     def load(cls, path, data=None, blocks: tuple | None = None) -> "FactorModel":
         """Read a stored model; with ``data``, check it was fitted on exactly these interactions and ids.
-        ``blocks=(mapper, user_cuts, item_cuts)`` leaves the factors in row blocks read by the mapper's
-        tasks (``models.blocks.Blocks``), never whole here."""
+        ``blocks=(mapper, parts)`` leaves the factors in row-block files beside the parts, each block
+        read by a task (``models.blocks.Blocks``), never whole here."""
         from ..io import model_store
 
         U, V, attrs = model_store.read_model(path, data, factors=blocks is None)
         if blocks is not None:
-            from .blocks import Blocks
+            from .blocks import Blocks, Scratch
 
-            mapper, user_cuts, item_cuts = blocks
-            U = Blocks.from_store(mapper, path, "user", user_cuts, attrs["k"])
-            V = Blocks.from_store(mapper, path, "item", item_cuts, attrs["k"])
+            mapper, parts = blocks
+            scratch = Scratch(parts.root)
+            U = Blocks.from_store(mapper, scratch, path, "user", parts.user_cuts, attrs["k"])
+            V = Blocks.from_store(mapper, scratch, path, "item", parts.item_cuts, attrs["k"])
         known = {f.name for f in fields(FactorModel)}
         return FactorModel(U=U, V=V, **{k: v for k, v in attrs.items() if k in known})

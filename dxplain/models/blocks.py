@@ -1,24 +1,29 @@
-"""Factor matrices kept where their parts are: one block of rows per part, on the mapper's workers.
+"""Factor matrices kept in row blocks in files where the parts are: never whole in any process.
 
-At Amazon scale a factor matrix is more than the flow's process may hold: U is users × k floats, 2.5 GB
-at 50M interactions (9.8M users, k = 32), and training keeps three or four of them alive. ``Blocks``
-holds, in the flow's process, only a handle per part (a future on a cluster, the array itself in
-process) and the rows each covers; every operation training needs is a map over the blocks that
-returns blocks (kept on the workers) or a few numbers:
+At Amazon scale a factor matrix is more than a process may hold: U is users × k floats, 2.5 GB at 50M
+interactions (9.8M users, k = 32), and training keeps three or four of them alive, against 1.5 GiB for
+the flow's process and 4 GiB a worker. ``Blocks`` holds, in the flow's process, a file name per part
+(``.npy``, one per block of rows, in a scratch folder the workers share: the parts' own) and the rows
+each covers. Every operation training needs is a map whose tasks read their blocks, write a new block
+and return its name, or return a few numbers:
 
-* the blocks of one side are stacked on a worker when the other side's half-step needs them whole
-  (``whole``): every by-user part's users rate items anywhere in the catalogue;
-* inner products and Gram matrices are sums of the blocks' (``vdot``, ``gram``): the objective, the
-  stopping rule and the balancing transforms need nothing bigger;
-* Anderson's history (``AndersonBlocks``) is a file per block and difference, written and read by the
-  tasks, so neither the flow nor the workers hold its m pairs of factor-sized arrays.
+* a part's task reads only the rows of the other side its part touches (``take_rows``: each block's
+  file mapped in turn, the wanted rows copied out), never the whole matrix;
+* inner products and Gram matrices are sums of the blocks' (``vdot``, ``gram``), in block order;
+* Anderson's vectors (``BlockVectors``) are blocks too, its differences in float32.
 
-Blocks are immutable: an operation returns new handles and the old ones are freed when dropped.
+Nothing lives in a worker's memory between tasks, so a worker lost mid-training loses nothing: the
+scheduler reruns its task, which reads the same files. Blocks are immutable; a block's files are
+deleted when the last ``Blocks`` naming them is collected in the flow's process, and the scratch
+folder when the last one using it is.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -26,18 +31,43 @@ from ..io import model_store, spill
 from ..kernels.anderson import dot
 
 
+class Scratch:
+    """A private folder for block files under a shared root (``io.spill.scratch_folder``), removed when
+    collected; names its files uniquely."""
+
+    def __init__(self, root):
+        self.folder = spill.scratch_folder(root)
+        self._next = itertools.count()
+        weakref.finalize(self, spill.remove_folder, self.folder)
+
+    def names(self, label: str, n: int) -> list[str]:
+        stamp = next(self._next)
+        return [str(Path(self.folder) / f"{label}-{stamp:06d}-{p:05d}.npy") for p in range(n)]
+
+
+class Ref(str):
+    """A block file's name as a task argument: the task gets the array (``_loaded``)."""
+
+
 class PerBlock(tuple):
     """One value per block (``Blocks.map`` gives task p entry p)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Blocks:
-    """Row blocks of an (n, k) matrix: block p holds rows cuts[p]:cuts[p + 1], at ``handles[p]``."""
+    """Row blocks of an (n, k) matrix: block p holds rows cuts[p]:cuts[p + 1], in file ``paths[p]``."""
 
     mapper: object  # dxplain.mapper.Mapper
-    handles: tuple
+    scratch: Scratch
+    paths: tuple
     cuts: np.ndarray
     k: int
+    _owner: object = field(default=None, repr=False)
+
+    def __post_init__(self):
+        # The files go with the last Blocks naming them (``like`` shares them with a new view).
+        if self._owner is None:
+            object.__setattr__(self, "_owner", weakref.finalize(self, spill.remove, list(self.paths)))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -46,26 +76,38 @@ class Blocks:
     def __len__(self) -> int:
         return int(self.cuts[-1])
 
+    @property
+    def refs(self) -> PerBlock:
+        return PerBlock(Ref(p) for p in self.paths)
+
+    @property
+    def source(self) -> "RowSource":
+        """What a task needs to read any rows of this matrix (``take_rows``)."""
+        return RowSource(self.paths, self.cuts, self.k)
+
     def _args(self, others) -> list:
-        return [(h, *(o.handles[p] if isinstance(o, Blocks) else o[p] if isinstance(o, PerBlock) else o
-                      for o in others)) for p, h in enumerate(self.handles)]
+        return [(Ref(path), *(o.refs[p] if isinstance(o, Blocks) else o[p] if isinstance(o, PerBlock) else o
+                              for o in others)) for p, path in enumerate(self.paths)]
 
     def map(self, fn, *others, name: str) -> "Blocks":
-        """Blocks of ``fn(block, others…)``, block by block, kept where computed: of an argument that is
+        """Blocks of ``fn(block, others…)``, a task per block writing its result: of an argument that is
         ``Blocks`` or ``PerBlock`` each task takes its block's entry, any other is passed to every task."""
-        return self.like(self.mapper.persist(fn, self._args(others), name=name))
+        outs = self.scratch.names(name, len(self.paths))
+        args = [(fn, out, *a) for out, a in zip(outs, self._args(others))]
+        return self.like(self.mapper.map(_write_result, args, name=name))
 
-    def like(self, handles) -> "Blocks":
-        return Blocks(self.mapper, tuple(handles), self.cuts, self.k)
+    def like(self, paths) -> "Blocks":
+        """New blocks of the same rows (their files)."""
+        return Blocks(self.mapper, self.scratch, tuple(paths), self.cuts, self.k)
 
     def reduce(self, fn, *others, name: str):
         """Σ over the blocks of ``fn(block, others…)`` (numbers or small arrays), summed here in block order:
         the same rounding on any mapper and in any run."""
-        return _sum(self.mapper.map(fn, self._args(others), name=name))
-
-    def whole(self):
-        """A handle to the stacked matrix, built on a worker (never here): what the other side's tasks take."""
-        return self.mapper.persist(_stack, [(list(self.handles),)], name="blocks-stack")[0]
+        values = self.mapper.map(call_loaded, [(fn, *a) for a in self._args(others)], name=name)
+        total = values[0]
+        for x in values[1:]:
+            total = total + x
+        return total
 
     def vdot(self, other: "Blocks | None" = None) -> float:
         """⟨self, other⟩ (⟨self, self⟩ by default), summed in float64 over the blocks."""
@@ -76,9 +118,9 @@ class Blocks:
         return self.reduce(_gram, name="blocks-gram")
 
     def rows(self):
-        """(first row, block) of every block in order, fetched one at a time: to write, not to hold."""
-        for a, h in zip(self.cuts[:-1], self.handles):
-            yield int(a), self.mapper.get(h)
+        """(first row, block) of every block in order, read one at a time: to write, not to hold."""
+        for a, path in zip(self.cuts[:-1], self.paths):
+            yield int(a), spill.load(path)
 
     def gather(self) -> np.ndarray:
         """The whole matrix in this process: for tests and small models."""
@@ -88,38 +130,68 @@ class Blocks:
         return out
 
     @classmethod
-    def random(cls, mapper, cuts: np.ndarray, k: int, seed: int, side: int) -> "Blocks":
+    def made_by(cls, mapper, scratch: Scratch, fn, args: list, cuts, k: int, name: str) -> "Blocks":
+        """Blocks whose block p is ``fn(*args[p])``, written by its task."""
+        outs = scratch.names(name, len(args))
+        paths = mapper.map(_write_result, [(fn, out, *a) for out, a in zip(outs, args)], name=name)
+        return cls(mapper, scratch, tuple(paths), np.asarray(cuts), int(k))
+
+    @classmethod
+    def random(cls, mapper, scratch: Scratch, cuts: np.ndarray, k: int, seed: int, side: int) -> "Blocks":
         """N(0, 0.1²) entries, block p drawn from the seed (seed, side, p): the same for the same cuts."""
         args = [(seed, side, p, int(cuts[p + 1] - cuts[p]), k) for p in range(len(cuts) - 1)]
-        return cls(mapper, tuple(mapper.persist(_normal, args, name="blocks-init")), np.asarray(cuts), k)
+        return cls.made_by(mapper, scratch, _normal, args, cuts, k, "init")
 
     @classmethod
-    def from_store(cls, mapper, path, side: str, cuts: np.ndarray, k: int) -> "Blocks":
+    def from_store(cls, mapper, scratch: Scratch, path, side: str, cuts: np.ndarray, k: int) -> "Blocks":
         """A stored model's user or item factors (``io.model_store``), each block read by its task."""
         args = [(path, side, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
-        return cls(mapper, tuple(mapper.persist(model_store.read_factor_rows, args, name="blocks-read")),
-                   np.asarray(cuts), int(k))
+        return cls.made_by(mapper, scratch, model_store.read_factor_rows, args, cuts, k, f"stored-{side}")
 
     @classmethod
-    def split(cls, mapper, F: np.ndarray, cuts: np.ndarray) -> "Blocks":
-        """Blocks of a matrix held here (a given start, a test), sent block by block."""
-        return cls(mapper, tuple(mapper.put(np.ascontiguousarray(F[a:b])) for a, b in zip(cuts[:-1], cuts[1:])),
-                   np.asarray(cuts), F.shape[1])
+    def split(cls, mapper, scratch: Scratch, F: np.ndarray, cuts: np.ndarray) -> "Blocks":
+        """Blocks of a matrix held here (a given start, a test), written from here."""
+        outs = scratch.names("given", len(cuts) - 1)
+        paths = [spill.save_file(out, F[a:b]) for out, a, b in zip(outs, cuts[:-1], cuts[1:])]
+        return cls(mapper, scratch, tuple(paths), np.asarray(cuts), F.shape[1])
 
 
-def _sum(values: list):
-    total = values[0]
-    for x in values[1:]:
-        total = total + x
-    return total
+@dataclass(frozen=True)
+class RowSource:
+    """The files of a matrix's blocks, to read rows from inside a task."""
+
+    paths: tuple
+    cuts: np.ndarray
+    k: int
+
+
+def take_rows(source: RowSource, index: np.ndarray) -> np.ndarray:
+    """Rows ``index`` (sorted, distinct) of the matrix in ``source``'s files: each block that holds some is
+    mapped in turn and its rows copied out, so at most one block's touched pages are resident at once."""
+    out = np.empty((len(index), source.k))
+    edges = np.searchsorted(index, source.cuts)
+    for b in np.flatnonzero(np.diff(edges)):
+        lo, hi = edges[b], edges[b + 1]
+        block = spill.load(source.paths[b], mmap=True)
+        out[lo:hi] = block[index[lo:hi] - source.cuts[b]]
+        del block
+    return out
+
+
+def _loaded(x):
+    return spill.load(x) if type(x) is Ref else [_loaded(v) for v in x] if type(x) is list else x
+
+
+def call_loaded(fn, *args):
+    return fn(*(_loaded(a) for a in args))
+
+
+def _write_result(fn, out: str, *args) -> str:
+    return spill.save_file(out, call_loaded(fn, *args))
 
 
 def _normal(seed: int, side: int, p: int, rows: int, k: int) -> np.ndarray:
     return np.random.default_rng([seed, side, p]).normal(scale=0.1, size=(rows, k))
-
-
-def _stack(blocks: list) -> np.ndarray:
-    return np.concatenate(blocks) if blocks else np.empty((0, 0))
 
 
 def _vdot(a: np.ndarray, b: np.ndarray) -> float:
@@ -134,49 +206,39 @@ def _subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a - b
 
 
-def _spill_difference(a: np.ndarray, b: np.ndarray, folder, name: str) -> object:
-    """(a − b) in float32 (Anderson's history precision): a file under ``folder`` when given, else the
-    array, kept on the worker."""
-    d = (a - b).astype(np.float32)
-    return d if folder is None else spill.save(folder, name, d)
+def _difference32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a - b).astype(np.float32)
 
 
 def _dots(d, items: list) -> np.ndarray:
-    d = spill.load(d) if isinstance(d, str) else d
-    return np.array([dot(spill.load(x) if isinstance(x, str) else x, d) for x in items])
+    return np.array([dot(x, d) for x in items])
 
 
 def _combine(g: np.ndarray, gamma: np.ndarray, items: list) -> np.ndarray:
     x = g.copy()
     for c, d in zip(gamma, items):
-        x -= c * (spill.load(d) if isinstance(d, str) else d)
+        x -= c * d
     return x
 
 
-class BlockVectors:
-    """``kernels.anderson.Anderson``'s vector operations on ``Blocks``: the residual and the combination are
-    blocks kept on the workers; each stored difference is one float32 file per block under ``folder``
-    (a local folder the workers share, e.g. the parts' own), or a float32 block on its worker when
-    ``folder`` is None. The flow's process keeps the file names and ΔFᵀΔF."""
+def _columns(items: list) -> PerBlock:
+    """Per block p, every item's block p: how a task gets its rows of the whole history."""
+    return PerBlock([Ref(p) for p in paths] for paths in zip(*(x.paths for x in items)))
 
-    def __init__(self, folder=None):
-        self.folder, self._next = folder, 0
+
+class BlockVectors:
+    """``kernels.anderson.Anderson``'s vector operations on ``Blocks``: every vector, the stored float32
+    differences included, is a set of block files; the flow's process keeps their names and ΔFᵀΔF."""
 
     def residual(self, image: Blocks, iterate: Blocks) -> Blocks:
         return image.map(_subtract, iterate, name="anderson-residual")
 
     def difference(self, a: Blocks, b: Blocks) -> Blocks:
-        name, self._next = f"d{self._next:06d}", self._next + 1
-        names = PerBlock(f"{name}-{p:05d}" for p in range(len(a.handles)))
-        if self.folder is None:
-            return a.map(_spill_difference, b, None, names, name="anderson-difference")
-        return a.like(a.mapper.map(_spill_difference, a._args((b, self.folder, names)), name="anderson-difference"))
+        return a.map(_difference32, b, name="anderson-difference")
 
     def dots(self, items, d: Blocks) -> np.ndarray:
         items = list(items)
-        if not items:
-            return np.zeros(0)
-        return d.reduce(_dots, _columns(items), name="anderson-dots")
+        return d.reduce(_dots, _columns(items), name="anderson-dots") if items else np.zeros(0)
 
     def combine(self, g: Blocks, gamma: np.ndarray, items) -> Blocks:
         return g.map(_combine, gamma, _columns(list(items)), name="anderson-combine")
@@ -185,17 +247,4 @@ class BlockVectors:
         return g  # immutable
 
     def history(self):
-        return _History()
-
-
-def _columns(items: list) -> PerBlock:
-    """Per block p, every item's block p: how a task gets its rows of the whole history."""
-    return PerBlock(list(hs) for hs in zip(*(x.handles for x in items)))
-
-
-class _History(list):
-    """Anderson's stored differences: dropping one deletes its files (blocks on workers are freed with it)."""
-
-    def pop(self, index: int = -1):
-        item = super().pop(index)
-        spill.remove([h for h in item.handles if isinstance(h, str)])
+        return []  # a dropped difference's files go with its Blocks
