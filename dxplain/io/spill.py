@@ -1,9 +1,14 @@
-"""A list of arrays kept in files, not in memory: training's history where it would not fit the flow's process.
+"""Arrays kept in files, not in memory, where they would not fit a process's budget.
 
-At 50M interactions (k = 64) the Anderson history of ``kernels.anderson.Anderson`` is 20 float32 arrays
-of 32 MB: 0.6 GB beside the factors, against a 1.5 GiB budget for the whole flow. Kept here, an item
-is read back (a plain read, not a memory map, so it never counts in the process's resident set) when
-it is used, one at a time: ~3m arrays a sweep, from the page cache, against a sweep of tens of seconds.
+``SpillList``: at 50M interactions (k = 64) the Anderson history of ``kernels.anderson.Anderson`` is 20
+float32 arrays of 32 MB: 0.6 GB beside the factors, against a 1.5 GiB budget for the whole flow. Kept
+here, an item is read back (a plain read, not a memory map, so it never counts in the process's
+resident set) when it is used, one at a time: ~3m arrays a sweep, from the page cache, against a sweep
+of tens of seconds.
+
+Block files (``save_file``, ``save_arrays``, ``scratch_folder``): what tasks pass each other through a
+folder the workers share, e.g. the row blocks of factor matrices no process holds whole
+(``models.blocks``). Each is written whole or not at all.
 """
 
 from __future__ import annotations
