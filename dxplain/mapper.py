@@ -6,7 +6,7 @@ keys, progress) and is the only one that knows about Dask. The tests run both an
 byte for byte. This module imports nothing heavy, so kernels' callers and the in-process path never load
 Dask.
 
-The interface is five verbs:
+The interface is four verbs:
 
 * ``put(obj, broadcast)`` — read-only state sent once (a scatter on Dask); the handle it returns is
   passed as an argument to later calls in place of the object.
@@ -17,8 +17,6 @@ The interface is five verbs:
 * ``persist(fn, args, name)`` — the same calls, results kept where they were computed (futures on a
   cluster, values here): state that later ``map`` calls take as arguments, e.g. a part read once and
   solved against every sweep, or SBQ's per-shard state. Lost workers recompute from lineage.
-* ``get(handle)`` — the object behind a ``put`` or ``persist`` handle, here: one block at a time of
-  something too big to hold whole (``models.blocks.Blocks.rows``).
 """
 
 from __future__ import annotations
@@ -53,9 +51,6 @@ class Mapper(Protocol):
 
     def persist(self, fn: Callable, args: Iterable[Sequence], name: str = "task") -> list:
         """``fn(*a)`` for every ``a``, left where it was computed: handles to pass to later tasks."""
-
-    def get(self, handle: Any) -> Any:
-        """The object behind a handle from ``put`` or ``persist``, fetched into this process."""
 
     def peak_rss_mib(self) -> dict:
         """Peak resident memory (MiB): ``{"flow": this process, "workers": {address: MiB}}``."""
@@ -101,9 +96,6 @@ class LocalMapper:
 
     def persist(self, fn, args, name: str = "task") -> list:
         return [fn(*a) for a in args]
-
-    def get(self, handle):
-        return handle
 
     def peak_rss_mib(self) -> dict:
         return {"flow": peak_rss_mib(), "workers": {}}

@@ -80,9 +80,19 @@ def test_a_bce_model_is_never_explained_with_another_formula(small):
         Preprocessed.from_model(FactorModel(m.U, m.V, 0.0, m.lam, m.n_train, loss="hinge"), table)
 
 
-def test_squared_loss_on_a_single_rating_value_is_a_named_error():
+def test_squared_loss_on_a_single_rating_value_is_a_named_error(tmp_path):
+    from functools import partial
+
+    from dxplain.io.partitions import write_partitions
+    from dxplain.mapper import LocalMapper
+    from dxplain.models.mf import BlockHalfSteps
+
+    d = implicit_data()
     with pytest.raises(DegenerateError, match="single rating value .1.*use --implicit"):
-        ALSMF(k=3).fit(implicit_data())
+        ALSMF(k=3).fit(d)
+    parts = write_partitions(str(tmp_path / "parts"), d, rows_per_part=len(d) // 3)
+    with pytest.raises(DegenerateError, match="single rating value .1.*use --implicit"):  # factors in block files
+        ALSMF(k=3).fit(d, half_steps=partial(BlockHalfSteps, LocalMapper(), parts))
 
 
 def all_ones_file(tmp_path) -> str:

@@ -320,16 +320,21 @@ def test_weighted_ridge_solve_is_weighted_least_squares():
             np.testing.assert_allclose(X[r], want, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("method", ["representer", "loss", "random"])
-def test_scores_from_factor_blocks_equal_the_whole_scoring_rule(tmp_path, method):
-    """A model whose factors are row blocks where the parts are (``models.blocks``): each by-user part's
-    scoring rule, built there from the blocks' Grams and the parts' sums over the positives (y = 1 rows),
-    scores the part's negatives as the whole model's rule does."""
+@pytest.mark.parametrize("method,collapsed", [("representer", False), ("representer", True), ("loss", False),
+                                             ("random", False)])
+def test_scores_from_factor_blocks_equal_the_whole_scoring_rule(tmp_path, method, collapsed):
+    """A model whose factors are row-block files beside the parts (``models.blocks``): each by-user part's
+    scoring rule, built by its task from the blocks' Grams and the parts' sums over the positives (y = 1
+    rows), scores the part's negatives as the whole model's rule does; also when UVᵀ has rank below k
+    and the balanced factors have fewer columns."""
     from dxplain.io.partitions import write_partitions
     from dxplain.mapper import LocalMapper
     from dxplain.models.blocks import Blocks, Scratch
 
     table, terms, U, V = _sampled()
+    if collapsed:
+        U, V = U.copy(), V.copy()
+        U[:, -1] = V[:, -1] = 0.0
     P = positive_pairs(table, 0.5)
     model = ImplicitModel(U, V, lam=0.01, n_train=len(table), neg_weight=W, negatives="sampled", grad_norm=np.nan)
     parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 4)
@@ -342,8 +347,10 @@ def test_scores_from_factor_blocks_equal_the_whole_scoring_rule(tmp_path, method
     for p in range(len(parts.user_cuts) - 1):
         nu, ni = N.part_negatives(parts, p)
         score = rule.at(parts, p, ni)
-        assert len(score.Us) == parts.user_cuts[p + 1] - parts.user_cuts[p]  # the part's users only
-        assert len(score.Vs) == len(np.unique(ni))  # the items its negatives touch only
+        if method != "random":
+            assert len(score.Us) == parts.user_cuts[p + 1] - parts.user_cuts[p]  # the part's users only
+            assert len(score.Vs) == len(np.unique(ni))  # the items its negatives touch only
+            assert score.Us.shape[1] == (U.shape[1] - 1 if collapsed else U.shape[1])
         np.testing.assert_allclose(score.pairs(nu, ni), want.pairs(nu, ni), rtol=1e-12)
 
 

@@ -141,8 +141,5 @@ class DaskMapper:
     def persist(self, fn, args, name: str = "task") -> list:
         return self._submit(fn, args, name)
 
-    def get(self, handle):
-        return aligned(handle.result())
-
     def peak_rss_mib(self) -> dict:
         return {"flow": peak_rss_mib(), "workers": self.client.run(peak_rss_mib)}

@@ -276,8 +276,16 @@ class PartScore:
     def __getstate__(self):
         return {**self.__dict__, "keep": ()}  # tasks get the file names, never the flow's Blocks
 
+    def __copy__(self):
+        return self  # immutable; a copy made by pickling would drop ``keep``, and with it the files
+
+    def __deepcopy__(self, memo):
+        return self
+
     def at(self, parts, p: int, items: np.ndarray) -> NegativeScore:
         a = int(parts.user_cuts[p])
+        if self.kind == "random":  # noise of the pair: no factor needed
+            return NegativeScore("random", None, None, seed=self.seed)
         need = np.unique(items)
         rows = lambda F: None if F is None else spill.load(F.paths[p])  # noqa: E731 - block p: the part's users
         cols = lambda F: None if F is None else take_rows(F, need)  # noqa: E731
@@ -293,12 +301,15 @@ def part_scores(method: str, model: ImplicitModel, parts, seed: int = 0) -> Part
     if method not in ("representer", "loss", "random"):
         raise ValueError(f"{method!r} needs the model whole; score it with negative_score")
     U, V, w = model.U, model.V, model.neg_weight
+    if not (np.array_equal(U.cuts, parts.user_cuts) and np.array_equal(V.cuts, parts.item_cuts)):
+        raise ValueError("the model's blocks are not the parts' rows: load it with FactorModel.load(blocks=(mapper, parts))")
     if method in ("loss", "random"):
-        return PartScore(method if method == "random" else "loss", U.source, V.source, w=w, seed=seed, keep=(U, V))
-    T_U, T_V = balance_transforms_from_grams(U.gram(), V.gram())
-    Ut, Vt = U.map(np.matmul, T_U, name="neg-balance"), V.map(np.matmul, T_V, name="neg-balance")
+        return PartScore(method, U.source, V.source, w=w, seed=seed, keep=(U, V))
+    T_U, T_V = balance_transforms_from_grams(U.gram(), V.gram())  # k × r: r < k when the rank collapsed
+    Ut = U.map(np.matmul, T_U, name="neg-balance", k=T_U.shape[1])
+    Vt = V.map(np.matmul, T_V, name="neg-balance", k=T_V.shape[1])
     SV, SU = (Blocks.made_by(U.mapper, U.scratch, _positive_sum_part,
-                             [(parts, side, p, F.source) for p in range(len(cuts) - 1)], cuts, U.k, "neg-positive-sums")
+                             [(parts, side, p, F.source) for p in range(len(cuts) - 1)], cuts, F.k, "neg-positive-sums")
               for side, cuts, F in (("user", parts.user_cuts, Vt), ("item", parts.item_cuts, Ut)))
     return PartScore("aggregate", Ut.source, Vt.source, SV.source, SU.source, coef=-w / (model.lam * model.n_train),
                      w=w, seed=seed, keep=(Ut, Vt, SV, SU))

@@ -58,8 +58,8 @@ def train(trainer: ImplicitMF, path, data, n_pos: int, n_neg: int, terms=None, m
     """The BCE model stored at ``path`` when ``reuse`` and it is there; else trained and stored: over
     ``parted`` = (training table, its parts) on the mapper when given (sampled negatives), else on
     ``terms`` in this process (every unobserved pair, or a listed set). ``data`` gives the ids it is
-    stored with (P, or the training table). With ``blocks`` the factors stay in row blocks on the
-    workers, trained, stored and read back a block at a time (``models.blocks``)."""
+    stored with (P, or the training table). With ``blocks`` the factors are row-block files beside the
+    parts (``models.blocks``): trained so, stored a block at a time, and a stored model is read back so."""
     logger = get_run_logger()
     if reuse and model_store.exists(path):
         logger.info("reusing model %s (same training data and hyperparameters)", path)

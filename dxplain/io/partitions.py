@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..interactions import Interactions, RowStats, TableSummary, equal_cuts, row_digest
-from .atomic import Location, atomic_file, exists, filesystem, join, read_text, write_text_atomic
+from .atomic import Location, atomic_file, exists, filesystem, is_local, join, read_text, write_text_atomic
 
 ROWS_PER_PART = 2_000_000  # ~50 MB of columns per part; a shard holds one item part at a time
 ROWS_PER_CHUNK = 4_000_000  # rows a streaming task reads at once (whole row groups): ~100 MB of columns
@@ -55,7 +55,8 @@ class Part:
 
 @dataclass(frozen=True)
 class Partitions:
-    """Where the parts are and which users / items each holds (small: scattered to workers with the job)."""
+    """Where the parts are and which users / items each holds. Sent to a task it is its root, cuts and key
+    (``__reduce__``): the task's process reads the id lists from the store, once."""
 
     root: Location
     user_cuts: np.ndarray
@@ -64,14 +65,15 @@ class Partitions:
     item_ids: pa.Array
     n_interactions: int
     with_alpha: bool = False
+    key: str | None = None  # the data's fingerprint (index.json's): which ids a task's copy reads
 
     def __reduce__(self):
         # Sent to a task, the parts are their root and cuts: every task of a map gets its own copy of its
         # arguments, and the id lists are 104 MB at 50M Amazon-like interactions, 13 GB over 125 tasks.
         # A worker reads them once from the store (``_ids_of``) and keeps them for every later task.
-        if exists(join(self.root, "user_ids.parquet")) and exists(join(self.root, "item_ids.parquet")):
+        if self.key is not None and is_local(self.root):
             return _by_reference, (self.root, self.user_cuts, self.item_cuts, len(self.user_ids), len(self.item_ids),
-                                   self.n_interactions, self.with_alpha)
+                                   self.n_interactions, self.with_alpha, self.key)
         return object.__reduce__(self)
 
     def item_parts(self, items: np.ndarray) -> np.ndarray:
@@ -140,14 +142,14 @@ class Partitions:
 
 
 def _by_reference(root, user_cuts, item_cuts, n_users: int, n_items: int, n_interactions: int,
-                  with_alpha: bool) -> Partitions:
-    user_ids, item_ids = _ids_of(str(root), n_users, n_items)
-    return Partitions(root, user_cuts, item_cuts, user_ids, item_ids, n_interactions, with_alpha)
+                  with_alpha: bool, key: str) -> Partitions:
+    user_ids, item_ids = _ids_of(str(root), key, n_users, n_items)
+    return Partitions(root, user_cuts, item_cuts, user_ids, item_ids, n_interactions, with_alpha, key)
 
 
-@functools.lru_cache(maxsize=4)
-def _ids_of(root: str, n_users: int, n_items: int) -> tuple[pa.Array, pa.Array]:
-    """A store's id lists, read once per process (a worker's tasks share them)."""
+@functools.lru_cache(maxsize=2)  # a run's stores: the positives' and the training table's
+def _ids_of(root: str, key: str, n_users: int, n_items: int) -> tuple[pa.Array, pa.Array]:
+    """A store's id lists, read once per process and data (``key``): a worker's tasks share them."""
     ids = tuple(_read_table(join(root, f"{side}_ids.parquet")).column("id").combine_chunks() for side in ("user", "item"))
     if (len(ids[0]), len(ids[1])) != (n_users, n_items):
         raise RuntimeError(f"{root}: its id lists hold {len(ids[0])} users and {len(ids[1])} items, the parts "
@@ -207,7 +209,7 @@ def write_partitions(root: Location, data: Interactions, rows_per_part: int | No
     else:
         _write_ids(root, data.user_ids, data.item_ids, replace=False)  # a store from before they were kept
     return Partitions(root, np.asarray(index["user_cuts"], np.int64), np.asarray(index["item_cuts"], np.int64),
-                      data.user_ids, data.item_ids, int(index["n_interactions"]))
+                      data.user_ids, data.item_ids, int(index["n_interactions"]), key=key)
 
 
 def write_alpha(parts: Partitions, data: Interactions, alpha: np.ndarray, key: str) -> Partitions:
@@ -435,4 +437,4 @@ def stream_partitions(mapper, path: Location, summary: TableSummary, root: Locat
     else:
         _write_ids(root, summary.user_ids, summary.item_ids, replace=False)
     return Partitions(root, np.asarray(index["user_cuts"], np.int64), np.asarray(index["item_cuts"], np.int64),
-                      summary.user_ids, summary.item_ids, int(index["n_interactions"]))
+                      summary.user_ids, summary.item_ids, int(index["n_interactions"]), key=key)

@@ -13,13 +13,14 @@ folder the workers share, e.g. the row blocks of factor matrices no process hold
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from .atomic import atomic_path, is_local
 
 
 class SpillList:
@@ -57,13 +58,11 @@ class SpillList:
 
 
 def save_file(path, a: np.ndarray) -> str:
-    """Write ``a`` to the .npy file ``path`` (a task's block), whole or not at all: a task rerun after its
-    worker died mid-write rewrites it, and no reader sees half of it. Returns the path, as a string."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
+    """Write ``a`` to the .npy file ``path`` (a task's block), whole or not at all (``atomic.atomic_path``):
+    a task rerun after its worker died mid-write rewrites it, and no reader sees half of it. No fsync:
+    these files last one run. Returns the path, as a string."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.save(fh, np.ascontiguousarray(a), allow_pickle=False)
-    os.replace(tmp, path)
     return str(path)
 
 
@@ -74,11 +73,8 @@ def load(path: str, mmap: bool = False) -> np.ndarray:
 
 def save_arrays(path, **arrays: np.ndarray) -> str:
     """Several named arrays as one file (uncompressed .npz), whole or not at all, as ``save_file``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.savez(fh, **arrays)
-    os.replace(tmp, path)
     return str(path)
 
 
@@ -95,8 +91,6 @@ def remove(paths) -> None:
 def scratch_folder(root) -> Path:
     """A fresh private folder under ``root``, a local folder the workers share (they read their parts from
     there), for the files tasks pass each other."""
-    from .atomic import is_local
-
     if not is_local(root):
         raise ValueError(f"{root}: factors kept in block files need a local (or network-mounted) folder the "
                          "workers share; use a local --out")
@@ -106,5 +100,4 @@ def scratch_folder(root) -> Path:
 
 
 def remove_folder(folder) -> None:
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)

@@ -30,16 +30,13 @@ class ArrayVectors:
         return (a - b).astype(self.dtype)
 
     def dots(self, items, d) -> np.ndarray:
-        return np.array([dot(x, d) for x in items])
+        return dots(d, items)
 
     def combine(self, g, gamma, items):
-        x = g.copy()
-        for c, d in zip(gamma, items):
-            x -= c * d
-        return x
+        return combine(g, gamma, items)
 
     def copy(self, g):
-        return g.copy()
+        return g  # never changed in place: training maps it to new arrays
 
     def history(self):
         return self.store()
@@ -102,6 +99,19 @@ class Anderson:
         A[np.diag_indices_from(A)] += 1e-10 * np.trace(A) + np.finfo(float).tiny
         gamma = np.linalg.solve(A, self.ops.dots(self.dF, f))
         return self.ops.combine(g, gamma, self.dG)
+
+
+def dots(d: np.ndarray, items) -> np.ndarray:
+    """⟨x, d⟩ for every x in ``items``: a row of ΔFᵀΔF, or ΔFᵀf."""
+    return np.array([dot(x, d) for x in items])
+
+
+def combine(g: np.ndarray, gamma: np.ndarray, items) -> np.ndarray:
+    """g − Σ γ_i ΔG_i."""
+    x = np.array(g, np.float64)
+    for c, d in zip(gamma, items):
+        x -= c * d
+    return x
 
 
 def dot(a: np.ndarray, b: np.ndarray) -> float:

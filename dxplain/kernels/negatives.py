@@ -60,7 +60,8 @@ class NegativeScore:
         return -self.w * np.logaddexp(0.0, s)  # loss
 
     def block(self, a: int, b: int) -> np.ndarray:
-        """Scores of users a:b against the whole catalogue, float32, (b − a, n_items)."""
+        """Scores of users a:b against the whole catalogue, float32, (b − a, n_items): a rule over whole
+        factors (row0 = 0, every item)."""
         Us, Vs = self.Us[a:b].astype(np.float32), self.Vs.astype(np.float32)
         if self.kind == "random":
             return np.random.default_rng([self.seed, a]).random((b - a, len(self.Vs)), dtype=np.float32)

@@ -41,11 +41,12 @@ class FactorModel:
     def predict(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
         return self.mu + pair_scores(self.U, self.V, u, i)
 
-    def check_not_degenerate(self, data) -> None:
+    def check_not_degenerate(self, data, nonzero: bool | None = None) -> None:
         """Refuse all-zero factors (every score 0, every recommendation a tie broken by index), naming why.
+        ``nonzero``: whether both are nonzero, when measured elsewhere (factors kept in blocks).
 
         Squared loss on ratings of a single value is the common cause: centring makes every target 0."""
-        if np.any(self.U) and np.any(self.V):
+        if (np.any(self.U) and np.any(self.V)) if nonzero is None else nonzero:
             return
         from ..errors import DegenerateError
 

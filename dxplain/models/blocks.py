@@ -12,23 +12,25 @@ and return its name, or return a few numbers:
 * inner products and Gram matrices are sums of the blocks' (``vdot``, ``gram``), in block order;
 * Anderson's vectors (``BlockVectors``) are blocks too, its differences in float32.
 
-Nothing lives in a worker's memory between tasks, so a worker lost mid-training loses nothing: the
-scheduler reruns its task, which reads the same files. Blocks are immutable; a block's files are
-deleted when the last ``Blocks`` naming them is collected in the flow's process, and the scratch
-folder when the last one using it is.
+A worker keeps nothing of training between tasks (only the parts' id lists, read once:
+``io.partitions``), so a worker lost mid-training loses nothing: the scheduler reruns its task, which
+reads the same files. What a task holds at once is bounded by its part: the part's rows and the rows of
+the other side they touch (``io.partitions.ROWS_PER_PART`` sets both). Blocks are immutable and each
+owns its files, deleted when it is collected in the flow's process; the scratch folder goes when the
+last ``Blocks`` using it does.
 """
 
 from __future__ import annotations
 
 import itertools
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..io import model_store, spill
-from ..kernels.anderson import dot
+from ..kernels.anderson import combine, dots
 
 
 class Scratch:
@@ -62,12 +64,19 @@ class Blocks:
     paths: tuple
     cuts: np.ndarray
     k: int
-    _owner: object = field(default=None, repr=False)
 
     def __post_init__(self):
-        # The files go with the last Blocks naming them (``like`` shares them with a new view).
-        if self._owner is None:
-            object.__setattr__(self, "_owner", weakref.finalize(self, spill.remove, list(self.paths)))
+        weakref.finalize(self, spill.remove, list(self.paths))  # this Blocks owns its files
+
+    def __copy__(self):
+        return self  # immutable, and the owner of its files: a copy would delete them when collected
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        raise TypeError("Blocks stay in the flow's process, which owns their files: send a task "
+                        "``.source`` (the file names) or ``.refs``")
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -89,16 +98,14 @@ class Blocks:
         return [(Ref(path), *(o.refs[p] if isinstance(o, Blocks) else o[p] if isinstance(o, PerBlock) else o
                               for o in others)) for p, path in enumerate(self.paths)]
 
-    def map(self, fn, *others, name: str) -> "Blocks":
+    def map(self, fn, *others, name: str, k: int | None = None) -> "Blocks":
         """Blocks of ``fn(block, others…)``, a task per block writing its result: of an argument that is
-        ``Blocks`` or ``PerBlock`` each task takes its block's entry, any other is passed to every task."""
+        ``Blocks`` or ``PerBlock`` each task takes its block's entry, any other is passed to every task.
+        ``k``: the result's columns, when not this matrix's (a k × r transform)."""
         outs = self.scratch.names(name, len(self.paths))
         args = [(fn, out, *a) for out, a in zip(outs, self._args(others))]
-        return self.like(self.mapper.map(_write_result, args, name=name))
-
-    def like(self, paths) -> "Blocks":
-        """New blocks of the same rows (their files)."""
-        return Blocks(self.mapper, self.scratch, tuple(paths), self.cuts, self.k)
+        paths = self.mapper.map(_write_result, args, name=name)
+        return Blocks(self.mapper, self.scratch, tuple(paths), self.cuts, self.k if k is None else int(k))
 
     def reduce(self, fn, *others, name: str):
         """Σ over the blocks of ``fn(block, others…)`` (numbers or small arrays), summed here in block order:
@@ -168,6 +175,8 @@ class RowSource:
 def take_rows(source: RowSource, index: np.ndarray) -> np.ndarray:
     """Rows ``index`` (sorted, distinct) of the matrix in ``source``'s files: each block that holds some is
     mapped in turn and its rows copied out, so at most one block's touched pages are resident at once."""
+    if len(index) and (index[0] < 0 or index[-1] >= source.cuts[-1]):
+        raise IndexError(f"rows {index[0]}..{index[-1]} of a matrix of {source.cuts[-1]}")
     out = np.empty((len(index), source.k))
     edges = np.searchsorted(index, source.cuts)
     for b in np.flatnonzero(np.diff(edges)):
@@ -210,25 +219,15 @@ def _difference32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a - b).astype(np.float32)
 
 
-def _dots(d, items: list) -> np.ndarray:
-    return np.array([dot(x, d) for x in items])
-
-
-def _combine(g: np.ndarray, gamma: np.ndarray, items: list) -> np.ndarray:
-    x = g.copy()
-    for c, d in zip(gamma, items):
-        x -= c * d
-    return x
-
-
 def _columns(items: list) -> PerBlock:
     """Per block p, every item's block p: how a task gets its rows of the whole history."""
     return PerBlock([Ref(p) for p in paths] for paths in zip(*(x.paths for x in items)))
 
 
 class BlockVectors:
-    """``kernels.anderson.Anderson``'s vector operations on ``Blocks``: every vector, the stored float32
-    differences included, is a set of block files; the flow's process keeps their names and ΔFᵀΔF."""
+    """``kernels.anderson.Anderson``'s vector operations on ``Blocks``, with its ``dots`` and ``combine``
+    run block by block: every vector, the stored float32 differences included, is a set of block files;
+    the flow's process keeps their names and ΔFᵀΔF."""
 
     def residual(self, image: Blocks, iterate: Blocks) -> Blocks:
         return image.map(_subtract, iterate, name="anderson-residual")
@@ -238,10 +237,10 @@ class BlockVectors:
 
     def dots(self, items, d: Blocks) -> np.ndarray:
         items = list(items)
-        return d.reduce(_dots, _columns(items), name="anderson-dots") if items else np.zeros(0)
+        return d.reduce(dots, _columns(items), name="anderson-dots") if items else np.zeros(0)
 
     def combine(self, g: Blocks, gamma: np.ndarray, items) -> Blocks:
-        return g.map(_combine, gamma, _columns(list(items)), name="anderson-combine")
+        return g.map(combine, gamma, _columns(list(items)), name="anderson-combine")
 
     def copy(self, g: Blocks) -> Blocks:
         return g  # immutable

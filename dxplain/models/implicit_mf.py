@@ -250,9 +250,10 @@ class ImplicitMF:
         Each half-step takes a damped Newton step on every user's (every item's) BCE row problem from the
         previous sweep's rows (to rounding from a cold start: ``models.mf.BCERows``); Anderson acceleration
         and the Newton polish of ``ALSMF`` take the pair to ‖∇f‖ ≤ rtol·λ, the same stop as ``fit``, or
-        to ``max_iter`` sweeps and ``polish_iters`` Newton steps. The flow's process holds the factors and V's
-        Anderson history (or ``anderson_store``'s files: ``io.spill.SpillList``), never the table: the passes
-        over D are tasks over the parts.
+        to ``max_iter`` sweeps and ``polish_iters`` Newton steps. The passes over D are tasks over the parts.
+        With ``PartHalfSteps`` the flow's process holds the factors and V's Anderson history (or
+        ``anderson_store``'s files: ``io.spill.SpillList``); with ``models.mf.BlockHalfSteps`` neither: they
+        are row-block files, and the model's U and V are ``models.blocks.Blocks`` (no Newton polish).
         """
         n = len(table)  # an Interactions or a TableSummary: y is 1 on positives, so Σ y = |P|
         lam = self.lam if self.lam is not None else DEFAULT_RIDGE / n

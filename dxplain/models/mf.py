@@ -72,9 +72,9 @@ class HalfSteps:
     D that training measures itself with: Σ of the loss terms (Σ r² for the squared loss) and the gradient.
     ``U0``/``V0`` are a warm start for losses whose half-step iterates (``BCERows``); ridge solves ignore it.
 
-    The factors are numpy arrays here; ``BlockHalfSteps`` keeps them in row blocks on the workers, and
-    overrides the few vector operations training does outside the half-steps (``initial``, ``start``,
-    ``sqnorm``, ``accelerator``)."""
+    The factors are numpy arrays here; ``BlockHalfSteps`` keeps them in row-block files, and overrides the
+    few vector operations training does outside the half-steps (``initial``, ``start``, ``sqnorm``,
+    ``accelerator``) and ``close``."""
 
     in_process = True  # the factors are arrays in this process: the Newton polish can take them whole
 
@@ -372,7 +372,7 @@ class BlockHalfSteps(HalfSteps):
         return F.vdot()
 
     def accelerator(self, m, store):
-        return anderson.Anderson(m, vectors=BlockVectors())
+        return anderson.Anderson(m, vectors=BlockVectors())  # the history is block files: no ``store``
 
     def close(self):
         for side in self.parts.values():
@@ -549,8 +549,7 @@ class ALSMF:
         if bound is not None:
             info.update(identity_tol=self.identity_tol, identity_bound={"item": bound[0], "user": bound[1]})
         model = MFModel(U, V, mu, lam, n, grad_norm=gnorm, info=info)
-        if half_steps.in_process:
-            model.check_not_degenerate(data)
+        model.check_not_degenerate(data, nonzero=half_steps.sqnorm(U) > 0 and half_steps.sqnorm(V) > 0)
         return model
 
     def converged(self, model: MFModel) -> bool:
