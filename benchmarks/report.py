@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 RESULTS = Path(__file__).parent / "results"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -207,18 +209,32 @@ def amazon_negatives_table() -> str:
     rows = ["| interactions = \\|P\\| | \\|D\\| = \\|P\\| + \\|N\\| | users × items | " + " | ".join(stages) +
             " | sweeps | ‖∇f‖ / λ | flow peak | worker peaks | in-memory run, closed form |",
             "|---|---|---|" + "---|" * len(stages) + "---|---|---|---|---|"]
-    for run in sorted(r["runs"].values(), key=lambda x: x["interactions"]):
+    runs = sorted(r["runs"].values(), key=lambda x: x["interactions"])
+    for run in runs:
         workers = worker_peaks(run["peak_rss_mib"])
         check = run.get("check")
-        check = "—" if check is None else (
-            f"{'same flagged set' if check['same_flagged'] else 'flagged sets differ'}, naive sum within "
-            f"{check['closed_form_max_rel_diff']:.0e} on {check['closed_form_negatives']:,} negatives")
+        if check is not None:
+            same = ("no in-memory run" if "same_flagged" not in check else
+                    "same flagged set" if check["same_flagged"] else "flagged sets differ")
+            check = (f"{same}, naive sum within {check['closed_form_max_rel_diff']:.0e} on "
+                     f"{check['closed_form_negatives']:,} negatives")
         rows.append(f"| {run['positives']:,} | {run['positives'] + run['negatives_total']:,} | "
                     f"{run['users']:,} × {run['items']:,} | " +
                     " | ".join(f"{run['stage_seconds'][st]:.1f} s" for st in stages) +
                     f" | {run['sweeps']} | {run['grad_norm'] / run['lam']:.1e} | "
-                    f"{run['peak_rss_mib']['flow']:,.0f} MiB | {workers} MiB | {check} |")
-    return "\n".join(rows + slopes_line(r))
+                    f"{run['peak_rss_mib']['flow']:,.0f} MiB | {workers} MiB | {check or '—'} |")
+    # Issue 24's range: from 5M (when measured) to the largest size.
+    measured = [x for x in runs if x["interactions"] >= 5_000_000] if len(runs) > 2 else runs
+    if len(measured) > 1:
+        lo, hi = measured[0], measured[-1]
+        rows += ["", f"Cost slope from {lo['interactions'] / 1e6:g}M to {hi['interactions'] / 1e6:g}M interactions "
+                 "(1 = linear): " + ", ".join(
+                     f"{st} {np.log(hi['stage_seconds'][st] / lo['stage_seconds'][st]) / np.log(hi['interactions'] / lo['interactions']):.2f}"
+                     for st in stages) + "."]
+    for name, run in r.get("earlier", {}).items():
+        rows += ["", f"Earlier, {run['note']}: {name} took train {run['stage_seconds']['train']:.1f} s, the flow "
+                 f"{run['peak_rss_mib']['flow']:,.0f} MiB, the workers {worker_peaks(run['peak_rss_mib'])} MiB."]
+    return "\n".join(rows)
 
 
 def include(path: str, shift: int = 0):

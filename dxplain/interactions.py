@@ -227,7 +227,7 @@ class RatingSum:
 @dataclass(frozen=True)
 class RowStats:
     """What a flow needs of a table's rows: degrees, an exact rating sum and range, the row digest. Chunks'
-    stats add up to the whole table's (``+``), so tasks can compute them over the chunks they read."""
+    stats add up to the whole table's (``total``), so tasks can compute them over the chunks they read."""
 
     user_counts: np.ndarray
     item_counts: np.ndarray
@@ -242,12 +242,23 @@ class RowStats:
                    float(rating.min()) if len(rating) else np.inf, float(rating.max()) if len(rating) else -np.inf,
                    row_digest(user, item, rating))
 
-    def __add__(self, other: "RowStats") -> "RowStats":
-        with np.errstate(over="ignore"):  # the digest is a sum mod 2⁶⁴
-            digest = self.digest + other.digest
-        return RowStats(self.user_counts + other.user_counts, self.item_counts + other.item_counts,
-                        self.ratings + other.ratings, min(self.rating_min, other.rating_min),
-                        max(self.rating_max, other.rating_max), digest)
+    @classmethod
+    def total(cls, stats) -> "RowStats | None":
+        """Σ of ``stats`` (an iterable: tasks' results as they finish), its counts added into the first one's
+        arrays, so that one sum and one result are held at a time (104 MB each at 50M Amazon-like)."""
+        total = None
+        for s in stats:
+            if total is None:
+                total = s
+                continue
+            np.add(total.user_counts, s.user_counts, out=total.user_counts)
+            np.add(total.item_counts, s.item_counts, out=total.item_counts)
+            with np.errstate(over="ignore"):  # the digest is a sum mod 2⁶⁴
+                digest = total.digest + s.digest
+            total = RowStats(total.user_counts, total.item_counts, total.ratings + s.ratings,
+                             min(total.rating_min, s.rating_min), max(total.rating_max, s.rating_max), digest)
+        return total
+
 
 
 @dataclass(frozen=True, eq=False)

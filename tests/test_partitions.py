@@ -397,6 +397,21 @@ def test_row_digest_and_rating_sum_add_up_over_any_split():
         assert not np.array_equal(row_digest(u, i2, y), whole)
 
 
+def test_row_stats_of_any_split_total_the_whole_tables():
+    from dxplain.interactions import RowStats
+
+    rng = np.random.default_rng(4)
+    u, i, y = rng.integers(0, 500, 4000), rng.integers(0, 90, 4000), rng.integers(1, 6, 4000) / 2
+    whole = RowStats.of(u, i, y, 500, 90)
+    cuts = [0, 7, 1500, 1501, 4000]
+    got = RowStats.total(RowStats.of(u[a:b], i[a:b], y[a:b], 500, 90) for a, b in zip(cuts[:-1], cuts[1:]))
+    np.testing.assert_array_equal(got.user_counts, whole.user_counts)
+    np.testing.assert_array_equal(got.item_counts, whole.item_counts)
+    np.testing.assert_array_equal(got.digest, whole.digest)
+    assert got.ratings.value() == whole.ratings.value() and (got.rating_min, got.rating_max) == (0.5, 2.5)
+    assert RowStats.total([]) is None
+
+
 def test_a_folder_of_files_is_read_as_pyarrow_reads_it_and_a_rerun_part_task_rebuilds_the_same_part(tmp_path):
     """interactions.parquet may be a folder: files under ``_…`` or ``.…`` names are not data (as for
     ``pq.read_table``). A part task rerun after a lost worker, with an interrupted write's temporary file

@@ -341,10 +341,9 @@ def scan_source(mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array,
     if not chunks:
         raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
     users_h, items_h = mapper.put(user_ids, broadcast=True), mapper.put(item_ids, broadcast=True)
-    stats = None
     # Summed as they finish: the flow holds one chunk's counts at a time.
-    for _, c in mapper.imap(scan_chunk, [(chunk, users_h, items_h) for chunk in chunks], name="load-scan"):
-        stats = c if stats is None else stats + c
+    stats = RowStats.total(c for _, c in mapper.imap(scan_chunk, [(chunk, users_h, items_h) for chunk in chunks],
+                                                     name="load-scan"))
     if stats is None or not stats.user_counts.sum():
         raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
     for what, counts, ids in (("user", stats.user_counts, user_ids), ("item", stats.item_counts, item_ids)):

@@ -166,10 +166,8 @@ def sample_in_parts(mapper, parts, per_positive: int, seed: int, folder) -> Tabl
     from ..io.interactions import clear_dataset
 
     clear_dataset(folder)
-    stats = None
-    for _, s in mapper.imap(sample_part, [(parts, p, per_positive, seed, folder) for p in range(len(parts.user_cuts) - 1)],
-                            name="sample-negatives"):
-        stats = s if stats is None else stats + s
+    tasks = [(parts, p, per_positive, seed, folder) for p in range(len(parts.user_cuts) - 1)]
+    stats = RowStats.total(s for _, s in mapper.imap(sample_part, tasks, name="sample-negatives"))
     return TableSummary(parts.user_ids, parts.item_ids, stats)
 
 
