@@ -239,7 +239,7 @@ def test_factors_kept_in_block_files_train_as_arrays_do(client, tmp_path):
     mem = bce.fit_alternating(table, partial(BlockHalfSteps, LocalMapper(), parts))
     dsk = bce.fit_alternating(table, partial(BlockHalfSteps, DaskMapper(client), parts))
     assert all(f.startswith(str(tmp_path / "bce" / ".dxplain-scratch-")) for f in dsk.U.paths + dsk.V.paths)
-    assert len(list((tmp_path / "bce").glob(".dxplain-scratch-*/*"))) == 2 * (len(parts.user_cuts) + len(parts.item_cuts) - 2)
+    assert len(list((tmp_path / "bce").glob(".dxplain-scratch-*/*.npy"))) == 2 * (len(parts.user_cuts) + len(parts.item_cuts) - 2)
     assert mem.info["sweeps"] == dsk.info["sweeps"] and dsk.grad_norm <= 1e-6 * dsk.lam
     np.testing.assert_array_equal(dsk.U.gather(), mem.U.gather())
     np.testing.assert_array_equal(dsk.V.gather(), mem.V.gather())

@@ -1,6 +1,8 @@
 """Interactions partitioned on storage: each part is whole for its side, and shards explain from parts
 exactly as the whole-table explainer does."""
 
+import os
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -481,3 +483,26 @@ def test_parts_sent_to_a_task_carry_their_root_not_their_ids(fitted, tmp_path):
         a, b = got.read_part("user", p).data, parts.read_part("user", p).data
         np.testing.assert_array_equal(a.item, b.item)
         assert a.n_users == b.n_users and a.user_ids.equals(b.user_ids)
+
+
+def test_a_killed_runs_scratch_folder_is_removed_by_the_next_run_on_this_host(tmp_path):
+    """Block files of a flow killed before its cleanup go when the next run makes its scratch folder; a live
+    flow's, and another host's, stay."""
+    import socket
+    import subprocess
+    import sys
+
+    from dxplain.io import spill
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    folders = {}
+    for name, owner in (("dead", f"{host} {gone.stdout.strip()}"), ("live", f"{host} {os.getpid()}"),
+                        ("elsewhere", f"another-{host} {gone.stdout.strip()}")):
+        folders[name] = tmp_path / f"{spill.SCRATCH_PREFIX}{name}"
+        folders[name].mkdir()
+        (folders[name] / spill.OWNER).write_text(owner)
+        np.save(folders[name] / "block.npy", np.zeros(3))
+    mine = spill.scratch_folder(tmp_path)
+    assert not folders["dead"].exists() and folders["live"].exists() and folders["elsewhere"].exists()
+    assert (mine / spill.OWNER).read_text() == f"{host} {os.getpid()}"

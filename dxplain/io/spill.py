@@ -13,7 +13,9 @@ folder the workers share, e.g. the row blocks of factor matrices no process hold
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,7 +98,37 @@ def scratch_folder(root) -> Path:
                          "workers share; use a local --out")
     base = Path(str(root).removeprefix("file://"))
     base.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=".dxplain-scratch-", dir=base))
+    _remove_orphans(base)
+    folder = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=base))
+    (folder / OWNER).write_text(f"{socket.gethostname()} {os.getpid()}")
+    return folder
+
+
+SCRATCH_PREFIX, OWNER = ".dxplain-scratch-", "owner"
+
+
+def _remove_orphans(base: Path) -> None:
+    """Remove the scratch folders under ``base`` whose flow, a process on this host, is gone: a run killed
+    before it could clean up leaves gigabytes of blocks at Amazon scale. Another host's, or a live
+    process's, are left alone."""
+    host = socket.gethostname()
+    for folder in base.glob(SCRATCH_PREFIX + "*"):
+        try:
+            owner_host, pid = (folder / OWNER).read_text().split()
+        except (OSError, ValueError):
+            continue  # being created, or not ours to judge
+        if owner_host == host and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def remove_folder(folder) -> None:
