@@ -420,8 +420,6 @@ def test_a_folder_of_files_is_read_as_pyarrow_reads_it_and_a_rerun_part_task_reb
     among its buckets, rebuilds the same part."""
     import shutil
 
-    import pyarrow as pa
-    from conftest import interactions_table
     from dxplain.io.interactions import read_dataset
 
     d = random_interactions(60, 50, 0.25, seed=4)

@@ -254,6 +254,14 @@ def _stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, T_own, 
     return loss_sum, float(np.sum(g * g)), eps
 
 
+def _stationarity_total(users: list, items: list, bound: bool) -> tuple[float, float, tuple | None]:
+    """Σ r² (from the by-user parts), ‖∇f‖² and the identity bound from the parts' ``_stationarity_part``
+    triples, in part order."""
+    gsq = sum(g for _, g, _ in users) + sum(g for _, g, _ in items)
+    eps = (max(e for _, _, e in users), max(e for _, _, e in items)) if bound else None
+    return sum(rss for rss, _, _ in users), gsq, eps
+
+
 class PartHalfSteps(HalfSteps):
     """Half-steps mapped over the partitioned interactions, one task per part.
 
@@ -313,9 +321,7 @@ class PartHalfSteps(HalfSteps):
         U_h, V_h = self.mapper.put(U), self.mapper.put(V)
         users, items = self._rows(_stationarity_part, (U_h, V_h, self.n, lam, T_U, T_V),
                                   (V_h, U_h, self.n, lam, T_V, T_U), "als-stationarity")
-        gsq = sum(g for _, g, _ in users) + sum(g for _, g, _ in items)
-        eps = (max(e for _, _, e in users), max(e for _, _, e in items)) if bound else None
-        return sum(rss for rss, _, _ in users), gsq, eps
+        return _stationarity_total(users, items, bound)
 
     def hessian_vector(self, U, V, dU, dV, lam):
         U_h, V_h, dU_h, dV_h = (self.mapper.put(a) for a in (U, V, dU, dV))
@@ -397,9 +403,7 @@ class BlockHalfSteps(HalfSteps):
                  for p, part in enumerate(self.parts[side])]
         out = self.mapper.map(call_loaded, tasks, name="als-stationarity")
         users, items = out[:len(self.parts["user"])], out[len(self.parts["user"]):]
-        gsq = sum(g for _, g, _ in out)
-        eps = (max(e for _, _, e in users), max(e for _, _, e in items)) if bound else None
-        return sum(rss for rss, _, _ in users), gsq, eps
+        return _stationarity_total(users, items, bound)
 
     def gradient(self, U, V, lam):
         raise NotImplementedError("the factors are kept in blocks: the gradient is never gathered "
