@@ -9,12 +9,15 @@ What makes it possible (``kernels.sbq.BlockRows``):
   a selected point keeps c_x = 0 and r_x = z_x: a row that is neither has gain 0, and greedy never takes it.
 
 So each by-user part is a shard (``PartShard``) that computes z and k_xx only for its *live* rows (those
-sharing a user or an item with a target or a selected point) and recomputes a_x, b_x when a kernel column
-needs them. A user's block needs only the user's own rows, all in its part. An item's block needs all its
-raters, spread over the parts: the few items a step needs (the targets' and the selected points' items)
-are summed over the parts, one map, and inverted here. A shard holds its users' rows of U and all of V.
-The flow holds the model (O(users + items)·k), μ_T (O(targets·k)), L and β; the selection equals
-``kernels.sbq.greedy`` over ``mf_fisher_rows``.
+sharing a user or an item with a target or a selected point), keeps its scalars for those alone, and
+recomputes a_x, b_x when a kernel column needs them. A user's block needs only the user's own rows, all
+in its part. An item's block needs all its raters, spread over the parts: the few items a step needs (the
+targets' and the selected points' items) are summed over the parts, one map, and inverted here.
+
+The factors are row-block files (``models.blocks``; a model held here is written out first): a shard
+reads its part's scores once, then only the rows of U and V a step touches. The flow's process holds
+the factors' file names, μ_T (O(targets·k)), the item blocks sent, L and β; a shard, its rows (24 bytes
+each) and its live rows' scalars. The selection equals ``kernels.sbq.greedy`` over ``mf_fisher_rows``.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ import numpy as np
 from ..interactions import Targets
 from ..kernels import fisher as F
 from ..kernels.als import pair_scores
-from ..kernels.sbq import BlockMean, BlockRows, BlockShardState, Candidate, Selection, greedy_select
+from ..kernels.sbq import SPAN_TOL, BlockMean, BlockRows, Candidate, Selection, ShardState, greedy_select
 from ..mapper import Mapper
+from ..models.blocks import RowSource, as_blocks, rows_at, take_rows
 from .prototypes import Progress, sample_scores
 
 log = logging.getLogger(__name__)
@@ -50,21 +54,31 @@ class ItemBlocks:
         return dict(zip(self.items.tolist(), self.W))
 
 
-class PartShard(BlockShardState):
-    """The candidates of by-user part p during greedy SBQ: rows (u, j, r) and the Fisher weights, dense
-    scalars (z, k_xx, r, v) over its rows (zero for rows not yet live), c_x of the touched rows, and the
-    item blocks W_j it has been sent."""
+class PartShard(ShardState):
+    """The candidates of by-user part p during greedy SBQ.
 
-    shared = ("V", "U_own", "mu", "W_items")  # sent once, referenced by every state of the chain
+    Held for the whole selection: the part's rows (u, j), their residuals and Fisher weights (24 bytes a
+    row: at 50M, 0.6 GB a worker), and the *live* rows' scalars z, k_xx, r, v (rows sharing a user or an
+    item with a target or a selected point: no other row can be chosen), c_x of the touched rows, and
+    the item blocks W_j it has been sent. The factors are not held: the few rows of U and V a step needs
+    are read from their row-block files (``models.blocks.rows_at``)."""
 
-    def __init__(self, parts, p: int, head, U_own: np.ndarray, V: np.ndarray, kind: str, offset: int):
+    shared = ("mu", "W_items")  # sent once, referenced by every state of the chain
+
+    def __init__(self, parts, p: int, head, U: RowSource, V: RowSource, kind: str, offset: int):
         d = parts.read_part("user", p).data
-        # The part's users' rows of U only (users × k is the model's largest array), V whole.
-        self.lo, self.U_own, self.V, self.kind = int(parts.user_cuts[p]), U_own, V, kind
-        self._index(d.user.astype(np.int64), d.item.astype(np.int64), 0, offset)
-        s = pair_scores(U_own, V, self.user - self.lo, self.item)
+        self.lo, self.U, self.V, self.kind, self.offset = int(parts.user_cuts[p]), U, V, kind, offset
+        self.user, self.item = d.user, d.item  # the part's rows, by user
+        # The whole part's scores once: its users' block of U and the rows of V its items touch.
+        U_own = take_rows(U, np.arange(self.lo, int(parts.user_cuts[p + 1])))
+        items, at = np.unique(self.item, return_inverse=True)
+        V_own = take_rows(V, items)
+        s = pair_scores(U_own, V_own, self.user - self.lo, at)
         self.residual, self.curvature = sample_scores(head, d, s)
+        # ‖V_j‖², ‖U_u‖² per row: the damping's traces, once the weights are known (then dropped).
+        self.norms = (np.einsum("ij,ij->i", V_own, V_own)[at], np.einsum("ij,ij->i", U_own, U_own)[self.user - self.lo])
         self.w = None  # Fisher weights, once the whole table's n (and σ̂²) are known
+        self.m, self.t = 0, 0
 
     def sums(self) -> tuple[int, float]:
         return len(self.user), float(self.residual @ self.residual)
@@ -73,12 +87,12 @@ class PartShard(BlockShardState):
         new = copy.copy(self)
         new.w = None if self.kind == "identity" else F.fisher_weights(self.kind, self.residual, self.curvature, n,
                                                                        sigma2)
+        new.curvature = None
         return new
 
     def traces(self) -> tuple[float, float]:
         """Σ over this part's rows of w‖V_j‖² and w‖U_u‖²: its share of Σ tr F_u and Σ tr F_j."""
-        Vj, Uu = self.V[self.item], self.U_own[self.user - self.lo]
-        return float(self.w @ np.einsum("ij,ij->i", Vj, Vj)), float(self.w @ np.einsum("ij,ij->i", Uu, Uu))
+        return float(self.w @ self.norms[0]), float(self.w @ self.norms[1])
 
     def items_of(self, users: np.ndarray) -> np.ndarray:
         return np.unique(self.item[np.isin(self.user, users)])
@@ -86,24 +100,25 @@ class PartShard(BlockShardState):
     def item_grams(self, items: np.ndarray) -> np.ndarray:
         """This part's share of F_j for ``items`` (sorted): Σ over their raters here of w U_u U_uᵀ."""
         rows = np.flatnonzero(np.isin(self.item, items))
-        return F.owner_grams(np.searchsorted(items, self.item[rows]), self.U_own[self.user[rows] - self.lo],
+        return F.owner_grams(np.searchsorted(items, self.item[rows]), rows_at(self.U, self.user[rows]),
                              self.w[rows], len(items))
 
     def target_user_halves(self, T: Targets, delta_U: float) -> tuple[np.ndarray, np.ndarray]:
         """(positions in T, a_t = W_u V_j) of the targets whose user is in this part."""
         at = np.flatnonzero(np.isin(T.user, self.user))
-        return at, self._user_side(T.user[at].astype(np.int64), self.V[T.item[at]], delta_U)
+        return at, self._user_side(T.user[at].astype(np.int64), rows_at(self.V, T.item[at]), delta_U)
 
     def start(self, mu: BlockMean, blocks: ItemBlocks, delta_U: float, m: int) -> "PartShard":
         """The state before any selection: live rows are those of a target's user or item."""
         new = copy.copy(self)
+        new.norms = None
         new.mu, new.W_items, new.delta_U = mu, blocks.as_dict(), delta_U
-        new.m, new.Ct = m, np.empty((m, 0))
-        n = len(self.user)
-        new.z, new.kdiag, new.r, new.v = (np.zeros(n) for _ in range(4))
-        new.open, new.live = np.zeros(n, bool), np.zeros(n, bool)
+        new.m, new.t, new.Ct, new.touched = m, 0, np.empty((m, 0)), np.empty(0, np.int64)
+        new.live = np.empty(0, np.int64)  # sorted local rows; z, k_xx, r, v, open are over these
+        new.z, new.kdiag, new.r, new.v = (np.empty(0) for _ in range(4))
+        new.open = np.empty(0, bool)
         rows = np.flatnonzero(np.isin(self.user, mu.users) | np.isin(self.item, mu.items))
-        new.admit(new, rows, *new.halves(rows))
+        new.admit(rows, *new.halves(rows))
         return new
 
     def with_items(self, blocks: ItemBlocks) -> "PartShard":
@@ -111,22 +126,27 @@ class PartShard(BlockShardState):
         new.W_items = {**self.W_items, **blocks.as_dict()}
         return new
 
-    def admit(self, new: "PartShard", rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
-        fresh = ~new.live[rows]
+    def admit(self, rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+        """Make ``rows`` (ascending) live, with halves ``a``, ``b``: z and k_xx, and r = z, v = k_xx, as no
+        selected point shares their user or item yet (c_x = 0). New arrays: earlier states keep theirs."""
+        fresh = ~np.isin(rows, self.live, assume_unique=True)
         if not fresh.any():
             return
         rows, a, b = rows[fresh], a[fresh], b[fresh]
-        new.z, new.kdiag, new.open, new.live = new.z.copy(), new.kdiag.copy(), new.open.copy(), new.live.copy()
-        X = BlockRows(self.user[rows], self.item[rows], a, b)
-        new.kdiag[rows] = X.squared_norms()
-        new.z[rows] = new.mu.inner_rows(X)
-        new.r[rows], new.v[rows] = new.z[rows], new.kdiag[rows]  # c_x = 0: no selected point shares u or j yet
-        new.open[rows], new.live[rows] = new.kdiag[rows] > 0, True
+        X = BlockRows(self.user[rows].astype(np.int64), self.item[rows].astype(np.int64), a, b)
+        kdiag, z = X.squared_norms(), self.mu.inner_rows(X)
+        order = np.argsort(np.concatenate([self.live, rows]), kind="stable")
+        merged = lambda old, add: np.concatenate([old, add])[order]  # noqa: E731
+        self.live = merged(self.live, rows)
+        self.z, self.kdiag, self.r, self.v = merged(self.z, z), merged(self.kdiag, kdiag), merged(self.r, z), \
+            merged(self.v, kdiag)
+        self.open = merged(self.open, kdiag > 0)
 
     def halves(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(a, b) of these local rows: a = W_u r V_j, b = W_j r U_u."""
         r = self.residual[rows]
-        a = self._user_side(self.user[rows], r[:, None] * self.V[self.item[rows]], self.delta_U)
-        gV = r[:, None] * self.U_own[self.user[rows] - self.lo]
+        a = self._user_side(self.user[rows], r[:, None] * rows_at(self.V, self.item[rows]), self.delta_U)
+        gV = r[:, None] * rows_at(self.U, self.user[rows])
         if self.kind == "identity" or not len(rows):
             return a, gV
         items, owner = np.unique(self.item[rows], return_inverse=True)
@@ -147,7 +167,7 @@ class PartShard(BlockShardState):
             lo, hi = np.searchsorted(self.user, chunk), np.searchsorted(self.user, chunk, side="right")
             rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
             block = np.repeat(np.arange(len(chunk)), hi - lo)
-            Fu = F.owner_grams(block, self.V[self.item[rows]], self.w[rows], len(chunk))
+            Fu = F.owner_grams(block, rows_at(self.V, self.item[rows]), self.w[rows], len(chunk))
             at = np.flatnonzero((owner >= c) & (owner < c + len(chunk)))
             out[at] = F.apply_blocks(F.damped_inverse_factor(Fu, delta_U), owner[at] - c, g[at])
         return out
@@ -155,6 +175,57 @@ class PartShard(BlockShardState):
     def user_items(self, user: int) -> np.ndarray:
         a, b = np.searchsorted(self.user, [user, user + 1])
         return self.item[a:b]
+
+    def neighbours(self, user: int, item: int) -> np.ndarray:
+        """The local rows of this user or this item, ascending."""
+        a, b = np.searchsorted(self.user, [user, user + 1])
+        return np.union1d(np.arange(a, b), np.flatnonzero(self.item == item))
+
+    def best(self) -> Candidate | None:
+        """The live row of largest gain r²/v (the lowest row among equal gains: rows are ascending)."""
+        ok = self.open & (self.v > SPAN_TOL * self.kdiag)
+        if not ok.any():
+            return None
+        gain = np.where(ok, self.r**2 / np.where(ok, self.v, 1.0), -np.inf)
+        x = int(np.argmax(gain))
+        row = int(self.live[x])
+        a, b = self.halves(np.array([row]))
+        phi = BlockRows(self.user[[row]].astype(np.int64), self.item[[row]].astype(np.int64), a, b)
+        return Candidate(index=self.offset + row, gain=float(gain[x]), phi=phi, c=self._c(row), v=float(self.v[x]),
+                         r=float(self.r[x]))
+
+    def _c(self, row: int) -> np.ndarray:
+        pos = np.searchsorted(self.touched, row)
+        if pos < len(self.touched) and self.touched[pos] == row:
+            return self.Ct[: self.t, pos].copy()
+        return np.zeros(self.t)
+
+    def add(self, s: Candidate, d: float, beta_t: float) -> "PartShard":
+        """The state after appending s to S (``kernels.sbq.BlockShardState.add``, over live rows): the rows of
+        s's user and item turn live, their kernel column is appended to c_x, and r, v are updated."""
+        new = copy.copy(self)
+        rows = self.neighbours(int(s.phi.user[0]), int(s.phi.item[0]))
+        a, b = self.halves(rows)
+        new.admit(rows, a, b)
+        kcol = np.where(self.user[rows] == s.phi.user[0], a @ s.phi.a[0], 0.0)
+        kcol += np.where(self.item[rows] == s.phi.item[0], b @ s.phi.b[0], 0.0)
+        touched = np.union1d(self.touched, rows)
+        Ct = np.zeros((self.m, len(touched)))
+        Ct[: self.t, np.searchsorted(touched, self.touched)] = self.Ct[: self.t]
+        k_all = np.zeros(len(touched))
+        k_all[np.searchsorted(touched, rows)] = kcol
+        col = (k_all - s.c @ Ct[: self.t]) / d
+        Ct[self.t] = col
+        new.t, new.touched, new.Ct = self.t + 1, touched, Ct
+        at = np.searchsorted(new.live, touched)  # every touched row is live
+        new.r, new.v = new.r.copy(), new.v.copy()
+        new.r[at] -= col * beta_t
+        new.v[at] -= col**2
+        x = s.index - self.offset
+        if 0 <= x < len(self.user):
+            new.open = new.open.copy()
+            new.open[np.searchsorted(new.live, x)] = False
+        return new
 
 
 def _call(state, method: str, *args):
@@ -175,19 +246,20 @@ class PartShards:
     ``start`` computes the damping, the targets' item blocks and μ_T from the parts."""
 
     def __init__(self, mapper: Mapper, parts, model, kind: str, damping: float, offsets: np.ndarray):
-        self.mapper, self.kind, self.model = mapper, kind, model
+        self.mapper, self.kind = mapper, kind
         n_parts = len(parts.user_cuts) - 1
-        cuts = parts.user_cuts
-        k = model.U.shape[1]
-        # Each shard gets its users' rows of U; V and the loss's terms (``head``) go to every worker.
-        head = dataclasses.replace(model, U=np.empty((0, k)), V=np.empty((0, k)))
-        head_h, V_h = mapper.put(head, broadcast=True), mapper.put(model.V, broadcast=True)
-        U_h = mapper.put([model.U[cuts[p]:cuts[p + 1]] for p in range(n_parts)])
-        self.states = mapper.persist(PartShard, [(parts, p, head_h, U_h[p], V_h, kind, int(offsets[p]))
+        # The factors as row-block files, U cut as the by-user parts are (a model held here is written
+        # out): a shard reads the rows it needs, and nothing holds V whole.
+        self.U = as_blocks(model.U, mapper, parts.root, parts.user_cuts)
+        self.V = as_blocks(model.V, mapper, parts.root, parts.item_cuts)
+        self.k = self.U.k
+        head = dataclasses.replace(model, U=np.empty((0, self.k)), V=np.empty((0, self.k)))  # the loss's terms
+        head_h = mapper.put(head, broadcast=True)
+        self.states = mapper.persist(PartShard, [(parts, p, head_h, self.U.source, self.V.source, kind, int(offsets[p]))
                                                  for p in range(n_parts)], name="sbq-parts")
-        # Everything the states were built from stays referenced until the selection ends: a state lost
-        # with its worker is recomputed from this lineage.
-        self.inputs = [head_h, V_h, *U_h]
+        # Everything the states were built from stays referenced until the selection ends (the factors'
+        # files too): a state lost with its worker is recomputed from this lineage.
+        self.inputs = [head_h]
         sums = self._map("sums")
         n, rss = sum(c for c, _ in sums), sum(s for _, s in sums)
         if n != parts.n_interactions:
@@ -196,9 +268,8 @@ class PartShards:
         self.delta_U = self.delta_V = 0.0
         if kind != "identity":
             traces = self._map("traces")
-            k = model.U.shape[1]
-            self.delta_U = damping * sum(t for t, _ in traces) / model.U.shape[0] / k
-            self.delta_V = damping * sum(t for _, t in traces) / model.V.shape[0] / k
+            self.delta_U = damping * sum(t for t, _ in traces) / self.U.shape[0] / self.k
+            self.delta_V = damping * sum(t for _, t in traces) / self.V.shape[0] / self.k
         self.known: set[int] = set()
         self.user_items: dict[int, np.ndarray] = {}
 
@@ -207,7 +278,7 @@ class PartShards:
 
     def item_blocks(self, items: np.ndarray) -> ItemBlocks:
         """W_j for ``items`` not sent before: F_j summed over the parts as they finish, inverted here."""
-        k = self.model.U.shape[1]
+        k = self.k
         items = np.array(sorted(set(items.tolist()) - self.known), np.int64)
         if self.kind == "identity" or not len(items):
             return ItemBlocks(np.empty(0, np.int64), np.empty((0, k, k)))
@@ -228,10 +299,10 @@ class PartShards:
         blocks = self.item_blocks(their_items)
         # A target user with no training row has F_u = 0, so W_u = I/√δ (the whole-table embedding's value).
         scale = 1.0 if self.kind == "identity" else np.sqrt(max(self.delta_U, np.finfo(float).tiny))
-        a = self.model.V[T.item] / scale
+        a = self.V.take(T.item) / scale
         for at, rows in self._map("target_user_halves", T, self.delta_U):
             a[at] = rows
-        gV = self.model.U[T.user]
+        gV = self.U.take(T.user)
         b = gV if self.kind == "identity" else F.apply_blocks(blocks.W, np.searchsorted(blocks.items, T.item), gV)
         mu = BlockMean.of(BlockRows(T.user.astype(np.int64), T.item.astype(np.int64), a, b))
         mu_h, blocks_h = self.mapper.put(mu, broadcast=True), self.mapper.put(blocks, broadcast=True)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..interactions import Interactions, Targets
 from ..kernels.representer import BLOCK_ELEMENTS
-from ..kernels.topn import FIRST_ITEM_BLOCK, SCAN_MIN_ITEMS, NormOrder, top_n_unseen, top_n_unseen_pruned
+from ..kernels.topn import FIRST_ITEM_BLOCK, SCAN_MIN_ITEMS, NormOrder, top_n_merged, top_n_unseen, top_n_unseen_pruned
 
 
 def recommend(U: np.ndarray, V: np.ndarray, data: Interactions, users: np.ndarray, n: int,
@@ -51,3 +51,26 @@ def recommend(U: np.ndarray, V: np.ndarray, data: Interactions, users: np.ndarra
     if not out_u:
         return Targets.from_pairs([], [], [])
     return Targets.from_pairs(np.concatenate(out_u), np.concatenate(out_i), np.concatenate(out_r))
+
+
+def recommend_from_blocks(U, V, data: Interactions, user: int, n: int) -> Targets:
+    """One user's top-n unseen items, as ``recommend``, with the factors in row-block files
+    (``models.blocks.Blocks``): the user's row is read here, each block of V scored by its own task,
+    and the blocks' top-n lists merged here. ``data``: the user's rated items."""
+    from ..models.blocks import PerBlock
+
+    u = U.take([user])
+    seen = np.sort(data.item[data.user == user].astype(np.int64))
+    cuts = V.cuts
+    at = np.searchsorted(seen, cuts)
+    per_block = PerBlock((int(a), seen[at[p]:at[p + 1]] - a) for p, a in enumerate(cuts[:-1]))
+    found = V.apply(_block_top_n, u, per_block, n, name="top-n")
+    idx, _ = top_n_merged(np.concatenate([i for i, _ in found]), np.concatenate([s for _, s in found]), n)
+    return Targets.from_pairs(np.full(len(idx), user), idx, np.arange(1, len(idx) + 1))
+
+
+def _block_top_n(V_block: np.ndarray, u: np.ndarray, first_and_seen: tuple, n: int):
+    first, seen = first_and_seen
+    idx, sc = top_n_unseen(u, V_block, np.array([0, len(seen)]), seen.astype(np.intp), n)
+    ok = idx[0] >= 0
+    return idx[0][ok] + first, sc[0][ok]

@@ -193,7 +193,7 @@ def train_implicit(trainer: ImplicitMF, table, mapper: Mapper, parts, blocks: bo
 @task(cache_policy=NO_CACHE)
 def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: float | None, seed: int,
                   mapper: Mapper, parts, budget: dict | None = None, implicit: bool = False,
-                  neg_weight: float = 1.0, fidelity_tol: float | None = None):
+                  neg_weight: float = 1.0, fidelity_tol: float | None = None, blocks: bool = False):
     """Use ``model`` if given; else reuse the model trained on this exact table, else train and store one.
 
     Explicit data: ALS-MF, its half-steps mapped over ``parts`` (each task reads its part once and keeps
@@ -203,14 +203,23 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
     (``ALSMF.identity_tol``); None trains to ‖∇f‖ ≤ ``ALSMF.tol``. Either is part of the model's name. Implicit data (``training_table``): BCE MF on the
     positives and sampled negatives over the parts, to the stationarity the representer identity needs or
     within ``budget`` (sweeps and Newton steps again, a capped model under its own name).
+
+    ``blocks``: the factors stay in row-block files beside the parts (``models.blocks``), trained so
+    (``models.mf.BlockHalfSteps``), stored and read back a block at a time: never whole in this process.
+    The Newton polish needs them whole, so training ends on the sweeps, and the model is named for that.
     """
     logger = get_run_logger()
+    where = (mapper, parts) if blocks else None
     if model:
         logger.info("loading model %s", model)
-        m = FactorModel.load(model, data)
-        m.check_not_degenerate(data)
+        m = FactorModel.load(model, data, blocks=where)
+        m.check_not_degenerate(data, nonzero=(m.U.vdot() > 0 and m.V.vdot() > 0) if blocks else None)
         return m, model
-    budget = budget or {}
+    budget = dict(budget or {})
+    if blocks and budget.get("polish_iters", 1) != 0:
+        logger.warning("the factors stay in row-block files (a prepared dataset): training ends on its sweeps, "
+                       "without the Newton polish (it needs them in one process)")
+        budget["polish_iters"] = 0
     if implicit:
         path = model_store.model_path(out, name, data.fingerprint(), **{"bce-k": k}, lam=lam, w=neg_weight, s=seed,
                                       sweeps=budget.get("max_sweeps"), newton=budget.get("polish_iters"))
@@ -221,12 +230,12 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
                                       sweeps=budget.get("max_sweeps"), newton=budget.get("polish_iters"))
     if model_store.exists(path):
         logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
-        m = FactorModel.load(path, data)
+        m = FactorModel.load(path, data, blocks=where)
         return (ImplicitModel.from_stored(m) if implicit else m), str(path)
     if implicit:
         caps = {"max_iter" if key == "max_sweeps" else key: v for key, v in budget.items()}  # ImplicitMF's names
         trainer = ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed, **caps)
-        m = train_implicit(trainer, data, mapper, parts)
+        m = train_implicit(trainer, data, mapper, parts, blocks)
         logger.info("trained BCE MF k=%d λ=%g w=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
                     k, m.lam, neg_weight, m.grad_norm, m.info["sweeps"], m.info["newton_iters"],
                     m.info["seconds"], path)
@@ -234,7 +243,7 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
     else:
         # The Anderson history in files: 0.6 GB at 50M (k = 64) that the flow's process does not hold.
         trainer = ALSMF(k=k, lam=lam, seed=seed, identity_tol=identity_tol, anderson_store=SpillList, **budget)
-        m = trainer.fit(data, half_steps=partial(PartHalfSteps, mapper, parts))
+        m = trainer.fit(data, half_steps=partial(BlockHalfSteps if blocks else PartHalfSteps, mapper, parts))
         logger.info("trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e, identity bound %s after %d sweeps + %d Newton steps in "
                     "%.1fs → %s", k, lam, m.grad_norm, m.info.get("identity_bound"), m.info["sweeps"],
                     m.info["newton_iters"], m.info["seconds"], path)

@@ -1,6 +1,6 @@
 """Prototypes: the m training interactions that together explain a set of predictions (SBQ, Fisher kernel).
 
-load interactions (a prepared dataset by tasks) → by-user and by-item parts → train (or load) the MF model → targets (a supplied list,
+load interactions (a prepared dataset by tasks) → by-user and by-item parts → train (or load) the MF model (a prepared dataset's in row-block files) → targets (a supplied list,
 or one user's top-N) → SBQ selection: exact greedy with the by-user parts as candidate shards, each
 computing its Fisher embeddings where it is (``explain.prototypes_parts``), or the other variants on the
 embeddings of the whole table → write prototypes.parquet, targets.parquet and summary.json.
@@ -19,7 +19,7 @@ from ..config import Settings
 from ..errors import InputError
 from ..explain.prototypes import VARIANTS, mf_fisher_rows, prototype_table, select
 from ..explain.prototypes_parts import select_from_parts
-from ..explain.targets import recommend
+from ..explain.targets import recommend, recommend_from_blocks
 from ..io.interactions import index_of, read_targets
 from ..io.results import write_results
 from ..kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
@@ -43,9 +43,12 @@ CONSTRAINTS = {
 @task(cache_policy=NO_CACHE)
 def top_n_of(parts, mf, u: np.ndarray, top_n: int):
     """The user's top-N unseen items: read from the user's part (a BCE table's sampled negatives stay
-    recommendable, as in the refresh)."""
+    recommendable, as in the refresh); factors kept in blocks are scored a block of V per task."""
     seen = parts.read_users(int(u[0]), int(u[0]) + 1).data
-    return recommend(mf.U, mf.V, seen.subset(seen.rating > 0) if mf.loss == "bce" else seen, u, top_n)
+    seen = seen.subset(seen.rating > 0) if mf.loss == "bce" else seen
+    if isinstance(mf.U, np.ndarray):
+        return recommend(mf.U, mf.V, seen, u, top_n)
+    return recommend_from_blocks(mf.U, mf.V, seen, int(u[0]), top_n)
 
 
 @task(cache_policy=NO_CACHE)
@@ -125,18 +128,20 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
         with stage(seconds, "partition", peaks):  # ALS trains on the parts, and exact greedy selects from them
             parts = partition(training, settings.out, mapper)
         with stage(seconds, "train", peaks):
+            # A prepared dataset's factors stay in row-block files beside the parts: never whole here.
+            blocks = not isinstance(data, Interactions)
             budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
                       if v is not None}
             mf, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, parts,
-                                           budget, implicit=training.implicit, neg_weight=neg_weight)
+                                           budget, implicit=training.implicit, neg_weight=neg_weight, blocks=blocks)
         T = supplied if supplied is not None else top_n_of(parts, mf, u, top_n)
         with stage(seconds, "select", peaks):
             if variant == "greedy":
                 check_explainable(mf, data)  # what mf_fisher_rows checks for the other variants
                 sel = choose_from_parts(mapper, parts, mf, T, m, fisher, damping)
-            else:  # the other variants take every row's embedding, built here
+            else:  # the other variants take every row's embedding, built here (the model whole too)
                 whole = data if isinstance(data, Interactions) else parts.read_users(0, data.n_users).data
-                Phi, Phi_T = embed(mf, whole, T, fisher, damping)
+                Phi, Phi_T = embed(mf.whole(), whole, T, fisher, damping)
                 sel = choose_prototypes(Phi, mean_embedding(Phi_T), m, variant, shards or 4 * settings.workers, seed,
                                         mapper)
         memory = mapper.peak_rss_mib()

@@ -140,6 +140,14 @@ def top_n_unseen(U_block: np.ndarray, V: np.ndarray, seen_indptr: np.ndarray, se
     return idx, sc.astype(np.float64)
 
 
+def top_n_merged(ids: np.ndarray, scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The n best of candidates gathered from several item blocks' top-n lists (one user): the same order
+    as ranking every item at once (best first, ties by item index, -1 and -inf padding dropped)."""
+    sel, vals = _top_n_rows(np.asarray(scores, np.float64)[None], np.asarray(ids)[None], n)
+    ok = sel[0] >= 0
+    return sel[0][ok], vals[0][ok]
+
+
 def top_n_unseen_pruned(U_block: np.ndarray, order: NormOrder, seen_indptr: np.ndarray, seen_items: np.ndarray,
                         n: int, budget: int, stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``top_n_unseen`` by a scan of the items that scores exactly only what may enter a user's top-n.

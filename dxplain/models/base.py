@@ -6,7 +6,7 @@ class turns those into a model and back, so io never knows a model class.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -39,7 +39,14 @@ class FactorModel:
         return self.U.shape[1]
 
     def predict(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
-        return self.mu + pair_scores(self.U, self.V, u, i)
+        if isinstance(self.U, np.ndarray):
+            return self.mu + pair_scores(self.U, self.V, u, i)
+        at = np.arange(len(u))  # factors in row-block files (``models.blocks``): only these rows are read
+        return self.mu + pair_scores(self.U.take(u), self.V.take(i), at, at)
+
+    def whole(self) -> "FactorModel":
+        """This model with its factors as arrays here: gathered from their row-block files, if kept so."""
+        return self if isinstance(self.U, np.ndarray) else replace(self, U=self.U.gather(), V=self.V.gather())
 
     def check_not_degenerate(self, data, nonzero: bool | None = None) -> None:
         """Refuse all-zero factors (every score 0, every recommendation a tie broken by index), naming why.

@@ -107,10 +107,14 @@ class Blocks:
         paths = self.mapper.map(_write_result, args, name=name)
         return Blocks(self.mapper, self.scratch, tuple(paths), self.cuts, self.k if k is None else int(k))
 
+    def apply(self, fn, *others, name: str) -> list:
+        """``fn(block, others…)`` of every block, in block order (small results: they come here)."""
+        return self.mapper.map(call_loaded, [(fn, *a) for a in self._args(others)], name=name)
+
     def reduce(self, fn, *others, name: str):
         """Σ over the blocks of ``fn(block, others…)`` (numbers or small arrays), summed here in block order:
         the same rounding on any mapper and in any run."""
-        values = self.mapper.map(call_loaded, [(fn, *a) for a in self._args(others)], name=name)
+        values = self.apply(fn, *others, name=name)
         total = values[0]
         for x in values[1:]:
             total = total + x
@@ -128,6 +132,10 @@ class Blocks:
         """(first row, block) of every block in order, read one at a time: to write, not to hold."""
         for a, path in zip(self.cuts[:-1], self.paths):
             yield int(a), spill.load(path)
+
+    def take(self, index) -> np.ndarray:
+        """Rows ``index`` (any order, repeats allowed) read here: a few rows (targets), not the matrix."""
+        return rows_at(self.source, index)
 
     def gather(self) -> np.ndarray:
         """The whole matrix in this process: for tests and small models."""
@@ -185,6 +193,24 @@ def take_rows(source: RowSource, index: np.ndarray) -> np.ndarray:
         out[lo:hi] = block[index[lo:hi] - source.cuts[b]]
         del block
     return out
+
+
+def rows_at(source: RowSource, index) -> np.ndarray:
+    """``take_rows`` for any row list: rows ``index`` in the given order, repeats allowed."""
+    distinct, inverse = np.unique(np.asarray(index, np.int64), return_inverse=True)
+    return take_rows(source, distinct)[inverse]
+
+
+def as_blocks(F, mapper, root, cuts: np.ndarray) -> Blocks:
+    """``F`` as row blocks at ``cuts``: written to a scratch folder under ``root`` when it is an array (a
+    model held here), else checked to be cut there."""
+    cuts = np.asarray(cuts)
+    if isinstance(F, Blocks):
+        if not np.array_equal(F.cuts, cuts):
+            raise ValueError(f"the factor's blocks are cut at {len(F.cuts) - 1} other row ranges than the parts' "
+                             f"{len(cuts) - 1}")
+        return F
+    return Blocks.split(mapper, Scratch(root), np.asarray(F, np.float64), cuts)
 
 
 def _loaded(x):
