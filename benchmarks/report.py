@@ -173,34 +173,49 @@ def sbq_scale_table() -> str:
     return "\n".join(rows)
 
 
-def amazon_sbq_table() -> str:
-    r = json.loads((RESULTS / "amazon" / "sbq.json").read_text())
-    rows = ["| \\|D\\| | targets (distinct items) | train: 8 ALS sweeps | SBQ: load | SBQ: select, m = 100 | "
+def amazon_sbq_table(name: str = "sbq") -> str:
+    """``benchmarks/results/amazon/<name>.json``: explicit ratings (sbq) or the implicit reading
+    (sbq_implicit, whose model may be the negatives run's)."""
+    r = json.loads((RESULTS / "amazon" / f"{name}.json").read_text())
+    rows = ["| interactions | candidates | targets (distinct items) | train (sweeps) | SBQ: load | SBQ: select, m = 100 | "
             "flow peak | worker peaks | whole-table check |",
-            "|---|---|---|---|---|---|---|---|"]
-    for run in sorted(r["runs"].values(), key=lambda x: x["interactions"]):
+            "|---|---|---|---|---|---|---|---|---|"]
+    runs = sorted(r["runs"].values(), key=lambda x: x["interactions"])
+    for run in runs:
         sbq, train = run["sbq"], run["train"]
         workers = worker_peaks(sbq["peak_rss_mib"])
         check = run.get("check")
         check = "—" if check is None else (f"same, weights within {check['max_weight_rel_diff']:.0e}"
                                            if check["same_prototypes"] else "differs")
-        rows.append(f"| {run['interactions']:,} | {run['targets']:,} ({run['distinct_target_items']:,}) | "
-                    f"{train['stage_seconds']['train']:.1f} s | {sbq['stage_seconds']['load']:.1f} s | "
+        trained = f"{train['stage_seconds']['train']:.1f} s ({run['max_sweeps']}" + (
+            ", the negatives run's)" if train.get("from") else ")")
+        rows.append(f"| {run['interactions']:,} | {sbq['candidates']:,} | {run['targets']:,} "
+                    f"({run['distinct_target_items']:,}) | {trained} | {sbq['stage_seconds']['load']:.1f} s | "
                     f"{sbq['stage_seconds']['select']:.1f} s | {sbq['peak_rss_mib']['flow']:,.0f} MiB | "
                     f"{workers} MiB | {check} |")
-    return "\n".join(rows + slopes_line(r))
+    rows += slope_line(runs, lambda x, st: (x["train"] if st == "train" else x["sbq"])["stage_seconds"][st],
+                       ("load", "train", "select"))
+    for size, run in r.get("earlier", {}).items():
+        rows += ["", f"Earlier, {run['note']}: {size} selected in {run['sbq']['stage_seconds']['select']:.1f} s, the flow "
+                 f"at {run['sbq']['peak_rss_mib']['flow']:,.0f} MiB, the workers at "
+                 f"{worker_peaks(run['sbq']['peak_rss_mib'])} MiB."]
+    return "\n".join(rows)
+
+
+def slope_line(runs: list, seconds, stages) -> list[str]:
+    """Issue 24's cost slope, from 5M (when measured) to the largest size: d log(cost) / d log(|P|)."""
+    measured = [x for x in runs if x["interactions"] >= 5_000_000] if len(runs) > 2 else runs
+    if len(measured) < 2:
+        return []
+    lo, hi = measured[0], measured[-1]
+    return ["", f"Cost slope from {lo['interactions'] / 1e6:g}M to {hi['interactions'] / 1e6:g}M interactions "
+            "(1 = linear): " + ", ".join(
+                f"{st} {np.log(seconds(hi, st) / seconds(lo, st)) / np.log(hi['interactions'] / lo['interactions']):.2f}"
+                for st in stages) + "."]
 
 
 def worker_peaks(peaks: dict) -> str:
     return " / ".join(f"{v:,.0f}" for v in sorted(peaks["workers"].values()))
-
-
-def slopes_line(r: dict) -> list[str]:
-    """The Amazon tables' footnote: each stage's cost slope between the smallest and largest size."""
-    if "slopes" not in r:
-        return []
-    return ["", "Cost slope from the smallest to the largest size (1 = linear): " +
-            ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in r["slopes"].items()) + "."]
 
 
 def amazon_negatives_table() -> str:
@@ -223,14 +238,7 @@ def amazon_negatives_table() -> str:
                     " | ".join(f"{run['stage_seconds'][st]:.1f} s" for st in stages) +
                     f" | {run['sweeps']} | {run['grad_norm'] / run['lam']:.1e} | "
                     f"{run['peak_rss_mib']['flow']:,.0f} MiB | {workers} MiB | {check or '—'} |")
-    # Issue 24's range: from 5M (when measured) to the largest size.
-    measured = [x for x in runs if x["interactions"] >= 5_000_000] if len(runs) > 2 else runs
-    if len(measured) > 1:
-        lo, hi = measured[0], measured[-1]
-        rows += ["", f"Cost slope from {lo['interactions'] / 1e6:g}M to {hi['interactions'] / 1e6:g}M interactions "
-                 "(1 = linear): " + ", ".join(
-                     f"{st} {np.log(hi['stage_seconds'][st] / lo['stage_seconds'][st]) / np.log(hi['interactions'] / lo['interactions']):.2f}"
-                     for st in stages) + "."]
+    rows += slope_line(runs, lambda x, st: x["stage_seconds"][st], stages)
     for name, run in r.get("earlier", {}).items():
         rows += ["", f"Earlier, {run['note']}: {name} took train {run['stage_seconds']['train']:.1f} s, the flow "
                  f"{run['peak_rss_mib']['flow']:,.0f} MiB, the workers {worker_peaks(run['peak_rss_mib'])} MiB."]
@@ -267,6 +275,7 @@ TABLES = {
                      "negatives-scan-table": negatives_scan_table,
                      "amazon-negatives-table": amazon_negatives_table},
     "prototypes.md": {"sbq-scale-table": sbq_scale_table, "amazon-sbq-table": amazon_sbq_table,
+                      "amazon-sbq-implicit-table": lambda: amazon_sbq_table("sbq_implicit"),
                       "sbq-applications": include("sbq_applications.md", shift=2)},
     "faithfulness.md": {"case-deletion-sparse": case_deletion("breast-cancer", "digits-4v9", "synthetic-sparse"),
                         "case-deletion-cf": case_deletion("movielens-100k-sgd", "movielens-100k-als",

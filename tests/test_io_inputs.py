@@ -142,3 +142,21 @@ def test_rows_are_sorted_by_user_and_item_with_their_rating_and_timestamp():
     assert user_ids.to_pylist() == ["a", "b"] and item_ids.to_pylist() == [1, 2, 3]
     assert list(zip(d.user.tolist(), d.item.tolist(), d.rating.tolist(), d.timestamp.tolist())) == \
         [(0, 0, 4.0, 40), (0, 2, 2.0, 20), (1, 0, 3.0, 30), (1, 1, 1.0, 10)]
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_ids_are_found_in_a_vocabulary_looked_up_a_slice_at_a_time(monkeypatch, chunked):
+    """A few ids against a large vocabulary are hashed a slice of it at a time (the flow's memory at
+    10M ids): the same positions, and an unknown id named, as with one hash table."""
+    import pyarrow as pa
+
+    from dxplain.errors import InputError
+    from dxplain.io import interactions as io_interactions
+
+    if chunked:
+        monkeypatch.setattr(io_interactions, "VALUE_SET_CHUNK", 3)
+    vocabulary = pa.array([f"u{n:03d}" for n in range(10)])
+    ids = pa.chunked_array([["u007", "u000"], ["u009", "u003", "u007"]])
+    np.testing.assert_array_equal(io_interactions.index_of(ids, vocabulary, "user", "t.csv"), [7, 0, 9, 3, 7])
+    with pytest.raises(InputError, match="u404"):
+        io_interactions.index_of(pa.array(["u001", "u404"]), vocabulary, "user", "t.csv")

@@ -1,5 +1,7 @@
 """SBQ with Fisher kernels: greedy against an exhaustive reference, the variants, the Fisher feature maps."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -338,3 +340,46 @@ def test_a_target_user_without_training_rows_is_embedded_as_over_the_whole_table
     np.testing.assert_allclose(sel.weights, whole.weights, rtol=1e-10)
     # The cold user's half of μ_T meets no candidate, but it is part of ‖μ_T‖², the objective's start.
     np.testing.assert_allclose(sel.objective, whole.objective, rtol=1e-12)
+
+
+def test_greedy_over_the_parts_reads_the_factors_from_their_blocks_and_holds_neither(tmp_path):
+    """A model kept in row-block files (a prepared dataset's) selects what the same model held whole
+    selects, and no shard keeps a factor matrix or a scalar per row beyond its live rows."""
+    from dxplain.explain.prototypes_parts import PartShards, select_from_parts
+    from dxplain.io.partitions import write_partitions
+    from dxplain.mapper import LocalMapper
+    from dxplain.models.blocks import Blocks, Scratch
+
+    d, model, T = mf_block_problem(seed=11)
+    parts = write_partitions(str(tmp_path / "parts"), d, rows_per_part=len(d) // 6)
+    mapper, scratch = LocalMapper(), Scratch(parts.root)
+    in_blocks = dataclasses.replace(model, U=Blocks.split(mapper, scratch, model.U, parts.user_cuts),
+                                    V=Blocks.split(mapper, scratch, model.V, parts.item_cuts))
+    whole = select_from_parts(mapper, parts, model, T, 12)
+    sel = select_from_parts(mapper, parts, in_blocks, T, 12)
+    np.testing.assert_array_equal(sel.index, whole.index)
+    np.testing.assert_allclose(sel.weights, whole.weights, rtol=1e-12)
+
+    shards = PartShards(mapper, parts, in_blocks, "empirical", F.DEFAULT_DAMPING, parts.user_part_offsets())
+    shards.start(T, 12)
+    live = 0
+    for st in shards.states:
+        arrays = {name: v for name, v in vars(st).items() if isinstance(v, np.ndarray)}
+        assert not any(v.ndim == 2 and v.shape[0] in (d.n_users, d.n_items) for v in arrays.values()), arrays.keys()
+        assert len(st.z) == len(st.r) == len(st.v) == len(st.live) <= len(st.user)
+        live += len(st.live)
+    assert 0 < live < len(d)  # rows sharing no user or item with a target are never scored
+
+
+def test_blocks_cut_elsewhere_than_the_parts_are_refused(tmp_path):
+    from dxplain.io.partitions import write_partitions
+    from dxplain.mapper import LocalMapper
+    from dxplain.models.blocks import Blocks, Scratch, as_blocks
+
+    d, model, _ = mf_block_problem(seed=11)
+    parts = write_partitions(str(tmp_path / "parts"), d, rows_per_part=len(d) // 4)
+    mapper, scratch = LocalMapper(), Scratch(parts.root)
+    U = Blocks.split(mapper, scratch, model.U, np.array([0, d.n_users]))
+    with pytest.raises(ValueError, match="cut at 1 other row ranges"):
+        as_blocks(U, mapper, parts.root, parts.user_cuts)
+    np.testing.assert_array_equal(U.take([5, 1, 5]), model.U[[5, 1, 5]])

@@ -100,3 +100,27 @@ def test_recommend_gives_the_same_targets_by_scan_and_dense():
     for f in ("user", "item", "rec_rank"):
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
     assert len(a.user) == sum(min(7, 45 - len(d.item[d.user == u])) for u in users)
+
+
+@pytest.mark.parametrize("integer", [False, True])
+def test_one_users_top_n_from_factor_blocks_equals_recommend(tmp_path, integer):
+    """V's blocks each give their top-n unseen, merged here: the same items in the same order as ranking
+    every item at once, ties (integer factors) by item index, seen items left out."""
+    from dxplain.explain.targets import recommend_from_blocks
+    from dxplain.mapper import LocalMapper
+    from dxplain.models.blocks import Blocks, Scratch
+
+    rng = np.random.default_rng(3)
+    d = random_interactions(20, 90, 0.2, seed=5)
+    U, V = rng.normal(size=(20, 4)), rng.normal(size=(90, 4))
+    if integer:
+        U, V = np.round(U), np.round(V)
+    mapper, scratch = LocalMapper(), Scratch(str(tmp_path))
+    Ub = Blocks.split(mapper, scratch, U, np.array([0, 7, 20]))
+    Vb = Blocks.split(mapper, scratch, V, np.array([0, 13, 40, 41, 90]))
+    for user in (0, 6, 19):
+        want = recommend(U, V, d, np.array([user]), 12)
+        got = recommend_from_blocks(Ub, Vb, d, user, 12)
+        np.testing.assert_array_equal(got.item, want.item)
+        np.testing.assert_array_equal(got.user, want.user)
+        assert not set(got.item) & set(d.item[d.user == user])
