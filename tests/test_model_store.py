@@ -77,3 +77,20 @@ def test_pickled_npy_is_refused(tmp_path, small):
     np.save(tmp_path / "U.npy", np.array([{"evil": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError):
         model_store.read_factor_file(tmp_path / "U.npy", None)
+
+
+@pytest.mark.parametrize("kind", ["str", "int"])
+def test_stored_ids_are_compared_a_slice_at_a_time(tmp_path, small, monkeypatch, kind):
+    """The reload's id check reads the store a slice at a time: a difference in any slice, or a length
+    differing, is found; the same ids pass."""
+    import zarr
+
+    monkeypatch.setattr(model_store, "IDS_SLICE", 3)
+    ids = pa.array([f"u{n}" for n in range(10)]) if kind == "str" else pa.array(np.arange(10) * 7)
+    g = zarr.open_group(str(tmp_path / "ids.zarr"), mode="w")
+    g.create_array("ids", data=model_store._ids_to_zarr(ids))
+    assert model_store._same_ids(g["ids"], ids)
+    assert model_store._same_ids(g["ids"], pa.chunked_array([ids.slice(0, 4), ids.slice(4)]))
+    changed = pa.concat_arrays([ids.slice(0, 9), (pa.array(["zz"]) if kind == "str" else pa.array([-1]))])
+    assert not model_store._same_ids(g["ids"], changed)
+    assert not model_store._same_ids(g["ids"], ids.slice(0, 9))

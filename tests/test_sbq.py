@@ -300,8 +300,9 @@ def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(
     if kind == "bce":
         d, model = implicit_problem()
         kind = "expected"  # the Bernoulli curvature
-    elif kind == "user-chunks":  # users' blocks built a few at a time
+    elif kind == "user-chunks":  # users' and items' blocks built a few at a time
         monkeypatch.setattr(prototypes_parts, "USER_BLOCKS", 2)
+        monkeypatch.setattr(prototypes_parts, "ITEM_CHUNK", 3)  # and items' blocks a few at a time
         d, model = mf_block_problem(seed=11)[:2]
         kind = "empirical"
     else:

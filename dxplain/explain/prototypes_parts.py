@@ -40,6 +40,7 @@ from .prototypes import Progress, sample_scores
 
 log = logging.getLogger(__name__)
 
+ITEM_CHUNK = 1024  # items whose F_j are summed at once: 1024·k² floats (8 MB at k = 32), a part's result
 USER_BLOCKS = 4096  # users whose k×k blocks are built at once: 4096·k² floats (32 MB at k = 32)
 
 
@@ -277,20 +278,27 @@ class PartShards:
         return self.mapper.map(_call, [(st, method, *args) for st in self.states], name=f"sbq-{method}")
 
     def item_blocks(self, items: np.ndarray) -> ItemBlocks:
-        """W_j for ``items`` not sent before: F_j summed over the parts as they finish, inverted here."""
+        """W_j for ``items`` not sent before: F_j summed over the parts as they finish, inverted here,
+        ITEM_CHUNK items at a time (a part's share of F_j is a dense (items, k, k) array: the items of
+        1,000 implicit users' rows, negatives included, made it 2.5 GiB in the flow at 5M)."""
         k = self.k
         items = np.array(sorted(set(items.tolist()) - self.known), np.int64)
         if self.kind == "identity" or not len(items):
             return ItemBlocks(np.empty(0, np.int64), np.empty((0, k, k)))
-        Fj, pending, next_part = np.zeros((len(items), k, k)), {}, 0
-        # Summed in part order, whatever order the parts finish in: the same rounding on any mapper.
-        for p, part in self.mapper.imap(_call, [(st, "item_grams", items) for st in self.states], name="sbq-items"):
-            pending[p] = part
-            while next_part in pending:
-                Fj += pending.pop(next_part)
-                next_part += 1
+        W = np.empty((len(items), k, k))
+        for c in range(0, len(items), ITEM_CHUNK):
+            chunk = items[c:c + ITEM_CHUNK]
+            Fj, pending, next_part = np.zeros((len(chunk), k, k)), {}, 0
+            # Summed in part order, whatever order the parts finish in: the same rounding on any mapper.
+            for p, part in self.mapper.imap(_call, [(st, "item_grams", chunk) for st in self.states],
+                                            name="sbq-items"):
+                pending[p] = part
+                while next_part in pending:
+                    Fj += pending.pop(next_part)
+                    next_part += 1
+            W[c:c + len(chunk)] = F.damped_inverse_factor(Fj, self.delta_V)
         self.known.update(items.tolist())
-        return ItemBlocks(items, F.damped_inverse_factor(Fj, self.delta_V))
+        return ItemBlocks(items, W)
 
     def start(self, T: Targets, m: int) -> float:
         """Live rows and μ_T; returns ‖μ_T‖²."""
