@@ -199,6 +199,8 @@ def amazon_sbq_table(name: str = "sbq") -> str:
         rows += ["", f"Earlier, {run['note']}: {size} selected in {run['sbq']['stage_seconds']['select']:.1f} s, the flow "
                  f"at {run['sbq']['peak_rss_mib']['flow']:,.0f} MiB, the workers at "
                  f"{worker_peaks(run['sbq']['peak_rss_mib'])} MiB."]
+    for size, run in r.get("stopped", {}).items():
+        rows += ["", f"Not completed, {size} ({run['candidates']:,} candidates): {run['note']}."]
     return "\n".join(rows)
 
 
