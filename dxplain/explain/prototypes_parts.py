@@ -33,7 +33,8 @@ import numpy as np
 from ..interactions import Targets
 from ..kernels import fisher as F
 from ..kernels.als import pair_scores
-from ..kernels.sbq import SPAN_TOL, BlockMean, BlockRows, Candidate, Selection, ShardState, greedy_select
+from ..kernels.sbq import (SPAN_TOL, BlockMean, BlockRows, Candidate, Selection, ShardState, greedy_select,
+                           touched_column)
 from ..mapper import Mapper
 from ..models.blocks import RowSource, as_blocks, rows_at, take_rows
 from .prototypes import Progress, sample_scores
@@ -208,15 +209,8 @@ class PartShard(ShardState):
         rows = self.neighbours(int(s.phi.user[0]), int(s.phi.item[0]))
         a, b = self.halves(rows)
         new.admit(rows, a, b)
-        kcol = np.where(self.user[rows] == s.phi.user[0], a @ s.phi.a[0], 0.0)
-        kcol += np.where(self.item[rows] == s.phi.item[0], b @ s.phi.b[0], 0.0)
-        touched = np.union1d(self.touched, rows)
-        Ct = np.zeros((self.m, len(touched)))
-        Ct[: self.t, np.searchsorted(touched, self.touched)] = self.Ct[: self.t]
-        k_all = np.zeros(len(touched))
-        k_all[np.searchsorted(touched, rows)] = kcol
-        col = (k_all - s.c @ Ct[: self.t]) / d
-        Ct[self.t] = col
+        touched, Ct, col = touched_column(self.touched, self.Ct, self.t, self.m, rows, self.user[rows],
+                                          self.item[rows], a, b, s, d)
         new.t, new.touched, new.Ct = self.t + 1, touched, Ct
         at = np.searchsorted(new.live, touched)  # every touched row is live
         new.r, new.v = new.r.copy(), new.v.copy()

@@ -318,15 +318,8 @@ class BlockShardState(ShardState):
         rows = self.neighbours(int(s.phi.user[0]), int(s.phi.item[0]))
         a, b = self.halves(rows)
         self.admit(new, rows, a, b)
-        kcol = np.where(self.user[rows] == s.phi.user[0], a @ s.phi.a[0], 0.0)
-        kcol += np.where(self.item[rows] == s.phi.item[0], b @ s.phi.b[0], 0.0)
-        touched = np.union1d(self.touched, rows)
-        Ct = np.zeros((self.m, len(touched)))
-        Ct[: self.t, np.searchsorted(touched, self.touched)] = self.Ct[: self.t]
-        k_all = np.zeros(len(touched))
-        k_all[np.searchsorted(touched, rows)] = kcol
-        col = (k_all - s.c @ Ct[: self.t]) / d
-        Ct[self.t] = col
+        touched, Ct, col = touched_column(self.touched, self.Ct, self.t, self.m, rows, self.user[rows],
+                                          self.item[rows], a, b, s, d)
         new.t, new.touched, new.Ct = self.t + 1, touched, Ct
         new.r[touched] -= col * beta_t
         new.v[touched] -= col**2
@@ -335,6 +328,23 @@ class BlockShardState(ShardState):
             new.open = new.open.copy() if new.open is self.open else new.open
             new.open[x] = False
         return new
+
+
+def touched_column(touched: np.ndarray, Ct: np.ndarray, t: int, m: int, rows: np.ndarray, users: np.ndarray,
+                   items: np.ndarray, a: np.ndarray, b: np.ndarray, s: Candidate, d: float):
+    """Step t's entry of c_x = L⁻¹k_Sx once s joins S, for the touched rows: the earlier touched ones and
+    ``rows`` (s's neighbours: their ``users``, ``items`` and halves ``a``, ``b``). Returns the new touched
+    rows (sorted), their (m, touched) c buffer with row t written, and that row."""
+    kcol = np.where(users == s.phi.user[0], a @ s.phi.a[0], 0.0)
+    kcol += np.where(items == s.phi.item[0], b @ s.phi.b[0], 0.0)
+    grown = np.union1d(touched, rows)
+    C = np.zeros((m, len(grown)))
+    C[:t, np.searchsorted(grown, touched)] = Ct[:t]
+    k_all = np.zeros(len(grown))
+    k_all[np.searchsorted(grown, rows)] = kcol
+    col = (k_all - s.c @ C[:t]) / d
+    C[t] = col
+    return grown, C, col
 
 
 def shard_state(Phi, mu, m: int, offset: int = 0) -> ShardState:
