@@ -14,8 +14,8 @@ recomputes a_x, b_x when a kernel column needs them. A user's block needs only t
 in its part. An item's block needs all its raters, spread over the parts: the few items a step needs (the
 targets' and the selected points' items) are summed over the parts, one map, and inverted here.
 
-The factors are row-block files (``models.blocks``; a model held here is written out first): a shard
-reads its part's scores once, then only the rows of U and V a step touches. The flow's process holds
+The factors are row-block files (``models.blocks``; a small model held here goes to every worker
+whole instead): a shard reads its part's scores once, then only the rows of U and V a step touches. The flow's process holds
 the factors' file names, μ_T (O(targets·k)), the item blocks sent, L and β; a shard, its rows (24 bytes
 each) and its live rows' scalars. The selection equals ``kernels.sbq.greedy`` over ``mf_fisher_rows``.
 """
@@ -36,7 +36,7 @@ from ..kernels.als import pair_scores
 from ..kernels.sbq import (SPAN_TOL, BlockMean, BlockRows, Candidate, Selection, ShardState, greedy_select,
                            touched_column)
 from ..mapper import Mapper
-from ..models.blocks import RowSource, as_blocks, rows_at, take_rows
+from ..models.blocks import Blocks, RowSource, checked_cuts, rows_at, take_rows
 from .prototypes import Progress, sample_scores
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,8 @@ class PartShard(ShardState):
 
     shared = ("mu", "W_items")  # sent once, referenced by every state of the chain
 
-    def __init__(self, parts, p: int, head, U: RowSource, V: RowSource, kind: str, offset: int):
+    def __init__(self, parts, p: int, head, U: RowSource | np.ndarray, V: RowSource | np.ndarray, kind: str,
+                 offset: int):
         d = parts.read_part("user", p).data
         self.lo, self.U, self.V, self.kind, self.offset = int(parts.user_cuts[p]), U, V, kind, offset
         self.user, self.item = d.user, d.item  # the part's rows, by user
@@ -223,6 +224,11 @@ class PartShard(ShardState):
         return new
 
 
+def rows_of(F, index) -> np.ndarray:
+    """Rows of a factor held here or kept in blocks (read here)."""
+    return F.take(index) if isinstance(F, Blocks) else F[index]
+
+
 def _call(state, method: str, *args):
     return getattr(state, method)(*args)
 
@@ -243,18 +249,18 @@ class PartShards:
     def __init__(self, mapper: Mapper, parts, model, kind: str, damping: float, offsets: np.ndarray):
         self.mapper, self.kind = mapper, kind
         n_parts = len(parts.user_cuts) - 1
-        # The factors as row-block files, U cut as the by-user parts are (a model held here is written
-        # out): a shard reads the rows it needs, and nothing holds V whole.
-        self.U = as_blocks(model.U, mapper, parts.root, parts.user_cuts)
-        self.V = as_blocks(model.V, mapper, parts.root, parts.item_cuts)
-        self.k = self.U.k
+        # Factors in row-block files (U cut as the by-user parts are): a shard reads the rows it needs,
+        # and nothing holds them whole. A model held here (a small table) goes to every worker whole.
+        self.U, self.V = checked_cuts(model.U, parts.user_cuts), checked_cuts(model.V, parts.item_cuts)
+        self.k = model.U.shape[1]
+        sources = [F.source if isinstance(F, Blocks) else mapper.put(F, broadcast=True) for F in (self.U, self.V)]
         head = dataclasses.replace(model, U=np.empty((0, self.k)), V=np.empty((0, self.k)))  # the loss's terms
         head_h = mapper.put(head, broadcast=True)
-        self.states = mapper.persist(PartShard, [(parts, p, head_h, self.U.source, self.V.source, kind, int(offsets[p]))
+        self.states = mapper.persist(PartShard, [(parts, p, head_h, *sources, kind, int(offsets[p]))
                                                  for p in range(n_parts)], name="sbq-parts")
         # Everything the states were built from stays referenced until the selection ends (the factors'
         # files too): a state lost with its worker is recomputed from this lineage.
-        self.inputs = [head_h]
+        self.inputs = [head_h, *sources]
         sums = self._map("sums")
         n, rss = sum(c for c, _ in sums), sum(s for _, s in sums)
         if n != parts.n_interactions:
@@ -301,10 +307,10 @@ class PartShards:
         blocks = self.item_blocks(their_items)
         # A target user with no training row has F_u = 0, so W_u = I/√δ (the whole-table embedding's value).
         scale = 1.0 if self.kind == "identity" else np.sqrt(max(self.delta_U, np.finfo(float).tiny))
-        a = self.V.take(T.item) / scale
+        a = rows_of(self.V, T.item) / scale
         for at, rows in self._map("target_user_halves", T, self.delta_U):
             a[at] = rows
-        gV = self.U.take(T.user)
+        gV = rows_of(self.U, T.user)
         b = gV if self.kind == "identity" else F.apply_blocks(blocks.W, np.searchsorted(blocks.items, T.item), gV)
         mu = BlockMean.of(BlockRows(T.user.astype(np.int64), T.item.astype(np.int64), a, b))
         mu_h, blocks_h = self.mapper.put(mu, broadcast=True), self.mapper.put(blocks, broadcast=True)

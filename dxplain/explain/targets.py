@@ -56,7 +56,9 @@ def recommend(U: np.ndarray, V: np.ndarray, data: Interactions, users: np.ndarra
 def recommend_from_blocks(U, V, data: Interactions, user: int, n: int) -> Targets:
     """One user's top-n unseen items, as ``recommend``, with the factors in row-block files
     (``models.blocks.Blocks``): the user's row is read here, each block of V scored by its own task,
-    and the blocks' top-n lists merged here. ``data``: the user's rated items."""
+    and the blocks' top-n lists merged here. ``data``: the user's rated items. Each block's float32
+    product may round a score differently from one whole product, so two items tied to the last
+    float32 unit can come in the other order."""
     from ..models.blocks import PerBlock
 
     u = U.take([user])

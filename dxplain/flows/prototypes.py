@@ -20,6 +20,7 @@ from ..errors import InputError
 from ..explain.prototypes import VARIANTS, mf_fisher_rows, prototype_table, select
 from ..explain.prototypes_parts import select_from_parts
 from ..explain.targets import recommend, recommend_from_blocks
+from ..io.atomic import is_local
 from ..io.interactions import index_of, read_targets
 from ..io.results import write_results
 from ..kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
@@ -128,8 +129,9 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
         with stage(seconds, "partition", peaks):  # ALS trains on the parts, and exact greedy selects from them
             parts = partition(training, settings.out, mapper)
         with stage(seconds, "train", peaks):
-            # A prepared dataset's factors stay in row-block files beside the parts: never whole here.
-            blocks = not isinstance(data, Interactions)
+            # A prepared dataset's factors stay in row-block files beside the parts (a folder the workers
+            # share): never whole here.
+            blocks = not isinstance(data, Interactions) and is_local(parts.root)
             budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
                       if v is not None}
             mf, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, parts,

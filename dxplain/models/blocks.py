@@ -180,9 +180,12 @@ class RowSource:
     k: int
 
 
-def take_rows(source: RowSource, index: np.ndarray) -> np.ndarray:
+def take_rows(source: RowSource | np.ndarray, index: np.ndarray) -> np.ndarray:
     """Rows ``index`` (sorted, distinct) of the matrix in ``source``'s files: each block that holds some is
-    mapped in turn and its rows copied out, so at most one block's touched pages are resident at once."""
+    mapped in turn and its rows copied out, so at most one block's touched pages are resident at once
+    (``source`` may be the matrix itself)."""
+    if isinstance(source, np.ndarray):
+        return source[index]
     if len(index) and (index[0] < 0 or index[-1] >= source.cuts[-1]):
         raise IndexError(f"rows {index[0]}..{index[-1]} of a matrix of {source.cuts[-1]}")
     out = np.empty((len(index), source.k))
@@ -195,22 +198,21 @@ def take_rows(source: RowSource, index: np.ndarray) -> np.ndarray:
     return out
 
 
-def rows_at(source: RowSource, index) -> np.ndarray:
-    """``take_rows`` for any row list: rows ``index`` in the given order, repeats allowed."""
+def rows_at(source: RowSource | np.ndarray, index) -> np.ndarray:
+    """``take_rows`` for any row list: rows ``index`` in the given order, repeats allowed. ``source`` may
+    be the matrix itself (a small model held whole)."""
+    if isinstance(source, np.ndarray):
+        return source[np.asarray(index, np.int64)]
     distinct, inverse = np.unique(np.asarray(index, np.int64), return_inverse=True)
     return take_rows(source, distinct)[inverse]
 
 
-def as_blocks(F, mapper, root, cuts: np.ndarray) -> Blocks:
-    """``F`` as row blocks at ``cuts``: written to a scratch folder under ``root`` when it is an array (a
-    model held here), else checked to be cut there."""
-    cuts = np.asarray(cuts)
-    if isinstance(F, Blocks):
-        if not np.array_equal(F.cuts, cuts):
-            raise ValueError(f"the factor's blocks are cut at {len(F.cuts) - 1} other row ranges than the parts' "
-                             f"{len(cuts) - 1}")
-        return F
-    return Blocks.split(mapper, Scratch(root), np.asarray(F, np.float64), cuts)
+def checked_cuts(F, cuts: np.ndarray):
+    """``F`` (``Blocks`` or an array), refused if it is blocks cut elsewhere than ``cuts``."""
+    if isinstance(F, Blocks) and not np.array_equal(F.cuts, np.asarray(cuts)):
+        raise ValueError(f"the factor's blocks are cut at {len(F.cuts) - 1} other row ranges than the parts' "
+                         f"{len(cuts) - 1}")
+    return F
 
 
 def _loaded(x):
