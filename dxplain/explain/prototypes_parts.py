@@ -15,9 +15,10 @@ in its part. An item's block needs all its raters, spread over the parts: the fe
 targets' and the selected points' items) are summed over the parts, one map, and inverted here.
 
 The factors are row-block files (``models.blocks``; a small model held here goes to every worker
-whole instead): a shard reads its part's scores once, then only the rows of U and V a step touches. The flow's process holds
-the factors' file names, μ_T (O(targets·k)), the item blocks sent, L and β; a shard, its rows (24 bytes
-each) and its live rows' scalars. The selection equals ``kernels.sbq.greedy`` over ``mf_fisher_rows``.
+whole instead): a shard reads its part's scores once, then only the rows of U and V a step touches.
+The flow's process holds the factors' file names, μ_T (O(targets·k)), the item blocks sent, L and β; a
+shard, its rows (24 bytes each) and its live rows' scalars. The selection equals ``kernels.sbq.greedy``
+over ``mf_fisher_rows``.
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ import numpy as np
 from ..interactions import Targets
 from ..kernels import fisher as F
 from ..kernels.als import pair_scores
-from ..kernels.sbq import (SPAN_TOL, BlockMean, BlockRows, Candidate, Selection, ShardState, greedy_select,
-                           touched_column)
+from ..kernels.sbq import BlockMean, BlockRows, Candidate, Selection, ShardState, greedy_select, touched_column
 from ..mapper import Mapper
 from ..models.blocks import Blocks, RowSource, checked_cuts, rows_at, take_rows
 from .prototypes import Progress, sample_scores
@@ -81,7 +81,6 @@ class PartShard(ShardState):
         # ‖V_j‖², ‖U_u‖² per row: the damping's traces, once the weights are known (then dropped).
         self.norms = (np.einsum("ij,ij->i", V_own, V_own)[at], np.einsum("ij,ij->i", U_own, U_own)[self.user - self.lo])
         self.w = None  # Fisher weights, once the whole table's n (and σ̂²) are known
-        self.m, self.t = 0, 0
 
     def sums(self) -> tuple[int, float]:
         return len(self.user), float(self.residual @ self.residual)
@@ -184,20 +183,18 @@ class PartShard(ShardState):
         a, b = np.searchsorted(self.user, [user, user + 1])
         return np.union1d(np.arange(a, b), np.flatnonzero(self.item == item))
 
-    def best(self) -> Candidate | None:
-        """The live row of largest gain r²/v (the lowest row among equal gains: rows are ascending)."""
-        ok = self.open & (self.v > SPAN_TOL * self.kdiag)
-        if not ok.any():
-            return None
-        gain = np.where(ok, self.r**2 / np.where(ok, self.v, 1.0), -np.inf)
-        x = int(np.argmax(gain))
-        row = int(self.live[x])
-        a, b = self.halves(np.array([row]))
-        phi = BlockRows(self.user[[row]].astype(np.int64), self.item[[row]].astype(np.int64), a, b)
-        return Candidate(index=self.offset + row, gain=float(gain[x]), phi=phi, c=self._c(row), v=float(self.v[x]),
-                         r=float(self.r[x]))
+    # ``ShardState.best`` over the live rows: position x of z, k_xx, r, v is local row live[x] (ascending,
+    # so ties still go to the lowest row).
+    def _row_of(self, x: int) -> int:
+        return int(self.live[x])
 
-    def _c(self, row: int) -> np.ndarray:
+    def _row(self, x: int) -> BlockRows:
+        row = self._row_of(x)
+        a, b = self.halves(np.array([row]))
+        return BlockRows(self.user[[row]].astype(np.int64), self.item[[row]].astype(np.int64), a, b)
+
+    def _c(self, x: int) -> np.ndarray:
+        row = self._row_of(x)
         pos = np.searchsorted(self.touched, row)
         if pos < len(self.touched) and self.touched[pos] == row:
             return self.Ct[: self.t, pos].copy()

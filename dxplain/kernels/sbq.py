@@ -233,8 +233,12 @@ class ShardState:
             return None
         gain = np.where(ok, self.r**2 / np.where(ok, self.v, 1.0), -np.inf)
         x = int(np.argmax(gain))  # argmax returns the first maximum: ties go to the lowest index
-        return Candidate(index=self.offset + x, gain=float(gain[x]), phi=self._row(x), c=self._c(x),
+        return Candidate(index=self.offset + self._row_of(x), gain=float(gain[x]), phi=self._row(x), c=self._c(x),
                          v=float(self.v[x]), r=float(self.r[x]))
+
+    def _row_of(self, x: int) -> int:
+        """The local row at position x of r, v (every row here; a subclass may keep only some, ascending)."""
+        return x
 
     def _row(self, x: int):
         return self.Phi[[x]]
