@@ -121,11 +121,16 @@ def sample_scores(model: MFModel, data: Interactions, s: np.ndarray | None = Non
     ``s``: the rows' ⟨U_i, V_j⟩ when computed elsewhere (default: from the model's factors)."""
     if s is None:
         s = model.predict(data.user, data.item) - model.mu
+    return residual_terms(model, data.rating, s)
+
+
+def residual_terms(model: MFModel, rating: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``sample_scores`` of rows with these ratings (labels) and scores ⟨U_i, V_j⟩."""
     if model.loss != "bce":
-        return data.rating - model.mu - s, None
-    c = np.where(data.rating > 0, 1.0, negative_weight(model))
+        return rating - model.mu - s, None
+    c = np.where(rating > 0, 1.0, negative_weight(model))
     p = expit(s)
-    return c * (data.rating - p), c**2 * p * (1 - p)
+    return c * (rating - p), c**2 * p * (1 - p)
 
 
 def mf_fisher_embedding(model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical",

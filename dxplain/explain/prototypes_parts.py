@@ -15,10 +15,10 @@ in its part. An item's block needs all its raters, spread over the parts: the fe
 targets' and the selected points' items) are summed over the parts, one map, and inverted here.
 
 The factors are row-block files (``models.blocks``; a small model held here goes to every worker
-whole instead): a shard reads its part's scores once, then only the rows of U and V a step touches.
-The flow's process holds the factors' file names, μ_T (O(targets·k)), the item blocks sent, L and β; a
-shard, its rows (24 bytes each) and its live rows' scalars. The selection equals ``kernels.sbq.greedy``
-over ``mf_fisher_rows``.
+whole instead): a shard reads only the rows of U and V a pass or a step touches, and recomputes a row's
+residual and Fisher weight from them rather than keep a float per row. The flow's process holds the
+factors' file names, μ_T (O(targets·k)), the item blocks sent, L and β; a shard, its rows' ids (17 bytes
+each) and its live rows' scalars. The selection equals ``kernels.sbq.greedy`` over ``mf_fisher_rows``.
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ from ..kernels.als import pair_scores
 from ..kernels.sbq import BlockMean, BlockRows, Candidate, Selection, ShardState, greedy_select, touched_column
 from ..mapper import Mapper
 from ..models.blocks import Blocks, RowSource, checked_cuts, rows_at, take_rows
-from .prototypes import Progress, sample_scores
+from .prototypes import Progress, residual_terms
 
 log = logging.getLogger(__name__)
 
 ITEM_CHUNK = 1024  # items whose F_j are summed at once: 1024·k² floats (8 MB at k = 32), a part's result
 USER_BLOCKS = 4096  # users whose k×k blocks are built at once: 4096·k² floats (32 MB at k = 32)
+PASS_ROWS = 1 << 16  # rows scored at once in a pass over a part: their rows of U and V, 32 MB at k = 32
 
 
 @dataclass(frozen=True)
@@ -59,69 +60,110 @@ class ItemBlocks:
 class PartShard(ShardState):
     """The candidates of by-user part p during greedy SBQ.
 
-    Held for the whole selection: the part's rows (u, j), their residuals and Fisher weights (24 bytes a
-    row: at 50M, 0.6 GB a worker), and the *live* rows' scalars z, k_xx, r, v (rows sharing a user or an
-    item with a target or a selected point: no other row can be chosen), c_x of the touched rows, and
-    the item blocks W_j it has been sent. The factors are not held: the few rows of U and V a step needs
-    are read from their row-block files (``models.blocks.rows_at``)."""
+    Held for the whole selection, per row, only what identifies it: its item, its rating's code (one byte
+    when the ratings take at most 256 values, as labels and stars do), its user and the item order's
+    index (17 bytes a row: 2.1 GB a worker for the 250M rows of 50M implicit interactions with M = 4).
+    A row's residual and Fisher weight are recomputed from ⟨U_u, V_j⟩ whenever a step needs them, since
+    holding them (8 bytes each, and twice that while they are made) put 8.6 GB on a worker at that size.
+    Beyond that: the *live* rows' scalars z, k_xx, r, v (rows sharing a user or an item with a target or
+    a selected point: no other row can be chosen), c_x of the touched rows, and the item blocks W_j it has
+    been sent. The factors are not held: the rows of U and V a step needs are read from their row-block
+    files (``models.blocks.rows_at``)."""
 
     shared = ("mu", "W_items")  # sent once, referenced by every state of the chain
 
     def __init__(self, parts, p: int, head, U: RowSource | np.ndarray, V: RowSource | np.ndarray, kind: str,
                  offset: int):
         d = parts.read_part("user", p).data
-        self.lo, self.U, self.V, self.kind, self.offset = int(parts.user_cuts[p]), U, V, kind, offset
-        self.user, self.item = d.user, d.item  # the part's rows, by user
-        # The whole part's scores once: its users' block of U and the rows of V its items touch.
-        U_own = take_rows(U, np.arange(self.lo, int(parts.user_cuts[p + 1])))
-        items, at = np.unique(self.item, return_inverse=True)
-        V_own = take_rows(V, items)
-        s = pair_scores(U_own, V_own, self.user - self.lo, at)
-        self.residual, self.curvature = sample_scores(head, d, s)
-        # ‖V_j‖², ‖U_u‖² per row: the damping's traces, once the weights are known (then dropped).
-        self.norms = (np.einsum("ij,ij->i", V_own, V_own)[at], np.einsum("ij,ij->i", U_own, U_own)[self.user - self.lo])
-        self.w = None  # Fisher weights, once the whole table's n (and σ̂²) are known
+        self.lo, self.U, self.V, self.kind, self.offset, self.head = int(parts.user_cuts[p]), U, V, kind, offset, head
+        self.user, self.item = d.user, d.item  # the part's rows, by user (int32)
+        self.by_item = np.argsort(self.item, kind="stable").astype(np.int32)  # rows in item order
+        self.item_sorted = self.item[self.by_item]
+        self.values, self.codes = _coded(d.rating)
+        self.n, self.sigma2 = None, None  # the whole table's n and σ̂², once known (``weighted``)
+
+    # --- a row's terms, recomputed from the factors ---
+
+    def _rating(self, rows: np.ndarray) -> np.ndarray:
+        return self.codes[rows] if self.values is None else self.values[self.codes[rows]]
+
+    def _residuals(self, rows: np.ndarray, Uu: np.ndarray | None = None, Vj: np.ndarray | None = None):
+        """(r, curvature) of these local rows; ``Uu``, ``Vj``: their rows of U and V, if already read."""
+        Uu = rows_at(self.U, self.user[rows]) if Uu is None else Uu
+        Vj = rows_at(self.V, self.item[rows]) if Vj is None else Vj
+        return residual_terms(self.head, self._rating(rows), np.einsum("ij,ij->i", Uu, Vj))
+
+    def _weights(self, rows: np.ndarray, Uu: np.ndarray | None = None, Vj: np.ndarray | None = None):
+        return F.fisher_weights(self.kind, *self._residuals(rows, Uu, Vj), self.n, self.sigma2)
+
+    def _passes(self):
+        """The part's rows in item order, PASS_ROWS at a time, with their rows of U and V: a chunk's items
+        are a narrow range, so it reads a block or two of V (and this part's block of U)."""
+        for a in range(0, len(self.by_item), PASS_ROWS):
+            rows = self.by_item[a:a + PASS_ROWS]
+            yield rows, rows_at(self.U, self.user[rows]), rows_at(self.V, self.item[rows])
 
     def sums(self) -> tuple[int, float]:
-        return len(self.user), float(self.residual @ self.residual)
+        rss = 0.0
+        for rows, Uu, Vj in self._passes():
+            r = self._residuals(rows, Uu, Vj)[0]
+            rss += float(r @ r)
+        return len(self.user), rss
 
     def weighted(self, n: int, sigma2: float) -> "PartShard":
         new = copy.copy(self)
-        new.w = None if self.kind == "identity" else F.fisher_weights(self.kind, self.residual, self.curvature, n,
-                                                                       sigma2)
-        new.curvature = None
+        new.n, new.sigma2 = n, sigma2
         return new
 
     def traces(self) -> tuple[float, float]:
         """Σ over this part's rows of w‖V_j‖² and w‖U_u‖²: its share of Σ tr F_u and Σ tr F_j."""
-        return float(self.w @ self.norms[0]), float(self.w @ self.norms[1])
+        tu = tv = 0.0
+        for rows, Uu, Vj in self._passes():
+            w = self._weights(rows, Uu, Vj)
+            tu += float(w @ np.einsum("ij,ij->i", Vj, Vj))
+            tv += float(w @ np.einsum("ij,ij->i", Uu, Uu))
+        return tu, tv
+
+    # --- rows of some users or items ---
+
+    def user_rows(self, users: np.ndarray) -> np.ndarray:
+        """The local rows of ``users`` (ascending users give ascending rows)."""
+        return _ranges(*_bounds(self.user, users))
+
+    def item_rows(self, items: np.ndarray) -> np.ndarray:
+        """The local rows of ``items``, item by item (each item's ascending)."""
+        return self.by_item[_ranges(*_bounds(self.item_sorted, items))]
 
     def items_of(self, users: np.ndarray) -> np.ndarray:
-        return np.unique(self.item[np.isin(self.user, users)])
+        return np.unique(self.item[self.user_rows(users)])
 
     def item_grams(self, items: np.ndarray) -> np.ndarray:
         """This part's share of F_j for ``items`` (sorted): Σ over their raters here of w U_u U_uᵀ."""
-        rows = np.flatnonzero(np.isin(self.item, items))
-        return F.owner_grams(np.searchsorted(items, self.item[rows]), rows_at(self.U, self.user[rows]),
-                             self.w[rows], len(items))
+        rows = self.item_rows(items)
+        Uu = rows_at(self.U, self.user[rows])
+        return F.owner_grams(np.searchsorted(items, self.item[rows]), Uu, self._weights(rows, Uu=Uu), len(items))
 
     def target_user_halves(self, T: Targets, delta_U: float) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in T, a_t = W_u V_j) of the targets whose user is in this part."""
-        at = np.flatnonzero(np.isin(T.user, self.user))
+        """(positions in T, a_t = W_u V_j) of the targets whose user has rows in this part."""
+        lo, hi = _bounds(self.user, T.user)
+        at = np.flatnonzero(hi > lo)
         return at, self._user_side(T.user[at].astype(np.int64), rows_at(self.V, T.item[at]), delta_U)
 
     def start(self, mu: BlockMean, blocks: ItemBlocks, delta_U: float, m: int) -> "PartShard":
         """The state before any selection: live rows are those of a target's user or item."""
         new = copy.copy(self)
-        new.norms = None
         new.mu, new.W_items, new.delta_U = mu, blocks.as_dict(), delta_U
         new.m, new.t, new.Ct, new.touched = m, 0, np.empty((m, 0)), np.empty(0, np.int64)
         new.live = np.empty(0, np.int64)  # sorted local rows; z, k_xx, r, v, open are over these
         new.z, new.kdiag, new.r, new.v = (np.empty(0) for _ in range(4))
         new.open = np.empty(0, bool)
-        rows = np.flatnonzero(np.isin(self.user, mu.users) | np.isin(self.item, mu.items))
-        new.admit(rows, *new.halves(rows))
+        rows = np.union1d(self.user_rows(mu.users), self.item_rows(mu.items))
+        for a in range(0, len(rows), PASS_ROWS):  # the halves of a popular item's raters, a chunk at a time
+            new.admit(rows[a:a + PASS_ROWS], *new.halves(rows[a:a + PASS_ROWS]))
         return new
+
+    def n_live(self) -> int:
+        return len(self.live)
 
     def with_items(self, blocks: ItemBlocks) -> "PartShard":
         new = copy.copy(self)
@@ -146,9 +188,10 @@ class PartShard(ShardState):
 
     def halves(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a, b) of these local rows: a = W_u r V_j, b = W_j r U_u."""
-        r = self.residual[rows]
-        a = self._user_side(self.user[rows], r[:, None] * rows_at(self.V, self.item[rows]), self.delta_U)
-        gV = r[:, None] * rows_at(self.U, self.user[rows])
+        Uu, Vj = rows_at(self.U, self.user[rows]), rows_at(self.V, self.item[rows])
+        r = self._residuals(rows, Uu, Vj)[0][:, None]
+        a = self._user_side(self.user[rows], r * Vj, self.delta_U)
+        gV = r * Uu
         if self.kind == "identity" or not len(rows):
             return a, gV
         items, owner = np.unique(self.item[rows], return_inverse=True)
@@ -166,22 +209,20 @@ class PartShard(ShardState):
         out = np.empty_like(g)
         for c in range(0, len(distinct), USER_BLOCKS):
             chunk = distinct[c:c + USER_BLOCKS]
-            lo, hi = np.searchsorted(self.user, chunk), np.searchsorted(self.user, chunk, side="right")
-            rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
-            block = np.repeat(np.arange(len(chunk)), hi - lo)
-            Fu = F.owner_grams(block, rows_at(self.V, self.item[rows]), self.w[rows], len(chunk))
+            lo, hi = _bounds(self.user, chunk)
+            rows, block = _ranges(lo, hi), np.repeat(np.arange(len(chunk)), hi - lo)
+            Vj = rows_at(self.V, self.item[rows])
+            Fu = F.owner_grams(block, Vj, self._weights(rows, Vj=Vj), len(chunk))
             at = np.flatnonzero((owner >= c) & (owner < c + len(chunk)))
             out[at] = F.apply_blocks(F.damped_inverse_factor(Fu, delta_U), owner[at] - c, g[at])
         return out
 
     def user_items(self, user: int) -> np.ndarray:
-        a, b = np.searchsorted(self.user, [user, user + 1])
-        return self.item[a:b]
+        return self.item[self.user_rows(np.array([user]))]
 
     def neighbours(self, user: int, item: int) -> np.ndarray:
         """The local rows of this user or this item, ascending."""
-        a, b = np.searchsorted(self.user, [user, user + 1])
-        return np.union1d(np.arange(a, b), np.flatnonzero(self.item == item))
+        return np.union1d(self.user_rows(np.array([user])), self.item_rows(np.array([item])))
 
     # ``ShardState.best`` over the live rows: position x of z, k_xx, r, v is local row live[x] (ascending,
     # so ties still go to the lowest row).
@@ -221,6 +262,26 @@ class PartShard(ShardState):
         return new
 
 
+def _coded(values: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """(distinct values, a byte per row) when there are at most 256 distinct values, else (None, values)."""
+    distinct, codes = np.unique(values, return_inverse=True)
+    return (distinct, codes.astype(np.uint8)) if len(distinct) <= 256 else (None, values)
+
+
+def _bounds(sorted_keys: np.ndarray, keys) -> tuple[np.ndarray, np.ndarray]:
+    """[lo, hi) of each key in ``sorted_keys``. The keys are cast to its dtype: numpy would otherwise cast
+    the whole sorted array (a copy of the part's column per lookup)."""
+    keys = np.asarray(keys).astype(sorted_keys.dtype, copy=False)
+    return np.searchsorted(sorted_keys, keys), np.searchsorted(sorted_keys, keys, side="right")
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """lo[0]..hi[0]−1, lo[1]..hi[1]−1, … concatenated."""
+    n = hi - lo
+    starts = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n)
+    return (starts + np.arange(int(n.sum()))).astype(np.int64)
+
+
 def rows_of(F, index) -> np.ndarray:
     """Rows of a factor held here or kept in blocks (read here)."""
     return F.take(index) if isinstance(F, Blocks) else F[index]
@@ -246,6 +307,7 @@ class PartShards:
     def __init__(self, mapper: Mapper, parts, model, kind: str, damping: float, offsets: np.ndarray):
         self.mapper, self.kind = mapper, kind
         n_parts = len(parts.user_cuts) - 1
+        t0 = time.perf_counter()
         # Factors in row-block files (U cut as the by-user parts are): a shard reads the rows it needs,
         # and nothing holds them whole. A model held here (a small table) goes to every worker whole.
         self.U, self.V = checked_cuts(model.U, parts.user_cuts), checked_cuts(model.V, parts.item_cuts)
@@ -270,6 +332,8 @@ class PartShards:
             self.delta_V = damping * sum(t for _, t in traces) / self.V.shape[0] / self.k
         self.known: set[int] = set()
         self.user_items: dict[int, np.ndarray] = {}
+        log.info("SBQ over %d by-user parts: %d candidates read and weighted (δ_U = %.3g, δ_V = %.3g) in %.1fs",
+                 n_parts, n, self.delta_U, self.delta_V, time.perf_counter() - t0)
 
     def _map(self, method: str, *args) -> list:
         return self.mapper.map(_call, [(st, method, *args) for st in self.states], name=f"sbq-{method}")
@@ -299,6 +363,7 @@ class PartShards:
 
     def start(self, T: Targets, m: int) -> float:
         """Live rows and μ_T; returns ‖μ_T‖²."""
+        t0 = time.perf_counter()
         users = np.unique(T.user)
         their_items = np.unique(np.concatenate([*self._map("items_of", users), T.item.astype(np.int64)]))
         blocks = self.item_blocks(their_items)
@@ -314,6 +379,8 @@ class PartShards:
         self.inputs += [mu_h, blocks_h]
         self.states = self.mapper.persist(_call, [(st, "start", mu_h, blocks_h, self.delta_U, m) for st in self.states],
                                           name="sbq-start")
+        log.info("SBQ start: %d live candidates (sharing a user or an item with a target), %d item blocks, %.1fs",
+                 sum(self._map("n_live")), len(self.known), time.perf_counter() - t0)
         return mu.inner(mu)
 
     def best(self):
