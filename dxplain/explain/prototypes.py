@@ -21,7 +21,7 @@ from .. import progress
 from ..interactions import Interactions, Targets
 from ..kernels import fisher as F
 from ..kernels.sbq import (BlockRows, Selection, as_rows, greedi, greedy, greedy_select, inner,
-                           matching_pursuit, n_rows, shard_state, split_rows, stochastic_greedy)
+                           ShardState, matching_pursuit, n_rows, shard_state, split_rows, stochastic_greedy)
 from ..mapper import LocalMapper, Mapper
 from ..models.mf import MFModel
 from .representer import check_explainable, negative_weight
@@ -113,7 +113,8 @@ def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: in
     raise ValueError(f"unknown SBQ variant {variant!r}; choose one of {VARIANTS}")
 
 
-def sample_scores(model: MFModel, data: Interactions, s: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+def sample_scores(model: MFModel, data: Interactions,
+                  s: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Per training pair, the score's scale r (g = r·∇s) and the expected Fisher weight under the loss.
 
     Squared loss (Gaussian likelihood): r = y − ŷ, expected weight σ̂² (None: ``mf_fisher_blocks`` takes

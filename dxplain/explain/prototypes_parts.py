@@ -33,10 +33,9 @@ import numpy as np
 
 from ..interactions import Targets
 from ..kernels import fisher as F
-from ..kernels.als import pair_scores
 from ..kernels.sbq import BlockMean, BlockRows, Candidate, Selection, ShardState, greedy_select, touched_column
 from ..mapper import Mapper
-from ..models.blocks import Blocks, RowSource, checked_cuts, rows_at, take_rows
+from ..models.blocks import Blocks, RowSource, checked_cuts, rows_at
 from .prototypes import Progress, residual_terms
 
 log = logging.getLogger(__name__)
