@@ -78,6 +78,8 @@ def prototypes(folder: Path, out: Path, args: list[str], a) -> dict:
            *(["--implicit"] if a.implicit else [])]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    with open(out / "prototypes.log", "a") as log:  # the run's own log (its stages' timings and counts)
+        log.write(f"$ {' '.join(cmd)}\n{p.stderr}\n")
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     runs = sorted((out / "prototypes").iterdir(), key=lambda f: f.stat().st_mtime)
