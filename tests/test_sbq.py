@@ -369,13 +369,13 @@ def test_greedy_over_the_parts_reads_the_factors_from_their_blocks_and_holds_nei
     for st in shards.states:
         arrays = {name: v for name, v in vars(st).items() if isinstance(v, np.ndarray)}
         assert not any(v.ndim == 2 and v.shape[0] in (d.n_users, d.n_items) for v in arrays.values()), arrays.keys()
-        assert len(st.z) == len(st.r) == len(st.v) == len(st.live) <= len(st.user)
+        assert len(st.z) == len(st.r) == len(st.v) == len(st.live) <= len(st)
         # No float per row (a residual, a weight): those are recomputed; the ratings are a byte each.
-        per_row = {name for name, v in arrays.items() if v.dtype.kind == "f" and v.shape[:1] == (len(st.user),)}
+        per_row = {name for name, v in arrays.items() if v.dtype.kind == "f" and v.shape[:1] == (len(st),)}
         assert per_row <= {"z", "kdiag", "r", "v"}, per_row
         live_scalars = {"z", "kdiag", "r", "v", "live", "open"}
         assert sum(v.itemsize for name, v in arrays.items()
-                   if v.shape == st.user.shape and name not in live_scalars) == 17, arrays.keys()
+                   if v.shape == st.item.shape and name not in live_scalars) == 13, arrays.keys()
         live += len(st.live)
     assert 0 < live < len(d)  # rows sharing no user or item with a target are never scored
 

@@ -17,7 +17,7 @@ targets' and the selected points' items) are summed over the parts, one map, and
 The factors are row-block files (``models.blocks``; a small model held here goes to every worker
 whole instead): a shard reads only the rows of U and V a pass or a step touches, and recomputes a row's
 residual and Fisher weight from them rather than keep a float per row. The flow's process holds the
-factors' file names, μ_T (O(targets·k)), the item blocks sent, L and β; a shard, its rows' ids (17 bytes
+factors' file names, μ_T (O(targets·k)), the item blocks sent, L and β; a shard, its rows' ids (13 bytes
 each) and its live rows' scalars. The selection equals ``kernels.sbq.greedy`` over ``mf_fisher_rows``.
 """
 
@@ -40,7 +40,8 @@ from .prototypes import Progress, residual_terms
 
 log = logging.getLogger(__name__)
 
-ITEM_CHUNK = 1024  # items whose F_j are summed at once: 1024·k² floats (8 MB at k = 32), a part's result
+ITEM_CHUNK = 256  # items whose F_j are summed at once: 256·k² floats (2 MB at k = 32), a part's result, held
+# on its worker until the flow takes it: 64 parts' at 1,024 items put 0.5 GB more on a worker at 50M
 USER_BLOCKS = 4096  # users whose k×k blocks are built at once: 4096·k² floats (32 MB at k = 32)
 PASS_ROWS = 1 << 16  # rows scored at once in a pass over a part: their rows of U and V, 32 MB at k = 32
 
@@ -52,16 +53,36 @@ class ItemBlocks:
     items: np.ndarray  # (n,) sorted
     W: np.ndarray  # (n, k, k)
 
-    def as_dict(self) -> dict:
-        return dict(zip(self.items.tolist(), self.W))
+    def find(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(which of ``items`` are here, their positions in W)."""
+        if not len(self.items):
+            return np.zeros(len(items), bool), np.zeros(len(items), np.int64)
+        pos = np.minimum(np.searchsorted(self.items, items), len(self.items) - 1)
+        return self.items[pos] == items, pos
+
+
+def item_blocks_of(sent: tuple, items: np.ndarray) -> np.ndarray:
+    """W_j of ``items`` from the ``ItemBlocks`` sent so far. They stay as sent, shared by every state of a
+    worker: a dict per state over the 21,750 items of a 50M run's start cost 0.3 GB a worker."""
+    W = np.empty((len(items), *sent[0].W.shape[1:]))
+    found = np.zeros(len(items), bool)
+    for blocks in sent:
+        hit, pos = blocks.find(items)
+        W[hit] = blocks.W[pos[hit]]
+        found |= hit
+    if not found.all():
+        missing = items[~found]
+        raise RuntimeError(f"item blocks of {len(missing)} items (e.g. {missing[0]}) were not sent to this shard")
+    return W
 
 
 class PartShard(ShardState):
     """The candidates of by-user part p during greedy SBQ.
 
     Held for the whole selection, per row, only what identifies it: its item, its rating's code (one byte
-    when the ratings take at most 256 values, as labels and stars do), its user and the item order's
-    index (17 bytes a row: 2.1 GB a worker for the 250M rows of 50M implicit interactions with M = 4).
+    when the ratings take at most 256 values, as labels and stars do) and its place in item order (13
+    bytes a row, 1.6 GB a worker for the 250M rows of 50M implicit interactions with M = 4; the rows are
+    sorted by user, so a user's are a range, ``indptr``).
     A row's residual and Fisher weight are recomputed from ⟨U_u, V_j⟩ whenever a step needs them, since
     holding them (8 bytes each, and twice that while they are made) put 8.6 GB on a worker at that size.
     Beyond that: the *live* rows' scalars z, k_xx, r, v (rows sharing a user or an item with a target or
@@ -75,7 +96,10 @@ class PartShard(ShardState):
                  offset: int):
         d = parts.read_part("user", p).data
         self.lo, self.U, self.V, self.kind, self.offset, self.head = int(parts.user_cuts[p]), U, V, kind, offset, head
-        self.user, self.item = d.user, d.item  # the part's rows, by user (int32)
+        # The part's rows are sorted by user: a user's rows are indptr[u − lo]:indptr[u − lo + 1] (a number a
+        # user, not a row), and a row's user is found by search.
+        self.indptr = np.searchsorted(d.user, np.arange(self.lo, int(parts.user_cuts[p + 1]) + 1, dtype=d.user.dtype))
+        self.item = d.item  # int32
         self.by_item = np.argsort(self.item, kind="stable").astype(np.int32)  # rows in item order
         self.item_sorted = self.item[self.by_item]
         self.values, self.codes = _coded(d.rating)
@@ -88,7 +112,7 @@ class PartShard(ShardState):
 
     def _residuals(self, rows: np.ndarray, Uu: np.ndarray | None = None, Vj: np.ndarray | None = None):
         """(r, curvature) of these local rows; ``Uu``, ``Vj``: their rows of U and V, if already read."""
-        Uu = rows_at(self.U, self.user[rows]) if Uu is None else Uu
+        Uu = rows_at(self.U, self.users_of(rows)) if Uu is None else Uu
         Vj = rows_at(self.V, self.item[rows]) if Vj is None else Vj
         return residual_terms(self.head, self._rating(rows), np.einsum("ij,ij->i", Uu, Vj))
 
@@ -100,14 +124,14 @@ class PartShard(ShardState):
         are a narrow range, so it reads a block or two of V (and this part's block of U)."""
         for a in range(0, len(self.by_item), PASS_ROWS):
             rows = self.by_item[a:a + PASS_ROWS]
-            yield rows, rows_at(self.U, self.user[rows]), rows_at(self.V, self.item[rows])
+            yield rows, rows_at(self.U, self.users_of(rows)), rows_at(self.V, self.item[rows])
 
     def sums(self) -> tuple[int, float]:
         rss = 0.0
         for rows, Uu, Vj in self._passes():
             r = self._residuals(rows, Uu, Vj)[0]
             rss += float(r @ r)
-        return len(self.user), rss
+        return len(self), rss
 
     def weighted(self, n: int, sigma2: float) -> "PartShard":
         new = copy.copy(self)
@@ -125,9 +149,24 @@ class PartShard(ShardState):
 
     # --- rows of some users or items ---
 
+    def __len__(self) -> int:
+        return len(self.item)
+
+    def users_of(self, rows: np.ndarray) -> np.ndarray:
+        """The user of each local row."""
+        return self.lo + np.searchsorted(self.indptr, rows, side="right") - 1
+
+    def _user_bounds(self, users) -> tuple[np.ndarray, np.ndarray]:
+        """[lo, hi) of each user's rows here (empty for a user of another part)."""
+        at = np.asarray(users, np.int64) - self.lo
+        ok = (at >= 0) & (at < len(self.indptr) - 1)
+        at = np.where(ok, at, 0)
+        lo = np.where(ok, self.indptr[at], 0)
+        return lo, np.where(ok, self.indptr[at + 1], 0)
+
     def user_rows(self, users: np.ndarray) -> np.ndarray:
         """The local rows of ``users`` (ascending users give ascending rows)."""
-        return _ranges(*_bounds(self.user, users))
+        return _ranges(*self._user_bounds(users))
 
     def item_rows(self, items: np.ndarray) -> np.ndarray:
         """The local rows of ``items``, item by item (each item's ascending)."""
@@ -136,22 +175,24 @@ class PartShard(ShardState):
     def items_of(self, users: np.ndarray) -> np.ndarray:
         return np.unique(self.item[self.user_rows(users)])
 
-    def item_grams(self, items: np.ndarray) -> np.ndarray:
-        """This part's share of F_j for ``items`` (sorted): Σ over their raters here of w U_u U_uᵀ."""
+    def item_grams(self, items: np.ndarray, V_items: np.ndarray) -> np.ndarray:
+        """This part's share of F_j for ``items`` (sorted; their rows of V, ``V_items``, come with them rather
+        than each part map every block of V they fall in): Σ over their raters here of w U_u U_uᵀ."""
         rows = self.item_rows(items)
-        Uu = rows_at(self.U, self.user[rows])
-        return F.owner_grams(np.searchsorted(items, self.item[rows]), Uu, self._weights(rows, Uu=Uu), len(items))
+        owner = np.searchsorted(items, self.item[rows])
+        Uu = rows_at(self.U, self.users_of(rows))
+        return F.owner_grams(owner, Uu, self._weights(rows, Uu, V_items[owner]), len(items))
 
     def target_user_halves(self, T: Targets, delta_U: float) -> tuple[np.ndarray, np.ndarray]:
         """(positions in T, a_t = W_u V_j) of the targets whose user has rows in this part."""
-        lo, hi = _bounds(self.user, T.user)
+        lo, hi = self._user_bounds(T.user)
         at = np.flatnonzero(hi > lo)
         return at, self._user_side(T.user[at].astype(np.int64), rows_at(self.V, T.item[at]), delta_U)
 
     def start(self, mu: BlockMean, blocks: ItemBlocks, delta_U: float, m: int) -> "PartShard":
         """The state before any selection: live rows are those of a target's user or item."""
         new = copy.copy(self)
-        new.mu, new.W_items, new.delta_U = mu, blocks.as_dict(), delta_U
+        new.mu, new.W_items, new.delta_U = mu, (blocks,), delta_U
         new.m, new.t, new.Ct, new.touched = m, 0, np.empty((m, 0)), np.empty(0, np.int64)
         new.live = np.empty(0, np.int64)  # sorted local rows; z, k_xx, r, v, open are over these
         new.z, new.kdiag, new.r, new.v = (np.empty(0) for _ in range(4))
@@ -166,7 +207,7 @@ class PartShard(ShardState):
 
     def with_items(self, blocks: ItemBlocks) -> "PartShard":
         new = copy.copy(self)
-        new.W_items = {**self.W_items, **blocks.as_dict()}
+        new.W_items = (*self.W_items, blocks)
         return new
 
     def admit(self, rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
@@ -176,7 +217,7 @@ class PartShard(ShardState):
         if not fresh.any():
             return
         rows, a, b = rows[fresh], a[fresh], b[fresh]
-        X = BlockRows(self.user[rows].astype(np.int64), self.item[rows].astype(np.int64), a, b)
+        X = BlockRows(self.users_of(rows), self.item[rows].astype(np.int64), a, b)
         kdiag, z = X.squared_norms(), self.mu.inner_rows(X)
         order = np.argsort(np.concatenate([self.live, rows]), kind="stable")
         merged = lambda old, add: np.concatenate([old, add])[order]  # noqa: E731
@@ -187,17 +228,15 @@ class PartShard(ShardState):
 
     def halves(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a, b) of these local rows: a = W_u r V_j, b = W_j r U_u."""
-        Uu, Vj = rows_at(self.U, self.user[rows]), rows_at(self.V, self.item[rows])
+        users = self.users_of(rows)
+        Uu, Vj = rows_at(self.U, users), rows_at(self.V, self.item[rows])
         r = self._residuals(rows, Uu, Vj)[0][:, None]
-        a = self._user_side(self.user[rows], r * Vj, self.delta_U)
+        a = self._user_side(users, r * Vj, self.delta_U)
         gV = r * Uu
         if self.kind == "identity" or not len(rows):
             return a, gV
         items, owner = np.unique(self.item[rows], return_inverse=True)
-        missing = [j for j in items if j not in self.W_items]
-        if missing:
-            raise RuntimeError(f"item blocks of {len(missing)} items (e.g. {missing[0]}) were not sent to this shard")
-        return a, F.apply_blocks(np.stack([self.W_items[j] for j in items]), owner, gV)
+        return a, F.apply_blocks(item_blocks_of(self.W_items, items), owner, gV)
 
     def _user_side(self, users: np.ndarray, g: np.ndarray, delta_U: float) -> np.ndarray:
         """W_u g for rows of ``users`` (all in this part): each user's block from the user's own rows,
@@ -208,7 +247,7 @@ class PartShard(ShardState):
         out = np.empty_like(g)
         for c in range(0, len(distinct), USER_BLOCKS):
             chunk = distinct[c:c + USER_BLOCKS]
-            lo, hi = _bounds(self.user, chunk)
+            lo, hi = self._user_bounds(chunk)
             rows, block = _ranges(lo, hi), np.repeat(np.arange(len(chunk)), hi - lo)
             Vj = rows_at(self.V, self.item[rows])
             Fu = F.owner_grams(block, Vj, self._weights(rows, Vj=Vj), len(chunk))
@@ -231,7 +270,7 @@ class PartShard(ShardState):
     def _row(self, x: int) -> BlockRows:
         row = self._row_of(x)
         a, b = self.halves(np.array([row]))
-        return BlockRows(self.user[[row]].astype(np.int64), self.item[[row]].astype(np.int64), a, b)
+        return BlockRows(self.users_of(np.array([row])), self.item[[row]].astype(np.int64), a, b)
 
     def _c(self, x: int) -> np.ndarray:
         row = self._row_of(x)
@@ -247,7 +286,7 @@ class PartShard(ShardState):
         rows = self.neighbours(int(s.phi.user[0]), int(s.phi.item[0]))
         a, b = self.halves(rows)
         new.admit(rows, a, b)
-        touched, Ct, col = touched_column(self.touched, self.Ct, self.t, self.m, rows, self.user[rows],
+        touched, Ct, col = touched_column(self.touched, self.Ct, self.t, self.m, rows, self.users_of(rows),
                                           self.item[rows], a, b, s, d)
         new.t, new.touched, new.Ct = self.t + 1, touched, Ct
         at = np.searchsorted(new.live, touched)  # every touched row is live
@@ -255,7 +294,7 @@ class PartShard(ShardState):
         new.r[at] -= col * beta_t
         new.v[at] -= col**2
         x = s.index - self.offset
-        if 0 <= x < len(self.user):
+        if 0 <= x < len(self):
             new.open = new.open.copy()
             new.open[np.searchsorted(new.live, x)] = False
         return new
@@ -350,7 +389,8 @@ class PartShards:
             chunk = items[c:c + ITEM_CHUNK]
             Fj, pending, next_part = np.zeros((len(chunk), k, k)), {}, 0
             # Summed in part order, whatever order the parts finish in: the same rounding on any mapper.
-            for p, part in self.mapper.imap(_call, [(st, "item_grams", chunk) for st in self.states],
+            V_chunk = rows_of(self.V, chunk)
+            for p, part in self.mapper.imap(_call, [(st, "item_grams", chunk, V_chunk) for st in self.states],
                                             name="sbq-items"):
                 pending[p] = part
                 while next_part in pending:
