@@ -43,14 +43,17 @@ class Mapper(Protocol):
         """Send read-only ``obj`` once; return what to pass to tasks in its place."""
 
     def map(self, fn: Callable, args: Iterable[Sequence], name: str = "task",
-            report: Report | None = None) -> list:
-        """``[fn(*a) for a in args]``, in order; ``report(done, result)`` as each finishes."""
+            report: Report | None = None, near_first: bool = False) -> list:
+        """``[fn(*a) for a in args]``, in order; ``report(done, result)`` as each finishes. ``near_first``: run
+        each task where its first argument (a handle from ``persist``) is, as every method here takes it."""
 
-    def imap(self, fn: Callable, args: Iterable[Sequence], name: str = "task") -> Iterator[tuple[int, Any]]:
+    def imap(self, fn: Callable, args: Iterable[Sequence], name: str = "task",
+             near_first: bool = False) -> Iterator[tuple[int, Any]]:
         """``(index, fn(*args[index]))`` as each finishes (any order), holding no finished result."""
 
-    def persist(self, fn: Callable, args: Iterable[Sequence], name: str = "task") -> list:
-        """``fn(*a)`` for every ``a``, left where it was computed: handles to pass to later tasks."""
+    def persist(self, fn: Callable, args: Iterable[Sequence], name: str = "task", near_first: bool = False) -> list:
+        """``fn(*a)`` for every ``a``, left where it was computed: handles to pass to later tasks. With
+        ``near_first``, a chain of states (each task's first argument the state before) stays where it is."""
 
     def peak_rss_mib(self) -> dict:
         """Peak resident memory (MiB): ``{"flow": this process, "workers": {address: MiB}}``."""
@@ -82,7 +85,7 @@ class LocalMapper:
     def put(self, obj, broadcast: bool = False):
         return obj
 
-    def map(self, fn, args, name: str = "task", report: Report | None = None) -> list:
+    def map(self, fn, args, name: str = "task", report: Report | None = None, near_first: bool = False) -> list:
         out = []
         for _, result in self.imap(fn, args, name):
             out.append(result)
@@ -90,11 +93,11 @@ class LocalMapper:
                 report(len(out), result)
         return out
 
-    def imap(self, fn, args, name: str = "task"):
+    def imap(self, fn, args, name: str = "task", near_first: bool = False):
         for n, a in enumerate(args):
             yield n, fn(*a)
 
-    def persist(self, fn, args, name: str = "task") -> list:
+    def persist(self, fn, args, name: str = "task", near_first: bool = False) -> list:
         return [fn(*a) for a in args]
 
     def peak_rss_mib(self) -> dict:

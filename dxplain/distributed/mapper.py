@@ -14,7 +14,7 @@ import weakref
 
 import numpy as np
 from dask.sizeof import sizeof
-from distributed import Client, as_completed
+from distributed import Client, Future, as_completed, wait
 
 from ..mapper import Report, peak_rss_mib
 from .cluster import scatter
@@ -115,13 +115,33 @@ class DaskMapper:
         wrapped = [Padded(x) for x in obj] if type(obj) is list else Padded(obj)
         return scatter(self.client, wrapped, broadcast=broadcast)
 
-    def _submit(self, fn, args, name: str) -> list:
+    def _submit(self, fn, args, name: str, near_first: bool = False) -> list:
         stamp = f"{time.time_ns()}-{next(_stamp)}"
+        args = [tuple(a) for a in args]
+        where = self._holders([a[0] for a in args if a and isinstance(a[0], Future)]) if near_first else {}
         return [self.client.submit(_call_aligned, fn, *a, retries=self.retries, pure=False,
-                                   key=f"dxplain-{name}-{n:05d}-{stamp}") for n, a in enumerate(args)]
+                                   key=f"dxplain-{name}-{n:05d}-{stamp}", **self._near(where, a))
+                for n, a in enumerate(args)]
 
-    def map(self, fn, args, name: str = "task", report: Report | None = None) -> list:
-        futures = self._submit(fn, args, name)
+    def _holders(self, futures: list) -> dict:
+        """The workers holding each of ``futures`` (once computed: a chain's previous step must finish
+        before its next can run anyway)."""
+        if not futures:
+            return {}
+        wait(futures)
+        return self.client.who_has(futures)
+
+    @staticmethod
+    def _near(where: dict, a: tuple) -> dict:
+        # The scheduler otherwise weighs a task's placement by its inputs' reported sizes and the workers'
+        # queues, and ran some of a chain's steps on the other worker: each move copies the state (a part
+        # of 250M SBQ candidates: 26 MB and the item blocks it was sent), 1 s a step at 50M. Loose: a task
+        # still runs elsewhere when its worker is gone (the state is then recomputed from its lineage).
+        holders = where.get(a[0].key) if a and isinstance(a[0], Future) else None
+        return {"workers": list(holders), "allow_other_workers": True} if holders else {}
+
+    def map(self, fn, args, name: str = "task", report: Report | None = None, near_first: bool = False) -> list:
+        futures = self._submit(fn, args, name, near_first)
         index = {f.key: n for n, f in enumerate(futures)}
         out: list = [None] * len(futures)
         for done, fut in enumerate(as_completed(futures), start=1):
@@ -130,16 +150,16 @@ class DaskMapper:
                 report(done, result)
         return out
 
-    def imap(self, fn, args, name: str = "task"):
-        futures = self._submit(fn, args, name)
+    def imap(self, fn, args, name: str = "task", near_first: bool = False):
+        futures = self._submit(fn, args, name, near_first)
         index = {f.key: n for n, f in enumerate(futures)}
         for fut in as_completed(futures):
             result = fut.result()
             fut.release()  # merged by the caller: free it on the worker
             yield index[fut.key], result
 
-    def persist(self, fn, args, name: str = "task") -> list:
-        return self._submit(fn, args, name)
+    def persist(self, fn, args, name: str = "task", near_first: bool = False) -> list:
+        return self._submit(fn, args, name, near_first)
 
     def peak_rss_mib(self) -> dict:
         return {"flow": peak_rss_mib(), "workers": self.client.run(peak_rss_mib)}

@@ -90,10 +90,7 @@ class PartShard(ShardState):
     been sent. The factors are not held: the rows of U and V a step needs are read from their row-block
     files (``models.blocks.rows_at``)."""
 
-    # μ_T and the item blocks sent (``mu``, ``W_items``) are a task's arguments, set on a copy of the state
-    # while it runs (``_holding``), never kept in the state: a state the scheduler moves to another worker
-    # would carry its own copy of them (178 MB of the start's item blocks at 50M), kept there as long as it.
-    mu = W_items = None
+    shared = ("mu", "W_items")  # sent once, referenced by every state of the chain
 
     def __init__(self, parts, p: int, head, U: RowSource | np.ndarray, V: RowSource | np.ndarray, kind: str,
                  offset: int):
@@ -194,8 +191,8 @@ class PartShard(ShardState):
 
     def start(self, mu: BlockMean, blocks: ItemBlocks, delta_U: float, m: int) -> "PartShard":
         """The state before any selection: live rows are those of a target's user or item."""
-        new = _holding(self, mu, [blocks])
-        new.delta_U = delta_U
+        new = copy.copy(self)
+        new.mu, new.W_items, new.delta_U = mu, (blocks,), delta_U
         new.m, new.t, new.Ct, new.touched = m, 0, np.empty((m, 0)), np.empty(0, np.int64)
         new.live = np.empty(0, np.int64)  # sorted local rows; z, k_xx, r, v, open are over these
         new.z, new.kdiag, new.r, new.v = (np.empty(0) for _ in range(4))
@@ -203,10 +200,15 @@ class PartShard(ShardState):
         rows = np.union1d(self.user_rows(mu.users), self.item_rows(mu.items))
         for a in range(0, len(rows), PASS_ROWS):  # the halves of a popular item's raters, a chunk at a time
             new.admit(rows[a:a + PASS_ROWS], *new.halves(rows[a:a + PASS_ROWS]))
-        return _released(new)
+        return new
 
     def n_live(self) -> int:
         return len(self.live)
+
+    def with_items(self, blocks: ItemBlocks) -> "PartShard":
+        new = copy.copy(self)
+        new.W_items = (*self.W_items, blocks)
+        return new
 
     def admit(self, rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
         """Make ``rows`` (ascending) live, with halves ``a``, ``b``: z and k_xx, and r = z, v = k_xx, as no
@@ -327,25 +329,13 @@ def _call(state, method: str, *args):
     return getattr(state, method)(*args)
 
 
-def _holding(state: PartShard, mu: BlockMean, sent: list) -> PartShard:
-    """A copy of ``state`` holding μ_T and the item blocks sent, for one task."""
-    new = copy.copy(state)
-    new.mu, new.W_items = mu, tuple(sent)
-    return new
-
-
-def _released(state: PartShard) -> PartShard:
-    state.mu = state.W_items = None
-    return state
-
-
-def _best(state: PartShard, mu: BlockMean, sent: list):
-    c = _holding(state, mu, sent).best()
+def _best(state: PartShard):
+    c = state.best()
     return (c, None) if c is None else (c, state.user_items(int(c.phi.user[0])))
 
 
-def _add(state: PartShard, mu: BlockMean, sent: list, cand: Candidate, d: float, beta_t: float) -> PartShard:
-    return _released(_holding(state, mu, sent).add(cand, d, beta_t))
+def _add(state: PartShard, W_items: ItemBlocks, cand: Candidate, d: float, beta_t: float) -> PartShard:
+    return state.with_items(W_items).add(cand, d, beta_t)
 
 
 class PartShards:
@@ -372,7 +362,8 @@ class PartShards:
         n, rss = sum(c for c, _ in sums), sum(s for _, s in sums)
         if n != parts.n_interactions:
             raise ValueError(f"the parts hold {n} rows, their index {parts.n_interactions}")
-        self.states = mapper.persist(_call, [(st, "weighted", n, rss / n) for st in self.states], name="sbq-weights")
+        self.states = mapper.persist(_call, [(st, "weighted", n, rss / n) for st in self.states], name="sbq-weights",
+                                     near_first=True)
         self.delta_U = self.delta_V = 0.0
         if kind != "identity":
             traces = self._map("traces")
@@ -384,7 +375,8 @@ class PartShards:
                  n_parts, n, self.delta_U, self.delta_V, time.perf_counter() - t0)
 
     def _map(self, method: str, *args) -> list:
-        return self.mapper.map(_call, [(st, method, *args) for st in self.states], name=f"sbq-{method}")
+        return self.mapper.map(_call, [(st, method, *args) for st in self.states], name=f"sbq-{method}",
+                               near_first=True)
 
     def item_blocks(self, items: np.ndarray) -> ItemBlocks:
         """W_j for ``items`` not sent before: F_j summed over the parts as they finish, inverted here,
@@ -401,7 +393,7 @@ class PartShards:
             # Summed in part order, whatever order the parts finish in: the same rounding on any mapper.
             V_chunk = rows_of(self.V, chunk)
             for p, part in self.mapper.imap(_call, [(st, "item_grams", chunk, V_chunk) for st in self.states],
-                                            name="sbq-items"):
+                                            name="sbq-items", near_first=True):
                 pending[p] = part
                 while next_part in pending:
                     Fj += pending.pop(next_part)
@@ -426,15 +418,14 @@ class PartShards:
         mu = BlockMean.of(BlockRows(T.user.astype(np.int64), T.item.astype(np.int64), a, b))
         mu_h, blocks_h = self.mapper.put(mu, broadcast=True), self.mapper.put(blocks, broadcast=True)
         self.inputs += [mu_h, blocks_h]
-        self.mu_h, self.sent = mu_h, [blocks_h]  # every best and add task's arguments
         self.states = self.mapper.persist(_call, [(st, "start", mu_h, blocks_h, self.delta_U, m) for st in self.states],
-                                          name="sbq-start")
+                                          name="sbq-start", near_first=True)
         log.info("SBQ start: %d live candidates (sharing a user or an item with a target), %d item blocks, %.1fs",
                  sum(self._map("n_live")), len(self.known), time.perf_counter() - t0)
         return mu.inner(mu)
 
     def best(self):
-        found = self.mapper.map(_best, [(st, self.mu_h, self.sent) for st in self.states], name="sbq-best")
+        found = self.mapper.map(_best, [(st,) for st in self.states], name="sbq-best", near_first=True)
         for c, items in found:
             if c is not None:
                 self.user_items[c.index] = items
@@ -444,9 +435,10 @@ class PartShards:
         # Every row of the chosen user and of the chosen item turns live: their item blocks go out first.
         blocks = self.item_blocks(np.append(self.user_items[cand.index], cand.phi.item[0]))
         self.user_items.clear()
-        self.sent.append(self.mapper.put(blocks))
-        self.states = self.mapper.persist(_add, [(st, self.mu_h, self.sent, cand, d, beta_t) for st in self.states],
-                                          name="sbq-add")
+        W_h = self.mapper.put(blocks, broadcast=True)  # a state reads blocks where it is: no reason to move it
+        self.inputs.append(W_h)
+        self.states = self.mapper.persist(_add, [(st, W_h, cand, d, beta_t) for st in self.states], name="sbq-add",
+                                          near_first=True)
 
 
 def select_from_parts(mapper: Mapper, parts, model, targets: Targets, m: int, kind: str = "empirical",
