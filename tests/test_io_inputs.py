@@ -145,9 +145,10 @@ def test_rows_are_sorted_by_user_and_item_with_their_rating_and_timestamp():
 
 
 @pytest.mark.parametrize("chunked", [False, True])
-def test_ids_are_found_in_a_vocabulary_looked_up_a_slice_at_a_time(monkeypatch, chunked):
-    """A few ids against a large vocabulary are hashed a slice of it at a time (the flow's memory at
-    10M ids): the same positions, and an unknown id named, as with one hash table."""
+@pytest.mark.parametrize("order", ["sorted", "unsorted"])
+def test_ids_are_found_in_a_vocabulary_looked_up_a_slice_at_a_time(monkeypatch, chunked, order):
+    """A sorted vocabulary is searched; any other is hashed, a few ids against a large one a slice of it
+    at a time (the flow's memory at 10M ids): the same positions, and an unknown id named, every way."""
     import pyarrow as pa
 
     from dxplain.errors import InputError
@@ -155,8 +156,37 @@ def test_ids_are_found_in_a_vocabulary_looked_up_a_slice_at_a_time(monkeypatch, 
 
     if chunked:
         monkeypatch.setattr(io_interactions, "VALUE_SET_CHUNK", 3)
-    vocabulary = pa.array([f"u{n:03d}" for n in range(10)])
+    names = [f"u{n:03d}" for n in range(10)]
+    if order == "unsorted":  # position n holds u(9 − n)
+        names = names[::-1]
+    vocabulary = pa.array(names)
     ids = pa.chunked_array([["u007", "u000"], ["u009", "u003", "u007"]])
-    np.testing.assert_array_equal(io_interactions.index_of(ids, vocabulary, "user", "t.csv"), [7, 0, 9, 3, 7])
+    want = np.array([7, 0, 9, 3, 7]) if order == "sorted" else 9 - np.array([7, 0, 9, 3, 7])
+    np.testing.assert_array_equal(io_interactions.index_of(ids, vocabulary, "user", "t.csv"), want)
     with pytest.raises(InputError, match="u404"):
         io_interactions.index_of(pa.array(["u001", "u404"]), vocabulary, "user", "t.csv")
+
+
+@pytest.mark.parametrize("kind", ["int", "string"])
+def test_a_sorted_vocabulary_is_searched_with_what_hashing_finds(kind):
+    """The binary search gives pc.index_in's positions: ids longer or shorter than every key, prefixes of
+    keys, a trailing NUL (equal to its prefix as a fixed-width key), unknown ids, a sliced array."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from dxplain.io.interactions import _index_in, _searched
+
+    rng = np.random.default_rng(5)
+    if kind == "int":
+        vocabulary = pa.array(np.unique(rng.integers(-10**12, 10**12, 500)))
+        ids = pa.array(np.concatenate([rng.choice(vocabulary.to_numpy(), 300), rng.integers(-10**12, 10**12, 50),
+                                       [-(10**13), 10**13]]))
+    else:
+        words = sorted({"".join(rng.choice(list("abc"), rng.integers(1, 6))) for _ in range(400)})
+        vocabulary = pa.array(words)
+        ids = pa.array([*rng.choice(words, 300).tolist(), "abcabcabc", "", "ab\x00", "a\x00", "zz",
+                        *("".join(rng.choice(list("abcd"), rng.integers(1, 7))) for _ in range(80))]).slice(1)
+    expected = pc.fill_null(pc.index_in(ids, value_set=vocabulary), -1).to_numpy(zero_copy_only=False)
+    assert _searched(ids, vocabulary) is not None  # the search path, not the hash
+    np.testing.assert_array_equal(_index_in(ids, vocabulary), expected)
+    assert (expected >= 0).sum() > 250 and (expected < 0).sum() > 10
