@@ -78,6 +78,7 @@ def prototypes(folder: Path, out: Path, args: list[str], a) -> dict:
            *(["--implicit"] if a.implicit else [])]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    out.mkdir(parents=True, exist_ok=True)
     with open(out / "prototypes.log", "a") as log:  # the run's own log (its stages' timings and counts)
         log.write(f"$ {' '.join(cmd)}\n{p.stderr}\n")
     if p.returncode != 0:

@@ -419,10 +419,16 @@ def test_sbq_part_states_stay_on_their_workers(client, tmp_path):
         held = client.who_has(shards.states)
         return [tuple(sorted(held[f.key])) for f in shards.states]
 
-    first = where()
+    first, seen, add = where(), [], shards.add
     assert len(set(first)) == 2  # both workers hold states
+
+    def add_and_look(*step):  # where every state is after every step, not only at the end
+        add(*step)
+        seen.append(where())
+
+    shards.add = add_and_look
     sel = greedy_select(shards, 30, c)
-    assert len(sel.index) == 30 and where() == first
+    assert len(sel.index) == len(seen) == 30 and all(w == first for w in seen)
 
 
 def test_sampled_negatives_in_parts_on_cluster_equal_in_process(client, tmp_path):

@@ -287,7 +287,7 @@ def implicit_problem(seed=4):
     return table, ImplicitMF(k=4, lam=1e-2, seed=0).fit(terms_of(table, 0.5))
 
 
-@pytest.mark.parametrize("kind", ["empirical", "expected", "identity", "bce", "user-chunks"])
+@pytest.mark.parametrize("kind", ["empirical", "expected", "identity", "bce", "user-chunks", "fine-ratings"])
 def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(tmp_path, kind, monkeypatch):
     """Each by-user part computes its own candidates' embeddings, and only the item blocks a step needs
     travel: the same prototypes, weights and objective as greedy over every row's embedding."""
@@ -303,7 +303,17 @@ def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(
     elif kind == "user-chunks":  # users' and items' blocks built a few at a time
         monkeypatch.setattr(prototypes_parts, "USER_BLOCKS", 2)
         monkeypatch.setattr(prototypes_parts, "ITEM_CHUNK", 3)  # and items' blocks a few at a time
+        monkeypatch.setattr(prototypes_parts, "PASS_ROWS", 7)  # and the passes and the start's rows in chunks
         d, model = mf_block_problem(seed=11)[:2]
+        kind = "empirical"
+    elif kind == "fine-ratings":  # over 256 distinct ratings: a shard keeps each row's rating, not a code
+        from dxplain.interactions import Interactions
+
+        base = mf_block_problem(seed=11)[0]
+        noisy = base.rating + np.random.default_rng(3).normal(scale=0.01, size=len(base))
+        d = Interactions.from_indices(base.user, base.item, noisy, base.user_ids, base.item_ids)
+        assert len(np.unique(d.rating)) > 256
+        model = ALSMF(k=4, lam=1e-2, seed=0).fit(d)
         kind = "empirical"
     else:
         d, model = mf_block_problem(seed=11)[:2]

@@ -12,7 +12,8 @@ So each by-user part is a shard (``PartShard``) that computes z and k_xx only fo
 sharing a user or an item with a target or a selected point), keeps its scalars for those alone, and
 recomputes a_x, b_x when a kernel column needs them. A user's block needs only the user's own rows, all
 in its part. An item's block needs all its raters, spread over the parts: the few items a step needs (the
-targets' and the selected points' items) are summed over the parts, one map, and inverted here.
+targets' and the selected points' items) are summed over the parts, a map per ITEM_CHUNK items, and
+inverted here.
 
 The factors are row-block files (``models.blocks``; a small model held here goes to every worker
 whole instead): a shard reads only the rows of U and V a pass or a step touches, and recomputes a row's
@@ -80,9 +81,9 @@ class PartShard(ShardState):
     """The candidates of by-user part p during greedy SBQ.
 
     Held for the whole selection, per row, only what identifies it: its item, its rating's code (one byte
-    when the ratings take at most 256 values, as labels and stars do) and its place in item order (13
-    bytes a row, 1.6 GB a worker for the 250M rows of 50M implicit interactions with M = 4; the rows are
-    sorted by user, so a user's are a range, ``indptr``).
+    when the ratings take at most 256 values, as labels and stars do; else the rating, 8) and the item
+    order (the row at each place, and its item): 13 bytes a row, 1.6 GB a worker for the 250M rows of
+    50M implicit interactions with M = 4. The rows are sorted by user, so a user's are a range (``indptr``).
     A row's residual and Fisher weight are recomputed from ⟨U_u, V_j⟩ whenever a step needs them, since
     holding them (8 bytes each, and twice that while they are made) put 8.6 GB on a worker at that size.
     Beyond that: the *live* rows' scalars z, k_xx, r, v (rows sharing a user or an item with a target or
@@ -100,7 +101,9 @@ class PartShard(ShardState):
         # user, not a row), and a row's user is found by search.
         self.indptr = np.searchsorted(d.user, np.arange(self.lo, int(parts.user_cuts[p + 1]) + 1, dtype=d.user.dtype))
         self.item = d.item  # int32
-        self.by_item = np.argsort(self.item, kind="stable").astype(np.int32)  # rows in item order
+        # Rows in item order, and their items: an int32 ``sorter`` for np.searchsorted would be copied to
+        # int64 on every search (640 µs a lookup in a part of 2M rows), so the sorted items are kept.
+        self.by_item = np.argsort(self.item, kind="stable").astype(np.int32)
         self.item_sorted = self.item[self.by_item]
         self.values, self.codes = _coded(d.rating)
         self.n, self.sigma2 = None, None  # the whole table's n and σ̂², once known (``weighted``)
@@ -160,7 +163,7 @@ class PartShard(ShardState):
         """[lo, hi) of each user's rows here (empty for a user of another part)."""
         at = np.asarray(users, np.int64) - self.lo
         ok = (at >= 0) & (at < len(self.indptr) - 1)
-        at = np.where(ok, at, 0)
+        at = np.where(ok, at, 0)  # an index into indptr, also where ok is False (np.where reads both sides)
         lo = np.where(ok, self.indptr[at], 0)
         return lo, np.where(ok, self.indptr[at + 1], 0)
 
@@ -435,7 +438,7 @@ class PartShards:
         # Every row of the chosen user and of the chosen item turns live: their item blocks go out first.
         blocks = self.item_blocks(np.append(self.user_items[cand.index], cand.phi.item[0]))
         self.user_items.clear()
-        W_h = self.mapper.put(blocks, broadcast=True)  # a state reads blocks where it is: no reason to move it
+        W_h = self.mapper.put(blocks)  # fetched once by each worker: the tasks run where their states are
         self.inputs.append(W_h)
         self.states = self.mapper.persist(_add, [(st, W_h, cand, d, beta_t) for st in self.states], name="sbq-add",
                                           near_first=True)
