@@ -352,6 +352,8 @@ def test_scores_from_factor_blocks_equal_the_whole_scoring_rule(tmp_path, method
             assert len(score.Vs) == len(np.unique(ni))  # the items its negatives touch only
             assert score.Us.shape[1] == (U.shape[1] - 1 if collapsed else U.shape[1])
         np.testing.assert_allclose(score.pairs(nu, ni), want.pairs(nu, ni), rtol=1e-12)
+        # In item order a block of V at a time: the same values as the gathered rows give.
+        np.testing.assert_array_equal(rule.scores(parts, p, nu, ni), score.pairs(nu, ni))
 
 
 def test_negatives_sampled_per_part_are_unobserved_distinct_and_m_per_positive(tmp_path):
