@@ -208,10 +208,12 @@ def test_estimated_bound_keeps_the_selection_exact_and_a_bad_bound_is_caught(mon
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("method", ["representer", "fia", "loss", "random"])
-def test_sampled_negatives_scored_in_parts_flag_what_the_whole_list_flags(tmp_path, method):
+@pytest.mark.parametrize("method", ["representer", "fia", "loss", "random", "two-rounds"])
+def test_sampled_negatives_scored_in_parts_flag_what_the_whole_list_flags(tmp_path, method, monkeypatch, caplog):
     """Each by-user part of the training table scores its own negatives: the same flagged pairs and values
-    as ranking the whole list, and the parts' cleaned files hold exactly the rest."""
+    as ranking the whole list, and the parts' cleaned files hold exactly the rest. ``two-rounds``: a part
+    first sends only 2 values, so most parts are asked again for K: still exact."""
+    import logging
     import pyarrow.parquet as pq
 
     from dxplain.io.partitions import write_partitions
@@ -226,9 +228,16 @@ def test_sampled_negatives_scored_in_parts_flag_what_the_whole_list_flags(tmp_pa
     table = training_table(P, nu, ni)
     parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 5)
     assert len(parts.user_cuts) > 4
+    if method == "two-rounds":
+        monkeypatch.setattr(N, "SHARE_MARGIN", 0.0)
+        monkeypatch.setattr(N, "SHARE_EXTRA", 2)
+        method = "representer"
     score = N.negative_score(method, m, terms, P, seed=3)
     whole = N.flag_table(terms, score, 10)
-    got = N.select_lowest_parts(score, parts, terms.n_neg, 10, LocalMapper(), tmp_path / "cleaned.parquet")
+    with caplog.at_level(logging.INFO, logger=N.__name__):
+        got = N.select_lowest_parts(score, parts, terms.n_neg, 10, LocalMapper(), tmp_path / "cleaned.parquet")
+    asked_again = [r.getMessage() for r in caplog.records if "asked again" in r.getMessage()]
+    assert bool(asked_again) == (N.SHARE_EXTRA == 2), asked_again
     for a, b in zip(got, whole):
         np.testing.assert_array_equal(a, b)
     cleaned = pq.read_table(tmp_path / "cleaned.parquet")

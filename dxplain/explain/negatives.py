@@ -352,11 +352,15 @@ def _scored(score: NegativeScore | PartScore, parts, p: int) -> tuple:
 
 
 def lowest_in_part(score: NegativeScore | PartScore, parts, p: int, K: int) -> tuple:
-    """The K lowest-scoring negatives of part p, as ``LowestK.result``."""
+    """The K lowest-scoring negatives of part p, as ``LowestK.result``, and whether they are all of them."""
     u, i, v = _scored(score, parts, p)
     keep = LowestK(K)
     keep.push(v, u, i)
-    return keep.result()
+    return keep.result(), len(v) <= K
+
+
+# A part's first answer: its share of K (by its rows) with this margin; a part asked again sends K.
+SHARE_MARGIN, SHARE_EXTRA = 1.25, 1024
 
 
 def cleaned_part(score: NegativeScore | PartScore, parts, p: int, last: tuple[float, int, int], folder) -> int:
@@ -380,12 +384,29 @@ def select_lowest_parts(score: NegativeScore | PartScore, parts, n_neg: int, per
     K = int(math.ceil(percent / 100.0 * n_neg))
     n_parts = len(parts.user_cuts) - 1
     score_h = score if isinstance(score, PartScore) else mapper.put(score, broadcast=True)
-    keep = LowestK(K)
-    for done, (_, result) in enumerate(mapper.imap(lowest_in_part, [(score_h, parts, p, K) for p in range(n_parts)],
-                                                   name="neg-parts"), start=1):
+    # Two rounds, exact: asking every part for the global K lowest made each part at 50M (K = 2M, 1.6M
+    # negatives a part) send all its scores to this process, 200M merged here. First each part sends its
+    # share of K with a margin; the K-th lowest of what came is a cut. A part that sent all its negatives,
+    # or whose last sent value is at or above the cut, holds nothing unsent below it; any other part is
+    # asked again for K. (Its unsent values lie above its last sent one, in the total order.)
+    rows = np.diff(np.append(parts.user_part_offsets(), parts.n_interactions))  # each by-user part's
+    share = np.minimum(K, np.ceil(K * SHARE_MARGIN * rows / max(1, rows.sum())).astype(np.int64) + SHARE_EXTRA)
+    keep, last, again = LowestK(K), {}, []
+    for done, (p, (result, complete)) in enumerate(mapper.imap(
+            lowest_in_part, [(score_h, parts, p, int(share[p])) for p in range(n_parts)], name="neg-parts"), start=1):
         keep.push(*result)
+        if not complete and len(result[0]):
+            last[p] = (float(result[0][-1]), int(result[1][-1]), int(result[2][-1]))
         progress.update("negatives: score parts", done, n_parts)
     values, users, items = keep.result()
+    if last and K:
+        cut = (float(values[-1]), int(users[-1]), int(items[-1])) if len(values) == K else (np.inf, 0, 0)
+        again = sorted(p for p, e in last.items() if e < cut and share[p] < K)
+    if again:
+        log.info("negatives: %d of %d parts asked again for their %d lowest", len(again), n_parts, K)
+        for n, (result, _) in mapper.imap(lowest_in_part, [(score_h, parts, p, K) for p in again], name="neg-parts"):
+            keep.push(*(x[share[again[n]]:] for x in result))  # its first share[p] were sent in the first round
+        values, users, items = keep.result()
     if cleaned_folder is not None and len(values):
         last = (float(values[-1]), int(users[-1]), int(items[-1]))
         kept = mapper.map(cleaned_part, [(score_h, parts, p, last, cleaned_folder) for p in range(n_parts)],
