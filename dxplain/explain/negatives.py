@@ -287,10 +287,9 @@ class PartScore:
         if self.kind == "random":  # noise of the pair: no factor needed
             return NegativeScore("random", None, None, seed=self.seed)
         need = np.unique(items)
-        rows = lambda F: None if F is None else spill.load(F.paths[p])  # noqa: E731 - block p: the part's users
         cols = lambda F: None if F is None else take_rows(F, need)  # noqa: E731
-        return NegativeScore(self.kind, rows(self.Us), cols(self.Vs), rows(self.A), cols(self.B), coef=self.coef,
-                             w=self.w, seed=self.seed, row0=a, items=need)
+        return NegativeScore(self.kind, _own_rows(self.Us, p), cols(self.Vs), _own_rows(self.A, p), cols(self.B),
+                             coef=self.coef, w=self.w, seed=self.seed, row0=a, items=need)
 
     def scores(self, parts, p: int, users: np.ndarray, items: np.ndarray) -> np.ndarray:
         """``at(parts, p, items).pairs(users, items)``, the same values, with the pairs taken in item order
@@ -300,8 +299,7 @@ class PartScore:
         if self.kind == "random":
             return self.at(parts, p, items).pairs(users, items)
         a = int(parts.user_cuts[p])
-        rows = lambda F: None if F is None else spill.load(F.paths[p])  # noqa: E731 - block p: the part's users
-        Us, A = rows(self.Us), rows(self.A)
+        Us, A = _own_rows(self.Us, p), _own_rows(self.A, p)
         order = np.argsort(items, kind="stable")
         u, i = np.asarray(users)[order], np.asarray(items, np.int64)[order]
         cuts = self.Vs.cuts
@@ -314,6 +312,11 @@ class PartScore:
                                  seed=self.seed, row0=a)
             out[order[lo:hi]] = rule.pairs(u[lo:hi], i[lo:hi] - cuts[b])
         return out
+
+
+def _own_rows(F: RowSource | None, p: int) -> np.ndarray | None:
+    """Block p of a users' factor: by-user part p's users, read whole."""
+    return None if F is None else spill.load(F.paths[p])
 
 
 def part_scores(method: str, model: ImplicitModel, parts, seed: int = 0) -> PartScore:
@@ -391,17 +394,17 @@ def select_lowest_parts(score: NegativeScore | PartScore, parts, n_neg: int, per
     # asked again for K. (Its unsent values lie above its last sent one, in the total order.)
     rows = np.diff(np.append(parts.user_part_offsets(), parts.n_interactions))  # each by-user part's
     share = np.minimum(K, np.ceil(K * SHARE_MARGIN * rows / max(1, rows.sum())).astype(np.int64) + SHARE_EXTRA)
-    keep, last, again = LowestK(K), {}, []
+    keep, last_sent, again = LowestK(K), {}, []
     for done, (p, (result, complete)) in enumerate(mapper.imap(
             lowest_in_part, [(score_h, parts, p, int(share[p])) for p in range(n_parts)], name="neg-parts"), start=1):
         keep.push(*result)
         if not complete and len(result[0]):
-            last[p] = (float(result[0][-1]), int(result[1][-1]), int(result[2][-1]))
+            last_sent[p] = (float(result[0][-1]), int(result[1][-1]), int(result[2][-1]))
         progress.update("negatives: score parts", done, n_parts)
     values, users, items = keep.result()
-    if last and K:
+    if last_sent and K:
         cut = (float(values[-1]), int(users[-1]), int(items[-1])) if len(values) == K else (np.inf, 0, 0)
-        again = sorted(p for p, e in last.items() if e < cut and share[p] < K)
+        again = sorted(p for p, e in last_sent.items() if e < cut and share[p] < K)
     if again:
         log.info("negatives: %d of %d parts asked again for their %d lowest", len(again), n_parts, K)
         for n, (result, _) in mapper.imap(lowest_in_part, [(score_h, parts, p, K) for p in again], name="neg-parts"):

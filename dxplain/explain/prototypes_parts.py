@@ -34,6 +34,7 @@ import numpy as np
 
 from ..interactions import Targets
 from ..kernels import fisher as F
+from ..kernels.lookup import find_sorted
 from ..kernels.sbq import BlockMean, BlockRows, Candidate, Selection, ShardState, greedy_select, touched_column
 from ..mapper import Mapper
 from ..models.blocks import Blocks, RowSource, checked_cuts, rows_at
@@ -54,13 +55,6 @@ class ItemBlocks:
     items: np.ndarray  # (n,) sorted
     W: np.ndarray  # (n, k, k)
 
-    def find(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(which of ``items`` are here, their positions in W)."""
-        if not len(self.items):
-            return np.zeros(len(items), bool), np.zeros(len(items), np.int64)
-        pos = np.minimum(np.searchsorted(self.items, items), len(self.items) - 1)
-        return self.items[pos] == items, pos
-
 
 def item_blocks_of(sent: tuple, items: np.ndarray) -> np.ndarray:
     """W_j of ``items`` from the ``ItemBlocks`` sent so far. They stay as sent, shared by every state of a
@@ -68,7 +62,7 @@ def item_blocks_of(sent: tuple, items: np.ndarray) -> np.ndarray:
     W = np.empty((len(items), *sent[0].W.shape[1:]))
     found = np.zeros(len(items), bool)
     for blocks in sent:
-        hit, pos = blocks.find(items)
+        pos, hit = find_sorted(blocks.items, items)
         W[hit] = blocks.W[pos[hit]]
         found |= hit
     if not found.all():
@@ -90,8 +84,6 @@ class PartShard(ShardState):
     a selected point: no other row can be chosen), c_x of the touched rows, and the item blocks W_j it has
     been sent. The factors are not held: the rows of U and V a step needs are read from their row-block
     files (``models.blocks.rows_at``)."""
-
-    shared = ("mu", "W_items")  # sent once, referenced by every state of the chain
 
     def __init__(self, parts, p: int, head, U: RowSource | np.ndarray, V: RowSource | np.ndarray, kind: str,
                  offset: int):

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..interactions import Interactions, Targets
+from ..kernels.lookup import find_sorted
 from .atomic import Location, atomic_file, atomic_path, filesystem, is_local, join
 
 REQUIRED = ("user", "item", "rating")
@@ -247,11 +248,7 @@ def _searched(ids: pa.Array, vocabulary: pa.Array) -> np.ndarray | None:
         return None
     if fits is None and not (len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1]))):
         return None  # unsorted (strings were checked when their keys were made)
-    order = np.argsort(wanted, kind="stable")
-    pos = np.empty(len(wanted), np.int64)
-    pos[order] = np.searchsorted(keys, wanted[order])  # sorted keys: each search starts where the last ended
-    pos = np.minimum(pos, len(keys) - 1)
-    hit = keys[pos] == wanted
+    pos, hit = find_sorted(keys, wanted)
     if fits is not None:  # fixed-width strings compare equal up to trailing NULs: the lengths must match too
         hit &= fits & (lengths[pos] == wanted_lengths)
     return np.where(hit, pos, -1)

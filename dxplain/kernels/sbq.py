@@ -36,6 +36,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import solve_triangular
 
+from .lookup import find_sorted
+
 # A candidate whose posterior variance has fallen below this share of its prior variance lies in the
 # span of the selected points: adding it would make K_SS singular, and its gain is rounding noise.
 SPAN_TOL = 1e-9
@@ -140,8 +142,7 @@ class BlockMean:
 
 
 def _half_inner(owner: np.ndarray, X: np.ndarray, keys: np.ndarray, M: np.ndarray) -> np.ndarray:
-    pos = np.minimum(np.searchsorted(keys, owner), max(len(keys) - 1, 0))
-    hit = (keys[pos] == owner) if len(keys) else np.zeros(len(owner), bool)
+    pos, hit = find_sorted(keys, owner)
     out = np.zeros(len(owner))
     out[hit] = np.einsum("ij,ij->i", X[hit], M[pos[hit]])
     return out
@@ -216,13 +217,10 @@ class ShardState:
         self.t = 0
         self.open = self.kdiag > 0  # a zero embedding can never reduce the objective
 
-    # Arrays a state shares with every other state of its worker (sent once), left out of its size.
-    shared: tuple[str, ...] = ()
-
     def __sizeof__(self) -> int:
         # What Dask weighs a task's inputs by when it places the next step: a state is kept where it is
         # only if its arrays count (an object's own size is a few dozen bytes).
-        arrays = [v for name, v in vars(self).items() if name not in self.shared]
+        arrays = list(vars(self).values())
         arrays += [getattr(v, f) for v in arrays if isinstance(v, BlockRows) for f in ("user", "item", "a", "b")]
         return object.__sizeof__(self) + sum(v.nbytes for v in arrays if isinstance(v, np.ndarray))
 
