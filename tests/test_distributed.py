@@ -249,6 +249,54 @@ def test_factors_kept_in_block_files_train_as_arrays_do(client, tmp_path):
     assert not list((tmp_path / "bce").glob(".dxplain-scratch-*")) and not list((tmp_path / "als").glob(".dxplain-scratch-*"))
 
 
+def test_items_half_step_measures_its_side_on_the_way(client, tmp_path):
+    """``items(U, measure=λ)`` on block files: each by-item task also returns its part's stationarity triple
+    from the rows of U it read for the solve, and the measure at (U, V_new) then maps the by-user parts only.
+    Its numbers equal a measure that reads both sides (arrays over the parts), in memory and on the cluster;
+    with the identity bound asked for, or at another V, both sides are read again."""
+    from dxplain.models.blocks import Blocks
+    from dxplain.models.implicit_mf import positive_pairs, sample_negatives, training_table
+    from dxplain.models.mf import BCERows, BlockHalfSteps, PartHalfSteps
+
+    P = positive_pairs(random_interactions(70, 50, 0.2, seed=32), 3)
+    table = training_table(P, *sample_negatives(P, 4, seed=5))
+    parts = write_partitions(tmp_path, table, rows_per_part=len(table) // 4 + 1)
+    n_user, n_item = len(parts.user_cuts) - 1, len(parts.item_cuts) - 1
+    loss, lam, ridge = BCERows(0.3), 1e-3, 0.5
+    rng = np.random.default_rng(7)
+    U, V0 = rng.normal(scale=0.3, size=(table.n_users, 4)), rng.normal(scale=0.3, size=(table.n_items, 4))
+
+    class Counting(LocalMapper):
+        calls: list = []
+
+        def map(self, fn, args, name="task", **kw):
+            self.calls.append((name, len(args)))
+            return super().map(fn, args, name=name, **kw)
+
+    arrays = PartHalfSteps(LocalMapper(), parts, table, 0.0, ridge, loss=loss)
+    V_want = arrays.items(U, V0)
+    want = arrays.stationarity(U, V_want, lam, bound=True)
+    for mapper in (Counting(), DaskMapper(client)):
+        half = BlockHalfSteps(mapper, parts, table, 0.0, ridge, loss=loss)
+        U_b, V0_b = (Blocks.split(mapper, half.scratch, F, half.cuts[s]) for F, s in ((U, "user"), (V0, "item")))
+        V_b = half.items(U_b, V0_b, measure=lam)
+        np.testing.assert_array_equal(V_b.gather(), V_want)
+        Counting.calls.clear()
+        got = half.stationarity(U_b, V_b, lam, bound=False)
+        assert got[0] == pytest.approx(want[0], rel=1e-12) and got[1] == pytest.approx(want[1], rel=1e-12)
+        assert got[2] is None
+        if isinstance(mapper, Counting):
+            assert [c for c in mapper.calls if c[0] == "als-stationarity"] == [("als-stationarity", n_user)]
+            mapper.calls.clear()
+        rss, gsq, bound = half.stationarity(U_b, V_b, lam, bound=True)
+        assert (rss, gsq, *bound) == pytest.approx((want[0], want[1], *want[2]), rel=1e-12)
+        assert half.stationarity(U_b, V0_b, lam, bound=False)[:2] == pytest.approx(
+            arrays.stationarity(U, V0, lam, bound=False)[:2], rel=1e-12)
+        if isinstance(mapper, Counting):
+            assert [c for c in mapper.calls if c[0] == "als-stationarity"] == [("als-stationarity", n_user + n_item)] * 2
+        half.close()
+
+
 def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
     """Training measures itself (Σ r² and ∇f, from which the identity bound follows) and the Newton polish
     takes its Hessian products and blocks with tasks over the parts: equal to the whole-table passes in this
