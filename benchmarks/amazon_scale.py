@@ -245,11 +245,14 @@ def run_negatives(a) -> None:
             run["check"] = check_negatives(folder, got, None)
         results["runs"][name] = run
         print(json.dumps({name: run}, indent=1), flush=True)
-        done = sorted(results["runs"].values(), key=lambda r: r["interactions"])
-        if len(done) > 1:  # after every size: a later size that fails leaves the slopes measured so far
+        # After every size (a later size that fails leaves the slopes measured so far); from 5M up, as SBQ's.
+        done = sorted((r for r in results["runs"].values() if r["interactions"] >= SIZES["5m"]),
+                      key=lambda r: r["interactions"])
+        if len(done) > 1:
             sizes = [r["interactions"] for r in done]
             results["slopes"] = {stage: slope(sizes, [r["stage_seconds"][stage] for r in done])
                                  for stage in done[0]["stage_seconds"]}
+            results["slopes"]["sizes"] = [min(sizes), max(sizes)]
             print(json.dumps(results["slopes"]), flush=True)
         path.write_text(json.dumps(results, indent=1))
 

@@ -290,11 +290,48 @@ def test_items_half_step_measures_its_side_on_the_way(client, tmp_path):
             mapper.calls.clear()
         rss, gsq, bound = half.stationarity(U_b, V_b, lam, bound=True)
         assert (rss, gsq, *bound) == pytest.approx((want[0], want[1], *want[2]), rel=1e-12)
-        assert half.stationarity(U_b, V0_b, lam, bound=False)[:2] == pytest.approx(
-            arrays.stationarity(U, V0, lam, bound=False)[:2], rel=1e-12)
+        U2_b = Blocks.split(mapper, half.scratch, U + 0.01, half.cuts["user"])
+        for (U_x, V_x, lam_x), (U_a, V_a) in (((U_b, V0_b, lam), (U, V0)), ((U_b, V_b, 2 * lam), (U, V_want)),
+                                             ((U2_b, V_b, lam), (U + 0.01, V_want))):
+            assert half.stationarity(U_x, V_x, lam_x, bound=False)[:2] == pytest.approx(
+                arrays.stationarity(U_a, V_a, lam_x, bound=False)[:2], rel=1e-12)
         if isinstance(mapper, Counting):
-            assert [c for c in mapper.calls if c[0] == "als-stationarity"] == [("als-stationarity", n_user + n_item)] * 2
+            full = ("als-stationarity", n_user + n_item)
+            assert [c for c in mapper.calls if c[0] == "als-stationarity"] == [full] * 4
         half.close()
+
+
+def test_training_measures_the_items_side_with_the_items_half_step(tmp_path):
+    """Training on block files passes λ to the items' half-step when the sweep's measure is bound-free, so
+    each sweep's measure reads the by-user parts only; with an identity target (the bound needs both sides'
+    Grams first) it reads both."""
+    from functools import partial
+
+    from dxplain.models.implicit_mf import ImplicitMF, positive_pairs, sample_negatives, training_table
+    from dxplain.models.mf import BlockHalfSteps
+
+    class Counting(LocalMapper):
+        calls: list = []
+
+        def map(self, fn, args, name="task", **kw):
+            self.calls.append((name, len(args)))
+            return super().map(fn, args, name=name, **kw)
+
+    P = positive_pairs(random_interactions(60, 45, 0.2, seed=33), 3)
+    table = training_table(P, *sample_negatives(P, 4, seed=6))
+    parts = write_partitions(tmp_path / "bce", table, rows_per_part=len(table) // 4 + 1)
+    n_user = len(parts.user_cuts) - 1
+    m = ImplicitMF(k=3, max_iter=3, polish_iters=0).fit_alternating(table, partial(BlockHalfSteps, Counting(), parts))
+    assert m.info["sweeps"] == 3
+    assert [c for c in Counting.calls if c[0] == "als-stationarity"] == [("als-stationarity", n_user)] * 3
+
+    d = random_interactions(80, 60, 0.2, seed=34)
+    parts = write_partitions(tmp_path / "als", d, rows_per_part=len(d) // 4 + 1)
+    Counting.calls.clear()
+    ALSMF(k=3, max_sweeps=3, polish_iters=0, identity_tol=1e-12).fit(d, half_steps=partial(BlockHalfSteps, Counting(),
+                                                                                           parts))
+    n = len(parts.user_cuts) + len(parts.item_cuts) - 2
+    assert [c for c in Counting.calls if c[0] == "als-stationarity"] == [("als-stationarity", n)] * 3
 
 
 def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):

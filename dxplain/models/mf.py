@@ -344,14 +344,16 @@ class BlockHalfSteps(HalfSteps):
     any process: U in blocks of the by-user parts' rows, V in blocks of the by-item parts'
     (``models.blocks.Blocks``).
 
-    Each part is written once as a compact file: its rows' (indptr, columns renumbered 0..c−1, y) and the
-    c distinct columns it touches. A half-step's task reads it, reads just those c rows of the fixed side
-    (``models.blocks.take_rows``), solves its rows and writes its block. The stopping rule's passes send
-    back three numbers a part; the objective's norms and the balancing transforms' Grams are sums of the
-    blocks'; Anderson's vectors are blocks too (``models.blocks.BlockVectors``). At 50M Amazon-like
-    interactions (k = 32), whole factors are 2.5 GB (U) and 0.8 GB (V): neither the flow's process nor a
-    worker holds one, and a lost worker's task is rerun from the same files. The Newton polish needs the
-    factors whole, so it is not offered here: training stops on the sweeps.
+    Each part is written once as a compact file: its rows' (indptr, columns renumbered 0..c−1, y) and the c
+    distinct columns it touches. A half-step's task reads it, reads just those c rows of the fixed side
+    (``models.blocks.take_rows``), solves its rows and writes its block. The stopping rule's passes send back
+    three numbers a part (a by-item part's come with its half-step, from the rows of U it read: ``items``'
+    ``measure``, one read of U's rows a part and sweep fewer); the objective's norms and the balancing
+    transforms' Grams are sums of the blocks'; Anderson's vectors are blocks too
+    (``models.blocks.BlockVectors``). At 50M Amazon-like interactions (k = 32), whole factors are 2.5 GB (U) and
+    0.8 GB (V): neither the flow's process nor a worker holds one, and a lost worker's task is rerun from the
+    same files. The Newton polish needs the factors whole, so it is not offered here: training stops on the
+    sweeps.
     """
 
     in_process = False
@@ -362,7 +364,7 @@ class BlockHalfSteps(HalfSteps):
         self.mapper, self.ridge, self.n, self.loss = mapper, ridge, len(data), loss
         self.cuts = {"user": parts.user_cuts, "item": parts.item_cuts}
         self.scratch = Scratch(parts.root)
-        self._measured = None  # (V's paths, U's paths, λ, the item parts' triples): the last ``items(measure=λ)``
+        self._measured = None  # ((V's paths, U's paths, λ), the by-item parts' triples): the last items(measure=λ)
         self.parts = {}
         for side, cuts in self.cuts.items():
             names = self.scratch.names(f"part-{side}", len(cuts) - 1)
@@ -389,10 +391,13 @@ class BlockHalfSteps(HalfSteps):
             spill.remove(side)
 
     def _half(self, side: str, F: Blocks, X0: Blocks | None) -> Blocks:
+        return Blocks.made_by(self.mapper, self.scratch, _solve_compact, self._solve_args(side, F, X0),
+                              self.cuts[side], F.k, f"als-{side}")
+
+    def _solve_args(self, side: str, F: Blocks, X0: Blocks | None) -> list:
         warm = X0 is not None and self.loss.warm_start
-        args = [(part, F.source, self.ridge, self.loss, Ref(X0.paths[p]) if warm else None)
+        return [(part, F.source, self.ridge, self.loss, Ref(X0.paths[p]) if warm else None)
                 for p, part in enumerate(self.parts[side])]
-        return Blocks.made_by(self.mapper, self.scratch, _solve_compact, args, self.cuts[side], F.k, f"als-{side}")
 
     def users(self, V, U0=None):
         return self._half("user", V, U0)
@@ -404,25 +409,24 @@ class BlockHalfSteps(HalfSteps):
         1.5M users' rows: 370 MB read per part and pass)."""
         if measure is None:
             return self._half("item", U, V0)
-        warm = V0 is not None and self.loss.warm_start
-        outs = self.scratch.names("als-item", len(self.parts["item"]))
-        tasks = [(_solve_measured, part, U.source, self.ridge, self.loss, Ref(V0.paths[p]) if warm else None,
-                  self.n, measure, out) for p, (part, out) in enumerate(zip(self.parts["item"], outs))]
-        done = self.mapper.map(call_loaded, tasks, name="als-item")
+        args = self._solve_args("item", U, V0)
+        outs = self.scratch.names("als-item", len(args))
+        done = self.mapper.map(call_loaded, [(_solve_measured, *a, self.n, measure, out) for a, out in zip(args, outs)],
+                               name="als-item")
         V = Blocks(self.mapper, self.scratch, tuple(path for path, _ in done), np.asarray(self.cuts["item"]), U.k)
-        self._measured = (V.paths, U.paths, measure, [triple for _, triple in done])
+        self._measured = (V.paths, U.paths, measure), [triple for _, triple in done]
         return V
 
     def stationarity(self, U: Blocks, V: Blocks, lam, bound):
         T_U, T_V = balance_transforms_from_grams(U.gram(), V.gram()) if bound else (None, None)
-        m = self._measured
-        items = m[3] if not bound and m is not None and m[:3] == (V.paths, U.paths, lam) else None
-        sides = (("user", U, V, (T_U, T_V)),) + ((("item", V, U, (T_V, T_U)),) if items is None else ())
+        key, triples = self._measured or (None, None)
+        item_triples = triples if not bound and key == (V.paths, U.paths, lam) else None
+        sides = (("user", U, V, (T_U, T_V)),) + ((("item", V, U, (T_V, T_U)),) if item_triples is None else ())
         tasks = [(_stationarity_compact, part, Ref(B.paths[p]), other.source, self.n, lam, *T, self.loss)
                  for side, B, other, T in sides for p, part in enumerate(self.parts[side])]
         out = self.mapper.map(call_loaded, tasks, name="als-stationarity")
         n_user = len(self.parts["user"])
-        return _stationarity_total(out[:n_user], out[n_user:] if items is None else items, bound)
+        return _stationarity_total(out[:n_user], out[n_user:] if item_triples is None else item_triples, bound)
 
     def gradient(self, U, V, lam):
         raise NotImplementedError("the factors are kept in blocks: the gradient is never gathered "
