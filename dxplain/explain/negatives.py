@@ -38,7 +38,7 @@ from ..kernels.negatives import LowestK, NegativeScore, scan_rows
 from ..kernels.representer import balance_transforms, balance_transforms_from_grams
 from ..io import spill
 from ..mapper import LocalMapper, Mapper
-from ..models.blocks import Blocks, RowSource, take_rows
+from ..models.blocks import Blocks, RowSource, block_ranges, take_rows
 from ..models.implicit_mf import ImplicitModel
 
 log = logging.getLogger(__name__)
@@ -303,10 +303,8 @@ class PartScore:
         order = np.argsort(items, kind="stable")
         u, i = np.asarray(users)[order], np.asarray(items, np.int64)[order]
         cuts = self.Vs.cuts
-        edges = np.searchsorted(i, cuts)
         out = np.empty(len(i))
-        for b in np.flatnonzero(np.diff(edges)):
-            lo, hi = edges[b], edges[b + 1]
+        for b, lo, hi in block_ranges(i, cuts):
             block = lambda F: None if F is None else spill.load(F.paths[b], mmap=True)  # noqa: E731
             rule = NegativeScore(self.kind, Us, block(self.Vs), A, block(self.B), coef=self.coef, w=self.w,
                                  seed=self.seed, row0=a)

@@ -189,14 +189,19 @@ def take_rows(source: RowSource | np.ndarray, index: np.ndarray) -> np.ndarray:
     if len(index) and (index[0] < 0 or index[-1] >= source.cuts[-1]):
         raise IndexError(f"rows {index[0]}..{index[-1]} of a matrix of {source.cuts[-1]}")
     out = np.empty((len(index), source.k))
-    edges = np.searchsorted(index, source.cuts)
-    for b in np.flatnonzero(np.diff(edges)):
-        lo, hi = edges[b], edges[b + 1]
+    for b, lo, hi in block_ranges(index, source.cuts):
         block = spill.load(source.paths[b], mmap=True)
         # np.take into place: 0.13 s against 0.17 s for indexing then copying, 1.4M of 3.2M rows at 50M
         np.take(block, index[lo:hi] - source.cuts[b], axis=0, out=out[lo:hi])
         del block
     return out
+
+
+def block_ranges(index: np.ndarray, cuts: np.ndarray):
+    """(b, lo, hi) for each block b that holds some of ``index`` (sorted): index[lo:hi] are its rows."""
+    edges = np.searchsorted(index, cuts)
+    for b in np.flatnonzero(np.diff(edges)):
+        yield int(b), int(edges[b]), int(edges[b + 1])
 
 
 def rows_at(source: RowSource | np.ndarray, index) -> np.ndarray:
