@@ -40,7 +40,7 @@ def main() -> None:
     from dxplain.distributed.mapper import DaskMapper
     from dxplain.io import partitions
     from dxplain.io.atomic import join
-    from dxplain.io.interactions import read_catalogue
+    from dxplain.io.interactions import read_catalogue_ids
     from dxplain.models.implicit_mf import sample_in_parts
 
     out = tempfile.mkdtemp(prefix="dxplain-flow-memory-")
@@ -49,8 +49,7 @@ def main() -> None:
         with connect(Settings(workers=2, blas_threads=1)) as client:
             mapper = DaskMapper(client)
             memory("cluster", t0)
-            users, items = read_catalogue(str(folder))
-            user_ids, item_ids = users.column("id").combine_chunks(), items.column("id").combine_chunks()
+            user_ids, item_ids = read_catalogue_ids(str(folder))
             memory("catalogue", t0)
             P = partitions.scan_source(mapper, str(folder / "interactions.parquet"), user_ids, item_ids)
             memory("scan", t0)

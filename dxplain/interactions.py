@@ -229,36 +229,50 @@ class RowStats:
     """What a flow needs of a table's rows: degrees, an exact rating sum and range, the row digest. Chunks'
     stats add up to the whole table's (``total``), so tasks can compute them over the chunks they read."""
 
-    user_counts: np.ndarray
+    user_counts: np.ndarray  # degree of user user_lo + n at n: from 0 over all users, or a chunk's own range
     item_counts: np.ndarray
     ratings: RatingSum
     rating_min: float
     rating_max: float
     digest: np.ndarray
+    user_lo: int = 0
+    item_lo: int = 0
+    shape: tuple[int, int] | None = None  # (users, items) of the id spaces when the counts are a range
 
     @classmethod
-    def of(cls, user: np.ndarray, item: np.ndarray, rating: np.ndarray, n_users: int, n_items: int) -> "RowStats":
-        return cls(np.bincount(user, minlength=n_users), np.bincount(item, minlength=n_items), RatingSum.of(rating),
+    def of(cls, user: np.ndarray, item: np.ndarray, rating: np.ndarray, n_users: int, n_items: int,
+           compact: bool = False) -> "RowStats":
+        """The rows' stats; ``compact``: their counts over the range of ids the rows hold only, what a task
+        sends to be summed. A chunk of a user-sorted table holds a narrow range of users, and at 50M
+        Amazon-like interactions full-length counts are 104 MB a chunk (docs/scaling.md)."""
+        def counts(ids, n):
+            if not compact:
+                return 0, np.bincount(ids, minlength=n)
+            lo = int(ids.min()) if len(ids) else 0
+            return lo, np.bincount(ids - lo).astype(np.int32)  # a chunk's count fits; half the bytes sent
+
+        (user_lo, uc), (item_lo, ic) = counts(user, n_users), counts(item, n_items)
+        return cls(uc, ic, RatingSum.of(rating),
                    float(rating.min()) if len(rating) else np.inf, float(rating.max()) if len(rating) else -np.inf,
-                   row_digest(user, item, rating))
+                   row_digest(user, item, rating), user_lo, item_lo, (n_users, n_items) if compact else None)
 
     @classmethod
     def total(cls, stats) -> "RowStats | None":
-        """Σ of ``stats`` (an iterable: tasks' results as they finish), its counts added into the first one's
-        arrays, so that one sum and one result are held at a time (104 MB each at 50M Amazon-like)."""
+        """Σ of ``stats`` (an iterable: tasks' results as they finish), counted into one pair of arrays over
+        all ids, so that one sum and one result are held at a time."""
         total = None
         for s in stats:
             if total is None:
-                total = s
-                continue
-            np.add(total.user_counts, s.user_counts, out=total.user_counts)
-            np.add(total.item_counts, s.item_counts, out=total.item_counts)
+                n_users, n_items = s.shape or (len(s.user_counts), len(s.item_counts))
+                total = RowStats(np.zeros(n_users, np.int64), np.zeros(n_items, np.int64), RatingSum({}), np.inf,
+                                 -np.inf, np.zeros_like(s.digest))
+            total.user_counts[s.user_lo:s.user_lo + len(s.user_counts)] += s.user_counts
+            total.item_counts[s.item_lo:s.item_lo + len(s.item_counts)] += s.item_counts
             with np.errstate(over="ignore"):  # the digest is a sum mod 2⁶⁴
                 digest = total.digest + s.digest
             total = RowStats(total.user_counts, total.item_counts, total.ratings + s.ratings,
                              min(total.rating_min, s.rating_min), max(total.rating_max, s.rating_max), digest)
         return total
-
 
 
 @dataclass(frozen=True, eq=False)

@@ -190,3 +190,24 @@ def test_a_sorted_vocabulary_is_searched_with_what_hashing_finds(kind):
     assert _searched(ids, vocabulary) is not None  # the search path, not the hash
     np.testing.assert_array_equal(_index_in(ids, vocabulary), expected)
     assert (expected >= 0).sum() > 250 and (expected < 0).sum() > 10
+
+
+def test_the_catalogue_ids_are_its_id_columns_alone_and_a_missing_table_is_named(tmp_path):
+    """Loading reads only the id column of users.parquet and items.parquet, as one array however many row
+    groups the file has; a folder without one of them is refused by name."""
+    from dxplain.io.interactions import read_catalogue, read_catalogue_ids
+
+    ds = tmp_path / "ds"
+    write_dataset(ds, pa.table({"user": [f"u{n:03d}" for n in range(300)], "item": np.arange(300) % 7,
+                                "rating": np.ones(300)}))
+    users = pq.read_table(ds / "users.parquet")
+    users = users.append_column("title", pa.array([f"title {n}" for n in range(users.num_rows)]))
+    pq.write_table(users, ds / "users.parquet", row_group_size=64)  # five row groups: five chunks read
+    user_ids, item_ids = read_catalogue_ids(ds)
+    whole_users, whole_items = read_catalogue(ds)
+    assert isinstance(user_ids, pa.Array) and isinstance(item_ids, pa.Array)
+    assert user_ids.equals(whole_users.column("id").combine_chunks()) and len(user_ids) == 300
+    assert item_ids.equals(whole_items.column("id").combine_chunks()) and len(item_ids) == 7
+    (ds / "items.parquet").unlink()
+    with pytest.raises(InputError, match="items.parquet"):
+        read_catalogue_ids(ds)

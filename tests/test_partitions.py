@@ -404,13 +404,20 @@ def test_row_stats_of_any_split_total_the_whole_tables():
 
     rng = np.random.default_rng(4)
     u, i, y = rng.integers(0, 500, 4000), rng.integers(0, 90, 4000), rng.integers(1, 6, 4000) / 2
+    u[:1500] = np.sort(u[:1500])  # a user-sorted stretch: its chunks' compact counts are narrow ranges
     whole = RowStats.of(u, i, y, 500, 90)
-    cuts = [0, 7, 1500, 1501, 4000]
-    got = RowStats.total(RowStats.of(u[a:b], i[a:b], y[a:b], 500, 90) for a, b in zip(cuts[:-1], cuts[1:]))
-    np.testing.assert_array_equal(got.user_counts, whole.user_counts)
-    np.testing.assert_array_equal(got.item_counts, whole.item_counts)
-    np.testing.assert_array_equal(got.digest, whole.digest)
-    assert got.ratings.value() == whole.ratings.value() and (got.rating_min, got.rating_max) == (0.5, 2.5)
+    assert len(whole.user_counts) == 500 and len(whole.item_counts) == 90
+    cuts = [0, 7, 1500, 1501, 1501, 4000]
+    for compact in (False, True):
+        chunks = [RowStats.of(u[a:b], i[a:b], y[a:b], 500, 90, compact) for a, b in zip(cuts[:-1], cuts[1:])]
+        if compact:
+            assert chunks[0].user_lo == u[:7].min() and len(chunks[0].user_counts) == u[:7].max() - u[:7].min() + 1
+            assert len(chunks[3].user_counts) == 0  # an empty chunk
+        got = RowStats.total(iter(chunks))
+        np.testing.assert_array_equal(got.user_counts, whole.user_counts)
+        np.testing.assert_array_equal(got.item_counts, whole.item_counts)
+        np.testing.assert_array_equal(got.digest, whole.digest)
+        assert got.ratings.value() == whole.ratings.value() and (got.rating_min, got.rating_max) == (0.5, 2.5)
     assert RowStats.total([]) is None
 
 

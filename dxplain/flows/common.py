@@ -21,7 +21,7 @@ from ..datasets.registry import resolve_prepared
 from ..errors import DxplainError
 from ..io import model_store, partitions, runs
 from ..io.atomic import Location, join
-from ..io.interactions import read_catalogue
+from ..io.interactions import read_catalogue_ids
 from ..io.spill import SpillList
 from ..mapper import LocalMapper, Mapper, peak_rss_mib
 from ..models.base import FactorModel
@@ -106,10 +106,8 @@ def load_training(dataset: str, settings: Settings, mapper: Mapper, implicit: bo
     file or a URL is loaded whole."""
     folder = resolve_prepared(dataset, settings)
     if folder is not None:
-        users, items = read_catalogue(folder)
         t = time.perf_counter()
-        summary = partitions.scan_source(mapper, folder / "interactions.parquet",
-                                         users.column("id").combine_chunks(), items.column("id").combine_chunks())
+        summary = partitions.scan_source(mapper, folder / "interactions.parquet", *read_catalogue_ids(folder))
         get_run_logger().info("dataset %s: %d interactions, %d users, %d items (scanned by tasks in %.1fs)",
                               folder.name, len(summary), summary.n_users, summary.n_items, time.perf_counter() - t)
         positives = Training(folder.name, summary, False, folder)

@@ -324,7 +324,7 @@ def _read_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> tuple[n
 
 
 def scan_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> RowStats:
-    return RowStats.of(*_read_chunk(chunk, user_ids, item_ids), len(user_ids), len(item_ids))
+    return RowStats.of(*_read_chunk(chunk, user_ids, item_ids), len(user_ids), len(item_ids), compact=True)
 
 
 def scan_source(mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array,

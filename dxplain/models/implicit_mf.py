@@ -156,7 +156,7 @@ def sample_part(parts, p: int, per_positive: int, seed: int, folder) -> RowStats
     i = np.concatenate([d.item.astype(np.int64), ni])
     y = np.concatenate([np.ones(len(d)), np.zeros(len(nu))])
     write_pairs_part(folder, p, d.user_ids, d.item_ids, u, i, rating=y)
-    return RowStats.of(u, i, y, d.n_users, d.n_items)
+    return RowStats.of(u, i, y, d.n_users, d.n_items, compact=True)  # a part's users are a range: sent as one
 
 
 def sample_in_parts(mapper, parts, per_positive: int, seed: int, folder) -> TableSummary:
