@@ -1,0 +1,181 @@
+"""Why ALS-MF converges slowly on the scaling sets (#22 item 1): sweeps to a stationary model, per solver variant.
+
+    python benchmarks/als_solvers.py --variant anderson --sweeps 80        # today's trainer's sweeps
+    python benchmarks/als_solvers.py --variant plain --sweeps 60
+    python benchmarks/als_solvers.py --variant balanced --sweeps 60
+    python benchmarks/als_solvers.py --variant anderson --memory 30 --sweeps 80
+    python benchmarks/als_solvers.py --variant anderson --no-guard --float64 --sweeps 60
+    python benchmarks/als_solvers.py --variant newton-mr --sweeps 20 --newton 6
+    python benchmarks/als_solvers.py --variant anderson --k 8 --sweeps 30 --every 5   # the control
+
+One process, 2 BLAS threads, the 1M scaling set (``benchmarks/scaling.py``'s: 10,000 users × 2,500 items,
+Zipf degrees, ratings of rank 8 plus noise), its popularity-drawn supplied targets (10 a user) and the
+default λ. Every ``--every`` sweeps it prints f, ‖∇f‖ and each side's relative fidelity error (median /
+p99 over the targets, measured as a refresh does: balanced factors, Σ attributions against the score).
+
+Variants (each an exact ALS sweep — users given V, then items given U — unless said):
+
+- ``plain``: sweeps alone;
+- ``balanced``: between sweeps V is replaced by V T⁻¹ with T = M^½, M UᵀU M = VᵀV (the symmetric
+  transform that balances UᵀU = VᵀV and so lowers the regulariser at the same UVᵀ; T = I at a balanced
+  pair, so a stationary point stays fixed);
+- ``anderson``: the trainer's Anderson acceleration on V (``--memory`` sweeps, float32 history), a
+  combination that raises f refused and the history reset (``--no-guard`` keeps every combination);
+- ``newton-mr``: ``--sweeps`` Anderson sweeps, then ``--newton`` Newton-MR steps towards ∇f = 0: MINRES on
+  H p = −∇f (the exact Hessian, indefinite; the per-row k×k blocks as preconditioner; ``--products`` at
+  most), the step halved until ‖∇f‖ falls. Any stationary point satisfies the representer identity, so
+  this aims at the nearest one rather than at a minimum.
+
+A study, not a product path: findings are in docs/scaling.md ("Solvers tried against it").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import scipy.linalg as sla
+from scipy.sparse.linalg import LinearOperator, minres
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scaling import dataset, supplied_targets  # noqa: E402
+from dxplain.datasets import resolve_dataset  # noqa: E402
+from dxplain.explain.representer import Preprocessed  # noqa: E402
+from dxplain.kernels import anderson  # noqa: E402
+from dxplain.kernels.als import pair_scores  # noqa: E402
+from dxplain.models.mf import LocalHalfSteps, MFModel, UPHILL_SLACK, default_lam  # noqa: E402
+
+
+def fidelity(U, V, data, mu, lam, u, i) -> str:
+    """Each side's relative identity error, median / p99 over the targets (item side: u's history)."""
+    pre = Preprocessed.from_model(MFModel(U, V, mu, lam, len(data)), data)
+    s = pair_scores(pre.Ut, pre.Vt, u, i)
+    out = []
+    for side, x in (("item", pair_scores(pre.A, pre.Vt, u, i)), ("user", pair_scores(pre.Ut, pre.B, u, i))):
+        r = np.abs(x - s) / np.abs(s)
+        out.append(f"{side} {np.median(r):.1e} / {np.quantile(r, 0.99):.1e}")
+    return ", ".join(out)
+
+
+def symmetric_balance(U, V):
+    """(U T, V T⁻¹) with T = M^½ symmetric positive definite and M UᵀU M = VᵀV (a balanced pair)."""
+    def sqrt_and_inverse(G):
+        w, W = sla.eigh(G)
+        return (W * np.sqrt(w)) @ W.T, (W / np.sqrt(w)) @ W.T
+
+    half, half_inv = sqrt_and_inverse(U.T @ U)
+    S, _ = sqrt_and_inverse(half @ (V.T @ V) @ half)
+    T, T_inv = sqrt_and_inverse(half_inv @ S @ half_inv)
+    return U @ T, V @ T_inv
+
+
+def newton_mr(hs, U, V, lam, n, steps, products, report):
+    """Newton-MR towards ∇f = 0 from (U, V): MINRES on the exact (indefinite) Hessian."""
+    nU, k = U.size, U.shape[1]
+
+    def split(x):
+        return x[:nU].reshape(U.shape), x[nU:].reshape(V.shape)
+
+    def grad(x):
+        _, gU, gV = hs.gradient(*split(x), lam)
+        return np.concatenate([gU.ravel(), gV.ravel()])
+
+    x, used = np.concatenate([U.ravel(), V.ravel()]), 0
+    g = grad(x)
+    for step in range(1, steps + 1):
+        A, B = hs.curvature_grams(*split(x))
+        inv = np.linalg.inv(np.concatenate([A, B]) + lam * np.eye(k))
+        M = LinearOperator((x.size,) * 2, matvec=lambda r: np.einsum("nkl,nl->nk", inv, r.reshape(len(inv), k)).ravel())
+        calls = [0]
+
+        def hv(v):
+            calls[0] += 1
+            hU, hV = hs.hessian_vector(*split(x), *split(v), lam)
+            return np.concatenate([hU.ravel(), hV.ravel()])
+
+        # rtol 1e-8: MINRES's least-squares test stops a singular system (the rotations) at once otherwise.
+        p, _ = minres(LinearOperator((x.size,) * 2, matvec=hv), -g, M=M, rtol=1e-8, maxiter=products)
+        used += calls[0]
+        t, gnorm = 1.0, np.linalg.norm(g)
+        while True:
+            g_new = grad(x + t * p)
+            if np.linalg.norm(g_new) < (1 - 1e-4 * t) * gnorm or t < 1e-4:
+                break
+            t /= 2
+        x, g = x + t * p, g_new
+        report(f"Newton-MR {step} ({used} Hessian products, step {t:g})", *split(x), float(np.linalg.norm(g)))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", type=int, default=1_000_000, help="interactions of the scaling set")
+    ap.add_argument("--variant", choices=["plain", "balanced", "anderson", "newton-mr"], default="anderson")
+    ap.add_argument("--sweeps", type=int, default=80)
+    ap.add_argument("--every", type=int, default=10)
+    ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--memory", type=int, default=10, help="Anderson's sweeps")
+    ap.add_argument("--no-guard", action="store_true", help="keep Anderson combinations that raise f")
+    ap.add_argument("--float64", action="store_true", help="Anderson's history in float64")
+    ap.add_argument("--newton", type=int, default=6, help="Newton-MR steps after the sweeps")
+    ap.add_argument("--products", type=int, default=40, help="Hessian products per Newton-MR step at most")
+    ap.add_argument("--finish-users", action="store_true",
+                    help="after the sweeps, one more users' half-step, so that U is the exact one given V")
+    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dxplain" / "bench")
+    a = ap.parse_args(argv)
+
+    folder = dataset(a.cache, a.size)
+    data = resolve_dataset(str(folder)).interactions
+    targets = pq.read_table(supplied_targets(folder))
+    u, i = (np.asarray(targets[c]).astype(np.intp) for c in ("user", "item"))  # the synthetic ids are positions
+    n, lam, mu = len(data), default_lam(len(data)), data.rating_mean()
+    print(f"{folder.name}: {n:,} ratings, {data.n_users:,} users × {data.n_items:,} items, k = {a.k}, "
+          f"{len(u):,} targets, {a.variant}", flush=True)
+    t0 = time.perf_counter()
+
+    def report(what, U, V, gnorm):
+        errors = fidelity(U, V, data, mu, lam, u, i)
+        print(f"{what}: {time.perf_counter() - t0:.1f} s, ‖∇f‖ {gnorm:.2e}, {errors}", flush=True)
+
+    with threadpool_limits(2):
+        hs = LocalHalfSteps(data, mu, lam * n / 2.0)
+        _, X = hs.initial(data.n_users, data.n_items, a.k, 0)
+        accelerated = a.variant in ("anderson", "newton-mr")
+        acc = anderson.Anderson(a.memory, dtype=np.float64 if a.float64 else np.float32) if accelerated else None
+        best, refused, accepted, accepted_U = np.inf, 0, None, None  # the first sweep is always accepted
+        for sweep in range(1, a.sweeps + 1):
+            U = hs.users(X)
+            V = hs.items(U)
+            rss, gsq, _ = hs.stationarity(U, V, lam, bound=False)
+            f = rss / n + 0.5 * lam * (np.vdot(U, U) + np.vdot(V, V))
+            if acc and not a.no_guard and f > best + UPHILL_SLACK * abs(best):
+                acc.reset()
+                X, refused = accepted, refused + 1
+                continue
+            best, accepted, accepted_U = f, V, U
+            if a.variant == "balanced":
+                U, V = symmetric_balance(U, V)
+            if sweep % a.every == 0 or sweep == a.sweeps:
+                report(f"sweep {sweep} (f {f:.10f}, {refused} combinations refused)", U, V, float(np.sqrt(gsq)))
+            if acc and sweep < a.sweeps:
+                acc.push(V, X)
+                X = acc.extrapolate()
+            else:
+                X = V
+        if a.finish_users:
+            U = hs.users(accepted)
+            rss, gsq, _ = hs.stationarity(U, accepted, lam, bound=False)
+            report("users' half-step after the sweeps", U, accepted, float(np.sqrt(gsq)))
+        if a.variant == "newton-mr":
+            newton_mr(hs, accepted_U, accepted, lam, n, a.newton, a.products, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
