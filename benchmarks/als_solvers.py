@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scaling import dataset, supplied_targets  # noqa: E402
 from dxplain.datasets import resolve_dataset  # noqa: E402
 from dxplain.explain.representer import Preprocessed  # noqa: E402
+from dxplain.io.interactions import index_of  # noqa: E402
 from dxplain.kernels import anderson  # noqa: E402
 from dxplain.kernels.als import pair_scores  # noqa: E402
 from dxplain.models.mf import LocalHalfSteps, MFModel, UPHILL_SLACK, default_lam  # noqa: E402
@@ -76,7 +77,7 @@ def symmetric_balance(U, V):
     return U @ T, V @ T_inv
 
 
-def newton_mr(hs, U, V, lam, n, steps, products, report):
+def newton_mr(hs, U, V, lam, steps, products, report):
     """Newton-MR towards ∇f = 0 from (U, V): MINRES on the exact (indefinite) Hessian."""
     nU, k = U.size, U.shape[1]
 
@@ -133,7 +134,8 @@ def main(argv=None) -> int:
     folder = dataset(a.cache, a.size)
     data = resolve_dataset(str(folder)).interactions
     targets = pq.read_table(supplied_targets(folder))
-    u, i = (np.asarray(targets[c]).astype(np.intp) for c in ("user", "item"))  # the synthetic ids are positions
+    u = index_of(targets["user"], data.user_ids, "user", "targets")
+    i = index_of(targets["item"], data.item_ids, "item", "targets")
     n, lam, mu = len(data), default_lam(len(data)), data.rating_mean()
     print(f"{folder.name}: {n:,} ratings, {data.n_users:,} users × {data.n_items:,} items, k = {a.k}, "
           f"{len(u):,} targets, {a.variant}", flush=True)
@@ -163,7 +165,7 @@ def main(argv=None) -> int:
                 U, V = symmetric_balance(U, V)
             if sweep % a.every == 0 or sweep == a.sweeps:
                 report(f"sweep {sweep} (f {f:.10f}, {refused} combinations refused)", U, V, float(np.sqrt(gsq)))
-            if acc and sweep < a.sweeps:
+            if acc and sweep + 1 < a.sweeps:  # the last sweep plain, as the trainer's (never refused)
                 acc.push(V, X)
                 X = acc.extrapolate()
             else:
@@ -173,7 +175,7 @@ def main(argv=None) -> int:
             rss, gsq, _ = hs.stationarity(U, accepted, lam, bound=False)
             report("users' half-step after the sweeps", U, accepted, float(np.sqrt(gsq)))
         if a.variant == "newton-mr":
-            newton_mr(hs, accepted_U, accepted, lam, n, a.newton, a.products, report)
+            newton_mr(hs, accepted_U, accepted, lam, a.newton, a.products, report)
     return 0
 
 

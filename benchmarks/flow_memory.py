@@ -58,6 +58,7 @@ def main() -> None:
             source = join(out, "sampled", "interactions.parquet")
             D = sample_in_parts(mapper, P_parts, a.per_positive, 0, source)
             memory("sample negatives", t0)
+            del P  # as in the flow: P's summary goes once D's is made (``flows.common.sampled_training``)
             partitions.stream_partitions(mapper, source, D, join(out, "D"))
             memory("partition D", t0)
     finally:

@@ -262,10 +262,13 @@ class RowStats:
         all ids, so that one sum and one result are held at a time."""
         total = None
         for s in stats:
+            shape = s.shape or (len(s.user_counts), len(s.item_counts))
             if total is None:
-                n_users, n_items = s.shape or (len(s.user_counts), len(s.item_counts))
-                total = RowStats(np.zeros(n_users, np.int64), np.zeros(n_items, np.int64), RatingSum({}), np.inf,
+                total = RowStats(np.zeros(shape[0], np.int64), np.zeros(shape[1], np.int64), RatingSum({}), np.inf,
                                  -np.inf, np.zeros_like(s.digest))
+            if shape != (len(total.user_counts), len(total.item_counts)):
+                raise ValueError(f"row stats over {shape} users × items added to a total over "
+                                 f"{(len(total.user_counts), len(total.item_counts))}")
             total.user_counts[s.user_lo:s.user_lo + len(s.user_counts)] += s.user_counts
             total.item_counts[s.item_lo:s.item_lo + len(s.item_counts)] += s.item_counts
             with np.errstate(over="ignore"):  # the digest is a sum mod 2⁶⁴

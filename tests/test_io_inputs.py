@@ -192,9 +192,10 @@ def test_a_sorted_vocabulary_is_searched_with_what_hashing_finds(kind):
     assert (expected >= 0).sum() > 250 and (expected < 0).sum() > 10
 
 
-def test_the_catalogue_ids_are_its_id_columns_alone_and_a_missing_table_is_named(tmp_path):
+def test_the_catalogue_ids_are_its_id_columns_alone_and_a_bad_table_is_named(tmp_path, monkeypatch):
     """Loading reads only the id column of users.parquet and items.parquet, as one array however many row
-    groups the file has; a folder without one of them is refused by name."""
+    groups the file has; a folder without one of them, or with one that has no ids or is not Parquet, is
+    refused by name with the fix."""
     from dxplain.io.interactions import read_catalogue, read_catalogue_ids
 
     ds = tmp_path / "ds"
@@ -203,11 +204,23 @@ def test_the_catalogue_ids_are_its_id_columns_alone_and_a_missing_table_is_named
     users = pq.read_table(ds / "users.parquet")
     users = users.append_column("title", pa.array([f"title {n}" for n in range(users.num_rows)]))
     pq.write_table(users, ds / "users.parquet", row_group_size=64)  # five row groups: five chunks read
-    user_ids, item_ids = read_catalogue_ids(ds)
     whole_users, whole_items = read_catalogue(ds)
+    asked = []
+    read = pq.ParquetFile.read
+    monkeypatch.setattr(pq.ParquetFile, "read", lambda self, columns=None, **kw: asked.append(columns)
+                        or read(self, columns=columns, **kw))
+    user_ids, item_ids = read_catalogue_ids(ds)
+    assert asked == [["id"], ["id"]]
     assert isinstance(user_ids, pa.Array) and isinstance(item_ids, pa.Array)
     assert user_ids.equals(whole_users.column("id").combine_chunks()) and len(user_ids) == 300
     assert item_ids.equals(whole_items.column("id").combine_chunks()) and len(item_ids) == 7
+    pq.write_table(users.drop_columns(["id"]), ds / "users.parquet")
+    with pytest.raises(InputError, match=r"users.parquet: needs a column 'id'; found \['title'\]; re-create"):
+        read_catalogue_ids(ds)
+    (ds / "users.parquet").write_text("user,title\n")
+    with pytest.raises(InputError, match="users.parquet: cannot be read as Parquet .*; re-create"):
+        read_catalogue_ids(ds)
     (ds / "items.parquet").unlink()
-    with pytest.raises(InputError, match="items.parquet"):
+    (ds / "users.parquet").unlink()
+    with pytest.raises(InputError, match="users.parquet: no such file; re-create"):
         read_catalogue_ids(ds)

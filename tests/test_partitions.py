@@ -405,20 +405,25 @@ def test_row_stats_of_any_split_total_the_whole_tables():
     rng = np.random.default_rng(4)
     u, i, y = rng.integers(0, 500, 4000), rng.integers(0, 90, 4000), rng.integers(1, 6, 4000) / 2
     u[:1500] = np.sort(u[:1500])  # a user-sorted stretch: its chunks' compact counts are narrow ranges
+    u, i = u.astype(np.int32), i.astype(np.int32)  # as the chunks' id lookups give them
+    u[-1], i[-1] = 499, 89  # the last ids of both spaces
     whole = RowStats.of(u, i, y, 500, 90)
     assert len(whole.user_counts) == 500 and len(whole.item_counts) == 90
-    cuts = [0, 7, 1500, 1501, 1501, 4000]
-    for compact in (False, True):
-        chunks = [RowStats.of(u[a:b], i[a:b], y[a:b], 500, 90, compact) for a, b in zip(cuts[:-1], cuts[1:])]
-        if compact:
-            assert chunks[0].user_lo == u[:7].min() and len(chunks[0].user_counts) == u[:7].max() - u[:7].min() + 1
-            assert len(chunks[3].user_counts) == 0  # an empty chunk
+    cuts = [0, 0, 7, 1500, 1501, 1501, 4000]  # an empty chunk first, and one in the middle
+    for compact in (False, True, "mixed"):
+        chunks = [RowStats.of(u[a:b], i[a:b], y[a:b], 500, 90, compact=compact is True or (compact and n % 2 == 1))
+                  for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+        if compact is True:
+            assert chunks[1].user_lo == u[:7].min() and len(chunks[1].user_counts) == u[:7].max() - u[:7].min() + 1
+            assert len(chunks[0].user_counts) == len(chunks[4].user_counts) == 0
         got = RowStats.total(iter(chunks))
         np.testing.assert_array_equal(got.user_counts, whole.user_counts)
         np.testing.assert_array_equal(got.item_counts, whole.item_counts)
         np.testing.assert_array_equal(got.digest, whole.digest)
         assert got.ratings.value() == whole.ratings.value() and (got.rating_min, got.rating_max) == (0.5, 2.5)
     assert RowStats.total([]) is None
+    with pytest.raises(ValueError, match="added to a total"):  # stats of another id space
+        RowStats.total([whole, RowStats.of(u, i, y, 501, 90)])
 
 
 def test_a_folder_of_files_is_read_as_pyarrow_reads_it_and_a_rerun_part_task_rebuilds_the_same_part(tmp_path):

@@ -23,7 +23,7 @@ from .. import __version__
 from ..errors import InputError
 from ..interactions import Interactions
 from .atomic import Location, atomic_dir, exists as _exists, join
-from .interactions import index_of
+from .interactions import index_of, read_id_column
 
 ROW_CHUNK = 65536
 
@@ -139,10 +139,7 @@ def read_model(path: Location, data: Interactions | None = None, factors: bool =
 
 def _read_ids(path: Path) -> pa.Array:
     if path.suffix in (".parquet", ".pq"):
-        t = pq.read_table(path)
-        if "id" not in t.column_names:
-            raise InputError(f"{path}: an id list needs a column 'id'; found {t.column_names}")
-        return t.column("id").combine_chunks()
+        return read_id_column(path, "an id list is a Parquet file with a column 'id' or a text file of one id a line")
     lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
     return pa.array([int(x) for x in lines]) if all(x.lstrip("-").isdigit() for x in lines) else pa.array(lines)
 

@@ -150,7 +150,9 @@ def _by_reference(root, user_cuts, item_cuts, n_users: int, n_items: int, n_inte
 @functools.lru_cache(maxsize=2)  # a run's stores: the positives' and the training table's
 def _ids_of(root: str, key: str, n_users: int, n_items: int) -> tuple[pa.Array, pa.Array]:
     """A store's id lists, read once per process and data (``key``): a worker's tasks share them."""
-    ids = tuple(_read_table(join(root, f"{side}_ids.parquet")).column("id").combine_chunks() for side in ("user", "item"))
+    from .interactions import read_id_column
+
+    ids = tuple(read_id_column(join(root, f"{side}_ids.parquet")) for side in ("user", "item"))
     if (len(ids[0]), len(ids[1])) != (n_users, n_items):
         raise RuntimeError(f"{root}: its id lists hold {len(ids[0])} users and {len(ids[1])} items, the parts "
                            f"{n_users} and {n_items}: the store was rewritten under a running job")
