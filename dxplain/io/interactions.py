@@ -367,9 +367,10 @@ def read_catalogue(path: Location) -> tuple[pa.Table | None, pa.Table | None]:
 
 def read_id_column(path: Location, fix: str = "") -> pa.Array:
     """The ``id`` column of a Parquet file (local or a URL) as one array, read without the file's other
-    columns (titles and features can be most of a catalogue). A one-chunk column is taken as it is, not
-    copied by ``combine_chunks``; Arrow's allocator keeps combined chunks' memory for reuse, so it is
-    handed back (at 50M Amazon-like interactions the users' ids are 76 MB read as 75 chunks)."""
+    columns (titles and features can be most of a catalogue). ``ParquetFile.read`` gives the column as
+    one chunk, taken as it is; should it give several, they are combined and the memory Arrow's allocator
+    keeps for reuse is handed back (``pq.read_table`` read the 76 MB of users' ids at 50M Amazon-like
+    interactions as 75 chunks, and the flow then kept about three times the ids' size)."""
     fs, p = filesystem(path)
     if not fs.exists(p):
         raise InputError(f"{path}: no such file; {fix or 'check the path'}")
