@@ -16,9 +16,8 @@ p99 over the targets, measured as a refresh does: balanced factors, Σ attributi
 Variants (each an exact ALS sweep — users given V, then items given U — unless said):
 
 - ``plain``: sweeps alone;
-- ``balanced``: between sweeps V is replaced by V T⁻¹ with T = M^½, M UᵀU M = VᵀV (the symmetric
-  transform that balances UᵀU = VᵀV and so lowers the regulariser at the same UVᵀ; T = I at a balanced
-  pair, so a stationary point stays fixed);
+- ``balanced``: between sweeps (U, V) is replaced by its balanced pair, UᵀU = VᵀV at the same UVᵀ (the
+  explanation's own transforms), which lowers the regulariser;
 - ``anderson``: the trainer's Anderson acceleration on V (``--memory`` sweeps, float32 history), a
   combination that raises f refused and the history reset (``--no-guard`` keeps every combination);
 - ``newton-mr``: ``--sweeps`` Anderson sweeps, then ``--newton`` Newton-MR steps towards ∇f = 0: MINRES on
@@ -38,7 +37,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
-import scipy.linalg as sla
 from scipy.sparse.linalg import LinearOperator, minres
 from threadpoolctl import threadpool_limits
 
@@ -47,10 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scaling import dataset, supplied_targets  # noqa: E402
 from dxplain.datasets import resolve_dataset  # noqa: E402
-from dxplain.explain.representer import Preprocessed  # noqa: E402
+from dxplain.explain.representer import Preprocessed, relative_error  # noqa: E402
 from dxplain.io.interactions import index_of  # noqa: E402
 from dxplain.kernels import anderson  # noqa: E402
 from dxplain.kernels.als import pair_scores  # noqa: E402
+from dxplain.kernels.representer import balance_transforms  # noqa: E402
 from dxplain.models.mf import LocalHalfSteps, MFModel, UPHILL_SLACK, default_lam  # noqa: E402
 
 
@@ -60,21 +59,16 @@ def fidelity(U, V, data, mu, lam, u, i) -> str:
     s = pair_scores(pre.Ut, pre.Vt, u, i)
     out = []
     for side, x in (("item", pair_scores(pre.A, pre.Vt, u, i)), ("user", pair_scores(pre.Ut, pre.B, u, i))):
-        r = np.abs(x - s) / np.abs(s)
+        r = relative_error(x, s)
         out.append(f"{side} {np.median(r):.1e} / {np.quantile(r, 0.99):.1e}")
     return ", ".join(out)
 
 
-def symmetric_balance(U, V):
-    """(U T, V T⁻¹) with T = M^½ symmetric positive definite and M UᵀU M = VᵀV (a balanced pair)."""
-    def sqrt_and_inverse(G):
-        w, W = sla.eigh(G)
-        return (W * np.sqrt(w)) @ W.T, (W / np.sqrt(w)) @ W.T
-
-    half, half_inv = sqrt_and_inverse(U.T @ U)
-    S, _ = sqrt_and_inverse(half @ (V.T @ V) @ half)
-    T, T_inv = sqrt_and_inverse(half_inv @ S @ half_inv)
-    return U @ T, V @ T_inv
+def balanced(U, V):
+    """(U T_U, V T_V) with the same UVᵀ and UᵀU = VᵀV (``kernels.representer.balance_transforms``; it also
+    rotates, which an ALS sweep carries through unchanged: users(V Q) = users(V) Q for orthogonal Q)."""
+    T_U, T_V = balance_transforms(U, V)
+    return U @ T_U, V @ T_V
 
 
 def newton_mr(hs, U, V, lam, steps, products, report):
@@ -162,7 +156,7 @@ def main(argv=None) -> int:
                 continue
             best, accepted, accepted_U = f, V, U
             if a.variant == "balanced":
-                U, V = symmetric_balance(U, V)
+                U, V = balanced(U, V)
             if sweep % a.every == 0 or sweep == a.sweeps:
                 report(f"sweep {sweep} (f {f:.10f}, {refused} combinations refused)", U, V, float(np.sqrt(gsq)))
             if acc and sweep + 1 < a.sweeps:  # the last sweep plain, as the trainer's (never refused)
