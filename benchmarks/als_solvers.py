@@ -7,6 +7,7 @@
     python benchmarks/als_solvers.py --variant anderson --no-guard --float64 --sweeps 60
     python benchmarks/als_solvers.py --variant newton-mr --sweeps 20 --newton 6
     python benchmarks/als_solvers.py --variant anderson --k 8 --sweeps 30 --every 5   # the control
+    python benchmarks/als_solvers.py --variant anderson --sweeps 60 --spectrum        # UVᵀ's and E's spectra
 
 One process, 2 BLAS threads, the 1M scaling set (``benchmarks/scaling.py``'s: 10,000 users × 2,500 items,
 Zipf degrees, ratings of rank 8 plus noise), its popularity-drawn supplied targets (10 a user) and the
@@ -62,6 +63,22 @@ def fidelity(U, V, data, mu, lam, u, i) -> str:
         r = relative_error(x, s)
         out.append(f"{side} {np.median(r):.1e} / {np.quantile(r, 0.99):.1e}")
     return ", ".join(out)
+
+
+def spectrum(hs, U, V) -> str:
+    """UVᵀ's singular values (top 8, then the rest's range) and the residual's top singular value σ₁(E), E
+    the sparse matrix of residuals on D, both in units of the ridge λ|D|/2: a factor with σ₁(E) < 1 there
+    cannot grow from zero, and σ₁(E) ≤ 1 certifies a rank-deficient stationary point as the global
+    optimum (the nuclear-norm problem's optimality condition)."""
+    from scipy.sparse.linalg import svds
+
+    T_U, T_V = balance_transforms(U, V)
+    s = np.sort(np.sum((U @ T_U) ** 2, axis=0))[::-1] / hs.ridge  # ŨᵀŨ = Σ₃ on the diagonal
+    E = hs.P.matrix(hs.y - pair_scores(U, V, hs.P.u, hs.P.i))
+    e1 = svds(E, k=1, return_singular_vectors=False)[0] / hs.ridge
+    rest = s[8:] if len(s) > 8 else np.zeros(1)
+    return (f"σ(UVᵀ)/ridge top {np.array2string(s[:8], precision=3)}, rest {rest.min():.2e}..{rest.max():.2e} "
+            f"({int(np.sum(s < 1e-3 * s[0]))} below 1e-3 of the top), σ₁(E)/ridge {e1:.6f}")
 
 
 def balanced(U, V):
@@ -122,6 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--products", type=int, default=40, help="Hessian products per Newton-MR step at most")
     ap.add_argument("--finish-users", action="store_true",
                     help="after the sweeps, one more users' half-step, so that U is the exact one given V")
+    ap.add_argument("--spectrum", action="store_true", help="print UVᵀ's and the residual's singular values")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dxplain" / "bench")
     a = ap.parse_args(argv)
 
@@ -138,6 +156,8 @@ def main(argv=None) -> int:
     def report(what, U, V, gnorm):
         errors = fidelity(U, V, data, mu, lam, u, i)
         print(f"{what}: {time.perf_counter() - t0:.1f} s, ‖∇f‖ {gnorm:.2e}, {errors}", flush=True)
+        if a.spectrum:
+            print("   ", spectrum(hs, U, V), flush=True)
 
     with threadpool_limits(2):
         hs = LocalHalfSteps(data, mu, lam * n / 2.0)
