@@ -263,3 +263,20 @@ def test_refresh_reads_and_writes_fsspec_urls(dataset, tmp_path):
     # The stored model on the URL is found and reused by the next run.
     s2 = refresh(dataset=f"{root}/data", out=f"{root}/out", **kw)
     assert s2["model"] == s["model"] and runs.resolve_run(f"{root}/out") == s2["run"] != s["run"]
+
+
+def test_keep_prunes_old_runs_and_the_stores_of_data_no_kept_run_used(tmp_path):
+    """A nightly refresh on changed data with --keep 1: yesterday's run, part store and model go; today's stay."""
+    kw = dict(out=str(tmp_path / "out"), top_n=3, top_k=2, k=4, lam=5e-3, shards=2, in_memory=True)
+    nights = []
+    for night in (1, 2):
+        folder = tmp_path / f"night{night}" / "small"  # the same dataset name, new data each night
+        write_dataset(folder, interactions_table(random_interactions(50, 40, 0.25, seed=night)))
+        nights.append(refresh(dataset=str(folder), keep=1, **kw))
+    first, second = nights
+    assert first["pruned_runs"] == [] and first["pruned_stores"] == []
+    assert second["pruned_runs"] == [Path(first["run"]).name]
+    old, new = (Path(s["model"]).name.split("-")[1] for s in nights)  # models/small-<fingerprint>-<tags>.zarr
+    assert old != new and second["pruned_stores"] == [f"models/{Path(first['model']).name}", f"partitions/small-{old}"]
+    assert not Path(first["model"]).exists() and Path(second["model"]).exists()
+    assert [p.name for p in (tmp_path / "out" / "partitions").iterdir()] == [f"small-{new}"]

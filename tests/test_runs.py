@@ -93,3 +93,60 @@ def test_keep_deletes_the_oldest_complete_runs_but_never_latest_or_an_unfinished
     assert runs.prune_runs(tmp_path, keep=1) == [old.name]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [unfinished.name, mid.name, new.name]
     assert runs.prune_runs(tmp_path, keep=2) == []
+
+
+def test_keep_deletes_the_stores_only_deleted_runs_used(tmp_path):
+    """A pruned run's model under <out>/models and its data's part store go, unless a remaining run (kept
+    or unfinished) uses them, or something in them was written after the pruning run began."""
+    import datetime as dt
+    import os
+    import time
+
+    def store(rel):
+        f = tmp_path / rel / "part-0.parquet"
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"x")
+        return tmp_path / rel
+
+    def run_at(hour, fp, model, complete=True):
+        plan = {"data": fp, "model": str(model)}
+        run, _ = runs.start_run(tmp_path, plan, now=dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc))
+        if complete:
+            runs.write_manifest(run, {"shards": []})
+        return run.name
+
+    old, mid, new, pending = ("0123456789abcdef"[i] * 16 for i in range(4))
+    model = {fp: store(f"models/ml-100k-{fp}-k32-lam0.0003-s0.zarr") for fp in (old, mid, new, pending)}
+    parts = {fp: store(f"partitions/ml-100k-{fp}") for fp in (old, mid, new, pending)}
+    imported = store("imported/model.zarr")  # a --model stored elsewhere: never touched
+    other = store(f"models/ml-100k-{new}-k8-lam0.0003-s0.zarr")  # the same data, a model no run names
+    names = [run_at(1, old, model[old]), run_at(2, mid, imported), run_at(3, new, model[new]),
+             run_at(4, pending, model[pending], complete=False)]
+    now = time.time()
+    for p in tmp_path.rglob("*"):
+        os.utime(p, (now - 7200, now - 7200))
+    os.utime(parts[mid] / "part-0.parquet")  # written after the pruning run began: another run may use it
+    pruned_runs, pruned_stores = runs.prune(tmp_path, 1, "ml-100k", since=now - 3600)
+    assert pruned_runs == names[:2]
+    assert pruned_stores == [f"models/ml-100k-{old}-k32-lam0.0003-s0.zarr", f"partitions/ml-100k-{old}"]
+    assert not model[old].exists() and not parts[old].exists() and parts[mid].exists() and imported.exists()
+    assert all(model[fp].exists() and parts[fp].exists() for fp in (new, pending)) and other.exists()
+
+
+def test_keep_deletes_no_store_while_a_remaining_runs_plan_cannot_be_read(tmp_path):
+    import datetime as dt
+
+    fp = "b" * 16
+    store = tmp_path / "partitions" / f"ds-{fp}"
+    store.mkdir(parents=True)
+    names = []
+    for hour, data in ((1, fp), (2, "c" * 16)):
+        run, _ = runs.start_run(tmp_path, {"data": data, "model": "elsewhere"},
+                                now=dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc))
+        runs.write_manifest(run, {"shards": []})
+        names.append(run.name)
+    legacy = tmp_path / "runs" / "2026-01-01T030000Z-legacy"  # the newest, from before plans were kept
+    legacy.mkdir()
+    (legacy / "manifest.json").write_text("{}")
+    assert runs.prune(tmp_path, 2, "ds", since=1e12) == ([names[0]], []) and store.exists()
+    assert runs.prune(tmp_path, 2, "ds", since=1e12) == ([], [])

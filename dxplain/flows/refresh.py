@@ -123,7 +123,8 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     strict : bool
         Refuse to publish a run whose fidelity error exceeds ``tol``.
     keep : int
-        After publishing, delete all but this many newest complete runs (default: keep every run).
+        After publishing, delete all but this many newest complete runs, and the part stores and models
+        that only the deleted runs used (default: keep every run and store).
     out, scheduler, workers, shards, in_memory
         Where results go and where the work runs (``dxplain.cli.common.run_options``).
 
@@ -138,7 +139,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     ``prediction`` is a probability σ(score).
     """
     validate(CONSTRAINTS, locals())
-    t0, seconds, peaks = time.perf_counter(), {}, {}
+    t0, started, seconds, peaks = time.perf_counter(), time.time(), {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     with open_mapper(settings, in_memory, shared=settings.out) as mapper:
         with stage(seconds, "load", peaks):  # a prepared dataset by tasks: this process keeps ids and degrees
@@ -175,8 +176,10 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     with stage(seconds, "publish", peaks):
         publish(settings.out, str(run_dir), entries, {"summary": summary})
     if keep is not None:
-        summary["pruned_runs"] = runs.prune_runs(settings.out, keep)
-        get_run_logger().info("--keep %d: deleted %d older run(s)", keep, len(summary["pruned_runs"]))
+        summary["pruned_runs"], summary["pruned_stores"] = runs.prune(settings.out, keep, training.name, started)
+        get_run_logger().info("--keep %d: deleted %d older run(s), and %d store(s) only they used%s", keep,
+                              len(summary["pruned_runs"]), len(summary["pruned_stores"]),
+                              "".join(f"\n  {s}" for s in summary["pruned_stores"]))
     get_run_logger().info(
         "refresh done: %d users, %d targets, %d attributions from %d scored pairs in %.1fs (%s; %d "
         "attributions/s in tasks); "

@@ -201,6 +201,72 @@ def prune_runs(out: Location, keep: int) -> list[str]:
     return doomed
 
 
+def prune(out: Location, keep: int, dataset: str, since: float) -> tuple[list[str], list[str]]:
+    """``prune_runs``, then the part stores and models that the deleted runs used and no remaining run
+    uses (remaining: kept and unfinished runs, which a rerun may resume); (runs, stores) deleted, stores as
+    paths under ``out``.
+
+    A run's plan names its data's fingerprint and its model: a model under ``<out>/models`` goes (one
+    imported or stored elsewhere is never touched), with its data's part store
+    ``<out>/partitions/<dataset>-<fingerprint>`` (``partitions.store_path``; the dataset's name is the model
+    name's prefix, ``model_store.model_path``, else ``dataset``). A store holding a file modified at or after
+    ``since`` (POSIX seconds: when the pruning run started) is kept, since another refresh may be using it
+    before its run folder exists; so is every store while a remaining run's plan cannot be read.
+    """
+    plans = _plans(out)
+    pruned = prune_runs(out, keep)
+    remaining = [plan for name, plan in plans.items() if name not in pruned]
+    if any(plan is None for plan in remaining):
+        return pruned, []
+    data_in_use = {plan.get("data") for plan in remaining}
+    models_in_use = {str(plan.get("model")) for plan in remaining}
+    models_root = str(join(out, "models"))
+    doomed = {}
+    for plan in (plans[name] for name in pruned):
+        fingerprint, model = (plan or {}).get("data"), str((plan or {}).get("model"))
+        if not isinstance(fingerprint, str) or fingerprint in data_in_use:
+            continue
+        parent, _, name = model.rpartition("/")  # not PurePosixPath: it would fold a URL's "//"
+        stored = parent == models_root and f"-{fingerprint}-" in name
+        if stored and model not in models_in_use:
+            doomed[f"models/{name}"] = model
+        owner = name.split(f"-{fingerprint}-")[0] if stored else dataset
+        doomed[f"partitions/{owner}-{fingerprint}"] = join(out, "partitions", f"{owner}-{fingerprint}")
+    deleted = []
+    for rel, loc in doomed.items():
+        fs, path = filesystem(loc)
+        if fs.exists(path) and not _written_since(fs, path, since):
+            fs.rm(path, recursive=True)
+            deleted.append(rel)
+    return pruned, deleted
+
+
+def _plans(out: Location) -> dict[str, dict | None]:
+    """Each run folder's plan (None where it cannot be read: a run from before plans were kept)."""
+    root = join(out, "runs")
+    fs, root_path = filesystem(root)
+    plans = {}
+    for p in fs.ls(root_path, detail=False) if fs.isdir(root_path) else []:
+        name = PurePosixPath(p).name
+        try:
+            plans[name] = json.loads(read_text(meta(join(root, name), "plan.json")))["plan"]
+        except (OSError, ValueError, KeyError, TypeError):
+            plans[name] = None
+    return plans
+
+
+def _written_since(fs, path: str, since: float) -> bool:
+    """Whether anything under ``path`` was modified at or after ``since``, or is a file with no time to tell
+    (object stores and ``memory://`` keep no folder times)."""
+    for info in [fs.info(path), *fs.find(path, withdirs=True, detail=True).values()]:
+        t = info.get("mtime", info.get("LastModified", info.get("created")))
+        if isinstance(t, dt.datetime):
+            t = t.timestamp()
+        if (t is None and info.get("type") != "directory") or (t is not None and t >= since):
+            return True
+    return False
+
+
 def resolve_run(path: Location) -> Location:
     """A run folder, or an output root whose LATEST names one."""
     path = join(path)
