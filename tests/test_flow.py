@@ -280,3 +280,24 @@ def test_keep_prunes_old_runs_and_the_stores_of_data_no_kept_run_used(tmp_path):
     assert old != new and second["pruned_stores"] == [f"models/{Path(first['model']).name}", f"partitions/small-{old}"]
     assert not Path(first["model"]).exists() and Path(second["model"]).exists()
     assert [p.name for p in (tmp_path / "out" / "partitions").iterdir()] == [f"small-{new}"]
+
+
+@pytest.mark.parametrize("lam", [None, 5e-3])
+def test_refresh_on_imported_factors_warns_why_the_attributions_miss_and_publishes(dataset, tmp_path, lam):
+    """Imported factors have no gradient norm: the fidelity warning says why they miss instead of failing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dxplain.datasets import resolve_dataset
+    from dxplain.io import model_store
+
+    data = resolve_dataset(str(dataset)).interactions
+    rng = np.random.default_rng(0)
+    for side, ids in (("U", data.user_ids), ("V", data.item_ids)):
+        pq.write_table(pa.table({"id": ids, "embedding": list(rng.normal(size=(len(ids), 4)))}), tmp_path / f"{side}.parquet")
+    model = model_store.import_embeddings(tmp_path / "imp.zarr", data, tmp_path / "U.parquet", tmp_path / "V.parquet",
+                                          lam=lam, mu=float(data.rating_mean()))
+    s = refresh(dataset=str(dataset), model=str(model), out=str(tmp_path / "out"), top_n=3, top_k=2, shards=2,
+                in_memory=True)
+    assert s["grad_norm"] is None and not s["fidelity_ok"] and runs.resolve_run(tmp_path / "out") == Path(s["run"])
+    assert ("have no λ" if lam is None else "not a stationary point") in s["fidelity_warning"]

@@ -63,8 +63,15 @@ def check_result(summary: dict, tol: float, strict: bool) -> None:
     worst = max(summary["fidelity_max_rel_error"].values())  # not None: some target was explained
     summary["fidelity_tol"], summary["fidelity_ok"] = tol, bool(worst <= tol)
     if worst > tol:
-        message = (f"fidelity: attributions miss the score by up to {worst:.1e} (relative), above --tol {tol:g}; "
-                   f"the model is not stationary enough (‖∇f‖ = {summary['grad_norm']:.1e})")
+        if summary["grad_norm"] is not None:
+            why = f"the model is not stationary enough (‖∇f‖ = {summary['grad_norm']:.1e})"
+        elif summary["lam"] is None:
+            why = ("the imported factors have no λ, so importances are relative and are not meant to sum to the "
+                   "score; import them with the --lam and --mu they were fitted with")
+        else:
+            why = ("the imported factors are not a stationary point of their objective on this data (exact "
+                   "attributions need the λ, μ and data they were fitted with, to convergence), or train here")
+        message = f"fidelity: attributions miss the score by up to {worst:.1e} (relative), above --tol {tol:g}; {why}"
         if strict:
             raise DegenerateError(message + ": --strict refuses to publish it")
         get_run_logger().warning(message)
