@@ -294,7 +294,8 @@ def test_refresh_on_imported_factors_warns_why_the_attributions_miss_and_publish
     data = resolve_dataset(str(dataset)).interactions
     rng = np.random.default_rng(0)
     for side, ids in (("U", data.user_ids), ("V", data.item_ids)):
-        pq.write_table(pa.table({"id": ids, "embedding": list(rng.normal(size=(len(ids), 4)))}), tmp_path / f"{side}.parquet")
+        factors = pa.table({"id": ids, "embedding": list(rng.normal(size=(len(ids), 4)))})
+        pq.write_table(factors, tmp_path / f"{side}.parquet")
     model = model_store.import_embeddings(tmp_path / "imp.zarr", data, tmp_path / "U.parquet", tmp_path / "V.parquet",
                                           lam=lam, mu=float(data.rating_mean()))
     s = refresh(dataset=str(dataset), model=str(model), out=str(tmp_path / "out"), top_n=3, top_k=2, shards=2,
