@@ -10,6 +10,22 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 
+def _env_int(name: str, raw: str) -> int:
+    """``DXPLAIN_<NAME>``'s integer, checked as the matching CLI option would be."""
+    from .errors import InputError
+    from .params import Interval
+
+    rule = {"workers": Interval(int, 1, example=2), "threads_per_worker": Interval(int, 1, example=1),
+            "blas_threads": Interval(int, 0, example=1)}[name]
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or not rule.check(value):
+        raise InputError(f"DXPLAIN_{name.upper()}={raw!r}: give {rule.describe()}, or unset it for the default")
+    return value
+
+
 def _default_data_home() -> str:
     return os.environ.get("DXPLAIN_HOME", str(Path.home() / ".cache" / "dxplain"))
 
@@ -39,7 +55,7 @@ class Settings:
         for f in fields(cls):
             raw = os.environ.get(f"DXPLAIN_{f.name.upper()}")
             if raw is not None and raw != "":
-                values[f.name] = int(raw) if f.type == "int" else raw
+                values[f.name] = _env_int(f.name, raw) if f.type == "int" else raw
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

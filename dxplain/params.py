@@ -89,3 +89,8 @@ def validate(constraints: dict[str, Constraint], values: dict[str, Any]) -> None
         v = values.get(name)
         if v is not None and not rule.check(v):
             raise InputError(f"{flag(name)} {v!r}: give {rule.describe()}")
+
+
+# The factor models' own options, shared by the commands that train one (refresh, train, negatives, ...).
+FACTORS = {"k": Interval(int, 1, example=32), "lam": Interval(float, 0, open_low=True, example=3e-4),
+           "seed": Interval(int, 0)}

@@ -36,6 +36,9 @@ def no_flow(monkeypatch):
     (["prototypes", "--user", "1", "-m", "0"], "-m 0: give an integer ≥ 1"),
     (["refresh", "--scheduler", "tcp://127.0.0.1:9"], "cannot reach the Dask scheduler"),
     (["refresh", "--keep", "0"], "--keep 0: give an integer ≥ 1"),
+    (["train", "--out", "m.zarr", "--k=-2"], "-k -2: give an integer ≥ 1"),
+    (["import-embeddings", "--dataset", "d", "--user-factors", "u", "--item-factors", "v", "--out", "m.zarr",
+      "--lam", "-1"], "--lam -1.0: give a number > 0"),
     (["refresh", "--targets", "no/such/pairs.parquet"], "--targets no/such/pairs.parquet: no such file"),
 ])
 def test_bad_option_is_one_line_and_exit_2(argv, says, no_flow, capsys):
@@ -43,6 +46,28 @@ def test_bad_option_is_one_line_and_exit_2(argv, says, no_flow, capsys):
     err = capsys.readouterr().err.strip()
     assert says in err and err.startswith("dxplain: error:") and len(err.splitlines()) == 1
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("variable,raw,says", [
+    ("DXPLAIN_WORKERS", "abc", "DXPLAIN_WORKERS='abc': give an integer ≥ 1"),
+    ("DXPLAIN_WORKERS", "0", "DXPLAIN_WORKERS='0': give an integer ≥ 1"),
+    ("DXPLAIN_BLAS_THREADS", "-1", "DXPLAIN_BLAS_THREADS='-1': give an integer ≥ 0"),
+])
+def test_bad_setting_in_the_environment_is_one_line_and_exit_2(variable, raw, says, no_flow, capsys, monkeypatch):
+    monkeypatch.setenv(variable, raw)
+    assert main(["refresh", "--top-n", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_an_url_whose_filesystem_is_not_installed_names_the_extra(no_flow, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("s3fs") is not None:
+        pytest.skip("s3fs is installed here, so s3:// URLs are served")
+    assert main(["refresh", "--out", "s3://bucket/dxplain"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "s3://bucket/dxplain" in err and "pip install -e '.[s3]'" in err and len(err.splitlines()) == 1
 
 
 def _bad_data(tmp_path, kind):

@@ -102,7 +102,11 @@ def precheck(kwargs: dict, named_only: bool = False, interactions: bool = False)
     if isinstance(targets, str) and is_local(targets) and not Path(targets).exists():
         raise InputError(f"--targets {targets}: no such file; check the path")
     out = kwargs.get("out") or Settings.from_env().out
-    if "://" not in str(out) and Path(out).is_file():
+    if "://" in str(out):
+        from ..io.atomic import filesystem
+
+        filesystem(out)  # its filesystem is installed
+    elif Path(out).is_file():
         raise InputError(f"--out {out}: is a file; give a folder (it is created)")
     scheduler = kwargs.get("scheduler") or (None if kwargs.get("in_memory") else Settings.from_env().scheduler)
     if scheduler and not kwargs.get("in_memory"):

@@ -6,6 +6,7 @@ import json
 
 from ..errors import DxplainError
 from ..models.mf import DEFAULT_K
+from ..params import FACTORS, validate
 
 LAM_HELP = "λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation)"
 
@@ -84,6 +85,7 @@ def cmd_train(a) -> int:
     from ..datasets import resolve_dataset
     from ..models.mf import ALSMF
 
+    validate(FACTORS, vars(a))
     _refuse_existing(a)
     ds = resolve_dataset(a.dataset)
     m = ALSMF(k=a.k, lam=a.lam, seed=a.seed).fit(ds.interactions)
@@ -96,6 +98,7 @@ def cmd_import_embeddings(a) -> int:
     from ..datasets import resolve_dataset
     from ..io.model_store import import_embeddings
 
+    validate({"lam": FACTORS["lam"]}, vars(a))
     _refuse_existing(a)
     ds = resolve_dataset(a.dataset)
     import_embeddings(a.out, ds.interactions, a.user_factors, a.item_factors, a.user_ids, a.item_ids,
@@ -133,11 +136,12 @@ def register(sub) -> None:
     d.set_defaults(func=cmd_datasets)
 
     t = sub.add_parser("train", help="train ALS-MF and store it")
-    t.add_argument("--dataset", default="movielens-100k")
-    t.add_argument("--out", required=True)
-    t.add_argument("--k", type=int, default=DEFAULT_K)
+    t.add_argument("--dataset", default="movielens-100k", help="a dataset name, folder or interaction file "
+                                                                "(default: movielens-100k)")
+    t.add_argument("--out", required=True, help="the model store to write (a .zarr folder)")
+    t.add_argument("--k", type=int, default=DEFAULT_K, help=f"rank (default {DEFAULT_K})")
     t.add_argument("--lam", type=float, help=LAM_HELP)
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")
     t.add_argument("--force", action="store_true", help="replace an existing --out")
     t.set_defaults(func=cmd_train)
 

@@ -21,15 +21,15 @@ from ..explain.representer import PREDICTION, check_explainable
 from ..io import runs
 from ..io.interactions import read_targets
 from ..models.mf import DEFAULT_K
-from ..params import Interval, validate
+from ..params import FACTORS, Interval, validate
 from ..refresh import RefreshJob, run_passes, shard_count, shard_users, summarize
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
 CONSTRAINTS = {
-    "top_n": Interval(int, 1, example=10), "top_k": Interval(int, 0, example=10), "k": Interval(int, 1, example=32),
-    "lam": Interval(float, 0, open_low=True, example=3e-4), "workers": Interval(int, 1, example=2),
+    **FACTORS, "top_n": Interval(int, 1, example=10), "top_k": Interval(int, 0, example=10),
+    "workers": Interval(int, 1, example=2),
     "shards": Interval(int, 1), "max_sweeps": Interval(int, 1, example=60), "newton_steps": Interval(int, 0),
-    "seed": Interval(int, 0), "neg_samples": Interval(int, 1, example=4),
+    "neg_samples": Interval(int, 1, example=4),
     "neg_weight": Interval(float, 0, open_low=True, example=1), "tol": Interval(float, 0, open_low=True, example=1e-4),
     "keep": Interval(int, 1, example=7),
 }

@@ -26,8 +26,15 @@ def join(base: Location, *names: str) -> Location:
 
 
 def filesystem(loc: Location):
-    """(fsspec filesystem, path within it) for a location."""
-    return fsspec.core.url_to_fs(str(loc))
+    """(fsspec filesystem, path within it) for a location; a URL whose filesystem is not installed is an
+    ``InputError`` naming what to install."""
+    try:
+        return fsspec.core.url_to_fs(str(loc))
+    except ImportError as e:
+        from ..errors import InputError
+
+        extra = " (dxplain's s3 extra: pip install -e '.[s3]')" if str(loc).startswith(("s3://", "s3a://")) else ""
+        raise InputError(f"{loc}: {e}{extra}") from None
 
 
 def exists(loc: Location) -> bool:
