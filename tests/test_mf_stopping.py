@@ -195,3 +195,21 @@ def test_the_last_sweep_of_a_budget_is_plain_so_a_capped_fit_ends_accepted(caplo
     half = LocalHalfSteps(d, d.rating_mean(), capped.lam * len(d) / 2)
     np.testing.assert_allclose(half.items(capped.U), capped.V, rtol=1e-10, atol=1e-12)
     assert capped.info["objective"] <= before.info["objective"]
+
+
+def test_a_row_whose_factors_vanished_does_not_hold_the_bound_up():
+    """A user whose factor all but vanished (‖Ũ_u‖ ~ 1e-40: the model collapsed on their ratings) has scores
+    below the floor relative errors divide by, so its gradient, however large against its own norm, cannot
+    move a relative error: the bound ignores it below the floor and counts it above (the ml-100k subset
+    where a refresh warned "stopped short" at ‖∇f‖ = 9e-18 with an item bound of 0.9987)."""
+    rng = np.random.default_rng(1)
+    lam = 0.1
+    for size, want in ((1e-40, 0.0), (1e-3, 0.5)):
+        U, V = rng.normal(size=(30, 4)), rng.normal(size=(20, 4))
+        U[0] *= size
+        T_U, T_V = balance_transforms(U, V)
+        U, V = U @ T_U, V @ T_V  # balanced: the bound is the rows' own ‖g‖ / (λ‖F‖)
+        gU, gV = np.zeros_like(U), np.zeros_like(V)
+        gU[0] = 0.5 * lam * U[0]  # half the row's own size: ε = 0.5 when the row counts
+        item, user = als.identity_bound(U, V, gU, gV, lam)
+        assert item == pytest.approx(want, abs=1e-9) and user == pytest.approx(0.0, abs=1e-9)

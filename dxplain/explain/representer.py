@@ -265,8 +265,9 @@ ERROR_DECADES = range(-16, 3)
 
 
 def relative_error(total: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """|Σ importance − score| / |score| per target (the score floored at 1e-12: a zero score has no scale)."""
-    return np.abs(total - score) / np.maximum(np.abs(score), 1e-12)
+    """|Σ importance − score| / |score| per target (the score floored at ``SCORE_FLOOR``: a zero score has no
+    scale)."""
+    return np.abs(total - score) / np.maximum(np.abs(score), K.SCORE_FLOOR)
 
 
 def decade_counts(rel: np.ndarray) -> dict[str, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .representer import balance_transforms
+from .representer import SCORE_FLOOR, balance_transforms, balanced_norm
 
 # Upper bound on floats in one padded (B, d, k) block: ~64 MB of float64.
 BLOCK_ELEMENTS = 1 << 23
@@ -200,8 +200,10 @@ def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
 
         |Σ item side − s_ij| / |s_ij| ≤ ε_item / cos θ_ij,   ε_item = max_i ‖G̃_U,i‖ / (λ ‖Ũ_i‖),
 
-    and ε_user likewise over the items. Rows whose factors are 0 (every score 0) are left out: a zero
-    score has no relative error. After an exact item half-step g_V = 0, so G̃_V holds only the
+    and ε_user likewise over the items. A score below ``SCORE_FLOOR`` has no scale (``relative_error``
+    divides by at least it), so a row's ‖Ũ_i‖ counts as at least ``SCORE_FLOOR`` / ‖Ṽ‖₂, the most its
+    scores can be (``min_norm`` of ``bound_rows``): a row whose factors all but vanished does not hold the
+    bound near 1 while its scores are rounding noise. After an exact item half-step g_V = 0, so G̃_V holds only the
     imbalance UᵀU − VᵀV, which is O(‖g_U‖/λ): both sides shrink with the gradient.
 
     Parameters
@@ -215,15 +217,24 @@ def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
     (ε_item, ε_user): the item side's bound comes from the users' gradient rows, the user side's from the items'.
     """
     T_U, T_V = balance_transforms(U, V)
-    return bound_rows(U, gU, T_U, T_V, lam), bound_rows(V, gV, T_V, T_U, lam)
+    floor = min_norm(U.T @ U, T_U)
+    return bound_rows(U, gU, T_U, T_V, lam, floor), bound_rows(V, gV, T_V, T_U, lam, floor)
 
 
-def bound_rows(F: np.ndarray, g: np.ndarray, T_own: np.ndarray, T_other: np.ndarray, lam: float) -> float:
+def min_norm(G_U: np.ndarray, T_U: np.ndarray) -> float:
+    """The balanced row norm below which every score of the row is under ``SCORE_FLOOR`` (inf if all are)."""
+    scale = balanced_norm(G_U, T_U)
+    return SCORE_FLOOR / scale if scale > 0 else np.inf
+
+
+def bound_rows(F: np.ndarray, g: np.ndarray, T_own: np.ndarray, T_other: np.ndarray, lam: float,
+               min_norm: float = 0.0) -> float:
     """One side's ε of ``identity_bound`` over some of its rows (F's rows, their gradient rows g): the
-    bound of a set of rows is the max over its parts, so parts on workers send one number each."""
+    bound of a set of rows is the max over its parts, so parts on workers send one number each. A row's
+    norm counts as at least ``min_norm`` (``identity_bound``); rows of norm 0 with it 0 are left out."""
     G = g @ T_other + lam * F @ (T_own - T_other)
-    norm = np.linalg.norm(F @ T_own, axis=1)
-    live = norm > 0
+    norm = np.maximum(np.linalg.norm(F @ T_own, axis=1), min_norm)
+    live = (norm > 0) & np.isfinite(norm)
     return float(np.max(np.linalg.norm(G[live], axis=1) / norm[live], initial=0.0)) / lam
 
 

@@ -18,6 +18,17 @@ import scipy.linalg as sla
 BLOCK_ELEMENTS = 1 << 22
 
 
+# A score below this has no scale: relative errors divide by at least it (``explain.representer.relative_error``).
+SCORE_FLOOR = 1e-12
+
+
+def balanced_norm(G: np.ndarray, T: np.ndarray) -> float:
+    """‖F T‖₂ from F's Gram G = FᵀF and a ``balance_transforms`` transform T: no row of the balanced factor
+    F T is longer, and both balanced factors have this norm (ŨᵀŨ = ṼᵀṼ = Σ₃), so no score exceeds
+    ‖Ũ_i‖ times it."""
+    return float(np.sqrt(max(np.max(np.diag(T.T @ G @ T), initial=0.0), 0.0)))
+
+
 def balance_transforms(U: np.ndarray, V: np.ndarray, rtol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
     """k×r matrices T_U, T_V with Ũ = U T_U, Ṽ = V T_V, ŨṼᵀ = UVᵀ and ŨᵀŨ = ṼᵀṼ = Σ₃ (Algorithm 1).
 

@@ -249,11 +249,12 @@ def _gradient_part(part, a: int, F_rows, F_cols, n: int, lam: float, loss) -> tu
     return loss.gradient(part, _rows_of(part, a, F_rows), F_cols, n, lam)
 
 
-def _stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, T_own, T_other, loss) -> tuple[float, float, float]:
+def _stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, T_own, T_other, min_norm,
+                       loss) -> tuple[float, float, float]:
     """A part's Σ of its loss terms, Σ of its gradient rows squared, and its rows' identity bound
     (``als.bound_rows``; 0 without transforms): three numbers back, not the gradient."""
     g, loss_sum = _gradient_part(part, a, F_rows, F_cols, n, lam, loss)
-    eps = 0.0 if T_own is None else als.bound_rows(_rows_of(part, a, F_rows), g, T_own, T_other, lam)
+    eps = 0.0 if T_own is None else als.bound_rows(_rows_of(part, a, F_rows), g, T_own, T_other, lam, min_norm)
     return loss_sum, float(np.sum(g * g)), eps
 
 
@@ -321,9 +322,10 @@ class PartHalfSteps(HalfSteps):
         """Σ r², ‖∇f‖² and the identity bound reduced from the parts' three numbers each: at 50M the
         gradient (users × k) and the bound's temporaries never reach this process."""
         T_U, T_V = balance_transforms(U, V) if bound else (None, None)
+        floor = als.min_norm(U.T @ U, T_U) if bound else None
         U_h, V_h = self.mapper.put(U), self.mapper.put(V)
-        users, items = self._rows(_stationarity_part, (U_h, V_h, self.n, lam, T_U, T_V),
-                                  (V_h, U_h, self.n, lam, T_V, T_U), "als-stationarity")
+        users, items = self._rows(_stationarity_part, (U_h, V_h, self.n, lam, T_U, T_V, floor),
+                                  (V_h, U_h, self.n, lam, T_V, T_U, floor), "als-stationarity")
         return _stationarity_total(users, items, bound)
 
     def hessian_vector(self, U, V, dU, dV, lam):
@@ -418,10 +420,14 @@ class BlockHalfSteps(HalfSteps):
         return V
 
     def stationarity(self, U: Blocks, V: Blocks, lam, bound):
-        T_U, T_V = balance_transforms_from_grams(U.gram(), V.gram()) if bound else (None, None)
+        G_U = U.gram() if bound else None
+        T_U, T_V = balance_transforms_from_grams(G_U, V.gram()) if bound else (None, None)
+        floor = als.min_norm(G_U, T_U) if bound else None
         key, triples = self._measured or (None, None)
         item_triples = triples if not bound and key == (V.paths, U.paths, lam) else None
-        sides = (("user", U, V, (T_U, T_V)),) + ((("item", V, U, (T_V, T_U)),) if item_triples is None else ())
+        sides = (("user", U, V, (T_U, T_V, floor)),)
+        if item_triples is None:
+            sides += (("item", V, U, (T_V, T_U, floor)),)
         tasks = [(_stationarity_compact, part, Ref(B.paths[p]), other.source, self.n, lam, *T, self.loss)
                  for side, B, other, T in sides for p, part in enumerate(self.parts[side])]
         out = self.mapper.map(call_loaded, tasks, name="als-stationarity")
@@ -461,12 +467,12 @@ def _solve_measured(part: str, F: RowSource, ridge, loss, X0, n, lam, out: str):
     (no transforms) from the same rows of F: (path, triple)."""
     view, F_cols = _read_compact(part, F)
     X = loss.solve(view, F_cols, ridge, X0)
-    return spill.save_file(out, X), _stationarity_part(view, 0, X, F_cols, n, lam, None, None, loss)
+    return spill.save_file(out, X), _stationarity_part(view, 0, X, F_cols, n, lam, None, None, None, loss)
 
 
-def _stationarity_compact(part: str, F_rows, F: RowSource, n, lam, T_own, T_other, loss):
+def _stationarity_compact(part: str, F_rows, F: RowSource, n, lam, T_own, T_other, min_norm, loss):
     view, F_cols = _read_compact(part, F)
-    return _stationarity_part(view, 0, F_rows, F_cols, n, lam, T_own, T_other, loss)
+    return _stationarity_part(view, 0, F_rows, F_cols, n, lam, T_own, T_other, min_norm, loss)
 
 
 @dataclass
