@@ -205,7 +205,7 @@ def test_flow_killed_mid_run_resumes_on_rerun(tmp_path, how):
 
     folder = tmp_path / "big"
     write_dataset(folder, interactions_table(random_interactions(600, 400, 0.2, seed=8)))
-    args = ["--dataset", str(folder), "--top-k", "0", "--k", "4", "--lam", "5e-3", "--shards", "60"]
+    args = ["--dataset", str(folder), "--top-k", "0", "--k", "4", "--lam", "2e-4", "--shards", "60"]
     args += ["--in-memory"] if how == "SIGKILL" else ["--workers", "2"]
     out = tmp_path / "out"
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}

@@ -148,7 +148,7 @@ def test_a_run_that_explains_nothing_fails_and_latest_stays(tmp_path, prefect_se
     from dxplain.flows.refresh import refresh
 
     with pytest.raises(DegenerateError, match="explained nothing"):
-        refresh(dataset=str(path), out=str(out), in_memory=True, k=2)
+        refresh(dataset=str(path), out=str(out), in_memory=True, k=2, lam=1e-3)  # the default collapses here
     assert (out / "LATEST").read_text() == "runs/an-earlier-run\n"
     assert not list(out.glob("runs/*/_meta/manifest.json"))
 
@@ -191,3 +191,14 @@ def test_refresh_on_a_prepared_implicit_dataset_samples_and_trains_by_tasks(tmp_
     assert main(["refresh", "--dataset", str(folder), "--out", str(out), "--in-memory", "-k", "4", "--top-n", "3",
                  "--top-k", "5", "--max-sweeps", "2", "--newton-steps", "0"]) == 0
     assert len(list((out / "models").glob("*bce-k4*sweeps2-newton0*"))) == 1 == len(list((out / "models").glob("*bce-k4*"))) - 1
+
+
+def test_factors_that_shrank_to_nearly_zero_are_refused_naming_lambda():
+    """A λ large enough that the optimum is UVᵀ = 0: ALS only approaches the zero, so the factors are tiny,
+    not zero, and every recommendation would be a tie broken by rounding."""
+    from conftest import random_interactions
+
+    d = random_interactions(60, 50, 0.2, seed=4)
+    with pytest.raises(DegenerateError, match=r"shrank to nearly zero .*λ = 10 outweighs the data: lower --lam"):
+        ALSMF(k=3, lam=10.0).fit(d)
+    assert np.abs(ALSMF(k=3, lam=1e-3).fit(d).U).max() > 1e-3  # a smaller λ on the same data is kept

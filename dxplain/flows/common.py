@@ -211,7 +211,7 @@ def train_or_load(name: str, data, model: str | None, out: str, k: int, lam: flo
     if model:
         logger.info("loading model %s", model)
         m = FactorModel.load(model, data, blocks=where)
-        m.check_not_degenerate(data, nonzero=(m.U.vdot() > 0 and m.V.vdot() > 0) if blocks else None)
+        m.check_not_degenerate(data)
         return m, model
     budget = dict(budget or {})
     if blocks and budget.get("polish_iters", 1) != 0:

@@ -13,6 +13,9 @@ import numpy as np
 from ..kernels.als import pair_scores
 
 # Attribute names the store keeps beside the factors (everything but U and V).
+# Factors whose every score is below this times the ratings' spread have collapsed (``check_not_degenerate``).
+COLLAPSED = 1e-6
+
 _META = ("mu", "lam", "n_train", "loss", "kind", "grad_norm", "info")
 
 
@@ -48,23 +51,31 @@ class FactorModel:
         """This model with its factors as arrays here: gathered from their row-block files, if kept so."""
         return self if isinstance(self.U, np.ndarray) else replace(self, U=self.U.gather(), V=self.V.gather())
 
-    def check_not_degenerate(self, data, nonzero: bool | None = None) -> None:
-        """Refuse all-zero factors (every score 0, every recommendation a tie broken by index), naming why.
-        ``nonzero``: whether both are nonzero, when measured elsewhere (factors kept in blocks).
+    def check_not_degenerate(self, data) -> None:
+        """Refuse factors that are zero, or so near it that every score is below ``COLLAPSED`` times the
+        ratings' spread (every recommendation then a tie broken by rounding), naming why. ‖U‖‖V‖
+        (Frobenius) bounds every |score|; factors kept in row blocks (``models.blocks``) sum it there.
 
-        Squared loss on ratings of a single value is the common cause: centring makes every target 0."""
-        if (np.any(self.U) and np.any(self.V)) if nonzero is None else nonzero:
+        Squared loss on ratings of a single value is a cause (centring makes every target 0); a λ large
+        enough that the optimum is UVᵀ = 0 is the other, and ALS only approaches that zero."""
+        def sqnorm(F):
+            return float(np.vdot(F, F)) if isinstance(F, np.ndarray) else F.vdot()
+
+        scale = float(np.sqrt(sqnorm(self.U) * sqnorm(self.V)))
+        lo, hi = data.rating_range()
+        if scale > 0 and (lo == hi or scale > COLLAPSED * (hi - lo)):
             return
         from ..errors import DegenerateError
 
-        lo, hi = data.rating_range()
         if len(data) and lo == hi:
             why = (f"the data has a single rating value ({lo:g}), which centring turns into "
                    "all-zero targets: use --implicit (BCE with sampled negatives; refresh and prototypes detect "
                    "such data by themselves)")
         else:
             why = f"λ = {self.lam:g} outweighs the data: lower --lam"
-        raise DegenerateError(f"the fitted {self.kind} factors are all zero: {why}")
+        state = "are all zero" if scale == 0 else (f"shrank to nearly zero (every |score| ≤ {scale:.1e}, for "
+                                                   f"ratings from {lo:g} to {hi:g})")
+        raise DegenerateError(f"the fitted {self.kind} factors {state}: {why}")
 
     def metadata(self) -> dict:
         """What the store writes beside U and V."""

@@ -593,7 +593,7 @@ class ALSMF:
         if bound is not None:
             info.update(identity_tol=self.identity_tol, identity_bound={"item": bound[0], "user": bound[1]})
         model = MFModel(U, V, mu, lam, n, grad_norm=gnorm, info=info)
-        model.check_not_degenerate(data, nonzero=half_steps.sqnorm(U) > 0 and half_steps.sqnorm(V) > 0)
+        model.check_not_degenerate(data)
         return model
 
     def converged(self, model: MFModel) -> bool:
