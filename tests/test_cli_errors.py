@@ -36,6 +36,7 @@ def no_flow(monkeypatch):
     (["prototypes", "--user", "1", "-m", "0"], "-m 0: give an integer ≥ 1"),
     (["refresh", "--scheduler", "tcp://127.0.0.1:9"], "cannot reach the Dask scheduler"),
     (["refresh", "--keep", "0"], "--keep 0: give an integer ≥ 1"),
+    (["refresh", "--model", "no/such/model.zarr"], "--model no/such/model.zarr: no such model store"),
     (["train", "--out", "m.zarr", "--k=-2"], "-k -2: give an integer ≥ 1"),
     (["import-embeddings", "--dataset", "d", "--user-factors", "u", "--item-factors", "v", "--out", "m.zarr",
       "--lam", "-1"], "--lam -1.0: give a number > 0"),
@@ -147,3 +148,15 @@ def test_prefect_tracebacks_of_a_dxplain_error_are_dropped_and_others_kept():
                                                  'InputError: d/items.parquet: column ...")'))
     assert keep(_record("prefect.task_runs", "Task run failed with exception: %r", RuntimeError("a bug")))
     assert keep(_record("prefect.flow_runs", 'Finished in state Failed("... RuntimeError: a bug")'))
+
+
+def test_volume_and_debug_options_work_after_the_command_too(capsys):
+    from dxplain.errors import InputError
+
+    assert main(["train", "--out", "m.zarr", "--k=0", "-q"]) == 2  # not "unrecognized arguments: -q"
+    assert capsys.readouterr().err.strip() == "dxplain: error: -k 0: give an integer ≥ 1 (e.g. 32)"
+    with pytest.raises(InputError, match="-k 0"):  # --debug after a nested command: the traceback
+        main(["train", "--out", "m.zarr", "--k=0", "--debug"])
+    with pytest.raises(SystemExit):
+        main(["train", "--out", "m.zarr", "-q", "-v"])  # still one or the other
+    assert "not allowed with argument" in capsys.readouterr().err

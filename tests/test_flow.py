@@ -302,3 +302,16 @@ def test_refresh_on_imported_factors_warns_why_the_attributions_miss_and_publish
                 in_memory=True)
     assert s["grad_norm"] is None and not s["fidelity_ok"] and runs.resolve_run(tmp_path / "out") == Path(s["run"])
     assert ("have no λ" if lam is None else "not a stationary point") in s["fidelity_warning"]
+
+
+def test_a_model_fitted_on_other_data_is_refused_before_anything_is_written(dataset, tmp_path):
+    from dxplain.datasets import resolve_dataset
+    from dxplain.models.mf import ALSMF
+
+    other = tmp_path / "other" / "small"
+    write_dataset(other, interactions_table(random_interactions(50, 40, 0.25, seed=5)))
+    data = resolve_dataset(str(other)).interactions
+    ALSMF(k=4, lam=5e-3).fit(data).save(tmp_path / "other.zarr", data)
+    with pytest.raises(InputError, match="fitted on other data"):
+        refresh(dataset=str(dataset), model=str(tmp_path / "other.zarr"), out=str(tmp_path / "out"), in_memory=True)
+    assert not (tmp_path / "out").exists()  # no part store, no run folder

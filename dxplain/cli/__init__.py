@@ -29,14 +29,31 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     command like ``explain`` or ``datasets`` should not pay)."""
     p = argparse.ArgumentParser(prog="dxplain", description="Explain recommendations in terms of the training "
                                 "data behind them. `dxplain COMMAND --help` lists a command's options.")
-    volume = p.add_mutually_exclusive_group()
-    volume.add_argument("-v", "--verbose", action="store_true", help="every step in the log (debug level)")
-    volume.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no progress line")
-    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    _volume_options(p, default=False)
     sub = p.add_subparsers(dest="command", required=True)
     for name in (only,) if only else COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
+    _give_every_command(p)
     return p
+
+
+def _volume_options(p: argparse.ArgumentParser, default) -> None:
+    volume = p.add_mutually_exclusive_group()
+    volume.add_argument("-v", "--verbose", action="store_true", default=default,
+                        help="every step in the log (debug level)")
+    volume.add_argument("-q", "--quiet", action="store_true", default=default,
+                        help="warnings and errors only, no progress line")
+    p.add_argument("--debug", action="store_true", default=default, help="show the traceback of an error")
+
+
+def _give_every_command(p: argparse.ArgumentParser) -> None:
+    """-v, -q and --debug after the command too (``dxplain refresh … -q``), at every level of subcommands;
+    there they default to SUPPRESS, so the value given before the command stands unless repeated after."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                _volume_options(command, default=argparse.SUPPRESS)
+                _give_every_command(command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -84,8 +84,8 @@ def flow_kwargs(a: argparse.Namespace) -> dict:
 def precheck(kwargs: dict, named_only: bool = False, interactions: bool = False) -> None:
     """The cheap checks of inputs every flow shares, before any Prefect server or cluster starts: the
     dataset exists (unless ``named_only``: the flow takes only the dataset names its constraints list)
-    and, for flows on (user, item, rating) interactions (``interactions``), reads as one; ``--out`` is not
-    a file; the scheduler answers."""
+    and, for flows on (user, item, rating) interactions (``interactions``), reads as one, and their
+    ``--model`` exists; ``--out`` is not a file; the scheduler answers."""
     from pathlib import Path
 
     from ..config import Settings
@@ -98,6 +98,10 @@ def precheck(kwargs: dict, named_only: bool = False, interactions: bool = False)
         check_dataset(kwargs["dataset"])
         if interactions and kwargs["dataset"].lower() not in ALIASES and is_local(kwargs["dataset"]):  # a path
             check_interactions(kwargs["dataset"], need_unrated="top_n" in kwargs and not kwargs.get("targets"))
+    model = kwargs.get("model") if interactions else None  # a stored factor model (evaluate's is a name)
+    if isinstance(model, str) and is_local(model) and not Path(model).exists():
+        raise InputError(f"--model {model}: no such model store; give a folder written by `dxplain train` or "
+                         "`dxplain import-embeddings`, or drop --model to train one")
     targets = kwargs.get("targets")  # a file of pairs (refresh); evaluate's is a count
     if isinstance(targets, str) and is_local(targets) and not Path(targets).exists():
         raise InputError(f"--targets {targets}: no such file; check the path")

@@ -18,7 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from ..config import Settings
 from ..errors import DegenerateError
 from ..explain.representer import PREDICTION, check_explainable
-from ..io import runs
+from ..io import model_store, runs
 from ..io.interactions import read_targets
 from ..models.mf import DEFAULT_K
 from ..params import FACTORS, Interval, validate
@@ -153,6 +153,8 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             training = load_training(dataset, settings, mapper, implicit, neg_samples, seed)
             data, implicit = training.data, training.implicit
             supplied = read_targets(targets, data) if targets else None  # bad input fails before any training
+            if model:  # fitted on these data and ids: checked before anything is written
+                model_store.read_model(model, data, factors=False)
         n_targets = len(supplied) if supplied is not None else data.n_users * top_n
         n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
         with stage(seconds, "partition", peaks):
