@@ -51,6 +51,9 @@ def test_cli_import_reports_the_problem_and_writes_nothing(tmp_path, capsys):
     ("", "the file is empty"),
     ("user,item,rating\n", "no rows"),
     ("reviewer,asin,overall\na,1,5\n", "missing column(s) ['user', 'item', 'rating']"),
+    ("user_id:token,item_id:token,rating:float\n1,2,5\n",  # RecBole's names: a mapping from its columns
+     "--columns user=user_id:token,item=item_id:token,rating=rating:float"),
+    ("a,b,c\n1,2,5\n", "--columns user=reviewerID,item=asin,rating=overall"),  # nothing to go by: the example
     ("user,item,rating\na,1,nan\n", "NaN or infinite"),
 ])
 def test_cli_import_of_bad_csv_writes_nothing(tmp_path, capsys, content, message):

@@ -82,12 +82,29 @@ def read_table(path: Location, columns: dict[str, str] | None = None, delimiter:
     return table
 
 
+# Words that name a column's role in common exports (RecBole's user_id:token, Amazon's reviewerID/asin/overall).
+_ROLE_WORDS = {"user": ("user", "reviewer", "customer"), "item": ("item", "asin", "movie", "product", "book"),
+               "rating": ("rating", "overall", "score", "stars")}
+
+
+def suggest_columns(names: list[str]) -> str:
+    """A ``--columns`` mapping for a file's column names: each role's first column whose name holds one of
+    its words (case-insensitive), else Amazon's names as the example."""
+    guess = {}
+    for role, words in _ROLE_WORDS.items():
+        found = [n for n in names if n not in guess.values() and any(w in n.lower() for w in words)]
+        guess[role] = found[0] if found else None
+    if None in guess.values():
+        guess = {"user": "reviewerID", "item": "asin", "rating": "overall"}
+    return ",".join(f"{role}={name}" for role, name in guess.items())
+
+
 def _check_schema(schema: pa.Schema, rows: int, source: str) -> None:
     missing = [c for c in REQUIRED if c not in schema.names]
     if missing:
         raise InputError(f"{source}: missing column(s) {missing}; found {schema.names}. Rename them, or "
                          "import the file with a mapping: dxplain datasets import FILE --out DIR "
-                         "--columns user=reviewerID,item=asin,rating=overall")
+                         f"--columns {suggest_columns(schema.names)}")
     if rows == 0:
         raise InputError(f"{source}: the table has no rows; it needs at least one interaction")
     for c in ("user", "item"):
