@@ -85,6 +85,9 @@ def test_unknown_ids_in_targets(tmp_path, small):
     pq.write_table(pa.table({"user": ["u000", "nobody"], "item": ["i001", "i002"]}), f)
     with pytest.raises(InputError, match=r"user\(s\) unknown to the dataset, e.g. \['nobody'\]"):
         read_targets(f, small)
+    pq.write_table(pa.table({"user": ["u000", "nobody"], "item": ["nothing", "i002"]}), f)  # both sides at once
+    with pytest.raises(InputError, match=r"e.g. \['nobody'\].*; and 1 row\(s\) name item\(s\) .* e.g. \['nothing'\]"):
+        read_targets(f, small)
     pq.write_table(pa.table({"user": ["u000", "u000"], "item": ["i001", "i001"]}), f)
     with pytest.raises(InputError, match="repeats"):
         read_targets(f, small)

@@ -422,8 +422,15 @@ def read_targets(path: Location, data: Interactions):
                          f"{table.column_names}")
     if table.num_rows == 0:
         raise InputError(f"{path}: the targets file has no rows; list at least one (user, item) pair")
-    u = index_of(table.column("user"), data.user_ids, "user", str(path))
-    i = index_of(table.column("item"), data.item_ids, "item", str(path))
+    found, problems = {}, []
+    for side, vocabulary in (("user", data.user_ids), ("item", data.item_ids)):  # both sides' problems at once
+        try:
+            found[side] = index_of(table.column(side), vocabulary, side, str(path))
+        except InputError as e:
+            problems.append(str(e).removeprefix(f"{path}: "))
+    if problems:
+        raise InputError(f"{path}: " + "; and ".join(problems))
+    u, i = found["user"], found["item"]
     key = u.astype(np.int64) * data.n_items + i
     if len(np.unique(key)) != len(key):
         raise InputError(f"{path}: the targets list repeats (user, item) pairs; list each pair once")
