@@ -160,3 +160,13 @@ def test_volume_and_debug_options_work_after_the_command_too(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--out", "m.zarr", "-q", "-v"])  # still one or the other
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_evaluate_on_a_scikit_learn_dataset_without_it_names_the_extra_before_any_flow(monkeypatch, tmp_path, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else real(name, *a))
+    assert main(["evaluate", "--dataset", "breast-cancer", "--out", str(tmp_path / "ev")]) == 2
+    assert "comes with scikit-learn: pip install -e '.[bench]'" in capsys.readouterr().err
+    assert not (tmp_path / "ev").exists()

@@ -18,6 +18,14 @@ from ..errors import InputError
 TABULAR = ("breast-cancer", "digits-4v9", "synthetic-sparse", "synthetic-small")
 
 
+def check_available(name: str) -> None:
+    """Refuse a dataset that ships with scikit-learn (an optional extra) when it is not installed."""
+    import importlib.util
+
+    if name in ("breast-cancer", "digits-4v9") and importlib.util.find_spec("sklearn") is None:
+        raise InputError(f"dataset {name!r} comes with scikit-learn: pip install -e '.[bench]'")
+
+
 def load_tabular(name: str):
     """(X, y) with y ∈ {0, 1}; X dense, or CSR for the sparse synthetic set."""
     if name == "synthetic-sparse":
@@ -29,10 +37,9 @@ def load_tabular(name: str):
         return X, y
     if name not in TABULAR:
         raise InputError(f"unknown classification dataset {name!r}; choose one of {', '.join(TABULAR)}")
-    try:
-        from sklearn import datasets
-    except ImportError:  # the loaders ship with scikit-learn, an optional extra
-        raise InputError(f"dataset {name!r} comes with scikit-learn: pip install -e '.[bench]'") from None
+    check_available(name)
+    from sklearn import datasets
+
     if name == "breast-cancer":
         d = datasets.load_breast_cancer()
         return d.data.astype(np.float64), d.target.astype(np.int64)

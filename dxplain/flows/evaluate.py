@@ -25,7 +25,7 @@ from ..evaluation.report import auc_del_markdown, deletion_plot_png
 from ..io.results import csv_bytes, evaluation_cache, write_results
 from ..models.two_tower import encode_features
 from ..params import Interval, OneOf, validate
-from .common import open_mapper
+from .common import open_mapper, transient
 
 CF_DATASETS = ("movielens-100k",)
 CF_MODELS = ("als", "softimpute", "sgd", "two-tower")
@@ -49,7 +49,7 @@ def code_fingerprint() -> str:
     return hashlib.sha256("".join(inspect.getsource(m) for m in mods).encode()).hexdigest()[:16]
 
 
-@task(cache_policy=INPUTS - "mapper", persist_result=True, retries=1)
+@task(cache_policy=INPUTS - "mapper", persist_result=True, retries=1, retry_condition_fn=transient)
 def evaluate_trial(dataset: str, trial: int, targets: int, n_lam: float, model: str, code: str, mapper) -> dict:
     """One trial's deletion curves; cached on its inputs and the code's fingerprint, so a rerun skips it."""
     if dataset in CF_DATASETS:
