@@ -149,6 +149,10 @@ def test_cli_refuses_unknown_target_ids_and_publishes_nothing(dataset, tmp_path,
     assert code == 2
     assert "ghost" in capsys.readouterr().err
     assert not (out / "LATEST").exists() and not (out / "runs").exists()
+    pq.write_table(pa.table({"user": ["ghost", "u001"], "item": ["i003", "i003"]}), targets)
+    s = refresh(dataset=str(dataset), out=str(out), targets=str(targets), k=4, lam=5e-3, in_memory=True,
+                skip_unseen=True)  # a nightly list naming a user the data does not have yet
+    assert s["targets_skipped_unseen"] == 1 and s["targets"] == 1 and (out / "LATEST").exists()
 
 
 def test_interrupted_run_resumes_keeping_verified_shards(dataset, tmp_path, monkeypatch):

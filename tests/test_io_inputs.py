@@ -92,8 +92,17 @@ def test_unknown_ids_in_targets(tmp_path, small):
     with pytest.raises(InputError, match="repeats"):
         read_targets(f, small)
     pq.write_table(pa.table({"user": ["u000", "u001"], "item": ["i001", "i002"]}), f)
-    t = read_targets(f, small)
-    assert t.user.tolist() == [0, 1] and t.item.tolist() == [1, 2]
+    t, skipped = read_targets(f, small)
+    assert t.user.tolist() == [0, 1] and t.item.tolist() == [1, 2] and skipped == 0
+    pairs = {"user": ["u000", "nobody", "u001", "u002"], "item": ["i001", "i002", "nothing", "i003"]}
+    pq.write_table(pa.table(pairs), f)
+    with pytest.raises(InputError, match="pass --skip-unseen to drop their pairs"):
+        read_targets(f, small, skip_unseen=False)
+    t, skipped = read_targets(f, small, skip_unseen=True)  # new users and items since the training data
+    assert t.user.tolist() == [0, 2] and t.item.tolist() == [1, 3] and skipped == 2
+    pq.write_table(pa.table({"user": ["nobody"], "item": ["i001"]}), f)
+    with pytest.raises(InputError, match="every target names a user or item the training data lacks"):
+        read_targets(f, small, skip_unseen=True)
 
 
 def test_a_movielens_1m_folder_imports_with_titles_genres_and_users(tmp_path, capsys):

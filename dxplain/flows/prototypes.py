@@ -124,7 +124,7 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
             training = load_training(dataset, settings, mapper, implicit, neg_samples, seed)
             data = training.data
             # Bad targets or an unknown user fail before any training.
-            supplied = read_targets(targets, data) if targets else None
+            supplied = read_targets(targets, data)[0] if targets else None
             u = None if targets else index_of(pa.array([user]), data.user_ids, "user", "--user").astype(np.int64)
         with stage(seconds, "partition", peaks):  # ALS trains on the parts, and exact greedy selects from them
             parts = partition(training, settings.out, mapper)

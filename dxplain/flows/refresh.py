@@ -91,7 +91,8 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             targets: str | None = None, shards: int | None = None, k: int = DEFAULT_K, lam: float | None = None,
             seed: int = 0, in_memory: bool = False, max_sweeps: int | None = None,
             newton_steps: int | None = None, implicit: bool = False, neg_samples: int = 4,
-            neg_weight: float = 1.0, tol: float = 1e-4, strict: bool = False, keep: int | None = None) -> dict:
+            neg_weight: float = 1.0, tol: float = 1e-4, strict: bool = False, keep: int | None = None,
+            skip_unseen: bool = False) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run.
 
     Parameters
@@ -106,6 +107,9 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         Top positive and negative attributions per target and side; 0 = all.
     targets : str
         Parquet/CSV of (user, item) to explain instead of the top-N.
+    skip_unseen : bool
+        Drop target pairs whose user or item the training data lacks (newer than the data), and say how
+        many (default: an error naming them).
     k : int
         Rank when training.
     lam : float
@@ -152,7 +156,11 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         with stage(seconds, "load", peaks):  # a prepared dataset by tasks: this process keeps ids and degrees
             training = load_training(dataset, settings, mapper, implicit, neg_samples, seed)
             data, implicit = training.data, training.implicit
-            supplied = read_targets(targets, data) if targets else None  # bad input fails before any training
+            # Bad input fails before any training.
+            supplied, unseen = read_targets(targets, data, skip_unseen) if targets else (None, 0)
+            if unseen:
+                get_run_logger().warning("--skip-unseen: %d target pair(s) name users or items the training data "
+                                         "lacks; explaining the other %d", unseen, len(supplied))
             if model:  # fitted on these data and ids: checked before anything is written
                 model_store.read_model(model, data, factors=False)
         n_targets = len(supplied) if supplied is not None else data.n_users * top_n
@@ -180,7 +188,8 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
                "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "peak_rss_mib": memory,
                "flow_peak_rss_mib_after_stage": peaks,
                "grad_norm": m.grad_norm, "loss": m.loss, "prediction": PREDICTION[m.loss],
-               "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k}
+               "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k,
+               "targets_skipped_unseen": unseen}
     check_result(summary, tol, strict)
     with stage(seconds, "publish", peaks):
         publish(settings.out, str(run_dir), entries, {"summary": summary})

@@ -207,17 +207,23 @@ UNKNOWN_IDS = "{n} row(s) name {what}(s) unknown to the dataset, e.g. {examples}
 def index_of(ids: pa.ChunkedArray | pa.Array, vocabulary: pa.Array, what: str, source: str,
              missing: str = UNKNOWN_IDS) -> np.ndarray:
     """Map original ids to indices in ``vocabulary``; ids not in it are an error naming them (``missing``)."""
-    if not vocabulary.type.equals(ids.type):
-        try:
-            ids = ids.cast(vocabulary.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise InputError(f"{source}: {what} ids of type {ids.type} do not match the dataset's {vocabulary.type}") from exc
+    ids = _as_type_of(ids, vocabulary, what, source)
     idx = _index_in(ids, vocabulary)
     unknown = idx < 0
     if unknown.any():
         examples = pc.unique(pc.filter(ids, pa.array(unknown))).to_pylist()[:5]
         raise InputError(f"{source}: " + missing.format(n=int(unknown.sum()), what=what, examples=examples))
     return idx.astype(np.int32)
+
+
+def _as_type_of(ids, vocabulary: pa.Array, what: str, source: str):
+    if vocabulary.type.equals(ids.type):
+        return ids
+    try:
+        return ids.cast(vocabulary.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InputError(f"{source}: {what} ids of type {ids.type} do not match the dataset's "
+                         f"{vocabulary.type}") from exc
 
 
 VALUE_SET_CHUNK = 1 << 20  # ids per hash table when a few ids are looked up in a large vocabulary
@@ -413,8 +419,11 @@ def read_catalogue_ids(folder: Location) -> tuple[pa.Array, pa.Array]:
     return read_id_column(join(folder, "users.parquet"), fix), read_id_column(join(folder, "items.parquet"), fix)
 
 
-def read_targets(path: Location, data: Interactions):
-    """A Parquet/CSV list of (user, item) to explain, in original ids; unknown ids are an error."""
+def read_targets(path: Location, data: Interactions, skip_unseen: bool | None = None) -> tuple[Targets, int]:
+    """A Parquet/CSV list of (user, item) to explain, in original ids, and how many pairs were skipped.
+    Ids that ``data`` lacks are an error naming them, unless ``skip_unseen`` drops their pairs (a nightly
+    list that names users or items newer than the training data); False: the error says --skip-unseen would,
+    None: the command has no such option."""
     table = read_table(path)
     missing = [c for c in ("user", "item") if c not in table.column_names]
     if missing:
@@ -422,6 +431,15 @@ def read_targets(path: Location, data: Interactions):
                          f"{table.column_names}")
     if table.num_rows == 0:
         raise InputError(f"{path}: the targets file has no rows; list at least one (user, item) pair")
+    skipped = 0
+    if skip_unseen:
+        seen = np.ones(table.num_rows, bool)
+        for side, vocabulary in (("user", data.user_ids), ("item", data.item_ids)):
+            seen &= _index_in(_as_type_of(table.column(side), vocabulary, side, str(path)), vocabulary) >= 0
+        skipped, table = int((~seen).sum()), table.filter(pa.array(seen))
+        if table.num_rows == 0:
+            raise InputError(f"{path}: every target names a user or item the training data lacks, so nothing "
+                             "is left to explain; list pairs of its users and items")
     found, problems = {}, []
     for side, vocabulary in (("user", data.user_ids), ("item", data.item_ids)):  # both sides' problems at once
         try:
@@ -429,7 +447,8 @@ def read_targets(path: Location, data: Interactions):
         except InputError as e:
             problems.append(str(e).removeprefix(f"{path}: "))
     if problems:
-        raise InputError(f"{path}: " + "; and ".join(problems))
+        hint = " (or pass --skip-unseen to drop their pairs)" if skip_unseen is False else ""
+        raise InputError(f"{path}: " + "; and ".join(problems) + hint)
     u, i = found["user"], found["item"]
     key = u.astype(np.int64) * data.n_items + i
     if len(np.unique(key)) != len(key):
@@ -439,12 +458,12 @@ def read_targets(path: Location, data: Interactions):
     # Arrow's allocator keeps what it freed for reuse: 0.3 GB after 5M targets, which the flow's process
     # would carry through training. Hand it back.
     pa.default_memory_pool().release_unused()
-    return targets
+    return targets, skipped
 
 
 def read_negatives(path: str | Path, P: Interactions) -> tuple[np.ndarray, np.ndarray]:
     """A Parquet/CSV list of negative (user, item) pairs in original ids; unknown ids or positives are errors."""
-    t = read_targets(path, P)
+    t, _ = read_targets(path, P)
     key = t.user.astype(np.int64) * P.n_items + t.item
     bad = np.isin(key, P.user.astype(np.int64) * P.n_items + P.item)
     if bad.any():
