@@ -16,7 +16,7 @@ def _env_int(name: str, raw: str) -> int:
     from .params import Interval
 
     rule = {"workers": Interval(int, 1, example=2), "threads_per_worker": Interval(int, 1, example=1),
-            "blas_threads": Interval(int, 0, example=1)}[name]
+            "blas_threads": Interval(int, 0, example=1)}.get(name, Interval(int))
     try:
         value = int(raw)
     except ValueError:

@@ -157,9 +157,16 @@ def test_volume_and_debug_options_work_after_the_command_too(capsys):
     assert capsys.readouterr().err.strip() == "dxplain: error: -k 0: give an integer ≥ 1 (e.g. 32)"
     with pytest.raises(InputError, match="-k 0"):  # --debug after a nested command: the traceback
         main(["train", "--out", "m.zarr", "--k=0", "--debug"])
-    with pytest.raises(SystemExit):
-        main(["train", "--out", "m.zarr", "-q", "-v"])  # still one or the other
-    assert "not allowed with argument" in capsys.readouterr().err
+    for argv in (["train", "--out", "m.zarr", "-q", "-v"], ["-q", "train", "--out", "m.zarr", "-v"]):
+        with pytest.raises(SystemExit):
+            main(argv)  # still one or the other, on one level or two
+        assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_model_given_as_a_file_url_passes_the_checks(no_flow, tmp_path):
+    (tmp_path / "m.zarr").mkdir()
+    with pytest.raises(AssertionError, match="a flow started"):  # the checks passed: the flow was next
+        main(["refresh", "--model", f"file://{tmp_path}/m.zarr", "--in-memory"])
 
 
 def test_evaluate_on_a_scikit_learn_dataset_without_it_names_the_extra_before_any_flow(monkeypatch, tmp_path, capsys):

@@ -202,3 +202,7 @@ def test_factors_that_shrank_to_nearly_zero_are_refused_naming_lambda():
     with pytest.raises(DegenerateError, match=r"shrank to nearly zero .*λ = 10 outweighs the data: lower --lam"):
         ALSMF(k=3, lam=10.0).fit(d)
     assert np.abs(ALSMF(k=3, lam=1e-3).fit(d).U).max() > 1e-3  # a smaller λ on the same data is kept
+    imported = FactorModel(np.full((d.n_users, 3), 1e-9), np.full((d.n_items, 3), 1e-9), 3.0, None, len(d),
+                           kind="imported")  # factors of another scale, with no λ to blame
+    with pytest.raises(DegenerateError, match="the imported factors shrank .*check the factor files"):
+        imported.check_not_degenerate(d)

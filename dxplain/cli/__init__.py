@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     verb = next((x for x in argv if not x.startswith("-")), None)  # the global options take no values
     module = MODULE_OF.get(verb, verb)
-    a = parser(module if module in COMMANDS else None).parse_args(argv)
+    p = parser(module if module in COMMANDS else None)
+    a = p.parse_args(argv)
+    if a.quiet and a.verbose:  # given on two levels, which argparse's exclusive group cannot see
+        p.error("argument -q/--quiet: not allowed with argument -v/--verbose")
     set_volume(a.quiet, a.verbose)
     in_main = threading.current_thread() is threading.main_thread()  # signal handlers live there only
     previous = signal.signal(signal.SIGINT, _interrupt) if in_main else None

@@ -91,7 +91,7 @@ def precheck(kwargs: dict, named_only: bool = False, interactions: bool = False)
     from ..config import Settings
     from ..datasets.registry import ALIASES, check_dataset
     from ..errors import InputError
-    from ..io.atomic import is_local
+    from ..io.atomic import exists, is_local
     from ..io.interactions import check_interactions
 
     if kwargs.get("dataset") and not named_only:
@@ -99,11 +99,11 @@ def precheck(kwargs: dict, named_only: bool = False, interactions: bool = False)
         if interactions and kwargs["dataset"].lower() not in ALIASES and is_local(kwargs["dataset"]):  # a path
             check_interactions(kwargs["dataset"], need_unrated="top_n" in kwargs and not kwargs.get("targets"))
     model = kwargs.get("model") if interactions else None  # a stored factor model (evaluate's is a name)
-    if isinstance(model, str) and is_local(model) and not Path(model).exists():
+    if isinstance(model, str) and is_local(model) and not exists(model):
         raise InputError(f"--model {model}: no such model store; give a folder written by `dxplain train` or "
                          "`dxplain import-embeddings`, or drop --model to train one")
     targets = kwargs.get("targets")  # a file of pairs (refresh); evaluate's is a count
-    if isinstance(targets, str) and is_local(targets) and not Path(targets).exists():
+    if isinstance(targets, str) and is_local(targets) and not exists(targets):
         raise InputError(f"--targets {targets}: no such file; check the path")
     out = kwargs.get("out") or Settings.from_env().out
     if "://" in str(out):

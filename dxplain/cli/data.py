@@ -139,7 +139,7 @@ def register(sub) -> None:
     t.add_argument("--dataset", default="movielens-100k", help="a dataset name, folder or interaction file "
                                                                 "(default: movielens-100k)")
     t.add_argument("--out", required=True, help="the model store to write (a .zarr folder)")
-    t.add_argument("--k", type=int, default=DEFAULT_K, help=f"rank (default {DEFAULT_K})")
+    t.add_argument("-k", "--k", type=int, default=DEFAULT_K, help=f"rank (default {DEFAULT_K})")
     t.add_argument("--lam", type=float, help=LAM_HELP)
     t.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")
     t.add_argument("--force", action="store_true", help="replace an existing --out")

@@ -201,10 +201,10 @@ def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
         |Σ item side − s_ij| / |s_ij| ≤ ε_item / cos θ_ij,   ε_item = max_i ‖G̃_U,i‖ / (λ ‖Ũ_i‖),
 
     and ε_user likewise over the items. A score below ``SCORE_FLOOR`` has no scale (``relative_error``
-    divides by at least it), so a row's ‖Ũ_i‖ counts as at least ``SCORE_FLOOR`` / ‖Ṽ‖₂, the most its
-    scores can be (``min_norm`` of ``bound_rows``): a row whose factors all but vanished does not hold the
-    bound near 1 while its scores are rounding noise. After an exact item half-step g_V = 0, so G̃_V holds only the
-    imbalance UᵀU − VᵀV, which is O(‖g_U‖/λ): both sides shrink with the gradient.
+    divides by at least it), so a row's ‖Ũ_i‖ counts as at least ``SCORE_FLOOR`` / ‖Ṽ‖₂ (``min_norm``;
+    ‖Ṽ_j‖ ≤ ‖Ṽ‖₂): a row whose factors all but vanished does not hold the bound near 1 while its scores
+    are rounding noise. After an exact item half-step g_V = 0, so G̃_V holds only the imbalance
+    UᵀU − VᵀV, which is O(‖g_U‖/λ): both sides shrink with the gradient.
 
     Parameters
     ----------
@@ -228,12 +228,12 @@ def min_norm(G_U: np.ndarray, T_U: np.ndarray) -> float:
 
 
 def bound_rows(F: np.ndarray, g: np.ndarray, T_own: np.ndarray, T_other: np.ndarray, lam: float,
-               min_norm: float = 0.0) -> float:
+               floor: float = 0.0) -> float:
     """One side's ε of ``identity_bound`` over some of its rows (F's rows, their gradient rows g): the
     bound of a set of rows is the max over its parts, so parts on workers send one number each. A row's
-    norm counts as at least ``min_norm`` (``identity_bound``); rows of norm 0 with it 0 are left out."""
+    norm counts as at least ``floor`` (``min_norm``); rows of norm 0 with it 0 are left out."""
     G = g @ T_other + lam * F @ (T_own - T_other)
-    norm = np.maximum(np.linalg.norm(F @ T_own, axis=1), min_norm)
+    norm = np.maximum(np.linalg.norm(F @ T_own, axis=1), floor)
     live = (norm > 0) & np.isfinite(norm)
     return float(np.max(np.linalg.norm(G[live], axis=1) / norm[live], initial=0.0)) / lam
 

@@ -25,7 +25,8 @@ SCORE_FLOOR = 1e-12
 def balanced_norm(G: np.ndarray, T: np.ndarray) -> float:
     """‖F T‖₂ from F's Gram G = FᵀF and a ``balance_transforms`` transform T: no row of the balanced factor
     F T is longer, and both balanced factors have this norm (ŨᵀŨ = ṼᵀṼ = Σ₃), so no score exceeds
-    ‖Ũ_i‖ times it."""
+    ‖Ũ_i‖ times it. Only for T from ``balance_transforms``: TᵀGT = Σ₃ is diagonal, so its largest diagonal
+    entry is its largest eigenvalue."""
     return float(np.sqrt(max(np.max(np.diag(T.T @ G @ T), initial=0.0), 0.0)))
 
 

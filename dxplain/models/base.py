@@ -12,10 +12,10 @@ import numpy as np
 
 from ..kernels.als import pair_scores
 
-# Attribute names the store keeps beside the factors (everything but U and V).
 # Factors whose every score is below this times the ratings' spread have collapsed (``check_not_degenerate``).
 COLLAPSED = 1e-6
 
+# Attribute names the store keeps beside the factors (everything but U and V).
 _META = ("mu", "lam", "n_train", "loss", "kind", "grad_norm", "info")
 
 
@@ -53,21 +53,25 @@ class FactorModel:
 
     def check_not_degenerate(self, data) -> None:
         """Refuse factors that are zero, or so near it that every score is below ``COLLAPSED`` times the
-        ratings' spread (every recommendation then a tie broken by rounding), naming why. ‖U‖‖V‖
-        (Frobenius) bounds every |score|; factors kept in row blocks (``models.blocks``) sum it there.
+        ratings' spread (every recommendation then a tie broken by rounding), naming why. The longest
+        rows' norms bound every |score|; factors kept in row blocks (``models.blocks``) find them there.
 
         Squared loss on ratings of a single value is a cause (centring makes every target 0); a λ large
         enough that the optimum is UVᵀ = 0 is the other, and ALS only approaches that zero."""
-        def sqnorm(F):
-            return float(np.vdot(F, F)) if isinstance(F, np.ndarray) else F.vdot()
+        def longest_row(F):
+            if not isinstance(F, np.ndarray):
+                return F.max_row_norm()
+            return float(np.sqrt(np.max(np.einsum("ij,ij->i", F, F), initial=0.0)))
 
-        scale = float(np.sqrt(sqnorm(self.U) * sqnorm(self.V)))
+        scale = longest_row(self.U) * longest_row(self.V)
         lo, hi = data.rating_range()
         if scale > 0 and (lo == hi or scale > COLLAPSED * (hi - lo)):
             return
         from ..errors import DegenerateError
 
-        if len(data) and lo == hi:
+        if self.kind == "imported" or self.lam is None:
+            why = "check the factor files and their scale (were they exported from the model that scores?)"
+        elif len(data) and lo == hi:
             why = (f"the data has a single rating value ({lo:g}), which centring turns into "
                    "all-zero targets: use --implicit (BCE with sampled negatives; refresh and prototypes detect "
                    "such data by themselves)")
@@ -75,7 +79,8 @@ class FactorModel:
             why = f"λ = {self.lam:g} outweighs the data: lower --lam"
         state = "are all zero" if scale == 0 else (f"shrank to nearly zero (every |score| ≤ {scale:.1e}, for "
                                                    f"ratings from {lo:g} to {hi:g})")
-        raise DegenerateError(f"the fitted {self.kind} factors {state}: {why}")
+        fitted = "" if self.kind == "imported" else "fitted "
+        raise DegenerateError(f"the {fitted}{self.kind} factors {state}: {why}")
 
     def metadata(self) -> dict:
         """What the store writes beside U and V."""

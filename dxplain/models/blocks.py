@@ -120,6 +120,10 @@ class Blocks:
             total = total + x
         return total
 
+    def max_row_norm(self) -> float:
+        """The longest row's norm, over the blocks."""
+        return float(np.sqrt(max(self.apply(_max_row_sqnorm, name="blocks-max-row"))))
+
     def vdot(self, other: "Blocks | None" = None) -> float:
         """⟨self, other⟩ (⟨self, self⟩ by default), summed in float64 over the blocks."""
         return float(self.reduce(_vdot, self if other is None else other, name="blocks-dot"))
@@ -239,6 +243,10 @@ def _normal(seed: int, side: int, p: int, rows: int, k: int) -> np.ndarray:
 
 def _vdot(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.vdot(a, b))
+
+
+def _max_row_sqnorm(a: np.ndarray) -> float:
+    return float(np.max(np.einsum("ij,ij->i", a, a), initial=0.0))
 
 
 def _gram(F: np.ndarray) -> np.ndarray:

@@ -249,12 +249,12 @@ def _gradient_part(part, a: int, F_rows, F_cols, n: int, lam: float, loss) -> tu
     return loss.gradient(part, _rows_of(part, a, F_rows), F_cols, n, lam)
 
 
-def _stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, T_own, T_other, min_norm,
+def _stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, T_own, T_other, floor,
                        loss) -> tuple[float, float, float]:
     """A part's Σ of its loss terms, Σ of its gradient rows squared, and its rows' identity bound
     (``als.bound_rows``; 0 without transforms): three numbers back, not the gradient."""
     g, loss_sum = _gradient_part(part, a, F_rows, F_cols, n, lam, loss)
-    eps = 0.0 if T_own is None else als.bound_rows(_rows_of(part, a, F_rows), g, T_own, T_other, lam, min_norm)
+    eps = 0.0 if T_own is None else als.bound_rows(_rows_of(part, a, F_rows), g, T_own, T_other, lam, floor)
     return loss_sum, float(np.sum(g * g)), eps
 
 
@@ -470,9 +470,9 @@ def _solve_measured(part: str, F: RowSource, ridge, loss, X0, n, lam, out: str):
     return spill.save_file(out, X), _stationarity_part(view, 0, X, F_cols, n, lam, None, None, None, loss)
 
 
-def _stationarity_compact(part: str, F_rows, F: RowSource, n, lam, T_own, T_other, min_norm, loss):
+def _stationarity_compact(part: str, F_rows, F: RowSource, n, lam, T_own, T_other, floor, loss):
     view, F_cols = _read_compact(part, F)
-    return _stationarity_part(view, 0, F_rows, F_cols, n, lam, T_own, T_other, min_norm, loss)
+    return _stationarity_part(view, 0, F_rows, F_cols, n, lam, T_own, T_other, floor, loss)
 
 
 @dataclass
