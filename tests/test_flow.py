@@ -271,12 +271,17 @@ def test_refresh_reads_and_writes_fsspec_urls(dataset, tmp_path):
 
 def test_keep_prunes_old_runs_and_the_stores_of_data_no_kept_run_used(tmp_path):
     """A nightly refresh on changed data with --keep 1: yesterday's run, part store and model go; today's stay."""
+    import os
+    import time
+
     kw = dict(out=str(tmp_path / "out"), top_n=3, top_k=2, k=4, lam=5e-3, shards=2, in_memory=True)
     nights = []
     for night in (1, 2):
         folder = tmp_path / f"night{night}" / "small"  # the same dataset name, new data each night
         write_dataset(folder, interactions_table(random_interactions(50, 40, 0.25, seed=night)))
         nights.append(refresh(dataset=str(folder), keep=1, **kw))
+        for p in (tmp_path / "out").rglob("*"):  # a day passes (a store written minutes ago counts as in use)
+            os.utime(p, (time.time() - 86400,) * 2)
     first, second = nights
     assert first["pruned_runs"] == [] and first["pruned_stores"] == []
     assert second["pruned_runs"] == [Path(first["run"]).name]

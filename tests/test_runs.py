@@ -126,8 +126,8 @@ def test_keep_deletes_the_stores_only_deleted_runs_used(tmp_path):
     for p in tmp_path.rglob("*"):
         os.utime(p, (now - 7200, now - 7200))
     os.utime(parts[mid] / "part-0.parquet")  # written after the pruning run began: another run may use it
-    pruned_runs, pruned_stores = runs.prune(tmp_path, 1, "ml-100k", since=now - 3600)
-    assert pruned_runs == names[:2]
+    pruned_runs, pruned_stores, failed = runs.prune(tmp_path, 1, "ml-100k", since=now - 3600)
+    assert pruned_runs == names[:2] and failed == []
     assert pruned_stores == [f"models/ml-100k-{old}-k32-lam0.0003-s0.zarr", f"partitions/ml-100k-{old}"]
     assert not model[old].exists() and not parts[old].exists() and parts[mid].exists() and imported.exists()
     assert all(model[fp].exists() and parts[fp].exists() for fp in (new, pending)) and other.exists()
@@ -148,5 +148,53 @@ def test_keep_deletes_no_store_while_a_remaining_runs_plan_cannot_be_read(tmp_pa
     legacy = tmp_path / "runs" / "2026-01-01T030000Z-legacy"  # the newest, from before plans were kept
     legacy.mkdir()
     (legacy / "manifest.json").write_text("{}")
-    assert runs.prune(tmp_path, 2, "ds", since=1e12) == ([names[0]], []) and store.exists()
-    assert runs.prune(tmp_path, 2, "ds", since=1e12) == ([], [])
+    assert runs.prune(tmp_path, 2, "ds", since=1e12) == ([names[0]], [], []) and store.exists()
+    assert runs.prune(tmp_path, 2, "ds", since=1e12) == ([], [], [])
+
+
+def test_keep_deletes_the_stores_a_run_recorded_together_or_not_at_all(tmp_path, monkeypatch):
+    """Recorded stores (an implicit dataset's positives too) go with their run; one recently written keeps
+    its whole group; a store that cannot be deleted is reported, not raised (the run is published)."""
+    import datetime as dt
+    import os
+    import time
+
+    import fsspec.implementations.local as local
+
+    def store(rel):
+        f = tmp_path / rel / "part-0.parquet"
+        f.parent.mkdir(parents=True)
+        f.write_bytes(b"x")
+        return tmp_path / rel
+
+    def run_at(hour, stores):
+        when = dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc)
+        run, _ = runs.start_run(tmp_path, {"data": str(hour)}, now=when)
+        runs.record_stores(run, [str(s) for s in stores])
+        runs.write_manifest(run, {"shards": []})
+        return run.name
+
+    D1, P1, M1 = store("partitions/ds-d1"), store("partitions/ds-p1"), store("models/ds-d1-bce.zarr")
+    D2, M2 = store("partitions/ds-d2"), store("models/ds-d2-bce.zarr")
+    shared = store("partitions/ds-shared")  # used by a kept run too
+    first = run_at(1, [D1, P1 / "sampled-m4-s0", M1, shared])
+    second = run_at(2, [D2, M2, tmp_path / "elsewhere.zarr"])
+    run_at(3, [shared])
+    now = time.time()
+    for p in tmp_path.rglob("*"):
+        os.utime(p, (now - 7200, now - 7200))
+    os.utime(D2 / "part-0.parquet")  # reused by a refresh still running: its model stays with it
+    real_rm = local.LocalFileSystem.rm
+
+    def rm(self, path, *a, **kw):
+        if path.endswith("models/ds-d1-bce.zarr"):
+            raise PermissionError("not allowed")
+        return real_rm(self, path, *a, **kw)
+
+    monkeypatch.setattr(local.LocalFileSystem, "rm", rm)
+    pruned, deleted, failed = runs.prune(tmp_path, 1, "ds", since=now - 3600)
+    assert pruned == [first, second]
+    assert deleted == ["partitions/ds-d1", "partitions/ds-p1"] and not D1.exists() and not P1.exists()
+    assert failed == ["models/ds-d1-bce.zarr: not allowed"] and M1.exists()
+    assert D2.exists() and M2.exists() and shared.exists()
+

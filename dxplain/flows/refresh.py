@@ -179,6 +179,8 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
                 "top_n": top_n, "top_k": top_k, "shards": n_shards,
                 "targets": runs.sha256_file(targets) if targets else None}
         run_dir, resumed = runs.start_run(settings.out, plan)
+        # What --keep may delete with this run once it is pruned: never a model given with --model.
+        runs.record_stores(run_dir, [parts.root, training.source, None if model else model_path])
         if resumed:
             get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
         with stage(seconds, "recommend_explain_write", peaks):  # targets, attributions and shard files, per shard
@@ -194,10 +196,14 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     with stage(seconds, "publish", peaks):
         publish(settings.out, str(run_dir), entries, {"summary": summary})
     if keep is not None:
-        summary["pruned_runs"], summary["pruned_stores"] = runs.prune(settings.out, keep, training.name, started)
+        summary["pruned_runs"], summary["pruned_stores"], failed = runs.prune(settings.out, keep, training.name,
+                                                                               started)
         get_run_logger().info("--keep %d: deleted %d older run(s), and %d store(s) only they used%s", keep,
                               len(summary["pruned_runs"]), len(summary["pruned_stores"]),
                               "".join(f"\n  {s}" for s in summary["pruned_stores"]))
+        if failed:
+            get_run_logger().warning("--keep: %d store(s) could not be deleted (delete them by hand):%s", len(failed),
+                                     "".join(f"\n  {s}" for s in failed))
     get_run_logger().info(
         "refresh done: %d users, %d targets, %d attributions from %d scored pairs in %.1fs (%s; %d "
         "attributions/s in tasks); "

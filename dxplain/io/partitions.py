@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -254,6 +255,8 @@ def _reusable(index_loc: Location, key: str) -> dict | None:
         return None
     index = json.loads(read_text(index_loc))
     if index.get("key") == key:
+        # Reused: say so by a write, which ``runs.prune`` sees as the store being in use.
+        write_text_atomic(join(str(index_loc).rsplit("/", 1)[0], ".last-used"), f"{time.time()}\n")
         return index
     fs, path = filesystem(index_loc)
     fs.rm(path)

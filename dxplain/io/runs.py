@@ -201,58 +201,86 @@ def prune_runs(out: Location, keep: int) -> list[str]:
     return doomed
 
 
-def prune(out: Location, keep: int, dataset: str, since: float) -> tuple[list[str], list[str]]:
-    """``prune_runs``, then the part stores and models that the deleted runs used and no remaining run
-    uses (remaining: kept and unfinished runs, which a rerun may resume); (runs, stores) deleted, stores as
-    paths under ``out``.
+# A store written this long before the pruning run began still counts as in use: file times may be coarse
+# (1–2 s on some filesystems) and an object store's clock may be a little off.
+CLOCK_SLACK = 5.0
 
-    A run's plan names its data's fingerprint and its model: a model under ``<out>/models`` goes (one
-    imported or stored elsewhere is never touched), with its data's part store
-    ``<out>/partitions/<dataset>-<fingerprint>`` (``partitions.store_path``; the dataset's name is the model
-    name's prefix, ``model_store.model_path``, else ``dataset``). A store holding a file modified at or after
-    ``since`` (POSIX seconds: when the pruning run started) is kept, since another refresh may be using it
-    before its run folder exists; so is every store while a remaining run's plan cannot be read.
+
+def record_stores(run: Location, stores: list) -> None:
+    """Note the part stores and model ``run`` reads (``prune`` deletes exactly those when the run goes)."""
+    write_text_atomic(meta(run, "stores.json"), json.dumps([str(s) for s in stores if s is not None]))
+
+
+def prune(out: Location, keep: int, dataset: str, since: float) -> tuple[list[str], list[str], list[str]]:
+    """``prune_runs``, then the stores (under ``<out>/partitions`` and ``<out>/models``) that the deleted runs
+    used and no remaining run uses; (runs deleted, stores deleted, stores that could not be, with why).
+
+    A run's stores are those it recorded (``record_stores``: its part store, an implicit dataset's positives,
+    its model); a run from before they were recorded is taken to use its model, if under ``<out>/models``
+    (one imported or stored elsewhere is never touched), and ``partitions/<dataset>-<fingerprint>``, the
+    dataset's name being the model name's prefix, else ``dataset``. Remaining runs are listed again after
+    the deletions, so a run started meanwhile counts. A deleted run's stores are kept together if any of
+    them holds a file modified after ``since`` − ``CLOCK_SLACK`` (POSIX seconds; ``since`` is when the
+    pruning run began): another refresh may be using them before its run folder exists, and reusing a
+    part store writes its ``.last-used``. Nothing is deleted while a remaining run's plan cannot be read.
     """
-    plans = _plans(out)
+    before = _runs(out)
     pruned = prune_runs(out, keep)
-    remaining = [plan for name, plan in plans.items() if name not in pruned]
-    if any(plan is None for plan in remaining):
-        return pruned, []
-    data_in_use = {plan.get("data") for plan in remaining}
-    models_in_use = {str(plan.get("model")) for plan in remaining}
-    models_root = str(join(out, "models"))
-    doomed = {}
-    for plan in (plans[name] for name in pruned):
-        fingerprint, model = (plan or {}).get("data"), str((plan or {}).get("model"))
-        if not isinstance(fingerprint, str) or fingerprint in data_in_use:
+    remaining = _runs(out)
+    if any(plan is None for plan, _ in remaining.values()):
+        return pruned, [], []
+    in_use = set().union(*(_stores_of(out, dataset, *run) for run in remaining.values()))
+    deleted, failed = [], []
+    for name in pruned:
+        group = sorted(_stores_of(out, dataset, *before[name]) - in_use)
+        found = [(rel, filesystem(join(out, rel))) for rel in group]
+        found = [(rel, fs, path) for rel, (fs, path) in found if fs.exists(path)]
+        if any(_written_since(fs, path, since - CLOCK_SLACK) for _, fs, path in found):
             continue
-        parent, _, name = model.rpartition("/")  # not PurePosixPath: it would fold a URL's "//"
-        stored = parent == models_root and f"-{fingerprint}-" in name
-        if stored and model not in models_in_use:
-            doomed[f"models/{name}"] = model
-        owner = name.split(f"-{fingerprint}-")[0] if stored else dataset
-        doomed[f"partitions/{owner}-{fingerprint}"] = join(out, "partitions", f"{owner}-{fingerprint}")
-    deleted = []
-    for rel, loc in doomed.items():
-        fs, path = filesystem(loc)
-        if fs.exists(path) and not _written_since(fs, path, since):
-            fs.rm(path, recursive=True)
-            deleted.append(rel)
-    return pruned, deleted
+        for rel, fs, path in found:
+            try:
+                fs.rm(path, recursive=True)
+                deleted.append(rel)
+            except OSError as e:  # the run is published already: a store that stays is no reason to fail it
+                failed.append(f"{rel}: {e}")
+    return pruned, deleted, failed
 
 
-def _plans(out: Location) -> dict[str, dict | None]:
-    """Each run folder's plan (None where it cannot be read: a run from before plans were kept)."""
+def _runs(out: Location) -> dict[str, tuple[dict | None, list | None]]:
+    """Each run folder's (plan, recorded stores); None where one cannot be read (a run from before)."""
     root = join(out, "runs")
     fs, root_path = filesystem(root)
-    plans = {}
+    runs = {}
     for p in fs.ls(root_path, detail=False) if fs.isdir(root_path) else []:
         name = PurePosixPath(p).name
-        try:
-            plans[name] = json.loads(read_text(meta(join(root, name), "plan.json")))["plan"]
-        except (OSError, ValueError, KeyError, TypeError):
-            plans[name] = None
-    return plans
+        found = []
+        for file, field in (("plan.json", "plan"), ("stores.json", None)):
+            try:
+                value = json.loads(read_text(meta(join(root, name), file)))
+                found.append(value[field] if field else value)
+            except (OSError, ValueError, KeyError, TypeError):
+                found.append(None)
+        runs[name] = tuple(found)
+    return runs
+
+
+def _stores_of(out: Location, dataset: str, plan: dict | None, stores: list | None) -> set[str]:
+    """The stores a run uses, as ``partitions/<name>`` or ``models/<name>`` under ``out`` (see ``prune``)."""
+    if plan is None:
+        return set()
+    roots = {folder: str(join(out, folder)) + "/" for folder in ("partitions", "models")}
+    if stores is None:  # a run from before stores were recorded: its model, and its data's part store
+        fingerprint, model = plan.get("data"), str(plan.get("model"))
+        name = model.rpartition("/")[2]
+        stored = model.startswith(roots["models"]) and f"-{fingerprint}-" in name
+        owner = name.split(f"-{fingerprint}-")[0] if stored else dataset
+        stores = [model, roots["partitions"] + f"{owner}-{fingerprint}"] if isinstance(fingerprint, str) else [model]
+    found = set()
+    for store in map(str, stores):
+        for folder, root in roots.items():
+            if store.startswith(root):
+                found.add(f"{folder}/{store[len(root):].split('/')[0]}")
+    return found
 
 
 def _written_since(fs, path: str, since: float) -> bool:
