@@ -161,7 +161,8 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             if unseen:
                 get_run_logger().warning("--skip-unseen: %d target pair(s) name users or items the training data "
                                          "lacks; explaining the other %d", unseen, len(supplied))
-            if model:  # fitted on these data and ids: checked before anything is written
+            if model:  # fitted on these data: checked before training and the parts are written (an implicit
+                # prepared dataset's positives are parted, and its negatives sampled, while loading)
                 model_store.read_model(model, data, factors=False)
         n_targets = len(supplied) if supplied is not None else data.n_users * top_n
         n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
