@@ -119,11 +119,14 @@ def precheck(kwargs: dict, named_only: bool = False, interactions: bool = False)
         check_reachable(scheduler)
 
 
-def run_flow(flow, constraints: dict, a: argparse.Namespace, interactions: bool = False) -> dict:
+def run_flow(flow, constraints: dict, a: argparse.Namespace, interactions: bool = False, check=None) -> dict:
     """Validate the options and check the inputs (fails before Prefect starts), then run the flow and
-    return its summary. ``interactions``: the flow's dataset is (user, item, rating) interactions."""
+    return its summary. ``interactions``: the flow's dataset is (user, item, rating) interactions;
+    ``check(kwargs)``: the command's own check, after the options'."""
     kwargs = flow_kwargs(a)
     validate(constraints, kwargs)
+    if check is not None:
+        check(kwargs)
     precheck(kwargs, named_only="dataset" in constraints, interactions=interactions)
     return flow(**kwargs)
 

@@ -8,12 +8,9 @@ from .common import flow_options, print_summary, run_flow, run_options
 def cmd_evaluate(a) -> int:
     from ..datasets.tabular import check_available
     from ..flows.evaluate import CONSTRAINTS, evaluate
-    from ..params import validate
-    from .common import flow_kwargs
 
-    validate(CONSTRAINTS, flow_kwargs(a))  # a bad option is named first, as for every command
-    check_available(a.dataset)  # before Prefect and the cluster start
-    summary = run_flow(evaluate, CONSTRAINTS, a)
+    # scikit-learn's datasets need it: said before Prefect and the cluster start
+    summary = run_flow(evaluate, CONSTRAINTS, a, check=lambda kw: check_available(a.dataset))
     print_summary(summary)
     print()
     print(open(f"{summary['folder']}/auc_del.md").read())

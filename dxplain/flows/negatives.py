@@ -27,7 +27,7 @@ from ..kernels.bce import DenseTerms, SparseTerms
 from ..models.base import FactorModel
 from ..models.implicit_mf import (DEFAULT_NEG_WEIGHT, ImplicitMF, ImplicitModel, dense_terms, positive_pairs,
                                   sample_negatives, sparse_terms, training_table)
-from ..params import Interval, OneOf, Satisfies, validate
+from ..params import FACTORS, Interval, OneOf, Satisfies, validate
 from .common import (Training, load_data, load_training, open_mapper, partition, stage, train_implicit,
                      warn_if_capped)
 
@@ -38,7 +38,7 @@ CONSTRAINTS = {
                            "'all' (every unobserved pair), a number of samples per positive (e.g. 4), or a "
                            "Parquet/CSV file of (user, item) negatives"),
     "neg_weight": Interval(float, 0, open_low=True, example=0.05),
-    "k": Interval(int, 1, example=32), "lam": Interval(float, 0, open_low=True), "seed": Interval(int, 0),
+    **FACTORS,
     "workers": Interval(int, 1, example=2), "shards": Interval(int, 1),
     "max_sweeps": Interval(int, 1, example=30), "newton_steps": Interval(int, 0),
 }

@@ -26,15 +26,15 @@ from ..io.results import write_results
 from ..kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
 from ..kernels.sbq import mean_embedding
 from ..models.mf import DEFAULT_K
-from ..params import Interval, OneOf, validate
+from ..params import FACTORS, Interval, OneOf, validate
 from ..explain.representer import check_explainable, predictions
 from ..interactions import Interactions
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
 CONSTRAINTS = {
     "m": Interval(int, 1, example=10), "fisher": OneOf(*FISHER_KINDS), "variant": OneOf(*VARIANTS),
-    "top_n": Interval(int, 1, example=10), "damping": Interval(float, 0), "k": Interval(int, 1, example=32),
-    "lam": Interval(float, 0, open_low=True), "seed": Interval(int, 0), "workers": Interval(int, 1, example=2),
+    **FACTORS, "top_n": Interval(int, 1, example=10), "damping": Interval(float, 0),
+    "workers": Interval(int, 1, example=2),
     "shards": Interval(int, 1), "neg_samples": Interval(int, 1, example=4),
     "neg_weight": Interval(float, 0, open_low=True, example=1),
     "max_sweeps": Interval(int, 1, example=8), "newton_steps": Interval(int, 0),

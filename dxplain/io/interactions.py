@@ -431,25 +431,28 @@ def read_targets(path: Location, data: Interactions, skip_unseen: bool | None = 
                          f"{table.column_names}")
     if table.num_rows == 0:
         raise InputError(f"{path}: the targets file has no rows; list at least one (user, item) pair")
+    sides = (("user", data.user_ids), ("item", data.item_ids))
     skipped = 0
-    if skip_unseen:
-        seen = np.ones(table.num_rows, bool)
-        for side, vocabulary in (("user", data.user_ids), ("item", data.item_ids)):
-            seen &= _index_in(_as_type_of(table.column(side), vocabulary, side, str(path)), vocabulary) >= 0
+    if skip_unseen:  # each id looked up once; the pairs naming an unseen one dropped
+        u, i = (_index_in(_as_type_of(table.column(side), vocabulary, side, str(path)), vocabulary)
+                for side, vocabulary in sides)
+        seen = (u >= 0) & (i >= 0)
         skipped, table = int((~seen).sum()), table.filter(pa.array(seen))
         if table.num_rows == 0:
             raise InputError(f"{path}: every target names a user or item the training data lacks, so nothing "
                              "is left to explain; list pairs of its users and items")
-    found, problems = {}, []
-    for side, vocabulary in (("user", data.user_ids), ("item", data.item_ids)):  # both sides' problems at once
-        try:
-            found[side] = index_of(table.column(side), vocabulary, side, str(path))
-        except InputError as e:
-            problems.append(str(e).removeprefix(f"{path}: "))
-    if problems:
-        hint = " (or pass --skip-unseen to drop their pairs)" if skip_unseen is False else ""
-        raise InputError(f"{path}: " + "; and ".join(problems) + hint)
-    u, i = found["user"], found["item"]
+        u, i = u[seen].astype(np.int32), i[seen].astype(np.int32)
+    else:
+        found, problems = {}, []
+        for side, vocabulary in sides:  # both sides' problems at once
+            try:
+                found[side] = index_of(table.column(side), vocabulary, side, str(path))
+            except InputError as e:
+                problems.append(str(e).removeprefix(f"{path}: "))
+        if problems:
+            hint = " (or pass --skip-unseen to drop their pairs)" if skip_unseen is False else ""
+            raise InputError(f"{path}: " + "; and ".join(problems) + hint)
+        u, i = found["user"], found["item"]
     key = u.astype(np.int64) * data.n_items + i
     if len(np.unique(key)) != len(key):
         raise InputError(f"{path}: the targets list repeats (user, item) pairs; list each pair once")

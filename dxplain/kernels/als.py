@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .representer import SCORE_FLOOR, balance_transforms, balanced_norm
+from .representer import SCORE_FLOOR, balance_transforms_from_grams, balanced_norm
 
 # Upper bound on floats in one padded (B, d, k) block: ~64 MB of float64.
 BLOCK_ELEMENTS = 1 << 23
@@ -216,8 +216,9 @@ def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
     -------
     (ε_item, ε_user): the item side's bound comes from the users' gradient rows, the user side's from the items'.
     """
-    T_U, T_V = balance_transforms(U, V)
-    floor = min_norm(U.T @ U, T_U)
+    G_U = U.T @ U
+    T_U, T_V = balance_transforms_from_grams(G_U, V.T @ V)
+    floor = min_norm(G_U, T_U)
     return bound_rows(U, gU, T_U, T_V, lam, floor), bound_rows(V, gV, T_V, T_U, lam, floor)
 
 
