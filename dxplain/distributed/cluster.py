@@ -36,6 +36,24 @@ class BlasThreads(WorkerPlugin):
         self._limits = threadpool_limits(limits=self.threads, user_api="blas")
 
 
+class IgnoreInterrupt(WorkerPlugin):
+    """Leave Ctrl-C to the client's process in a LocalCluster's workers.
+
+    A terminal's Ctrl-C signals the whole process group, workers included. A worker process then dies of
+    its KeyboardInterrupt, printing a traceback into the interrupted command's output (two screens of
+    them for two workers), while the client's process is already stopping the cluster and ends its
+    children itself (``cli._interrupt``). Remote workers are not in the group and keep their default."""
+
+    name = "dxplain-ignore-interrupt"
+
+    def setup(self, worker):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():  # a worker process's event loop runs there
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def blas_threads(client: Client) -> dict:
     """BLAS thread counts per worker (for logs and tests)."""
     from threadpoolctl import threadpool_info
@@ -146,4 +164,5 @@ def connect(settings: Settings, security=None):
         # direct_to_workers: a LocalCluster's scheduler runs in this process, and a scatter through it
         # holds a deserialised copy of the data here (measured: +244 MB of peak RSS for U at 50M, k = 64).
         client.register_plugin(BlasThreads(threads))
+        client.register_plugin(IgnoreInterrupt())
         yield client
