@@ -126,3 +126,25 @@ def test_damped_newton_reaches_the_minimum_of_rosenbrock():
     assert gnorm <= 1e-10 and steps < 100
     x, gnorm, _, _ = newton_pcg(fun_grad, lambda x, v: hess(x) @ v, lambda x: np.eye(2)[None], x0, 1e-10, 1e-3)
     np.testing.assert_allclose(x, [1.0, 1.0], atol=1e-8)
+
+
+def test_newton_steps_along_negative_curvature_instead_of_only_damping():
+    """Where the Hessian is indefinite CG meets negative curvature at once; the polish still steps downhill (Steihaug)."""
+    from dxplain.kernels.newton import newton_pcg, pcg
+
+    # f = x²/2 − y²/2 + y⁴/4: a saddle at the origin, minima at (0, ±1) where f = −1/4.
+    def fun_grad(z):
+        x, y = z
+        return 0.5 * x * x - 0.5 * y * y + 0.25 * y ** 4, np.array([x, -y + y ** 3])
+
+    def hess(z):
+        return np.diag([1.0, -1.0 + 3 * z[1] ** 2])
+
+    z0 = np.array([0.1, 0.5])  # H = diag(1, −1/4): the first CG direction −g has negative curvature
+    f0, g0 = fun_grad(z0)
+    p, products, negative = pcg(lambda v: hess(z0) @ v, g0, lambda r: r, 1e-8, 10)
+    assert negative and products == 1 and g0 @ p < 0  # a descent direction, not a zero step
+    blocks = lambda z: np.abs(np.diag(hess(z)))[:, None, None]  # noqa: E731 - 1×1 blocks, positive
+    z, gnorm, steps, _ = newton_pcg(fun_grad, lambda z, v: hess(z) @ v, blocks, z0, tol=1e-10, mu0=1e-3, maxiter=30)
+    assert gnorm <= 1e-10 and steps <= 30
+    np.testing.assert_allclose(np.abs(z), [0.0, 1.0], atol=1e-8)
