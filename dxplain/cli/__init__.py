@@ -103,10 +103,13 @@ class _Chatter(logging.Filter):
     """Prefect's per-task "Finished in state Completed()" and the link to an ephemeral UI that is gone
     when the command ends: about half of a refresh's log at the default level, and no news. Also Prefect's
     tracebacks and failed states for a dxplain error (bad input, say): ``main`` prints it as one named
-    line, and two tracebacks of it above that line bury it (``-v`` shows them)."""
+    line, and two tracebacks of it above that line bury it (``-v`` shows them). Likewise the ERROR lines
+    that report Ctrl-C as a crash of the running task and flow, after ``_interrupt`` has said what happens."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = str(record.msg)
+        if getattr(_interrupt, "fired", False) and "aborted by an interrupt signal" in record.getMessage():
+            return False
         if record.exc_info and isinstance(record.exc_info[1], DxplainError):
             return False
         if msg.startswith("Finished in state Failed") and any(f"{n}:" in record.getMessage()
