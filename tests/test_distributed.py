@@ -633,3 +633,29 @@ def test_aligned_copies_an_unaligned_array_once_and_fixes_objects_in_place():
     h = Holder()
     h.U, h.parts = x, [x_ok, x]
     assert aligned(h) is h and h.U.flags.aligned and h.parts[0] is x_ok and h.parts[1].flags.aligned
+
+
+def test_an_interrupted_map_cancels_its_queued_tasks(client):
+    """Ctrl-C (here: a KeyboardInterrupt from the progress callback) stops the map's other tasks at once,
+    even while the interrupt's traceback still holds the futures."""
+    import time
+
+    def slow(x):
+        if x:
+            time.sleep(2)  # short: a running task still runs to its end, and later tests share these workers
+        return x
+
+    def interrupt(done, result):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        DaskMapper(client).map(slow, [(x,) for x in range(6)], name="interrupted", report=interrupt)
+
+    def queued(dask_scheduler):  # the finished first task's result may stay: the traceback holds its future
+        return sorted(str(k) for k, ts in dask_scheduler.tasks.items()
+                      if "interrupted" in str(k) and ts.state in ("waiting", "queued", "processing", "no-worker"))
+
+    deadline = time.time() + 5
+    while client.run_on_scheduler(queued) and time.time() < deadline:
+        time.sleep(0.1)
+    assert client.run_on_scheduler(queued) == [] and caught.traceback  # held, yet nothing left queued

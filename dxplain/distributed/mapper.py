@@ -144,19 +144,36 @@ class DaskMapper:
         futures = self._submit(fn, args, name, near_first)
         index = {f.key: n for n, f in enumerate(futures)}
         out: list = [None] * len(futures)
-        for done, fut in enumerate(as_completed(futures), start=1):
-            out[index[fut.key]] = result = fut.result()
-            if report is not None:
-                report(done, result)
+        try:
+            for done, fut in enumerate(as_completed(futures), start=1):
+                out[index[fut.key]] = result = fut.result()
+                if report is not None:
+                    report(done, result)
+        except BaseException:
+            self._cancel(futures)
+            raise
         return out
 
     def imap(self, fn, args, name: str = "task", near_first: bool = False):
         futures = self._submit(fn, args, name, near_first)
         index = {f.key: n for n, f in enumerate(futures)}
-        for fut in as_completed(futures):
-            result = fut.result()
-            fut.release()  # merged by the caller: free it on the worker
-            yield index[fut.key], result
+        try:
+            for fut in as_completed(futures):
+                result = fut.result()
+                fut.release()  # merged by the caller: free it on the worker
+                yield index[fut.key], result
+        except BaseException:  # GeneratorExit too: a caller that stops early wants no more of them
+            self._cancel(futures)
+            raise
+
+    def _cancel(self, futures: list) -> None:
+        """Stop the rest of a map that failed or was interrupted (Ctrl-C, a task's error): without this the
+        workers go on running its queued tasks, for a result nobody reads, while the flow unwinds; on a
+        shared scheduler, until they are done. Best effort: the client may be closing already."""
+        try:
+            self.client.cancel([f for f in futures if not f.done()])
+        except Exception:  # noqa: BLE001 - the error being raised is the one to report
+            pass
 
     def persist(self, fn, args, name: str = "task", near_first: bool = False) -> list:
         return self._submit(fn, args, name, near_first)
