@@ -58,8 +58,9 @@ def main(argv=None) -> int:
             s = np.linalg.svd(np.linalg.qr(m.U, mode="r") @ np.linalg.qr(m.V, mode="r").T, compute_uv=False)  # UVᵀ's
             bound = m.info["identity_bound"]
             print(f"ridge {ridge:g} (λ {lam:.2e}): validation RMSE {rmse:.4f}; {m.info['sweeps']} sweeps, "
-                  f"{time.perf_counter() - t0:.1f} s, identity bound item {bound['item']:.1e} · user {bound['user']:.1e}, "
-                  f"{int(np.sum(s > 1e-3 * s[0]))} factors above 1e-3 of the largest", flush=True)
+                  f"{time.perf_counter() - t0:.1f} s, identity bound item {bound['item']:.1e} · "
+                  f"user {bound['user']:.1e}, {int(np.sum(s > 1e-3 * s[0]))} factors above 1e-3 of the largest",
+                  flush=True)
     return 0
 
 

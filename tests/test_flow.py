@@ -201,7 +201,7 @@ KEYS = [(c, "ascending") for c in ("user", "item", "train_user", "train_item")] 
 
 
 @pytest.fixture(scope="module")
-def killed_run_data(tmp_path_factory):
+def killed_run_data(prefect_server, tmp_path_factory):
     """The killed-run tests' data set and its clean in-memory run's rows, made once for both signals."""
     root = tmp_path_factory.mktemp("killed-run")
     write_dataset(root / "big", interactions_table(random_interactions(400, 300, 0.2, seed=8)))
@@ -257,7 +257,14 @@ def test_flow_killed_mid_run_resumes_on_rerun(tmp_path, how, killed_run_data):
     assert runs.resolve_run(out) == run and s["resumed_shards"] == written  # sidecars mark complete shards
     for e in runs.read_manifest(run)["shards"]:
         assert runs.sha256_file(run / e["file"]) == e["sha256"]
-    assert runs.open_run(run).to_table().sort_by(KEYS).equals(clean)  # the same bits as a clean in-process run
+    got = runs.open_run(run).to_table().sort_by(KEYS)
+    if how == "SIGKILL":  # in process throughout: the same bits as the clean run
+        assert got.equals(clean)
+    else:  # shards written by workers with their own BLAS and numba thread counts: the same rows, to rounding
+        floats = [f.name for f in got.schema if f.type == "double"]
+        assert got.drop(floats).equals(clean.drop(floats))
+        for c in floats:
+            np.testing.assert_allclose(got[c].to_numpy(), clean[c].to_numpy(), rtol=1e-9, atol=1e-12, err_msg=c)
 
 
 def test_refresh_reads_and_writes_fsspec_urls(dataset, tmp_path):
