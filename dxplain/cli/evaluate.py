@@ -10,7 +10,7 @@ def cmd_evaluate(a) -> int:
     from ..flows.evaluate import CONSTRAINTS, evaluate
 
     # scikit-learn's datasets need it: said before Prefect and the cluster start
-    summary = run_flow(evaluate, CONSTRAINTS, a, check=lambda kw: check_available(a.dataset))
+    summary = run_flow(evaluate, CONSTRAINTS, a, check=lambda kw: check_available(kw["dataset"]))
     print_summary(summary)
     print()
     print(open(f"{summary['folder']}/auc_del.md").read())

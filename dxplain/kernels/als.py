@@ -216,10 +216,15 @@ def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
     -------
     (ε_item, ε_user): the item side's bound comes from the users' gradient rows, the user side's from the items'.
     """
-    G_U = U.T @ U
-    T_U, T_V = balance_transforms_from_grams(G_U, V.T @ V)
-    floor = min_norm(G_U, T_U)
+    T_U, T_V, floor = bound_transforms(U.T @ U, V.T @ V)
     return bound_rows(U, gU, T_U, T_V, lam, floor), bound_rows(V, gV, T_V, T_U, lam, floor)
+
+
+def bound_transforms(G_U: np.ndarray, G_V: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """What ``bound_rows`` needs beside the rows, from the Grams UᵀU and VᵀV: the balancing transforms
+    (T_U, T_V) and the floor of a row's norm (``min_norm``)."""
+    T_U, T_V = balance_transforms_from_grams(G_U, G_V)
+    return T_U, T_V, min_norm(G_U, T_U)
 
 
 def min_norm(G_U: np.ndarray, T_U: np.ndarray) -> float:

@@ -28,7 +28,6 @@ from ..interactions import Interactions
 from .base import FactorModel
 from ..kernels import als, anderson, bce
 from ..io import spill
-from ..kernels.representer import balance_transforms_from_grams
 from .blocks import Blocks, BlockVectors, Ref, RowSource, Scratch, call_loaded, take_rows
 from ..kernels.newton import newton_pcg
 from .. import progress
@@ -321,11 +320,7 @@ class PartHalfSteps(HalfSteps):
     def stationarity(self, U, V, lam, bound):
         """Σ r², ‖∇f‖² and the identity bound reduced from the parts' three numbers each: at 50M the
         gradient (users × k) and the bound's temporaries never reach this process."""
-        T_U, T_V, floor = None, None, None
-        if bound:
-            G_U = U.T @ U  # the transforms' Gram, and the floor's
-            T_U, T_V = balance_transforms_from_grams(G_U, V.T @ V)
-            floor = als.min_norm(G_U, T_U)
+        T_U, T_V, floor = als.bound_transforms(U.T @ U, V.T @ V) if bound else (None, None, None)
         U_h, V_h = self.mapper.put(U), self.mapper.put(V)
         users, items = self._rows(_stationarity_part, (U_h, V_h, self.n, lam, T_U, T_V, floor),
                                   (V_h, U_h, self.n, lam, T_V, T_U, floor), "als-stationarity")
@@ -423,9 +418,7 @@ class BlockHalfSteps(HalfSteps):
         return V
 
     def stationarity(self, U: Blocks, V: Blocks, lam, bound):
-        G_U = U.gram() if bound else None
-        T_U, T_V = balance_transforms_from_grams(G_U, V.gram()) if bound else (None, None)
-        floor = als.min_norm(G_U, T_U) if bound else None
+        T_U, T_V, floor = als.bound_transforms(U.gram(), V.gram()) if bound else (None, None, None)
         key, triples = self._measured or (None, None)
         item_triples = triples if not bound and key == (V.paths, U.paths, lam) else None
         sides = (("user", U, V, (T_U, T_V, floor)),)
