@@ -128,6 +128,26 @@ def test_damped_newton_reaches_the_minimum_of_rosenbrock():
     np.testing.assert_allclose(x, [1.0, 1.0], atol=1e-8)
 
 
+def test_newton_never_takes_a_step_that_raises_f():
+    """When no step along the Newton direction lowers f (here: a gradient of the wrong sign, so every
+    direction the model calls downhill is uphill), the polish stays where it is rather than take the
+    line search's last, tiny step anyway."""
+    from dxplain.kernels.newton import newton_pcg
+
+    x0 = np.array([1.0, -2.0])
+    seen = []
+
+    def fun_grad(x):
+        seen.append(float(x @ x))
+        return float(x @ x), -2.0 * x  # f = ‖x‖², its gradient negated
+
+    x, gnorm, steps, _ = newton_pcg(fun_grad, lambda x, v: 2.0 * v, lambda x: 2.0 * np.eye(2)[None], x0,
+                                    tol=1e-12, mu0=1e-3, maxiter=3)
+    assert steps == 3 and len(seen) > 3 * 20  # three line searches, each run down to its floor
+    np.testing.assert_array_equal(x, x0)
+    assert gnorm == np.linalg.norm(2.0 * x0)
+
+
 def test_newton_steps_along_negative_curvature_instead_of_only_damping():
     """Where the Hessian is indefinite CG meets negative curvature; the polish still steps downhill (Steihaug)."""
     from dxplain.kernels.newton import newton_pcg, pcg

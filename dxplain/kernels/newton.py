@@ -90,19 +90,23 @@ def newton_pcg(fun_grad: Callable, hessp: Callable, blocks_at: Callable, x: np.n
         p, n, negative = pcg(lambda v: hessp(x, v) + mu * v, g, precond, rtol, cg_maxiter)
         products += n
         slope = g @ p
-        t = 1.0
+        t, moved = 1.0, True
         while True:
             f_new, g_new = fun_grad(x + t * p)
-            if f_new <= f + 1e-4 * t * slope or t < 1e-8:
+            if f_new <= f + 1e-4 * t * slope:
                 break
             t *= 0.5
+            if t < 1e-8:  # no decrease along p (rounding, or a gradient out of step with f): stay, damp more
+                moved = False
+                break
         mu = mu / 10 if t == 1.0 and not negative else max(10 * mu, mu0)
         if mu < mu0 * 1e-6:
             mu = 0.0
-        x, f, g = x + t * p, f_new, g_new
-        gnorm = float(np.linalg.norm(g))
-        log.debug("Newton step %d: ‖∇f‖=%.2e, step %.2g, %d CG products%s, μ=%.1e", steps, gnorm, t, n,
-                  " (negative curvature met)" if negative else "", mu)
+        if moved:
+            x, f, g = x + t * p, f_new, g_new
+            gnorm = float(np.linalg.norm(g))
+        log.debug("Newton step %d: ‖∇f‖=%.2e, step %.2g%s, %d CG products%s, μ=%.1e", steps, gnorm, t,
+                  "" if moved else " refused (no decrease)", n, " (negative curvature met)" if negative else "", mu)
         if callback is not None:
             callback(steps, gnorm)
     return x, gnorm, steps, products
