@@ -8,6 +8,8 @@
     python benchmarks/als_solvers.py --variant newton-mr --sweeps 20 --newton 6
     python benchmarks/als_solvers.py --variant anderson --k 8 --sweeps 30 --every 5   # the control
     python benchmarks/als_solvers.py --variant anderson --sweeps 60 --spectrum        # UVᵀ's and E's spectra
+    python benchmarks/als_solvers.py --variant reduced-newton --sweeps 20 --newton 12 --products 60
+    python benchmarks/als_solvers.py --variant anderson --sweeps 60 --every 60 --reduced-spectrum 40
 
 One process, 2 BLAS threads, the 1M scaling set (``benchmarks/scaling.py``'s: 10,000 users × 2,500 items,
 Zipf degrees, ratings of rank 8 plus noise), its popularity-drawn supplied targets (10 a user) and the
@@ -24,7 +26,12 @@ Variants (each an exact ALS sweep — users given V, then items given U — unle
 - ``newton-mr``: ``--sweeps`` Anderson sweeps, then ``--newton`` Newton-MR steps towards ∇f = 0: MINRES on
   H p = −∇f (the exact Hessian, indefinite; the per-row k×k blocks as preconditioner; ``--products`` at
   most), the step halved until ‖∇f‖ falls. Any stationary point satisfies the representer identity, so
-  this aims at the nearest one rather than at a minimum.
+  this aims at the nearest one rather than at a minimum;
+- ``reduced-newton``: ``--sweeps`` Anderson sweeps, then ``--newton`` trust-region Newton steps on the
+  reduced objective φ(V) = min_U f(U, V) (``reduced_newton``: variable projection with its exact Hessian).
+
+``--reduced-spectrum N`` prints, after the sweeps, the N smallest eigenvalues of φ's Hessian relative to the
+items' blocks, off the rotations (``reduced_spectrum``): the curvature that sets ALS's pace.
 
 A study, not a product path: findings are in docs/scaling.md ("Solvers tried against it").
 """
@@ -125,10 +132,130 @@ def newton_mr(hs, U, V, lam, steps, products, report):
         report(f"Newton-MR {step} ({used} Hessian products, step {t:g})", *split(x), float(np.linalg.norm(g)))
 
 
+def reduced_newton(hs, V, lam, n, steps, products, report):
+    """Newton on the reduced objective φ(V) = min_U f(U, V) (variable projection, second order).
+
+    U is the users' exact half-step at every point, so ∇φ = ∇_V f there, and ∇²φ is the Schur complement
+    H_VV − H_VU H_UU⁻¹ H_UV (H_UU is block-diagonal: the users' k×k blocks, exact, no residual term). Its
+    products cost two Hessian products and a per-user block solve, not a sweep. Steihaug's truncated PCG in
+    a trust region, preconditioned and measured by the items' blocks (what an items' half-step inverts),
+    copes with the curvature's sign; the trust region's ratio judges a step by φ at the new V, with U its
+    exact half-step again."""
+    k = V.shape[1]
+
+    def phi_at(V):
+        U = hs.users(V)
+        rss, _, g = hs.gradient(U, V, lam)
+        return U, g, rss / n + 0.5 * lam * (np.vdot(U, U) + np.vdot(V, V))
+
+    def blocks(Minv, X):
+        return np.einsum("nkl,nl->nk", Minv, X)
+
+    U, g, phi = phi_at(V)
+    radius, used, g0 = None, 0, float(np.linalg.norm(g))
+    for step in range(1, steps + 1):
+        A, B = hs.curvature_grams(U, V)
+        eye = lam * np.eye(k)
+        A_inv, M, M_inv = np.linalg.inv(A + eye), B + eye, np.linalg.inv(B + eye)
+        zero = np.zeros_like(U)
+
+        def schur(dV):
+            a, _ = hs.hessian_vector(U, V, zero, dV, lam)
+            _, b = hs.hessian_vector(U, V, -blocks(A_inv, a), dV, lam)
+            return b
+
+        def m_norm2(X):
+            return float(np.vdot(X, blocks(M, X)))
+
+        gnorm = float(np.linalg.norm(g))
+        if radius is None:
+            radius = 10.0 * np.sqrt(m_norm2(blocks(M_inv, g)))
+        tol = gnorm * min(0.5, np.sqrt(gnorm / g0))  # CG's forcing term: tighter as ‖∇φ‖ falls
+        # Steihaug–Toint truncated PCG on S z = −g inside ‖z‖_M ≤ radius.
+        z, Sz, r = np.zeros_like(V), np.zeros_like(V), g.copy()
+        y = blocks(M_inv, r)
+        d, ry, how = -y, float(np.vdot(r, y)), "cg"
+        for it in range(products):
+            Sd = schur(d)
+            used += 2
+            curv = float(np.vdot(d, Sd))
+            alpha = ry / curv if curv > 0 else np.inf
+            zn = z + alpha * d if curv > 0 else None
+            if curv <= 0 or m_norm2(zn) >= radius ** 2:
+                # to the boundary along d: ‖z + τd‖_M = radius
+                zz, zd, dd = m_norm2(z), float(np.vdot(z, blocks(M, d))), m_norm2(d)
+                tau = (-zd + np.sqrt(zd * zd + dd * (radius ** 2 - zz))) / dd
+                z, Sz = z + tau * d, Sz + tau * Sd
+                how = "negative curvature" if curv <= 0 else "boundary"
+                break
+            z, Sz, r = zn, Sz + alpha * Sd, r + alpha * Sd
+            if np.linalg.norm(r) <= tol:
+                break
+            y = blocks(M_inv, r)
+            ry_new = float(np.vdot(r, y))
+            d, ry = -y + (ry_new / ry) * d, ry_new
+        pred = -(float(np.vdot(g, z)) + 0.5 * float(np.vdot(z, Sz)))
+        U_new, g_new, phi_new = phi_at(V + z)
+        rho = (phi - phi_new) / pred if pred > 0 else -1.0
+        zn2 = np.sqrt(m_norm2(z))
+        if rho < 0.25:
+            radius = 0.25 * zn2
+        elif rho > 0.75 and how != "cg":
+            radius = 2.0 * radius
+        if rho > 0.1:
+            V, U, g, phi = V + z, U_new, g_new, phi_new
+        report(f"reduced Newton {step} ({it + 1} CG its, {how}, ρ {rho:.3f}, {used} Hessian products, "
+               f"{'taken' if rho > 0.1 else 'refused'})", U, V, float(np.linalg.norm(g)))
+
+
+def reduced_spectrum(hs, V, lam, count) -> str:
+    """The ``count`` smallest eigenvalues of the reduced Hessian ∇²φ (``reduced_newton``) at V, relative to
+    the items' blocks M (of M^-½ ∇²φ M^-½, whose spectrum lies in [0, 1] at a minimum: an items' half-step
+    moves along an eigenvector by about its eigenvalue's share a sweep, so eigenvalues near 0 are what ALS
+    crawls along), with the rotations V → VQ (on which φ is flat whatever V) moved out of the way.
+
+    Lanczos (scipy's eigsh) on 1.05·I − M^-½ ∇²φ M^-½ − 2.1·P, P the projector on the rotations' tangents
+    M^½ V Ω (Ω skew; an orthonormal basis of k(k−1)/2 columns, dense: 2.6 GB at 1M, a study's price)."""
+    from scipy.sparse.linalg import eigsh
+
+    k = V.shape[1]
+    U = hs.users(V)
+    A, B = hs.curvature_grams(U, V)
+    eye = lam * np.eye(k)
+    A_inv, L = np.linalg.inv(A + eye), np.linalg.cholesky(B + eye)  # M = L Lᵀ per item
+    L_inv = np.linalg.inv(L)
+    zero, N = np.zeros_like(U), V.size
+
+    def blocks(Mx, X):
+        return np.einsum("nkl,nl->nk", Mx, X)
+
+    def scaled(x):  # L⁻¹ ∇²φ L⁻ᵀ x
+        dV = blocks(np.swapaxes(L_inv, 1, 2), x.reshape(V.shape))
+        a, _ = hs.hessian_vector(U, V, zero, dV, lam)
+        _, b = hs.hessian_vector(U, V, -blocks(A_inv, a), dV, lam)
+        return blocks(L_inv, b).ravel()
+
+    upper = np.triu_indices(k, 1)
+    tangents = np.empty((N, len(upper[0])))
+    for c, (a, b) in enumerate(zip(*upper)):
+        Om = np.zeros((k, k))
+        Om[a, b], Om[b, a] = 1.0, -1.0
+        tangents[:, c] = blocks(np.swapaxes(L, 1, 2), V @ Om).ravel()
+    Q = np.linalg.qr(tangents)[0]
+    del tangents
+    shift = 1.05  # above the top eigenvalue (1 for the items' half-step's own blocks)
+    op = LinearOperator((N, N), matvec=lambda x: shift * x - scaled(x) - 2 * shift * (Q @ (Q.T @ x)))
+    top = eigsh(op, k=count, which="LA", tol=1e-3, return_eigenvectors=False)
+    vals = np.sort(shift - top)
+    return (f"reduced Hessian's {count} smallest eigenvalues off the rotations (relative to the items' blocks): "
+            f"{np.array2string(vals, precision=4, max_line_width=100)}; {int(np.sum(vals < 0))} negative")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=1_000_000, help="interactions of the scaling set")
-    ap.add_argument("--variant", choices=["plain", "balanced", "anderson", "newton-mr"], default="anderson")
+    ap.add_argument("--variant", default="anderson",
+                    choices=["plain", "balanced", "anderson", "newton-mr", "reduced-newton"])
     ap.add_argument("--sweeps", type=int, default=80)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--k", type=int, default=64)
@@ -140,6 +267,8 @@ def main(argv=None) -> int:
     ap.add_argument("--finish-users", action="store_true",
                     help="after the sweeps, one more users' half-step, so that U is the exact one given V")
     ap.add_argument("--spectrum", action="store_true", help="print UVᵀ's and the residual's singular values")
+    ap.add_argument("--reduced-spectrum", type=int, default=0, metavar="N",
+                    help="after the sweeps, the reduced Hessian's N smallest eigenvalues (reduced_spectrum)")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dxplain" / "bench")
     a = ap.parse_args(argv)
 
@@ -162,7 +291,7 @@ def main(argv=None) -> int:
     with threadpool_limits(2):
         hs = LocalHalfSteps(data, mu, lam * n / 2.0)
         _, X = hs.initial(data.n_users, data.n_items, a.k, 0)
-        accelerated = a.variant in ("anderson", "newton-mr")
+        accelerated = a.variant in ("anderson", "newton-mr", "reduced-newton")
         acc = anderson.Anderson(a.memory, dtype=np.float64 if a.float64 else np.float32) if accelerated else None
         best, refused, accepted, accepted_U = np.inf, 0, None, None  # the first sweep is always accepted
         for sweep in range(1, a.sweeps + 1):
@@ -190,6 +319,10 @@ def main(argv=None) -> int:
             report("users' half-step after the sweeps", U, accepted, float(np.sqrt(gsq)))
         if a.variant == "newton-mr":
             newton_mr(hs, accepted_U, accepted, lam, a.newton, a.products, report)
+        if a.reduced_spectrum:
+            print("   ", reduced_spectrum(hs, accepted, lam, a.reduced_spectrum), flush=True)
+        if a.variant == "reduced-newton":
+            reduced_newton(hs, accepted, lam, n, a.newton, a.products, report)
     return 0
 
 
