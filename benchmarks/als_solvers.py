@@ -95,6 +95,11 @@ def balanced(U, V):
     return U @ T_U, V @ T_V
 
 
+def blocks(Mx, X):
+    """Each row of X times its own k×k block: (Mx[r] @ X[r])_r."""
+    return np.einsum("nkl,nl->nk", Mx, X)
+
+
 def newton_mr(hs, U, V, lam, steps, products, report):
     """Newton-MR towards ∇f = 0 from (U, V): MINRES on the exact (indefinite) Hessian."""
     nU, k = U.size, U.shape[1]
@@ -111,7 +116,7 @@ def newton_mr(hs, U, V, lam, steps, products, report):
     for step in range(1, steps + 1):
         A, B = hs.curvature_grams(*split(x))
         inv = np.linalg.inv(np.concatenate([A, B]) + lam * np.eye(k))
-        M = LinearOperator((x.size,) * 2, matvec=lambda r: np.einsum("nkl,nl->nk", inv, r.reshape(len(inv), k)).ravel())
+        M = LinearOperator((x.size,) * 2, matvec=lambda r: blocks(inv, r.reshape(len(inv), k)).ravel())
         calls = [0]
 
         def hv(v):
@@ -132,6 +137,21 @@ def newton_mr(hs, U, V, lam, steps, products, report):
         report(f"Newton-MR {step} ({used} Hessian products, step {t:g})", *split(x), float(np.linalg.norm(g)))
 
 
+def reduced_hessian(hs, U, V, lam):
+    """φ's Hessian at V, U its users' half-step (φ and the Schur complement: ``reduced_newton``), as a
+    product dV ↦ ∇²φ dV, and the items' blocks M (B + λI, what an items' half-step inverts)."""
+    A, B = hs.curvature_grams(U, V)
+    eye = lam * np.eye(V.shape[1])
+    A_inv, zero = np.linalg.inv(A + eye), np.zeros_like(U)
+
+    def product(dV):
+        a, _ = hs.hessian_vector(U, V, zero, dV, lam)
+        _, b = hs.hessian_vector(U, V, -blocks(A_inv, a), dV, lam)
+        return b
+
+    return product, B + eye
+
+
 def reduced_newton(hs, V, lam, n, steps, products, report):
     """Newton on the reduced objective φ(V) = min_U f(U, V) (variable projection, second order).
 
@@ -141,28 +161,16 @@ def reduced_newton(hs, V, lam, n, steps, products, report):
     a trust region, preconditioned and measured by the items' blocks (what an items' half-step inverts),
     copes with the curvature's sign; the trust region's ratio judges a step by φ at the new V, with U its
     exact half-step again."""
-    k = V.shape[1]
-
     def phi_at(V):
         U = hs.users(V)
         rss, _, g = hs.gradient(U, V, lam)
         return U, g, rss / n + 0.5 * lam * (np.vdot(U, U) + np.vdot(V, V))
 
-    def blocks(Minv, X):
-        return np.einsum("nkl,nl->nk", Minv, X)
-
     U, g, phi = phi_at(V)
     radius, used, g0 = None, 0, float(np.linalg.norm(g))
     for step in range(1, steps + 1):
-        A, B = hs.curvature_grams(U, V)
-        eye = lam * np.eye(k)
-        A_inv, M, M_inv = np.linalg.inv(A + eye), B + eye, np.linalg.inv(B + eye)
-        zero = np.zeros_like(U)
-
-        def schur(dV):
-            a, _ = hs.hessian_vector(U, V, zero, dV, lam)
-            _, b = hs.hessian_vector(U, V, -blocks(A_inv, a), dV, lam)
-            return b
+        schur, M = reduced_hessian(hs, U, V, lam)
+        M_inv = np.linalg.inv(M)
 
         def m_norm2(X):
             return float(np.vdot(X, blocks(M, X)))
@@ -218,22 +226,13 @@ def reduced_spectrum(hs, V, lam, count) -> str:
     M^½ V Ω (Ω skew; an orthonormal basis of k(k−1)/2 columns, dense: 2.6 GB at 1M, a study's price)."""
     from scipy.sparse.linalg import eigsh
 
-    k = V.shape[1]
-    U = hs.users(V)
-    A, B = hs.curvature_grams(U, V)
-    eye = lam * np.eye(k)
-    A_inv, L = np.linalg.inv(A + eye), np.linalg.cholesky(B + eye)  # M = L Lᵀ per item
+    k, N = V.shape[1], V.size
+    hessian, M = reduced_hessian(hs, hs.users(V), V, lam)
+    L = np.linalg.cholesky(M)  # M = L Lᵀ per item
     L_inv = np.linalg.inv(L)
-    zero, N = np.zeros_like(U), V.size
-
-    def blocks(Mx, X):
-        return np.einsum("nkl,nl->nk", Mx, X)
 
     def scaled(x):  # L⁻¹ ∇²φ L⁻ᵀ x
-        dV = blocks(np.swapaxes(L_inv, 1, 2), x.reshape(V.shape))
-        a, _ = hs.hessian_vector(U, V, zero, dV, lam)
-        _, b = hs.hessian_vector(U, V, -blocks(A_inv, a), dV, lam)
-        return blocks(L_inv, b).ravel()
+        return blocks(L_inv, hessian(blocks(np.swapaxes(L_inv, 1, 2), x.reshape(V.shape)))).ravel()
 
     upper = np.triu_indices(k, 1)
     tangents = np.empty((N, len(upper[0])))
