@@ -495,24 +495,34 @@ def test_parts_sent_to_a_task_carry_their_root_not_their_ids(fitted, tmp_path):
         assert a.n_users == b.n_users and a.user_ids.equals(b.user_ids)
 
 
-def test_a_killed_runs_scratch_folder_is_removed_by_the_next_run_on_this_host(tmp_path):
-    """Block files of a flow killed before its cleanup go when the next run makes its scratch folder; a live
-    flow's, and another host's, stay."""
+@pytest.mark.parametrize("kind", ["scratch folder", "spill list"])
+def test_a_killed_runs_scratch_folder_is_removed_by_the_next_run_on_this_host(tmp_path, kind):
+    """Block files (or the Anderson history's spill list) of a flow killed before its cleanup go when the
+    next run makes its own; a live flow's, and another host's, stay."""
     import socket
     import subprocess
     import sys
 
     from dxplain.io import spill
 
+    lists = []  # a spill list's folder goes with the list: keep it
+
+    def spill_list(base):
+        lists.append(spill.SpillList(base))
+        return lists[-1].root
+
+    prefix, make = {"scratch folder": (spill.SCRATCH_PREFIX, spill.scratch_folder),
+                    "spill list": (spill.SPILL_PREFIX, spill_list)}[kind]
+
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     host = socket.gethostname()
     folders = {}
     for name, owner in (("dead", f"{host} {gone.stdout.strip()}"), ("live", f"{host} {os.getpid()}"),
                         ("elsewhere", f"another-{host} {gone.stdout.strip()}")):
-        folders[name] = tmp_path / f"{spill.SCRATCH_PREFIX}{name}"
+        folders[name] = tmp_path / f"{prefix}{name}"
         folders[name].mkdir()
         (folders[name] / spill.OWNER).write_text(owner)
         np.save(folders[name] / "block.npy", np.zeros(3))
-    mine = spill.scratch_folder(tmp_path)
+    mine = make(tmp_path)
     assert not folders["dead"].exists() and folders["live"].exists() and folders["elsewhere"].exists()
     assert (mine / spill.OWNER).read_text() == f"{host} {os.getpid()}"

@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import tempfile
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,12 +28,17 @@ from .atomic import atomic_path, is_local
 
 class SpillList:
     """``append``, ``pop(0)``, ``len`` and iteration over arrays stored one file each in a private
-    temporary folder (removed by ``close``, or when the list is collected)."""
+    temporary folder (removed by ``close``, when the list is collected, or at the process's exit). A
+    process that cannot clean up (killed, or ended by Ctrl-C's ``os._exit``) leaves its folder behind;
+    the next list made in the same place removes it (``_remove_orphans``), as block files' scratch folders."""
 
     def __init__(self, folder: str | Path | None = None):
-        self.root = Path(tempfile.mkdtemp(prefix="dxplain-spill-", dir=folder))
+        base = Path(folder) if folder is not None else Path(tempfile.gettempdir())
+        _remove_orphans(base, SPILL_PREFIX)
+        self.root = _owned_folder(base, SPILL_PREFIX)
         self.files: list[Path] = []
         self._next = 0
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.root, True)
 
     def append(self, a: np.ndarray) -> None:
         path = self.root / f"{self._next:08d}.npy"
@@ -52,11 +58,8 @@ class SpillList:
             yield np.load(path, allow_pickle=False)
 
     def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        self._finalizer()
         self.files = []
-
-    def __del__(self):
-        self.close()
 
 
 def save_file(path, a: np.ndarray) -> str:
@@ -98,21 +101,26 @@ def scratch_folder(root) -> Path:
                          "workers share; use a local --out")
     base = Path(str(root).removeprefix("file://"))
     base.mkdir(parents=True, exist_ok=True)
-    _remove_orphans(base)
-    folder = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=base))
+    _remove_orphans(base, SCRATCH_PREFIX)
+    return _owned_folder(base, SCRATCH_PREFIX)
+
+
+SCRATCH_PREFIX, SPILL_PREFIX, OWNER = ".dxplain-scratch-", "dxplain-spill-", "owner"
+
+
+def _owned_folder(base: Path, prefix: str) -> Path:
+    """A fresh private folder under ``base`` naming its owner (this host and process) in ``OWNER``."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
     (folder / OWNER).write_text(f"{socket.gethostname()} {os.getpid()}")
     return folder
 
 
-SCRATCH_PREFIX, OWNER = ".dxplain-scratch-", "owner"
-
-
-def _remove_orphans(base: Path) -> None:
-    """Remove the scratch folders under ``base`` whose flow, a process on this host, is gone: a run killed
-    before it could clean up leaves gigabytes of blocks at Amazon scale. Another host's, or a live
-    process's, are left alone."""
+def _remove_orphans(base: Path, prefix: str) -> None:
+    """Remove the folders ``prefix``* under ``base`` whose owner, a process on this host, is gone: a run
+    killed before it could clean up leaves gigabytes of blocks at Amazon scale. Another host's, or a live
+    process's, are left alone, and so is a folder without an owner (being created, or not ours to judge)."""
     host = socket.gethostname()
-    for folder in base.glob(SCRATCH_PREFIX + "*"):
+    for folder in base.glob(prefix + "*"):
         try:
             owner_host, pid = (folder / OWNER).read_text().split()
         except (OSError, ValueError):
