@@ -49,9 +49,14 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
     memory = s["peak_rss_mib"]  # this process and both worker processes, each a real high-water mark
     assert len(memory["workers"]) == 2 and all(50 < v < 8192 for v in memory["workers"].values())
     assert memory["flow"] > 50
+    # The workers' peak at each stage's end: non-decreasing (a high-water mark), the last one the run's.
+    after = s["worker_peak_rss_mib_after_stage"]
+    assert list(after) == list(stages)[:-1] and list(after.values()) == sorted(after.values())
+    assert after["recommend_explain_write"] <= max(memory["workers"].values())
     # Second run on unchanged data reuses the stored model and moves LATEST to the new run.
     s2 = refresh(dataset=str(dataset), out=str(out), top_n=3, top_k=2, k=4, lam=5e-3, in_memory=True)
     assert s2["model"] == s["model"] and runs.resolve_run(out) != run
+    assert s2["worker_peak_rss_mib_after_stage"] == {}  # in one process: no workers
     stores = list((out / "partitions").iterdir())  # one store for this data, complete, α beside it
     assert len(stores) == 1 and (stores[0] / "index.json").exists() and (stores[0] / "alpha" / "index.json").exists()
     t2 = runs.open_run(runs.resolve_run(out)).to_table()

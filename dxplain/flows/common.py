@@ -66,12 +66,19 @@ def open_mapper(settings: Settings, in_memory: bool = False, shared: str | None 
 
 
 @contextlib.contextmanager
-def stage(seconds: dict, name: str, peaks: dict | None = None):
+def stage(seconds: dict, name: str, peaks: dict | None = None, workers: tuple | None = None):
     """Record the wall seconds of one stage of a flow (reported in its summary) and, into ``peaks``, this
-    process's peak RSS (VmHWM, MiB) at its end: the first stage whose value jumps is the one that set it."""
+    process's peak RSS (VmHWM, MiB) at its end: the first stage whose value jumps is the one that set it.
+    ``workers`` = (mapper, dict): the same for the workers (the largest VmHWM among them), read only when
+    the stage succeeded (a failed one may have lost a worker, and the error matters more)."""
     t = time.perf_counter()
     try:
         yield
+        if workers is not None:
+            mapper, into = workers
+            peak = max(mapper.peak_rss_mib()["workers"].values(), default=None)  # none in one process
+            if peak is not None:
+                into[name] = peak
     finally:
         seconds[name] = round(time.perf_counter() - t, 2)
         if peaks is not None:

@@ -150,10 +150,11 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
     ``prediction`` is a probability σ(score).
     """
     validate(CONSTRAINTS, locals())
-    t0, started, seconds, peaks = time.perf_counter(), time.time(), {}, {}
+    t0, started, seconds, peaks, worker_peaks = time.perf_counter(), time.time(), {}, {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     with open_mapper(settings, in_memory, shared=settings.out) as mapper:
-        with stage(seconds, "load", peaks):  # a prepared dataset by tasks: this process keeps ids and degrees
+        at_end = (mapper, worker_peaks)
+        with stage(seconds, "load", peaks, at_end):  # a prepared dataset by tasks: this process keeps ids and degrees
             training = load_training(dataset, settings, mapper, implicit, neg_samples, seed)
             data, implicit = training.data, training.implicit
             # Bad input fails before any training.
@@ -166,14 +167,14 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
                 model_store.read_model(model, data, factors=False)
         n_targets = len(supplied) if supplied is not None else data.n_users * top_n
         n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
-        with stage(seconds, "partition", peaks):
+        with stage(seconds, "partition", peaks, at_end):
             parts = partition(training, settings.out, mapper)
-        with stage(seconds, "train", peaks):
+        with stage(seconds, "train", peaks, at_end):
             budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
                       if v is not None}
             m, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, parts,
                                           budget, implicit, neg_weight, fidelity_tol=tol)
-        with stage(seconds, "preprocess", peaks):
+        with stage(seconds, "preprocess", peaks, at_end):
             job = preprocess(m, data, parts, top_n, top_k, supplied, mapper)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
         plan = {"data": data.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
@@ -184,12 +185,12 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         runs.record_stores(run_dir, [parts.root, training.source, None if model else model_path])
         if resumed:
             get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
-        with stage(seconds, "recommend_explain_write", peaks):  # targets, attributions and shard files, per shard
+        with stage(seconds, "recommend_explain_write", peaks, at_end):  # targets, attributions, shard files
             entries, passes = explain_all(job, data, n_shards, str(run_dir), mapper)
         memory = mapper.peak_rss_mib()
     summary = {"run": str(run_dir), "dataset": dataset, "model": model_path, **summarize(entries, passes),
                "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "peak_rss_mib": memory,
-               "flow_peak_rss_mib_after_stage": peaks,
+               "flow_peak_rss_mib_after_stage": peaks, "worker_peak_rss_mib_after_stage": worker_peaks,
                "grad_norm": m.grad_norm, "loss": m.loss, "prediction": PREDICTION[m.loss],
                "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k,
                "targets_skipped_unseen": unseen}
