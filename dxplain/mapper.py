@@ -58,6 +58,9 @@ class Mapper(Protocol):
     def peak_rss_mib(self) -> dict:
         """Peak resident memory (MiB): ``{"flow": this process, "workers": {address: MiB}}``."""
 
+    def release_memory(self) -> None:
+        """Return the heap memory the tasks so far freed to the system, in every worker (``trim_heap``)."""
+
 
 def peak_rss_mib() -> float:
     """This process's high-water mark of resident memory: the number a memory limit is about.
@@ -75,6 +78,20 @@ def peak_rss_mib() -> float:
     except OSError:
         pass
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux, bytes on macOS
+
+
+def trim_heap() -> None:
+    """glibc's ``malloc_trim(0)``: give the free pages of this process's heaps back to the system; a no-op
+    elsewhere. Workers run without a trim threshold (faster temporaries: docs/scaling.md, "Worker
+    allocator"), so what training freed stays resident and the explanation's working set lands on top of
+    it; trimmed between the two, the workers' peak is the larger of the two stages, not their sum."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class LocalMapper:
@@ -102,3 +119,6 @@ class LocalMapper:
 
     def peak_rss_mib(self) -> dict:
         return {"flow": peak_rss_mib(), "workers": {}}
+
+    def release_memory(self) -> None:
+        trim_heap()

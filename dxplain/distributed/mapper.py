@@ -16,7 +16,7 @@ import numpy as np
 from dask.sizeof import sizeof
 from distributed import Client, Future, as_completed, wait
 
-from ..mapper import Report, peak_rss_mib
+from ..mapper import Report, peak_rss_mib, trim_heap
 from .cluster import scatter
 
 _stamp = itertools.count()
@@ -180,3 +180,6 @@ class DaskMapper:
 
     def peak_rss_mib(self) -> dict:
         return {"flow": peak_rss_mib(), "workers": self.client.run(peak_rss_mib)}
+
+    def release_memory(self) -> None:
+        self.client.run(trim_heap)

@@ -174,6 +174,7 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
                       if v is not None}
             m, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, parts,
                                           budget, implicit, neg_weight, fidelity_tol=tol)
+            mapper.release_memory()  # what training freed, before the explanation's working set
         with stage(seconds, "preprocess", peaks, at_end):
             job = preprocess(m, data, parts, top_n, top_k, supplied, mapper)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
