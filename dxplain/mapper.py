@@ -59,7 +59,8 @@ class Mapper(Protocol):
         """Peak resident memory (MiB): ``{"flow": this process, "workers": {address: MiB}}``."""
 
     def release_memory(self) -> None:
-        """Return the heap memory the tasks so far freed to the system, in every worker (``trim_heap``)."""
+        """Return the heap memory the tasks so far freed to the system, in every worker (``trim_heap``).
+        Best effort: a worker that is gone is skipped, and the run goes on."""
 
 
 def peak_rss_mib() -> float:
@@ -83,8 +84,8 @@ def peak_rss_mib() -> float:
 def trim_heap() -> None:
     """glibc's ``malloc_trim(0)``: give the free pages of this process's heaps back to the system; a no-op
     elsewhere. Workers run without a trim threshold (faster temporaries: docs/scaling.md, "Worker
-    allocator"), so what training freed stays resident and the explanation's working set lands on top of
-    it; trimmed between the two, the workers' peak is the larger of the two stages, not their sum."""
+    allocator"), so heap that training freed under live allocations stayed resident beneath the
+    explanation's working set; trimmed between the two, it is returned (tested; measured in scaling.md)."""
     import ctypes
     import ctypes.util
 
