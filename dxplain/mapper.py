@@ -86,13 +86,18 @@ def trim_heap() -> None:
     elsewhere. Workers run without a trim threshold (faster temporaries: docs/scaling.md, "Worker
     allocator"), so heap that training freed under live allocations stayed resident beneath the
     explanation's working set; trimmed between the two, it is returned (tested; measured in scaling.md)."""
+    try:
+        glibc().malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def glibc():
+    """The C library, for glibc's allocator controls (raises OSError, or AttributeError on use, elsewhere)."""
     import ctypes
     import ctypes.util
 
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
 
 class LocalMapper:

@@ -119,12 +119,10 @@ MMAP_THRESHOLD = 1 << 20
 def return_freed_blocks() -> None:
     """Fix glibc's mmap threshold in this process (``MMAP_THRESHOLD``); elsewhere a no-op. Not for
     workers: there it makes every temporary a fresh mapping (docs/scaling.md, "Worker allocator")."""
-    import ctypes
-    import ctypes.util
+    from ..mapper import glibc
 
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
+        glibc().mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):
         pass
 
