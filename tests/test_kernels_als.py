@@ -52,6 +52,24 @@ def test_fused_half_step_equals_the_numpy_half_step(k):
     assert k == 1 or deg.min() < k
 
 
+@pytest.mark.parametrize("k", [12, 64])
+def test_fused_half_step_equals_the_numpy_half_step_on_long_rows(k):
+    """Rows longer than the Gram's chunk (``als_fused.GRAM_CHUNK``), so that its inner loop starts past 0 and
+    ends mid-chunk: the loop the kernel vectorises with unsigned indices."""
+    from dxplain.kernels.als_fused import GRAM_CHUNK
+
+    rng = np.random.default_rng(k)
+    degrees = [GRAM_CHUNK + 1, 2 * GRAM_CHUNK + 37, 3 * GRAM_CHUNK, k + 3]
+    n_cols = 4 * GRAM_CHUNK
+    cols = np.concatenate([np.sort(rng.choice(n_cols, size=d, replace=False)) for d in degrees])
+    indptr = np.concatenate([[0], np.cumsum(degrees)])
+    y = rng.normal(size=len(cols))
+    F = rng.normal(size=(n_cols, k))
+    ref = als.ridge_solve_rows(indptr, cols, y, F, ridge=0.7, fused=False)
+    got = als.ridge_solve_rows(indptr, cols, y, F, ridge=0.7, fused=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
+
+
 def test_gradient_and_hessian_match_finite_differences(small):
     rng = np.random.default_rng(3)
     P = _pattern(small)

@@ -18,7 +18,7 @@ machine (docs/scaling.md states the cost).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, uint64
 
 # Entries per chunk of the Gram's dot products: 64 rows × 256 floats = 128 KB (L2).
 GRAM_CHUNK = 256
@@ -42,7 +42,9 @@ def _gram_upper(M, n, m, A):
             for q in range(p - p % 4, n, 4):
                 b0, b1, b2, b3 = M[q], M[q + 1], M[q + 2], M[q + 3]
                 s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = 0.0
-                for j in range(j0, j1):
+                # Unsigned: a signed index from a runtime start keeps numba's negative-index wraparound,
+                # which stops LLVM vectorising the loop (4 GMAC/s against 12–18, measured).
+                for j in range(uint64(j0), uint64(j1)):
                     x0, x1 = a0[j], a1[j]
                     y0, y1, y2, y3 = b0[j], b1[j], b2[j], b3[j]
                     s00 += x0 * y0
