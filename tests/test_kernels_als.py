@@ -70,6 +70,32 @@ def test_fused_half_step_equals_the_numpy_half_step_on_long_rows(k):
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("k", [3, 64])
+def test_fused_gradient_rows_equal_the_sparse_products(k):
+    """The compiled gradient pass against the numpy one, on both sides' rows (rows with no entries too), and the
+    in-process half-steps' gradient against ``als.gradient`` on the whole table."""
+    from dxplain.models.mf import LocalHalfSteps, csr_view
+
+    d = random_interactions(60, 80, 0.15, seed=k)
+    rng = np.random.default_rng(k)
+    U, V = rng.normal(size=(d.n_users, k)), rng.normal(size=(d.n_items, k))
+    y, lam, n = d.rating - d.rating.mean(), 0.03, len(d)
+    for side, F_rows, F_cols in (("user", U, V), ("item", V, U)):
+        view = csr_view(d, y, side)
+        ref, ref_rss = als.gradient_rows(*view, F_rows, F_cols, n, lam, fused=False)
+        got, got_rss = als.gradient_rows(*view, F_rows, F_cols, n, lam, fused=True)
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+        assert got_rss == pytest.approx(ref_rss, rel=1e-12)
+    indptr = np.array([0, 0, 2])  # an empty row: its gradient is λ·F_row
+    got, _ = als.gradient_rows(indptr, np.array([0, 1]), np.ones(2), U[:2], V, n, lam, fused=True)
+    np.testing.assert_allclose(got[0], lam * U[0])
+    rss, gU, gV = LocalHalfSteps(d, d.rating.mean(), 1.0).gradient(U, V, lam)
+    P = als.Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items)
+    ref_U, ref_V = als.gradient(U, V, P, y, lam)
+    np.testing.assert_allclose(gU, ref_U, rtol=1e-12, atol=1e-12 * np.abs(ref_U).max())
+    np.testing.assert_allclose(gV, ref_V, rtol=1e-12, atol=1e-12 * np.abs(ref_V).max())
+
+
 def test_gradient_and_hessian_match_finite_differences(small):
     rng = np.random.default_rng(3)
     P = _pattern(small)

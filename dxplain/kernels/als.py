@@ -156,12 +156,21 @@ def gradient(U, V, P: Pattern, y, lam, r=None) -> tuple[np.ndarray, np.ndarray]:
 
 
 def gradient_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F_rows: np.ndarray, F_cols: np.ndarray,
-                  n: int, lam: float) -> tuple[np.ndarray, float]:
+                  n: int, lam: float, fused: bool | None = None) -> tuple[np.ndarray, float]:
     """Rows of ``gradient`` from a CSR slice that holds those rows' whole sums, and its Σ r².
 
     With rows = users (``F_rows`` = U's rows, ``F_cols`` = V) they are ∇_U f's rows, −(2/|D|) R V + λU;
-    with rows = items and columns = users, ∇_V f's. ``n`` = |D| of the whole table.
+    with rows = items and columns = users, ∇_V f's. ``n`` = |D| of the whole table. ``fused``: the compiled
+    kernel (``als_fused.gradient_rows_fused``, default ``FUSED``) or the sparse products below, its reference.
     """
+    if FUSED if fused is None else fused:
+        from .als_fused import gradient_rows_fused
+
+        G, rss = np.empty(F_rows.shape), np.empty(len(indptr) - 1)
+        gradient_rows_fused(np.asarray(indptr, np.int64), np.asarray(cols, np.int64), np.asarray(y, np.float64),
+                            np.ascontiguousarray(F_rows, np.float64), np.ascontiguousarray(F_cols, np.float64),
+                            -2.0 / n, float(lam), G, rss)
+        return G, float(np.sum(rss))
     P = Pattern.of_rows(indptr, cols, len(F_cols))
     r = y - pattern_scores(F_rows, F_cols, P)
     return -(2.0 / n) * (P.matrix(r) @ F_cols) + lam * F_rows, float(r @ r)
