@@ -13,6 +13,9 @@ nnz·k² through gathered (B, d, k) stacks, and no batch of rows waits for its l
 Rows run in parallel (``prange``) over numba's threads, interleaved so that light and heavy rows
 mix; ``nogil`` lets Dask's threads run parts side by side as well. ``cache=True``: compiled once per
 machine (docs/scaling.md states the cost).
+
+The training loop's passes over D have compiled twins here too: ``gradient_rows_fused`` (a part's rows of
+∇f and its Σ r²) and ``pair_scores_fused`` (residuals for the Hessian products).
 """
 
 from __future__ import annotations
@@ -224,8 +227,8 @@ def pair_scores_fused(U, V, u, i, out):
 
 @njit(nogil=True, cache=True, parallel=True, fastmath=True)
 def gradient_rows_fused(indptr, cols, y, F_rows, F_cols, scale, lam, G, rss):
-    """G[r] ← scale·Σ_e r_e F_cols[cols[e]] + lam·F_rows[r] and rss[r] ← Σ_e r_e², with r_e = y_e − ⟨F_rows[r],
-    F_cols[cols[e]]⟩ over row r's entries e, rows split over numba's threads.
+    """G[r] ← scale·Σ_e r_e F_cols[cols[e]] + lam·F_rows[r] and rss[r] ← Σ_e r_e², with
+    r_e = y_e − ⟨F_rows[r], F_cols[cols[e]]⟩ over row r's entries e, rows split over numba's threads.
 
     The compiled twin of ``als.gradient_rows`` (scale = −2/|D|): residual, its square and the row's sum in one
     pass over the entries, where the numpy path scores every pair, then multiplies a sparse residual matrix.

@@ -199,7 +199,7 @@ class LocalHalfSteps(HalfSteps):
         return als.ridge_solve_rows(*self.views["item"], U, self.ridge)
 
     def gradient(self, U, V, lam):
-        if als.FUSED:  # each side's rows in one compiled pass over its view (residuals computed twice, no sparse products)
+        if als.FUSED:  # each side's rows in one compiled pass over its view: residuals twice, no sparse products
             gU, rss = als.gradient_rows(*self.views["user"], U, V, len(self.y), lam)
             return rss, gU, als.gradient_rows(*self.views["item"], V, U, len(self.y), lam)[0]
         r = self._residuals(U, V)
