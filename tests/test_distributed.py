@@ -322,6 +322,59 @@ def test_items_half_step_measures_its_side_on_the_way(client, tmp_path):
         half.close()
 
 
+def test_measure_after_an_exact_items_half_step_takes_its_gradient(client, tmp_path):
+    """The squared loss's items' half-step solves exactly and returns ∇_V f at its solution from its Grams
+    (``SquaredRows.solve_with_gradient``). The measure of (U, V = items(U)) then reads the by-user parts
+    only, in this process, over parts in memory and on the cluster, and on block files (bound-free, as
+    before); its numbers equal a measure that reads both sides. At another V or λ it reads both."""
+    from dxplain.models.blocks import Blocks
+    from dxplain.models.mf import BlockHalfSteps, HalfSteps, LocalHalfSteps, PartHalfSteps
+
+    d = random_interactions(90, 70, 0.2, seed=35)
+    parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 4 + 1)
+    n_user, n_item = len(parts.user_cuts) - 1, len(parts.item_cuts) - 1
+    mu, lam = float(d.rating.mean()), 0.02
+    ridge = lam * len(d) / 2
+    U = np.random.default_rng(8).normal(scale=0.5, size=(d.n_users, 4))
+
+    class Counting(LocalMapper):
+        calls: list = []
+
+        def map(self, fn, args, name="task", **kw):
+            self.calls.append((name, len(args)))
+            return super().map(fn, args, name=name, **kw)
+
+    local = LocalHalfSteps(d, mu, ridge)
+    V = local.items(U)
+    want = HalfSteps.stationarity(local, U, V, lam, bound=True)  # both sides' passes
+    assert local._known_items_gradient(U, V, lam) is not None
+    got = local.stationarity(U, V, lam, bound=True)
+    assert got[0] == pytest.approx(want[0], rel=1e-12) and got[1] == pytest.approx(want[1], rel=1e-9)
+    assert got[2] == pytest.approx(want[2], rel=1e-9)
+    assert local._known_items_gradient(U, V, 2 * lam) is None and local._known_items_gradient(U, V.copy(), lam) is None
+    for mapper in (Counting(), DaskMapper(client)):
+        Counting.calls.clear()
+        half = PartHalfSteps(mapper, parts, d, mu, ridge)
+        V_p = half.items(U)
+        np.testing.assert_allclose(V_p, V, rtol=1e-12, atol=1e-15)
+        for bound in (True, False):
+            rss, gsq, eps = half.stationarity(U, V_p, lam, bound=bound)
+            assert rss == pytest.approx(want[0], rel=1e-12) and gsq == pytest.approx(want[1], rel=1e-9)
+            assert eps == (pytest.approx(want[2], rel=1e-9) if bound else None)
+        other = half.stationarity(U, V_p + 0.01, lam, bound=True)  # not the half-step's V: both sides read
+        assert other[2] == pytest.approx(HalfSteps.stationarity(local, U, V + 0.01, lam, bound=True)[2], rel=1e-9)
+        blocks = BlockHalfSteps(mapper, parts, d, mu, ridge)
+        U_b = Blocks.split(mapper, blocks.scratch, U, blocks.cuts["user"])
+        V_b = blocks.items(U_b, measure=lam)
+        rss, gsq, _ = blocks.stationarity(U_b, V_b, lam, bound=False)
+        assert rss == pytest.approx(want[0], rel=1e-12) and gsq == pytest.approx(want[1], rel=1e-9)
+        if isinstance(mapper, Counting):
+            assert [c for c in mapper.calls if c[0] == "als-stationarity"] == [
+                ("als-stationarity", n_user), ("als-stationarity", n_user),
+                ("als-stationarity", n_user + n_item), ("als-stationarity", n_user)]
+        blocks.close()
+
+
 def test_training_measures_the_items_side_with_the_items_half_step(tmp_path):
     """Training on block files passes λ to the items' half-step when the sweep's measure is bound-free, so
     each sweep's measure reads the by-user parts only; with an identity target (the bound needs both sides'

@@ -70,6 +70,39 @@ def test_fused_half_step_equals_the_numpy_half_step_on_long_rows(k):
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("k", [7, 40])  # 7: primal and dual rows; 40: dual only
+def test_half_step_returns_the_gradient_at_its_solution(k):
+    """``ridge_solve_rows(..., gradient_scale=2/|D|)``: each row's A x − b from the solve's own system, which is
+    ∇f's row at the solution (rounding). Both paths against the gradient pass at the solved rows; the two
+    residual formulas on their own at points that are not solutions, where they are not 0."""
+    from dxplain.kernels.als_fused import _dual_residual, _primal_residual
+
+    d = random_interactions(70, 90, 0.12, seed=k)
+    rng = np.random.default_rng(k)
+    V = rng.normal(size=(d.n_items, k))
+    y, n, lam = d.rating - d.rating.mean(), len(d), 0.03
+    ridge = lam * n / 2
+    indptr = np.concatenate([d.user_indptr, [d.user_indptr[-1]]])  # one more row, with no entries: gradient 0
+    for fused in (True, False):
+        X, G = als.ridge_solve_rows(indptr, d.item, y, V, ridge, fused=fused, gradient_scale=2.0 / n)
+        np.testing.assert_array_equal(X, als.ridge_solve_rows(indptr, d.item, y, V, ridge, fused=fused))
+        want, _ = als.gradient_rows(indptr, d.item, y, X, V, n, lam, fused=False)
+        scale = lam * np.abs(X).max()
+        assert np.abs(want).max() < 1e-12 * scale  # the solution is stationary in its rows ...
+        np.testing.assert_allclose(G, want, rtol=0, atol=1e-12 * scale)  # ... and G says so
+        assert np.all(G[-1] == 0)
+    M = rng.normal(size=(k + 3, k))
+    A = M.T @ M + np.eye(k)
+    x, b = rng.normal(size=k), rng.normal(size=k)
+    upper = np.triu(A, 1) + np.tril(rng.normal(size=(k, k)))  # below the diagonal: what a solve left there
+    out = np.empty(k)
+    _primal_residual(upper, np.diag(A).copy(), b, x, k, 0.5, out)
+    np.testing.assert_allclose(out, 0.5 * (A @ x - b), rtol=1e-12, atol=1e-12)
+    Gd, yd = rng.normal(size=(3, k)), rng.normal(size=3)
+    _dual_residual(Gd, 3, k, yd, 0.7, x, 2.0, out)
+    np.testing.assert_allclose(out, 2.0 * ((Gd.T @ Gd + 0.7 * np.eye(k)) @ x - Gd.T @ yd), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("k", [3, 64])
 def test_fused_gradient_rows_equal_the_sparse_products(k):
     """The compiled gradient pass against the numpy one, on both sides' rows (rows with no entries too), and the

@@ -30,7 +30,7 @@ FUSED = True
 
 def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.ndarray,
                      ridge: float, rows: np.ndarray | None = None, fused: bool | None = None,
-                     sw: np.ndarray | None = None) -> np.ndarray:
+                     sw: np.ndarray | None = None, gradient_scale: float | None = None):
     """X_r = (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r} for each row r (CSR over ``cols``).
 
     With ``sw`` (one square-root weight per entry) the rows of F_{C_r} are scaled by it first: weighted
@@ -43,15 +43,20 @@ def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.
     ridge : λ|D|/2
     rows : optional subset of rows to solve (default all); the result has one line per solved row
     fused : the compiled kernel (``als_fused``, default ``FUSED``) or these numpy batches, its reference
+    gradient_scale : also return each row's system residual A X_r − b_r (A = F_{C_r}ᵀ F_{C_r} + ridge·I,
+        b = F_{C_r}ᵀ y_{C_r}) times this. With 2/|D| (and the squared loss's ridge = λ|D|/2) it is the row of
+        ∇f at the solution, −(2/|D|) Σ_e r_e F_e + λX_r: zero up to rounding, and it costs k² a row from the
+        Gram the solve formed, where ``gradient_rows`` makes a pass over the row's entries.
 
     Returns
     -------
-    (len(rows), k) array.
+    (len(rows), k) array; with ``gradient_scale``, (X, the scaled residuals) of that shape each.
     """
     n_rows = len(indptr) - 1
     rows = np.arange(n_rows) if rows is None else np.asarray(rows)
     k = F.shape[1]
     X = np.zeros((len(rows), k))
+    Gx = np.zeros((len(rows) if gradient_scale is not None else 0, k))
     if FUSED if fused is None else fused:
         from numba import get_num_threads
 
@@ -59,8 +64,9 @@ def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.
 
         ridge_solve_rows_fused(np.asarray(indptr, np.int64), np.asarray(cols, np.int64), np.asarray(y, np.float64),
                                np.ascontiguousarray(F, np.float64), float(ridge), rows.astype(np.int64),
-                               get_num_threads(), X, np.empty(0) if sw is None else np.asarray(sw, np.float64))
-        return X
+                               get_num_threads(), X, np.empty(0) if sw is None else np.asarray(sw, np.float64),
+                               float(gradient_scale or 0.0), Gx)
+        return X if gradient_scale is None else (X, Gx)
     deg = indptr[rows + 1] - indptr[rows]
     cols = cols.astype(np.intp)  # int32 fancy indexing is ~10x slower than intp (measured)
     F_pad = np.vstack([F, np.zeros((1, k))])  # index n_cols is a zero row used for padding
@@ -87,12 +93,17 @@ def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.
                 A = np.matmul(G, G.transpose(0, 2, 1)) + ridge * np.eye(d)  # (B, d, d)
                 z = np.linalg.solve(A, yb[..., None])[..., 0]
                 X[batch] = np.einsum("bdk,bd->bk", G, z)
+                if gradient_scale is not None:  # Gᵀ(G x − y) + ridge·x
+                    e = np.einsum("bdk,bk->bd", G, X[batch]) - yb
+                    Gx[batch] = gradient_scale * (np.einsum("bdk,bd->bk", G, e) + ridge * X[batch])
             else:
                 A = np.matmul(G.transpose(0, 2, 1), G) + eye  # (B, k, k)
                 b = np.einsum("bdk,bd->bk", G, yb)
                 # One batched LAPACK call; measured faster than scipy's batched cho_solve for k <= 128.
                 X[batch] = np.linalg.solve(A, b[..., None])[..., 0]
-    return X
+                if gradient_scale is not None:
+                    Gx[batch] = gradient_scale * (np.einsum("bkl,bl->bk", A, X[batch]) - b)
+    return X if gradient_scale is None else (X, Gx)
 
 
 def pair_scores(U: np.ndarray, V: np.ndarray, u: np.ndarray, i: np.ndarray, chunk: int = 4096) -> np.ndarray:

@@ -145,10 +145,43 @@ def _scale_columns(Gt, sw, a, d, k):
             g[j] *= sw[a + j]
 
 
+@njit(nogil=True, cache=True)
+def _primal_residual(A, diag, b, x, k, scale, out):
+    """out[:k] ← scale·(A x − b) for the symmetric A given by its strict upper triangle and ``diag``
+    (``_solve_spd`` leaves the upper triangle as it was and overwrites the diagonal and b)."""
+    for p in range(k):
+        out[p] = diag[p] * x[p] - b[p]
+    for p in range(k):
+        Ap, xp = A[p], x[p]
+        s = 0.0
+        for q in range(p + 1, k):
+            s += Ap[q] * x[q]
+            out[q] += Ap[q] * xp
+        out[p] += s
+    for p in range(k):
+        out[p] *= scale
+
+
+@njit(nogil=True, cache=True)
+def _dual_residual(G, d, k, y, ridge, x, scale, out):
+    """out[:k] ← scale·(A x − b) for the primal system of a short row, A = GᵀG + ridge·I and b = Gᵀy with G's
+    d rows: Gᵀ(G x − y) + ridge·x, without forming A (2dk)."""
+    for c in range(k):
+        out[c] = ridge * x[c]
+    for j in range(d):
+        e = _dot(G[j], x, k) - y[j]
+        for c in range(k):
+            out[c] += e * G[j, c]
+    for c in range(k):
+        out[c] *= scale
+
+
 @njit(nogil=True, cache=True, parallel=True)
-def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw):
+def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw, scale, Gx):
     """X[n] ← (F_{C_r}ᵀ W F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ W^½ y_{C_r} for r = rows[n], W = diag(sw²) over the
-    row's entries (W = I when ``sw`` is empty); rows without entries get 0.
+    row's entries (W = I when ``sw`` is empty); rows without entries get 0. With ``Gx`` non-empty, also
+    Gx[n] ← scale·(A X[n] − b), A and b the row's system: for the squared loss and scale = 2/|D| the row of ∇f
+    at the solution, from the Gram already formed (k² a row, where a pass over the entries costs d·k).
 
     Parameters
     ----------
@@ -160,8 +193,10 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw):
     X : (m, k) float64 output
     sw : (nnz,) float64 square roots of per-entry weights, or (0,) for none: the weighted least squares
         that a Newton step of a row's BCE problem is (``kernels.bce.newton_rows``); ``y`` then holds sw·z
+    scale, Gx : the system's residual, scaled, into Gx (m, k), or Gx of shape (0, k) for none
     """
     weighted = sw.shape[0] > 0
+    residual = Gx.shape[0] > 0
     k = F.shape[1]
     kp = -(-k // 4) * 4  # the Gram works on blocks of 4 rows: zero rows pad k
     m = rows.shape[0]
@@ -174,11 +209,15 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw):
         A = np.empty((kp, kp))
         b = np.empty(kp)
         x = np.empty(kp)
+        b0 = np.empty(kp)  # b and A's diagonal, which the solve overwrites: the residual needs them
+        diag = np.empty(kp)
         for n in range(t, m, n_threads):  # interleaved: each thread gets a mix of light and heavy rows
             r = rows[n]
             a, d = indptr[r], indptr[r + 1] - indptr[r]
             if d == 0:
                 X[n, :] = 0.0
+                if residual:
+                    Gx[n, :] = 0.0
             elif d >= k:
                 _gather_transposed(F, cols, a, d, Gt)
                 if weighted:
@@ -188,8 +227,11 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw):
                 for c in range(k):
                     b[c] = _dot(Gt[c], y_r, d)
                     A[c, c] += ridge
+                    b0[c], diag[c] = b[c], A[c, c]
                 _solve_spd(A, k, b, x)
                 X[n, :] = x[:k]
+                if residual:
+                    _primal_residual(A, diag, b0, x, k, scale, Gx[n])
             else:
                 # Dual: (G Gᵀ + ridge I_d) z = y_r, X_r = Gᵀ z with G = W^½ F_{C_r} (d < k rows).
                 dp = -(-d // 4) * 4
@@ -207,6 +249,8 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw):
                 for j in range(d):
                     for c in range(k):
                         X[n, c] += x[j] * G[j, c]
+                if residual:
+                    _dual_residual(G, d, k, y[a:a + d], ridge, X[n], scale, Gx[n])
 
 
 @njit(nogil=True, cache=True, parallel=True, fastmath=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -76,6 +77,8 @@ class HalfSteps:
     ``accelerator``) and ``close``."""
 
     in_process = True  # the factors are arrays in this process: the Newton polish can take them whole
+    # (U, V, ∇_V f at (U, V), λ) from the last items(U) = V that solved exactly (``_keep_items_gradient``)
+    _items_gradient = None
 
     def initial(self, n_users: int, n_items: int, k: int, seed: int):
         """The seeded random start: N(0, 0.1²) entries, U then V from one generator."""
@@ -118,6 +121,19 @@ class HalfSteps:
         """The Hessian of f at (U, V) applied to (dU, dV) (``kernels.als.hessian_vector``)."""
         raise NotImplementedError
 
+    def _keep_items_gradient(self, U, V, gV) -> None:
+        """Keep ∇_V f at (U, V), which the items' exact half-step V = items(U) gave with V, for the measure of
+        (U, V) that usually follows: its items' side then needs no pass over D. Weak references: U and V
+        are the trainer's to free (users × k is the largest array in training)."""
+        self._items_gradient = (weakref.ref(U), weakref.ref(V), gV, 2.0 * self.ridge / self.n)
+
+    def _known_items_gradient(self, U, V, lam):
+        """∇_V f at (U, V) if V is the last exact items(U) and ``lam`` the λ its ridge was for, else None."""
+        kept = self._items_gradient
+        if kept is None or kept[0]() is not U or kept[1]() is not V or not np.isclose(kept[3], lam, rtol=1e-12, atol=0):
+            return None
+        return kept[2]
+
     def curvature_grams(self, U, V) -> tuple[np.ndarray, np.ndarray]:
         """The Hessian's per-user and per-item k×k blocks without λ (``kernels.als.curvature_grams``)."""
         raise NotImplementedError
@@ -128,9 +144,15 @@ class SquaredRows:
     half-step is an exact ridge solve, which needs no start."""
 
     centred, warm_start, name = True, False, "squared"
+    exact = True  # the half-step solves its rows exactly: ``solve_with_gradient`` gives ∇f there
 
     def solve(self, part, F, ridge, X0=None):
         return als.ridge_solve_rows(*part, F, ridge)
+
+    def solve_with_gradient(self, part, F, ridge, n):
+        """The solve and its rows of ∇f at the solution (rounding), from the Grams the solve formed (k² a row
+        against a pass over the entries): (X, G). ``ridge`` = λ|D|/2, so the gradient is f's for that λ."""
+        return als.ridge_solve_rows(*part, F, ridge, gradient_scale=2.0 / n)
 
     def gradient(self, part, F_rows, F_cols, n, lam):
         return als.gradient_rows(*part, F_rows, F_cols, n, lam)
@@ -151,6 +173,7 @@ class BCERows:
 
     w: float
     centred, warm_start, name = False, True, "bce"
+    exact = False  # one Newton step from a warm start: its rows of ∇f need a pass (``gradient``)
 
     def solve(self, part, F, ridge, X0=None):
         return bce.newton_rows(*part, self.w, F, ridge, X0, steps=None if X0 is None else 1)[0]
@@ -191,12 +214,24 @@ class LocalHalfSteps(HalfSteps):
         self.ridge = ridge
         self.P = als.Pattern(data.user, data.item, data.user_indptr, data.n_users, data.n_items)
         self.y = self.views["user"][2]
+        self.n = len(self.y)
 
     def users(self, V, U0=None):
         return als.ridge_solve_rows(*self.views["user"], V, self.ridge)
 
     def items(self, U, V0=None, measure=None):
-        return als.ridge_solve_rows(*self.views["item"], U, self.ridge)
+        V, gV = als.ridge_solve_rows(*self.views["item"], U, self.ridge, gradient_scale=2.0 / self.n)
+        self._keep_items_gradient(U, V, gV)
+        return V
+
+    def stationarity(self, U, V, lam, bound):
+        """As ``HalfSteps.stationarity``, with ∇_V f from the items' half-step that made V, when it did: one
+        pass over D (the users' rows) instead of two."""
+        gV = self._known_items_gradient(U, V, lam)
+        if gV is None:
+            return super().stationarity(U, V, lam, bound)
+        gU, rss = als.gradient_rows(*self.views["user"], U, V, self.n, lam)
+        return rss, float(np.sum(gU * gU) + np.sum(gV * gV)), als.identity_bound(U, V, gU, gV, lam) if bound else None
 
     def gradient(self, U, V, lam):
         if als.FUSED:  # each side's rows in one compiled pass over its view: residuals twice, no sparse products
@@ -239,6 +274,11 @@ def _rows_of(part, a: int, F):
 
 def _solve_part(part, a: int, F, ridge, loss, X0=None):
     return loss.solve(part, F, ridge, None if X0 is None else _rows_of(part, a, X0))
+
+
+def _solve_part_with_gradient(part, a: int, F, ridge, loss, n: int):
+    """An exact half-step's rows and their rows of ∇f (``SquaredRows.solve_with_gradient``)."""
+    return loss.solve_with_gradient(part, F, ridge, n)
 
 
 def _hessian_part(part, a: int, F_rows, F_cols, dF_rows, dF_cols, n: int, lam: float, loss) -> np.ndarray:
@@ -291,12 +331,18 @@ class PartHalfSteps(HalfSteps):
         self.parts = {side: mapper.persist(_load_part, [(parts, side, p, mu) for p in range(len(cuts) - 1)],
                                            name=f"als-load-{side}") for side, cuts in self.cuts.items()}
 
-    def _half(self, side: str, F: np.ndarray, X0: np.ndarray | None) -> np.ndarray:
+    def _half(self, side: str, F: np.ndarray, X0: np.ndarray | None, with_gradient: bool = False):
         # To one worker every half-step; the others fetch it from their peer (see ``distributed.cluster.scatter``).
         F_h = self.mapper.put(F)
         X0_h = self.mapper.put(X0) if X0 is not None and self.loss.warm_start else None
         cuts = self.cuts[side]
         out = np.empty((int(cuts[-1]), F.shape[1]))
+        if with_gradient:  # an exact half-step: its rows of ∇f too (O(rows · k) back, like the rows)
+            grad = np.empty_like(out)
+            tasks = [(p, int(a), F_h, self.ridge, self.loss, self.n) for p, a in zip(self.parts[side], cuts[:-1])]
+            for p, (rows, g) in self.mapper.imap(_solve_part_with_gradient, tasks, name=f"als-{side}"):
+                out[cuts[p]:cuts[p + 1]], grad[cuts[p]:cuts[p + 1]] = rows, g
+            return out, grad
         # Each part's rows into place as it finishes: no list of parts beside the stacked copy.
         tasks = [(p, int(a), F_h, self.ridge, self.loss, X0_h) for p, a in zip(self.parts[side], cuts[:-1])]
         for p, rows in self.mapper.imap(_solve_part, tasks, name=f"als-{side}"):
@@ -307,7 +353,11 @@ class PartHalfSteps(HalfSteps):
         return self._half("user", V, U0)
 
     def items(self, U, V0=None, measure=None):
-        return self._half("item", U, V0)
+        if not self.loss.exact:
+            return self._half("item", U, V0)
+        V, gV = self._half("item", U, V0, with_gradient=True)
+        self._keep_items_gradient(U, V, gV)
+        return V
 
     def _rows(self, fn, user_side: tuple, item_side: tuple, name: str) -> tuple[list, list]:
         """``fn(part, first row, *side args, loss)`` over every by-user and by-item part in one map: each part
@@ -326,12 +376,21 @@ class PartHalfSteps(HalfSteps):
 
     def stationarity(self, U, V, lam, bound):
         """Σ r², ‖∇f‖² and the identity bound reduced from the parts' three numbers each: at 50M the
-        gradient (users × k) and the bound's temporaries never reach this process."""
+        gradient (users × k) and the bound's temporaries never reach this process. When V is the last exact
+        items(U), the items' side comes from the ∇_V f that half-step returned (items × k, here) and only
+        the by-user parts are mapped."""
         T_U, T_V, floor = als.bound_transforms(U.T @ U, V.T @ V) if bound else (None, None, None)
         U_h, V_h = self.mapper.put(U), self.mapper.put(V)
-        users, items = self._rows(_stationarity_part, (U_h, V_h, self.n, lam, T_U, T_V, floor),
-                                  (V_h, U_h, self.n, lam, T_V, T_U, floor), "als-stationarity")
-        return _stationarity_total(users, items, bound)
+        gV = self._known_items_gradient(U, V, lam)
+        if gV is None:
+            users, items = self._rows(_stationarity_part, (U_h, V_h, self.n, lam, T_U, T_V, floor),
+                                      (V_h, U_h, self.n, lam, T_V, T_U, floor), "als-stationarity")
+            return _stationarity_total(users, items, bound)
+        tasks = [(p, int(a), U_h, V_h, self.n, lam, T_U, T_V, floor, self.loss)
+                 for p, a in zip(self.parts["user"], self.cuts["user"][:-1])]
+        users = self.mapper.map(_stationarity_part, tasks, name="als-stationarity")
+        eps = als.bound_rows(V, gV, T_V, T_U, lam, floor) if bound else 0.0
+        return _stationarity_total(users, [(0.0, float(np.sum(gV * gV)), eps)], bound)
 
     def hessian_vector(self, U, V, dU, dV, lam):
         U_h, V_h, dU_h, dV_h = (self.mapper.put(a) for a in (U, V, dU, dV))
@@ -469,6 +528,11 @@ def _solve_measured(part: str, F: RowSource, ridge, loss, X0, n, lam, out: str):
     """``_solve_compact``'s rows written to ``out``, and the part's ``_stationarity_part`` triple at them
     (no transforms) from the same rows of F: (path, triple)."""
     view, F_cols = _read_compact(part, F)
+    if loss.exact and np.isclose(2.0 * ridge / n, lam, rtol=1e-12, atol=0):
+        # ∇f at an exact solve from its Grams (k² a row): no second pass over the part's entries. Σ r² is the
+        # by-user parts' (``_stationarity_total``), so the items' triple leaves it 0.
+        X, G = loss.solve_with_gradient(view, F_cols, ridge, n)
+        return spill.save_file(out, X), (0.0, float(np.sum(G * G)), 0.0)
     X = loss.solve(view, F_cols, ridge, X0)
     return spill.save_file(out, X), _stationarity_part(view, 0, X, F_cols, n, lam, None, None, None, loss)
 
