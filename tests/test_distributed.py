@@ -10,6 +10,7 @@ from dxplain.explain.representer import Preprocessed
 from dxplain.distributed.mapper import DaskMapper
 from dxplain.io.partitions import write_partitions
 from dxplain.mapper import LocalMapper
+from dxplain.models.blocks import call_loaded
 from dxplain.refresh import RefreshJob, run_passes, shard_users
 from dxplain.models.mf import ALSMF
 
@@ -325,8 +326,9 @@ def test_items_half_step_measures_its_side_on_the_way(client, tmp_path):
 def test_measure_after_an_exact_items_half_step_takes_its_gradient(client, tmp_path):
     """The squared loss's items' half-step solves exactly and returns ∇_V f at its solution from its Grams
     (``SquaredRows.solve_with_gradient``). The measure of (U, V = items(U)) then reads the by-user parts
-    only, in this process, over parts in memory and on the cluster, and on block files (bound-free, as
-    before); its numbers equal a measure that reads both sides. At another V or λ it reads both."""
+    only, in this process, over parts in memory and on the cluster, and on block files (where ∇_V f is kept
+    in files beside V's blocks); its numbers equal a measure that reads both sides. At another V or λ it
+    reads both."""
     from dxplain.models.blocks import Blocks
     from dxplain.models.mf import BlockHalfSteps, HalfSteps, LocalHalfSteps, PartHalfSteps
 
@@ -340,8 +342,8 @@ def test_measure_after_an_exact_items_half_step_takes_its_gradient(client, tmp_p
     class Counting(LocalMapper):
         calls: list = []
 
-        def map(self, fn, args, name="task", **kw):
-            self.calls.append((name, len(args)))
+        def map(self, fn, args, name="task", **kw):  # a block task's own function is its first argument
+            self.calls.append((name, len(args) if fn is not call_loaded else sorted(a[0].__name__ for a in args)))
             return super().map(fn, args, name=name, **kw)
 
     local = LocalHalfSteps(d, mu, ridge)
@@ -366,19 +368,24 @@ def test_measure_after_an_exact_items_half_step_takes_its_gradient(client, tmp_p
         blocks = BlockHalfSteps(mapper, parts, d, mu, ridge)
         U_b = Blocks.split(mapper, blocks.scratch, U, blocks.cuts["user"])
         V_b = blocks.items(U_b, measure=lam)
-        rss, gsq, _ = blocks.stationarity(U_b, V_b, lam, bound=False)
-        assert rss == pytest.approx(want[0], rel=1e-12) and gsq == pytest.approx(want[1], rel=1e-9)
+        np.testing.assert_allclose(V_b.gather(), V, rtol=1e-12, atol=1e-15)
+        for bound in (True, False):
+            rss, gsq, eps = blocks.stationarity(U_b, V_b, lam, bound=bound)
+            assert rss == pytest.approx(want[0], rel=1e-12) and gsq == pytest.approx(want[1], rel=1e-9)
+            assert eps == (pytest.approx(want[2], rel=1e-9) if bound else None)
         if isinstance(mapper, Counting):
+            light = ["_gradient_block_triple"] * n_item + ["_stationarity_compact"] * n_user
             assert [c for c in mapper.calls if c[0] == "als-stationarity"] == [
                 ("als-stationarity", n_user), ("als-stationarity", n_user),
-                ("als-stationarity", n_user + n_item), ("als-stationarity", n_user)]
+                ("als-stationarity", n_user + n_item), ("als-stationarity", light), ("als-stationarity", light)]
         blocks.close()
 
 
 def test_training_measures_the_items_side_with_the_items_half_step(tmp_path):
-    """Training on block files passes λ to the items' half-step when the sweep's measure is bound-free, so
-    each sweep's measure reads the by-user parts only; with an identity target (the bound needs both sides'
-    Grams first) it reads both."""
+    """Training on block files passes λ to the items' half-step, so each sweep's measure reads the by-user
+    parts only: for BCE (whose half-step is not exact) when the measure is bound-free, from the triples the
+    items' tasks returned; for ALS also with an identity target, from the ∇_V f files its exact half-step
+    wrote beside V's blocks."""
     from functools import partial
 
     from dxplain.models.implicit_mf import ImplicitMF, positive_pairs, sample_negatives, training_table
@@ -387,8 +394,8 @@ def test_training_measures_the_items_side_with_the_items_half_step(tmp_path):
     class Counting(LocalMapper):
         calls: list = []
 
-        def map(self, fn, args, name="task", **kw):
-            self.calls.append((name, len(args)))
+        def map(self, fn, args, name="task", **kw):  # a block task's own function is its first argument
+            self.calls.append((name, len(args) if fn is not call_loaded else sorted(a[0].__name__ for a in args)))
             return super().map(fn, args, name=name, **kw)
 
     P = positive_pairs(random_interactions(60, 45, 0.2, seed=33), 3)
@@ -397,15 +404,17 @@ def test_training_measures_the_items_side_with_the_items_half_step(tmp_path):
     n_user = len(parts.user_cuts) - 1
     m = ImplicitMF(k=3, max_iter=3, polish_iters=0).fit_alternating(table, partial(BlockHalfSteps, Counting(), parts))
     assert m.info["sweeps"] == 3
-    assert [c for c in Counting.calls if c[0] == "als-stationarity"] == [("als-stationarity", n_user)] * 3
+    assert [c for c in Counting.calls if c[0] == "als-stationarity"] == [
+        ("als-stationarity", ["_stationarity_compact"] * n_user)] * 3
 
     d = random_interactions(80, 60, 0.2, seed=34)
     parts = write_partitions(tmp_path / "als", d, rows_per_part=len(d) // 4 + 1)
     Counting.calls.clear()
     ALSMF(k=3, max_sweeps=3, polish_iters=0, identity_tol=1e-12).fit(d, half_steps=partial(BlockHalfSteps, Counting(),
                                                                                            parts))
-    n = len(parts.user_cuts) + len(parts.item_cuts) - 2
-    assert [c for c in Counting.calls if c[0] == "als-stationarity"] == [("als-stationarity", n)] * 3
+    n_user, n_item = len(parts.user_cuts) - 1, len(parts.item_cuts) - 1
+    light = ["_gradient_block_triple"] * n_item + ["_stationarity_compact"] * n_user
+    assert [c for c in Counting.calls if c[0] == "als-stationarity"] == [("als-stationarity", light)] * 3
 
 
 def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):

@@ -469,13 +469,22 @@ class BlockHalfSteps(HalfSteps):
         return self._half("user", V, U0)
 
     def items(self, U, V0=None, measure=None):
-        """Every item's half-step; with ``measure`` = λ each task also returns its part's triple of
-        ``stationarity(U, V_new, λ, bound=False)`` from the rows of U it has just read, which the measure
-        then takes instead of reading them again (at 50M Amazon-like interactions a by-item part touches
-        1.5M users' rows: 370 MB read per part and pass)."""
+        """Every item's half-step; with ``measure`` = λ the measure of (U, V_new) that follows need not read
+        the rows of U again (at 50M Amazon-like interactions a by-item part touches 1.5M users' rows: 370 MB
+        read per part and pass). An exact half-step (the squared loss) writes its rows of ∇_V f beside V's,
+        from its Grams, and the measure takes the items' side from those files, with the identity bound or
+        without; otherwise each task returns its part's bound-free triple, from the rows of U it read."""
         if measure is None:
             return self._half("item", U, V0)
         args = self._solve_args("item", U, V0)
+        if self.loss.exact and np.isclose(2.0 * self.ridge / self.n, measure, rtol=1e-12, atol=0):
+            outs, grads = self.scratch.names("als-item", len(args)), self.scratch.names("als-item-gradient", len(args))
+            done = self.mapper.map(call_loaded, [(_solve_with_gradient, *a, self.n, out, g)
+                                                 for a, out, g in zip(args, outs, grads)], name="als-item")
+            V, gV = (Blocks(self.mapper, self.scratch, tuple(paths), np.asarray(self.cuts["item"]), U.k)
+                     for paths in zip(*done))
+            self._measured = (V.paths, U.paths, measure), gV
+            return V
         outs = self.scratch.names("als-item", len(args))
         done = self.mapper.map(call_loaded, [(_solve_measured, *a, self.n, measure, out) for a, out in zip(args, outs)],
                                name="als-item")
@@ -485,13 +494,17 @@ class BlockHalfSteps(HalfSteps):
 
     def stationarity(self, U: Blocks, V: Blocks, lam, bound):
         T_U, T_V, floor = als.bound_transforms(U.gram(), V.gram()) if bound else (None, None, None)
-        key, triples = self._measured or (None, None)
-        item_triples = triples if not bound and key == (V.paths, U.paths, lam) else None
+        key, kept = self._measured or (None, None)
+        known = key == (V.paths, U.paths, lam)
+        gV = kept if known and isinstance(kept, Blocks) else None  # ∇_V f from an exact items' half-step
+        item_triples = kept if known and not bound and gV is None else None
         sides = (("user", U, V, (T_U, T_V, floor)),)
-        if item_triples is None:
+        if item_triples is None and gV is None:
             sides += (("item", V, U, (T_V, T_U, floor)),)
         tasks = [(_stationarity_compact, part, Ref(B.paths[p]), other.source, self.n, lam, *T, self.loss)
                  for side, B, other, T in sides for p, part in enumerate(self.parts[side])]
+        if gV is not None:  # the items' side from V's and ∇_V f's blocks: no pass over the by-item parts
+            tasks += [(_gradient_block_triple, Ref(v), Ref(g), lam, T_V, T_U, floor) for v, g in zip(V.paths, gV.paths)]
         out = self.mapper.map(call_loaded, tasks, name="als-stationarity")
         n_user = len(self.parts["user"])
         return _stationarity_total(out[:n_user], out[n_user:] if item_triples is None else item_triples, bound)
@@ -528,13 +541,23 @@ def _solve_measured(part: str, F: RowSource, ridge, loss, X0, n, lam, out: str):
     """``_solve_compact``'s rows written to ``out``, and the part's ``_stationarity_part`` triple at them
     (no transforms) from the same rows of F: (path, triple)."""
     view, F_cols = _read_compact(part, F)
-    if loss.exact and np.isclose(2.0 * ridge / n, lam, rtol=1e-12, atol=0):
-        # ∇f at an exact solve from its Grams (k² a row): no second pass over the part's entries. Σ r² is the
-        # by-user parts' (``_stationarity_total``), so the items' triple leaves it 0.
-        X, G = loss.solve_with_gradient(view, F_cols, ridge, n)
-        return spill.save_file(out, X), (0.0, float(np.sum(G * G)), 0.0)
     X = loss.solve(view, F_cols, ridge, X0)
     return spill.save_file(out, X), _stationarity_part(view, 0, X, F_cols, n, lam, None, None, None, loss)
+
+
+def _solve_with_gradient(part: str, F: RowSource, ridge, loss, X0, n, out: str, out_gradient: str):
+    """An exact half-step's rows written to ``out`` and their rows of ∇f (from the solve's Grams, k² a row:
+    ``SquaredRows.solve_with_gradient``) to ``out_gradient``: (the two paths)."""
+    view, F_cols = _read_compact(part, F)
+    X, G = loss.solve_with_gradient(view, F_cols, ridge, n)
+    return spill.save_file(out, X), spill.save_file(out_gradient, G)
+
+
+def _gradient_block_triple(F, G, lam, T_own, T_other, floor) -> tuple[float, float, float]:
+    """A part's ``_stationarity_part`` triple from its rows and their rows of ∇f, kept in block files: no pass
+    over its entries. Σ of the loss terms is the by-user parts' (``_stationarity_total``), so 0 here."""
+    eps = 0.0 if T_own is None else als.bound_rows(F, G, T_own, T_other, lam, floor)
+    return 0.0, float(np.sum(G * G)), eps
 
 
 def _stationarity_compact(part: str, F_rows, F: RowSource, n, lam, T_own, T_other, floor, loss):
@@ -617,10 +640,10 @@ class ALSMF:
             U = U_new = None
             U_new = half_steps.users(X, U0)
             U0 = None
-            # The measure below is bound-free unless an identity target is set: the items' half-step can take
-            # its items' side with it (``HalfSteps.items``' ``measure``).
+            # The items' half-step can take the items' side of the measure below with it (``HalfSteps.items``'
+            # ``measure``): always when it solves exactly, else only when the measure is bound-free.
             V_new = half_steps.items(U_new, X if self.loss.warm_start else None,
-                                     measure=lam if self.identity_tol is None else None)
+                                     measure=lam if self.identity_tol is None or self.loss.exact else None)
             trial = {}
             done = self._measure(U_new, V_new, half_steps, n, lam, trial)
             progress.update("train: ALS sweeps", sweeps, self.max_sweeps, f"‖∇f‖={trial['gnorm']:.1e}")
