@@ -103,6 +103,28 @@ def test_half_step_returns_the_gradient_at_its_solution(k):
     np.testing.assert_allclose(out, 2.0 * ((Gd.T @ Gd + 0.7 * np.eye(k)) @ x - Gd.T @ yd), rtol=1e-12, atol=1e-12)
 
 
+def test_bound_rows_in_chunks_equals_the_whole_rows_formula(monkeypatch):
+    """``bound_rows`` goes through its rows in chunks (cache-sized temporaries): the same ε as the formula on
+    all rows at once, with rows of norm 0 (left out, or held at the floor) and a NaN gradient (no bound)."""
+    rng = np.random.default_rng(4)
+    F, g = rng.normal(size=(50, 6)), rng.normal(size=(50, 6))
+    F[[3, 17]] = 0.0
+    T_own, T_other, lam = np.eye(6) + 0.1 * rng.normal(size=(6, 6)), np.eye(6) + 0.1 * rng.normal(size=(6, 6)), 0.3
+
+    def whole(floor):
+        G = g @ T_other + lam * F @ (T_own - T_other)
+        norm = np.maximum(np.linalg.norm(F @ T_own, axis=1), floor)
+        live = norm > 0
+        return np.max(np.linalg.norm(G[live], axis=1) / norm[live]) / lam
+
+    monkeypatch.setattr(als, "BOUND_CHUNK", 7)
+    for floor in (0.0, 0.5):
+        assert als.bound_rows(F, g, T_own, T_other, lam, floor) == pytest.approx(whole(floor), rel=1e-12)
+    assert whole(0.5) != pytest.approx(whole(0.0))  # the floor decides: rows 3 and 17 count with it
+    g[40, 2] = np.nan
+    assert np.isnan(als.bound_rows(F, g, T_own, T_other, lam, 0.0))
+
+
 @pytest.mark.parametrize("k", [3, 64])
 def test_fused_gradient_rows_equal_the_sparse_products(k):
     """The compiled gradient pass against the numpy one, on both sides' rows (rows with no entries too), and the
