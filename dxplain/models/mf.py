@@ -103,8 +103,10 @@ class HalfSteps:
 
     def items(self, U: np.ndarray, V0: np.ndarray | None = None, measure: float | None = None) -> np.ndarray:
         """Every item's half-step given U. ``measure`` = λ: the caller measures (U, V_new) with
-        ``stationarity(U, V_new, λ, bound=False)`` next, and a half-step that has U's rows at hand may
-        compute the items' side of it on the way (``BlockHalfSteps`` does); the others ignore it."""
+        ``stationarity(U, V_new, λ, ...)`` next (bound-free, unless the loss solves exactly), and a half-step
+        that has U's rows at hand may compute the items' side of it on the way (``BlockHalfSteps`` does).
+        An exact half-step (the squared loss) keeps ∇_V f at its solution for that measure in any case
+        (``_keep_items_gradient``)."""
         raise NotImplementedError
 
     def gradient(self, U: np.ndarray, V: np.ndarray, lam: float) -> tuple[float, np.ndarray, np.ndarray]:
