@@ -77,7 +77,7 @@ class HalfSteps:
     ``accelerator``) and ``close``."""
 
     in_process = True  # the factors are arrays in this process: the Newton polish can take them whole
-    # (U, V, ∇_V f at (U, V), λ) from the last items(U) = V that solved exactly (``_keep_items_gradient``)
+    # (U, V, ∇_V f at (U, V)) from the last items(U) = V that solved exactly (``_keep_items_gradient``)
     _items_gradient = None
 
     def initial(self, n_users: int, n_items: int, k: int, seed: int):
@@ -127,14 +127,18 @@ class HalfSteps:
         """Keep ∇_V f at (U, V), which the items' exact half-step V = items(U) gave with V, for the measure of
         (U, V) that usually follows: its items' side then needs no pass over D. Weak references: U and V
         are the trainer's to free (users × k is the largest array in training)."""
-        self._items_gradient = (weakref.ref(U), weakref.ref(V), gV, 2.0 * self.ridge / self.n)
+        self._items_gradient = (weakref.ref(U), weakref.ref(V), gV)
 
     def _known_items_gradient(self, U, V, lam):
         """∇_V f at (U, V) if V is the last exact items(U) and ``lam`` the λ its ridge was for, else None."""
         kept = self._items_gradient
-        if kept is None or kept[0]() is not U or kept[1]() is not V or not np.isclose(kept[3], lam, rtol=1e-12, atol=0):
+        if kept is None or kept[0]() is not U or kept[1]() is not V or not self._ridge_is_for(lam):
             return None
         return kept[2]
+
+    def _ridge_is_for(self, lam) -> bool:
+        """Whether the half-steps' ridge is λ|D|/2 for this λ: then an exact solve's residual is f's gradient."""
+        return bool(np.isclose(2.0 * self.ridge / self.n, lam, rtol=1e-12, atol=0))
 
     def curvature_grams(self, U, V) -> tuple[np.ndarray, np.ndarray]:
         """The Hessian's per-user and per-item k×k blocks without λ (``kernels.als.curvature_grams``)."""
@@ -237,8 +241,8 @@ class LocalHalfSteps(HalfSteps):
 
     def gradient(self, U, V, lam):
         if als.FUSED:  # each side's rows in one compiled pass over its view: residuals twice, no sparse products
-            gU, rss = als.gradient_rows(*self.views["user"], U, V, len(self.y), lam)
-            return rss, gU, als.gradient_rows(*self.views["item"], V, U, len(self.y), lam)[0]
+            gU, rss = als.gradient_rows(*self.views["user"], U, V, self.n, lam)
+            return rss, gU, als.gradient_rows(*self.views["item"], V, U, self.n, lam)[0]
         r = self._residuals(U, V)
         gU, gV = als.gradient(U, V, self.P, self.y, lam, r=r)
         return float(r @ r), gU, gV
@@ -302,7 +306,13 @@ def _stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, T_own, 
     """A part's Σ of its loss terms, Σ of its gradient rows squared, and its rows' identity bound
     (``als.bound_rows``; 0 without transforms): three numbers back, not the gradient."""
     g, loss_sum = _gradient_part(part, a, F_rows, F_cols, n, lam, loss)
-    eps = 0.0 if T_own is None else als.bound_rows(_rows_of(part, a, F_rows), g, T_own, T_other, lam, floor)
+    return _triple(_rows_of(part, a, F_rows), g, loss_sum, lam, T_own, T_other, floor)
+
+
+def _triple(F, g, loss_sum: float, lam: float, T_own, T_other, floor) -> tuple[float, float, float]:
+    """(Σ of the loss terms, Σ g², the rows' identity bound (0 without transforms)) of rows F and their rows g
+    of ∇f: what a part sends back of a measure."""
+    eps = 0.0 if T_own is None else als.bound_rows(F, g, T_own, T_other, lam, floor)
     return loss_sum, float(np.sum(g * g)), eps
 
 
@@ -364,10 +374,12 @@ class PartHalfSteps(HalfSteps):
     def _rows(self, fn, user_side: tuple, item_side: tuple, name: str) -> tuple[list, list]:
         """``fn(part, first row, *side args, loss)`` over every by-user and by-item part in one map: each part
         holds its rows' whole sums, so users' rows come from the former and items' from the latter."""
-        tasks = [(p, int(a), *(user_side if side == "user" else item_side), self.loss)
-                 for side in ("user", "item") for p, a in zip(self.parts[side], self.cuts[side][:-1])]
-        out = self.mapper.map(fn, tasks, name=name)
+        out = self.mapper.map(fn, self._tasks("user", user_side) + self._tasks("item", item_side), name=name)
         return out[:len(self.parts["user"])], out[len(self.parts["user"]):]
+
+    def _tasks(self, side: str, args: tuple) -> list:
+        """(part, its first row, *args, loss) for every part of ``side``."""
+        return [(p, int(a), *args, self.loss) for p, a in zip(self.parts[side], self.cuts[side][:-1])]
 
     def gradient(self, U, V, lam):
         """∇_U f from the by-user parts, ∇_V f from the by-item parts, Σ r² from the former: the flow's
@@ -388,11 +400,9 @@ class PartHalfSteps(HalfSteps):
             users, items = self._rows(_stationarity_part, (U_h, V_h, self.n, lam, T_U, T_V, floor),
                                       (V_h, U_h, self.n, lam, T_V, T_U, floor), "als-stationarity")
             return _stationarity_total(users, items, bound)
-        tasks = [(p, int(a), U_h, V_h, self.n, lam, T_U, T_V, floor, self.loss)
-                 for p, a in zip(self.parts["user"], self.cuts["user"][:-1])]
-        users = self.mapper.map(_stationarity_part, tasks, name="als-stationarity")
-        eps = als.bound_rows(V, gV, T_V, T_U, lam, floor) if bound else 0.0
-        return _stationarity_total(users, [(0.0, float(np.sum(gV * gV)), eps)], bound)
+        users = self.mapper.map(_stationarity_part, self._tasks("user", (U_h, V_h, self.n, lam, T_U, T_V, floor)),
+                                name="als-stationarity")
+        return _stationarity_total(users, [_triple(V, gV, 0.0, lam, T_V, T_U, floor)], bound)
 
     def hessian_vector(self, U, V, dU, dV, lam):
         U_h, V_h, dU_h, dV_h = (self.mapper.put(a) for a in (U, V, dU, dV))
@@ -479,7 +489,7 @@ class BlockHalfSteps(HalfSteps):
         if measure is None:
             return self._half("item", U, V0)
         args = self._solve_args("item", U, V0)
-        if self.loss.exact and np.isclose(2.0 * self.ridge / self.n, measure, rtol=1e-12, atol=0):
+        if self.loss.exact and self._ridge_is_for(measure):
             outs, grads = self.scratch.names("als-item", len(args)), self.scratch.names("als-item-gradient", len(args))
             done = self.mapper.map(call_loaded, [(_solve_with_gradient, *a, self.n, out, g)
                                                  for a, out, g in zip(args, outs, grads)], name="als-item")
@@ -558,8 +568,7 @@ def _solve_with_gradient(part: str, F: RowSource, ridge, loss, X0, n, out: str, 
 def _gradient_block_triple(F, G, lam, T_own, T_other, floor) -> tuple[float, float, float]:
     """A part's ``_stationarity_part`` triple from its rows and their rows of ∇f, kept in block files: no pass
     over its entries. Σ of the loss terms is the by-user parts' (``_stationarity_total``), so 0 here."""
-    eps = 0.0 if T_own is None else als.bound_rows(F, G, T_own, T_other, lam, floor)
-    return 0.0, float(np.sum(G * G)), eps
+    return _triple(F, G, 0.0, lam, T_own, T_other, floor)
 
 
 def _stationarity_compact(part: str, F_rows, F: RowSource, n, lam, T_own, T_other, floor, loss):
