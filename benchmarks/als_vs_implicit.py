@@ -1,12 +1,16 @@
-"""ALS per sweep: dxplain's exact half-steps (fused numba kernel and the numpy batches) vs implicit, in one run.
+"""ALS per sweep: dxplain's half-steps (the trainer's sweep; exact ones by the fused numba kernel and by the numpy
+batches) vs implicit, in one run.
 
     python benchmarks/als_vs_implicit.py            # ml-100k and a synthetic ml-1m-sized set, k = 32, 64
 
-One sweep is both half-steps (every user's solve, then every item's). dxplain solves each row's ridge
-system exactly (``kernels.als.ridge_solve_rows``); implicit 0.7 (``AlternatingLeastSquares``, its
-defaults: float32, 3 conjugate-gradient steps per row on its confidence-weighted objective) is timed
-per iteration through its fit callback. The problems differ — a user comparing libraries sees
-seconds per sweep. Both use 2 threads (numba's and implicit's, with BLAS at 1; BLAS at 2 for the
+One sweep is both half-steps (every user's solve, then every item's). The trainer's sweep (``ALSMF``'s default)
+takes ``DEFAULT_CG_STEPS`` warm-started CG steps per user from the previous sweep's rows
+(``kernels.als.ridge_cg_rows``) and solves every item exactly, with its rows of ∇f (``LocalHalfSteps``); its
+first sweep, exact, is not timed. The exact columns solve each row's ridge system exactly on both sides
+(``kernels.als.ridge_solve_rows``). None includes the trainer's stationarity measure. implicit 0.7
+(``AlternatingLeastSquares``, its defaults: float32, 3 conjugate-gradient steps per row on its
+confidence-weighted objective) is timed per iteration through its fit callback. The problems differ — a
+user comparing libraries sees seconds per sweep. Both use 2 threads (numba's and implicit's, with BLAS at 1; BLAS at 2 for the
 numpy batches). Each figure is the median of ``--sweeps`` sweeps. The synthetic set has
 ml-1m's shape: 6,040 users × 3,449 items, ~1M ratings (``datasets.synthetic.generate``).
 """
@@ -28,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dxplain.datasets import resolve_dataset  # noqa: E402
 from dxplain.datasets.synthetic import generate  # noqa: E402
 from dxplain.kernels import als  # noqa: E402
-from dxplain.models.mf import DEFAULT_RIDGE, csr_view  # noqa: E402
+from dxplain.models.mf import DEFAULT_CG_STEPS, DEFAULT_RIDGE, LocalHalfSteps, SquaredRows, csr_view  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 ML1M_SHAPE = {"n_interactions": 1_000_000, "n_users": 6040, "n_items": 3449}
@@ -64,6 +68,28 @@ def dxplain_sweep_seconds(data, k: int, sweeps: int, fused: bool, threads: int) 
     return float(np.median(times))
 
 
+def trainer_sweep_seconds(data, k: int, sweeps: int, threads: int) -> float:
+    """Median seconds of one sweep as ``ALSMF`` takes it by default: the users' CG half-step from the previous
+    sweep's U, then the items' exact one with its rows of ∇f (``LocalHalfSteps``, at the default ridge)."""
+    from numba import set_num_threads
+
+    half_steps = LocalHalfSteps(data, data.rating_mean(), DEFAULT_RIDGE, loss=SquaredRows(cg_steps=DEFAULT_CG_STEPS))
+    rng = np.random.default_rng(0)
+    V = 0.1 * rng.standard_normal((data.n_items, k))
+    set_num_threads(threads)
+    times = []
+    with threadpool_limits(1, user_api="blas"):
+        U = half_steps.users(V)  # the trainer's first sweep is exact: its start is random
+        V = half_steps.items(U)
+        for s in range(sweeps + 1):  # the first timed sweep warms caches up
+            t0 = time.perf_counter()
+            U = half_steps.users(V, U)
+            V = half_steps.items(U)
+            if s:
+                times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
 def implicit_iteration_seconds(data, k: int, sweeps: int, threads: int) -> float:
     """Median seconds of one implicit ALS iteration (both half-steps), from its fit callback."""
     from implicit.cpu.als import AlternatingLeastSquares
@@ -88,11 +114,13 @@ def main():
     for name in a.datasets.split(","):
         data = load(name, Path(a.cache))
         for k in map(int, a.k.split(",")):
+            trainer = trainer_sweep_seconds(data, k, a.sweeps, a.threads)
             fused = dxplain_sweep_seconds(data, k, a.sweeps, True, a.threads)
             numpy_ = dxplain_sweep_seconds(data, k, a.sweeps, False, a.threads)
             implicit_ = implicit_iteration_seconds(data, k, a.sweeps, a.threads)
             rows.append({"dataset": name, "users": data.n_users, "items": data.n_items, "ratings": len(data),
-                         "k": k, "threads": a.threads, "sweeps": a.sweeps,
+                         "k": k, "threads": a.threads, "sweeps": a.sweeps, "cg_steps": DEFAULT_CG_STEPS,
+                         "dxplain_trainer_s": round(trainer, 4), "trainer_over_implicit": round(trainer / implicit_, 2),
                          "dxplain_fused_s": round(fused, 4), "dxplain_numpy_s": round(numpy_, 4),
                          "implicit_s": round(implicit_, 4), "fused_over_implicit": round(fused / implicit_, 2),
                          "numpy_over_implicit": round(numpy_ / implicit_, 2)})
@@ -101,11 +129,13 @@ def main():
 
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "als_vs_implicit.json").write_text(json.dumps({"implicit": implicit.__version__, "rows": rows}, indent=2))
-    print("| data set | k | dxplain fused (s/sweep) | dxplain numpy (s/sweep) | implicit (s/iter) | fused / implicit | numpy / implicit |")
-    print("|---|---|---|---|---|---|---|")
+    print("| data set | k | dxplain trainer (s/sweep) | dxplain exact fused | dxplain exact numpy | implicit (s/iter) "
+          "| trainer / implicit | fused / implicit |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['dataset']} | {r['k']} | {r['dxplain_fused_s']:.3f} | {r['dxplain_numpy_s']:.3f} | "
-              f"{r['implicit_s']:.3f} | {r['fused_over_implicit']:.2f}× | {r['numpy_over_implicit']:.2f}× |")
+        print(f"| {r['dataset']} | {r['k']} | {r['dxplain_trainer_s']:.3f} | {r['dxplain_fused_s']:.3f} | "
+              f"{r['dxplain_numpy_s']:.3f} | {r['implicit_s']:.3f} | {r['trainer_over_implicit']:.2f}× | "
+              f"{r['fused_over_implicit']:.2f}× |")
 
 
 if __name__ == "__main__":

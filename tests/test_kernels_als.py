@@ -103,6 +103,66 @@ def test_half_step_returns_the_gradient_at_its_solution(k):
     np.testing.assert_allclose(out, 2.0 * ((Gd.T @ Gd + 0.7 * np.eye(k)) @ x - Gd.T @ yd), rtol=1e-12, atol=1e-12)
 
 
+def _cg_problem(k, seed=0):
+    """Rows of degree 6..~22 plus an empty one, a fixed side with more columns than the data touch, a start."""
+    d = random_interactions(70, 90, 0.12, seed=seed)
+    rng = np.random.default_rng(seed)
+    indptr = np.concatenate([d.user_indptr, [d.user_indptr[-1]]])
+    F = rng.normal(size=(d.n_items + 3, k))
+    return indptr, d.item, d.rating - d.rating.mean(), F, rng.normal(size=(len(indptr) - 1, k))
+
+
+@pytest.mark.parametrize("k", [7, 12])  # primal (CG) and dual (exact) rows
+def test_cg_half_step_fused_equals_the_numpy_steps(k):
+    """``ridge_cg_rows``: the numba kernel against the numpy steps over every row at once, in the default basis
+    (from the rows' entries) and in a given one; short rows solved exactly, an empty row 0."""
+    indptr, cols, y, F, X0 = _cg_problem(k)
+    deg = np.diff(indptr)
+    assert (deg >= k).any() and ((deg > 0) & (deg < k)).any()
+    Q = np.linalg.qr(np.random.default_rng(1).normal(size=(k, k)))[0]
+    for steps in (1, 3):
+        for basis in (None, Q):
+            ref = als.ridge_cg_rows(indptr, cols, y, F, 0.9, X0, steps, Q=basis, fused=False)
+            got = als.ridge_cg_rows(indptr, cols, y, F, 0.9, X0, steps, Q=basis, fused=True)
+            np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
+    exact = als.ridge_solve_rows(indptr, cols, y, F, 0.9)
+    short = (deg > 0) & (deg < k)
+    np.testing.assert_allclose(got[short], exact[short], rtol=1e-10, atol=1e-12)
+    assert np.all(got[-1] == 0)
+    assert np.abs(got[deg >= k] - exact[deg >= k]).max() > 1e-6  # 3 steps: not the exact solve
+
+
+def test_cg_half_step_approaches_the_exact_solve_and_stays_there():
+    """Each step lowers every row's error in its system's norm (CG's property, any preconditioner); k steps solve
+    a row exactly (rounding) in either basis; a start at the solution stays (warm-started training at a
+    stationary point keeps it)."""
+    k = 7
+    indptr, cols, y, F, X0 = _cg_problem(k, seed=3)
+    exact = als.ridge_solve_rows(indptr, cols, y, F, 0.9)
+    long = np.flatnonzero(np.diff(indptr) >= k)
+
+    def energy(X):  # ‖x − x*‖_A per row
+        out = []
+        for r in long:
+            G = F[cols[indptr[r]:indptr[r + 1]]]
+            e = X[r] - exact[r]
+            out.append(e @ (G.T @ G + 0.9 * np.eye(k)) @ e)
+        return np.array(out)
+
+    errors = [energy(X0)] + [energy(als.ridge_cg_rows(indptr, cols, y, F, 0.9, X0, s)) for s in (1, 2, 4)]
+    for before, after in zip(errors, errors[1:]):
+        assert np.all(after <= before * (1 + 1e-9))
+    assert errors[-1].sum() < 1e-2 * errors[0].sum()
+    Q = np.linalg.qr(np.random.default_rng(2).normal(size=(k, k)))[0]
+    for basis in (None, Q):
+        np.testing.assert_allclose(als.ridge_cg_rows(indptr, cols, y, F, 0.9, X0, k, Q=basis), exact,
+                                   rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(als.ridge_cg_rows(indptr, cols, y, F, 0.9, exact, 4, Q=basis), exact,
+                                   rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="steps=0"):
+        als.ridge_cg_rows(indptr, cols, y, F, 0.9, X0, 0)
+
+
 def test_bound_rows_in_chunks_equals_the_whole_rows_formula(monkeypatch):
     """``bound_rows`` goes through its rows in chunks (cache-sized temporaries): the same ε as the formula on
     all rows at once, with rows of norm 0 (left out, or held at the floor) and a NaN gradient (no bound)."""

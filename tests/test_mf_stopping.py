@@ -80,6 +80,33 @@ def test_identity_tol_delivers_the_identity_on_every_top_10_target(tol):
     assert relative_error(user_sum, s).max() <= tol
 
 
+def test_cg_users_half_steps_train_to_the_identity_of_exact_ones(monkeypatch):
+    """The default trainer takes the users' half-steps by warm-started CG (``ALSMF.cg_steps``): trained to --tol
+    it meets the same bound and the same identity on every top-10 target as exact half-steps, at the same
+    stationary point (the scores agree to the bound's order); the CG half-steps did run."""
+    from dxplain.models.mf import DEFAULT_CG_STEPS
+
+    d = _data()
+    calls = []
+    cg_rows = als.ridge_cg_rows
+    monkeypatch.setattr(als, "ridge_cg_rows", lambda *a, **kw: calls.append(a[6]) or cg_rows(*a, **kw))
+    tol = 1e-6
+    exact = ALSMF(k=6, lam=_lam(d), identity_tol=tol * MIN_TARGET_COS, seed=2, cg_steps=0).fit(d)
+    assert calls == []
+    cg = ALSMF(k=6, lam=_lam(d), identity_tol=tol * MIN_TARGET_COS, seed=2).fit(d)
+    # Exact: the first sweep (a random start) and a sweep after a refused Anderson step (the accepted U is not kept).
+    assert DEFAULT_CG_STEPS > 0 and 0.8 * cg.info["sweeps"] < len(calls) < cg.info["sweeps"]
+    assert set(calls) == {DEFAULT_CG_STEPS}
+    t = recommend(exact.U, exact.V, d, np.arange(d.n_users), 10)
+    u, i = t.user.astype(np.intp), t.item.astype(np.intp)
+    for m in (exact, cg):
+        assert m.info["newton_iters"] == 0 and max(m.info["identity_bound"].values()) <= tol * MIN_TARGET_COS
+        item_sum, user_sum, s, _ = _sides(m, d, u, i)
+        assert relative_error(item_sum, s).max() <= tol and relative_error(user_sum, s).max() <= tol
+    s_exact, s_cg = (als.pair_scores(m.U, m.V, u, i) for m in (exact, cg))
+    np.testing.assert_allclose(s_cg, s_exact, rtol=0, atol=1e-4 * np.abs(s_exact).max())
+
+
 def test_looser_tol_trains_fewer_sweeps_and_stops_within_it():
     d = _data()
     fits = {tol: ALSMF(k=6, lam=_lam(d), identity_tol=tol, seed=2).fit(d) for tol in (1e-3, 1e-7)}

@@ -295,3 +295,121 @@ def gradient_rows_fused(indptr, cols, y, F_rows, F_cols, scale, lam, G, rss):
         for c in range(k):
             g[c] = scale * g[c] + lam * f[c]
         rss[r] = s2
+
+
+@njit(nogil=True, cache=True, fastmath=True)
+def _gram_apply(G, d, k, p, ridge, q):
+    """q[:k] ← (GᵀG + ridge·I) p for the row's gathered factors G[:d, :k]: two passes of d·k, no Gram."""
+    for c in range(k):
+        q[c] = ridge * p[c]
+    for j in range(d):
+        g = G[j]
+        t = 0.0
+        for c in range(k):
+            t += g[c] * p[c]
+        for c in range(k):
+            q[c] += t * g[c]
+
+
+@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
+    """X[r] ← ``steps`` Jacobi-preconditioned conjugate-gradient steps on (F_{C_r}ᵀ F_{C_r} + ridge·I) x =
+    F_{C_r}ᵀ y_{C_r} from X0[r], for every row r that has at least k entries; a shorter row is solved exactly by its
+    d×d dual system (cheap there, and what ``ridge_solve_rows_fused`` does). Rows without entries get 0. The
+    caller rotates F and X0 into the basis it preconditions in (``als.ridge_cg_rows``).
+
+    A step costs two passes over the row's d gathered factors (4dk flops) against the exact solve's Gram
+    (dk² multiply-adds) and Cholesky (k³/3). The ml-1m-sized set's users, two threads: 4 steps in 47 ms against
+    the exact solve's 103 at k = 64, 24 against 30 at k = 32 (the gather and the start's residual are ~half).
+    The steps stop early only on a residual of exactly zero (a start at the solution stays there).
+
+    Parameters
+    ----------
+    indptr, cols, y : CSR structure of the rows (int64, int64, float64)
+    F : (n_cols, k) float64 fixed factors, C-contiguous
+    ridge : λ|D|/2
+    X0 : (n_rows, k) float64 start, C-contiguous
+    steps : CG steps a row (≥ 1)
+    n_threads : numba's thread count (``numba.get_num_threads()``)
+    X : (n_rows, k) float64 output (may not alias X0)
+    """
+    k = F.shape[1]
+    kp = -(-k // 4) * 4
+    m = len(indptr) - 1
+    d_max = 0
+    for r in range(m):
+        d_max = max(d_max, indptr[r + 1] - indptr[r])
+    for t in prange(n_threads):
+        G = np.zeros((max(d_max, kp), k))  # the row's factors, gathered once: each step reads them twice
+        A = np.empty((kp, kp))  # the dual d×d system of a short row
+        Gp = np.zeros((kp, kp))
+        b = np.empty(kp)
+        z = np.empty(kp)
+        x = np.empty(k)
+        res = np.empty(k)
+        pre = np.empty(k)
+        zr = np.empty(k)
+        p = np.empty(k)
+        q = np.empty(k)
+        for r in range(t, m, n_threads):
+            a, d = indptr[r], indptr[r + 1] - indptr[r]
+            if d == 0:
+                X[r, :] = 0.0
+                continue
+            if d < k:  # the exact dual solve, as ridge_solve_rows_fused
+                dp = -(-d // 4) * 4
+                Gp[d:dp] = 0.0
+                for j in range(d):
+                    Gp[j, :k] = F[cols[a + j]]
+                    b[j] = y[a + j]
+                _gram_upper(Gp, dp, k, A)
+                for j in range(d):
+                    A[j, j] += ridge
+                _solve_spd(A, d, b, z)
+                X[r, :] = 0.0
+                for j in range(d):
+                    for c in range(k):
+                        X[r, c] += z[j] * Gp[j, c]
+                continue
+            for j in range(d):
+                G[j, :] = F[cols[a + j]]
+            # res = b − A x0 with b = Gᵀy, and the Jacobi preconditioner 1/diag(A), in one pass.
+            for c in range(k):
+                x[c] = X0[r, c]
+                res[c] = -ridge * x[c]
+                pre[c] = ridge
+            for j in range(d):
+                g = G[j]
+                s = 0.0
+                for c in range(k):
+                    s += g[c] * x[c]
+                e = y[a + j] - s
+                for c in range(k):
+                    res[c] += e * g[c]
+                    pre[c] += g[c] * g[c]
+            for c in range(k):
+                pre[c] = 1.0 / pre[c]
+            rz = 0.0
+            for c in range(k):
+                zr[c] = pre[c] * res[c]
+                p[c] = zr[c]
+                rz += res[c] * zr[c]
+            for _ in range(steps):
+                if rz <= 0.0:
+                    break
+                _gram_apply(G, d, k, p, ridge, q)
+                pq = 0.0
+                for c in range(k):
+                    pq += p[c] * q[c]
+                alpha = rz / pq
+                rz_new = 0.0
+                for c in range(k):
+                    x[c] += alpha * p[c]
+                    res[c] -= alpha * q[c]
+                    zr[c] = pre[c] * res[c]
+                    rz_new += res[c] * zr[c]
+                beta = rz_new / rz
+                rz = rz_new
+                for c in range(k):
+                    p[c] = zr[c] + beta * p[c]
+            X[r, :] = x

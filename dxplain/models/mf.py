@@ -9,9 +9,11 @@ its representer attributions (docs/methods.md §1), so training stops on station
 gradient norm, or on the bound that the gradient gives on the identity's relative error (``identity_tol``,
 the refresh's ``--tol``).
 
-Solver: Anderson-accelerated ALS sweeps (exact ridge half-steps, the last m sweeps combined so that
-their residuals cancel), which turns ALS's crawl at accurate (small) λ into a usable rate; if they stall,
-a Newton polish with exact Hessian-vector products.
+Solver: Anderson-accelerated ALS sweeps (the last m sweeps combined so that their residuals cancel), which
+turns ALS's crawl at accurate (small) λ into a usable rate; if they stall, a Newton polish with exact
+Hessian-vector products. Each sweep's items' half-step is an exact ridge solve, so V is stationary given U;
+the users' half-step is a few conjugate-gradient steps from the previous sweep's U (``cg_steps``), which
+reach the same stationary point in about as many sweeps at a fraction of the exact solve's work.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import minimize
@@ -29,7 +31,7 @@ from ..interactions import Interactions
 from .base import FactorModel
 from ..kernels import als, anderson, bce
 from ..io import spill
-from .blocks import Blocks, BlockVectors, Ref, RowSource, Scratch, call_loaded, take_rows
+from .blocks import Blocks, BlockVectors, PerBlock, Ref, RowSource, Scratch, call_loaded, take_rows
 from ..kernels.newton import newton_pcg
 from .. import progress
 from ..progress import newton_progress
@@ -51,6 +53,8 @@ DEFAULT_RIDGE = 15.0
 ANDERSON_MEMORY = 10
 UPHILL_SLACK = 1e-12
 STALL_SWEEPS = 30
+# The users' half-step by this many warm-started CG steps (``ALSMF.cg_steps``); 0 = the exact solve.
+DEFAULT_CG_STEPS = 4
 # A run's --tol bounds |Σ attributions − s|/|s| per target; the gradient bounds it by ε/cos θ
 # (``kernels.als.identity_bound``), so a refresh trains to ε ≤ tol·MIN_TARGET_COS: within tol for every
 # target whose score is at least a tenth of ‖Ũ_i‖‖Ṽ_j‖. Top-10 targets at ml-1m size met the bound at
@@ -70,7 +74,8 @@ MFModel = FactorModel  # the squared-loss model's factors: the common base, unde
 class HalfSteps:
     """The two ALS half-steps (every user's exact solve given V, every item's given U), and the passes over
     D that training measures itself with: Σ of the loss terms (Σ r² for the squared loss) and the gradient.
-    ``U0``/``V0`` are a warm start for losses whose half-step iterates (``BCERows``); ridge solves ignore it.
+    ``U0``/``V0`` are a warm start for half-steps that iterate (``BCERows``' Newton, the squared loss's users' CG
+    steps); exact ridge solves ignore it.
 
     The factors are numpy arrays here; ``BlockHalfSteps`` keeps them in row-block files, and overrides the
     few vector operations training does outside the half-steps (``initial``, ``start``, ``sqnorm``,
@@ -123,6 +128,13 @@ class HalfSteps:
         """The Hessian of f at (U, V) applied to (dU, dV) (``kernels.als.hessian_vector``)."""
         raise NotImplementedError
 
+    def _users_basis(self, V, U0):
+        """The basis a users' CG half-step from U0 preconditions in (``kernels.als.cg_basis``), from the whole V and
+        the items' degrees, so that every part uses the same one; None for an exact half-step."""
+        if U0 is None or not self.loss.cg_steps:
+            return None
+        return als.cg_basis(als.degree_gram(V, self.item_degree))
+
     def _keep_items_gradient(self, U, V, gV) -> None:
         """Keep ∇_V f at (U, V), which the items' exact half-step V = items(U) gave with V, for the measure of
         (U, V) that usually follows: its items' side then needs no pass over D. Weak references: U and V
@@ -145,15 +157,27 @@ class HalfSteps:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
 class SquaredRows:
     """The squared loss on centred ratings, as a part's rows see it (the ``kernels.als`` row passes): the
-    half-step is an exact ridge solve, which needs no start."""
+    items' half-step is an exact ridge solve, which needs no start; the users' is one too unless ``cg_steps``,
+    then that many conjugate-gradient steps from the users' previous rows (``kernels.als.ridge_cg_rows``)."""
 
-    centred, warm_start, name = True, False, "squared"
-    exact = True  # the half-step solves its rows exactly: ``solve_with_gradient`` gives ∇f there
+    cg_steps: int = 0
+    centred, name = True, "squared"
+    exact = True  # the items' half-step solves its rows exactly: ``solve_with_gradient`` gives ∇f there
 
-    def solve(self, part, F, ridge, X0=None):
-        return als.ridge_solve_rows(*part, F, ridge)
+    @property
+    def warm_start(self) -> bool:
+        """Whether the users' half-step starts from the users' previous rows (its CG steps do)."""
+        return self.cg_steps > 0
+
+    def solve(self, part, F, ridge, X0=None, basis=None):
+        """The rows' exact solve, or with a start X0 (and ``cg_steps``) their CG steps from it, preconditioned
+        in ``basis`` (``kernels.als.cg_basis``; default: from the part's own entries)."""
+        if X0 is None or not self.cg_steps:
+            return als.ridge_solve_rows(*part, F, ridge)
+        return als.ridge_cg_rows(*part, F, ridge, X0, self.cg_steps, Q=basis)
 
     def solve_with_gradient(self, part, F, ridge, n):
         """The solve and its rows of ∇f at the solution (rounding), from the Grams the solve formed (k² a row
@@ -180,8 +204,9 @@ class BCERows:
     w: float
     centred, warm_start, name = False, True, "bce"
     exact = False  # one Newton step from a warm start: its rows of ∇f need a pass (``gradient``)
+    cg_steps = 0  # no CG half-step: no basis to send
 
-    def solve(self, part, F, ridge, X0=None):
+    def solve(self, part, F, ridge, X0=None, basis=None):
         return bce.newton_rows(*part, self.w, F, ridge, X0, steps=None if X0 is None else 1)[0]
 
     def gradient(self, part, F_rows, F_cols, n, lam):
@@ -217,13 +242,13 @@ class LocalHalfSteps(HalfSteps):
         self.views = {side: tuple(np.asarray(a, t) for a, t in zip(csr_view(data, data.rating - mu, side),
                                                                    (np.int64, np.int64, np.float64)))
                       for side in ("user", "item")}
-        self.ridge = ridge
+        self.ridge, self.loss, self.item_degree = ridge, loss, data.item_degree()
         self.P = als.Pattern(data.user, data.item, data.user_indptr, data.n_users, data.n_items)
         self.y = self.views["user"][2]
         self.n = len(self.y)
 
     def users(self, V, U0=None):
-        return als.ridge_solve_rows(*self.views["user"], V, self.ridge)
+        return self.loss.solve(self.views["user"], V, self.ridge, U0, self._users_basis(V, U0))
 
     def items(self, U, V0=None, measure=None):
         V, gV = als.ridge_solve_rows(*self.views["item"], U, self.ridge, gradient_scale=2.0 / self.n)
@@ -278,8 +303,8 @@ def _rows_of(part, a: int, F):
     return F[a:a + len(part[0]) - 1]
 
 
-def _solve_part(part, a: int, F, ridge, loss, X0=None):
-    return loss.solve(part, F, ridge, None if X0 is None else _rows_of(part, a, X0))
+def _solve_part(part, a: int, F, ridge, loss, X0=None, basis=None):
+    return loss.solve(part, F, ridge, None if X0 is None else _rows_of(part, a, X0), basis)
 
 
 def _solve_part_with_gradient(part, a: int, F, ridge, loss, n: int):
@@ -339,6 +364,7 @@ class PartHalfSteps(HalfSteps):
         if parts.n_interactions != len(data):
             raise ValueError(f"the parts hold {parts.n_interactions} interactions, the data {len(data)}")
         self.mapper, self.ridge, self.n, self.loss = mapper, ridge, len(data), loss
+        self.item_degree = data.item_degree()
         self.cuts = {"user": parts.user_cuts, "item": parts.item_cuts}
         self.parts = {side: mapper.persist(_load_part, [(parts, side, p, mu) for p in range(len(cuts) - 1)],
                                            name=f"als-load-{side}") for side, cuts in self.cuts.items()}
@@ -356,7 +382,8 @@ class PartHalfSteps(HalfSteps):
                 out[cuts[p]:cuts[p + 1]], grad[cuts[p]:cuts[p + 1]] = rows, g
             return out, grad
         # Each part's rows into place as it finishes: no list of parts beside the stacked copy.
-        tasks = [(p, int(a), F_h, self.ridge, self.loss, X0_h) for p, a in zip(self.parts[side], cuts[:-1])]
+        basis = self._users_basis(F, X0) if side == "user" else None
+        tasks = [(p, int(a), F_h, self.ridge, self.loss, X0_h, basis) for p, a in zip(self.parts[side], cuts[:-1])]
         for p, rows in self.mapper.imap(_solve_part, tasks, name=f"als-{side}"):
             out[cuts[p]:cuts[p + 1]] = rows
         return out
@@ -440,6 +467,7 @@ class BlockHalfSteps(HalfSteps):
         if parts.n_interactions != len(data):
             raise ValueError(f"the parts hold {parts.n_interactions} interactions, the data {len(data)}")
         self.mapper, self.ridge, self.n, self.loss = mapper, ridge, len(data), loss
+        self.item_degree = data.item_degree()
         self.cuts = {"user": parts.user_cuts, "item": parts.item_cuts}
         self.scratch = Scratch(parts.root)
         self._measured = None  # ((V's paths, U's paths, λ), the by-item parts' triples): the last items(measure=λ)
@@ -469,13 +497,22 @@ class BlockHalfSteps(HalfSteps):
             spill.remove(side)
 
     def _half(self, side: str, F: Blocks, X0: Blocks | None) -> Blocks:
-        return Blocks.made_by(self.mapper, self.scratch, _solve_compact, self._solve_args(side, F, X0),
-                              self.cuts[side], F.k, f"als-{side}")
+        basis = self._users_basis(F, X0) if side == "user" else None
+        return Blocks.made_by(self.mapper, self.scratch, _solve_compact,
+                              [(*a, basis) for a in self._solve_args(side, F, X0)], self.cuts[side], F.k, f"als-{side}")
 
     def _solve_args(self, side: str, F: Blocks, X0: Blocks | None) -> list:
         warm = X0 is not None and self.loss.warm_start
         return [(part, F.source, self.ridge, self.loss, Ref(X0.paths[p]) if warm else None)
                 for p, part in enumerate(self.parts[side])]
+
+    def _users_basis(self, V: Blocks, U0):
+        """As ``HalfSteps._users_basis``, the degree-weighted Gram summed over V's blocks (a k × k a block)."""
+        if U0 is None or not self.loss.cg_steps:
+            return None
+        cuts = self.cuts["item"]
+        degree = PerBlock(self.item_degree[a:b] for a, b in zip(cuts[:-1], cuts[1:]))
+        return als.cg_basis(V.reduce(als.degree_gram, degree, name="als-cg-basis"))
 
     def users(self, V, U0=None):
         return self._half("user", V, U0)
@@ -544,9 +581,9 @@ def _read_compact(part: str, F: RowSource):
     return (a["indptr"], a["cols"], a["y"]), take_rows(F, a["need"])
 
 
-def _solve_compact(part: str, F: RowSource, ridge, loss, X0):
+def _solve_compact(part: str, F: RowSource, ridge, loss, X0, basis=None):
     view, F_cols = _read_compact(part, F)
-    return loss.solve(view, F_cols, ridge, X0)
+    return loss.solve(view, F_cols, ridge, X0, basis)
 
 
 def _solve_measured(part: str, F: RowSource, ridge, loss, X0, n, lam, out: str):
@@ -596,6 +633,9 @@ class ALSMF:
     seed : initialisation seed (deterministic for a seed)
     loss : ``SQUARED`` (ratings centred by μ) or ``BCERows(w)`` (0/1 labels, μ = 0: ``models.implicit_mf``);
         the half-steps are built with it
+    cg_steps : the squared loss's users' half-step takes this many warm-started conjugate-gradient steps from
+        the users' previous rows instead of the exact solve (``kernels.als.ridge_cg_rows``); 0 = exact. The
+        first sweep and every items' half-step stay exact, so V is stationary given U after every sweep.
     """
 
     k: int = DEFAULT_K
@@ -608,6 +648,7 @@ class ALSMF:
     seed: int = 0
     anderson_store: Callable = list  # makes each Anderson history list; ``io.spill.SpillList`` keeps it in files
     loss: SquaredRows | BCERows = SQUARED
+    cg_steps: int = DEFAULT_CG_STEPS
 
     def fit(self, data: Interactions, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None) -> MFModel:
         """Train on ``data``.
@@ -617,9 +658,9 @@ class ALSMF:
         ``init=(U, V)`` starts from given factors instead of the seeded random ones (e.g. a retraining
         after deleting a few ratings, started from the original optimum).
 
-        Every sweep ends with an exact item half-step (squared loss), so unless the Newton polish ran, the
-        returned V is stationary given U to rounding; BCE's warm one-step half-steps are not exact, and
-        only the measured ‖∇f‖ says how stationary the pair is. The budget's last sweep is a plain one (an Anderson combination
+        Every sweep ends with an exact item half-step (squared loss; the users' is ``cg_steps`` CG steps), so
+        unless the Newton polish ran, the returned V is stationary given U to rounding; BCE's warm one-step
+        half-steps are not exact, and only the measured ‖∇f‖ says how stationary the pair is. The budget's last sweep is a plain one (an Anderson combination
         could be refused, and the accepted U is not kept while a trial is computed).
         """
         t0 = time.perf_counter()
@@ -628,13 +669,14 @@ class ALSMF:
         n = len(data)
         lam = self.lam if self.lam is not None else default_lam(n)
         ridge = lam * n / 2.0
-        half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge, loss=self.loss)
+        loss = replace(self.loss, cg_steps=self.cg_steps) if isinstance(self.loss, SquaredRows) else self.loss
+        half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge, loss=loss)
         try:
-            return self._fit(data, half_steps, init, mu, lam, t0)
+            return self._fit(data, half_steps, loss, init, mu, lam, t0)
         finally:
             half_steps.close()
 
-    def _fit(self, data, half_steps: HalfSteps, init, mu: float, lam: float, t0: float) -> MFModel:
+    def _fit(self, data, half_steps: HalfSteps, loss, init, mu: float, lam: float, t0: float) -> MFModel:
         n = len(data)
         U, V = (half_steps.initial(data.n_users, data.n_items, self.k, self.seed) if init is None
                 else half_steps.start(*init))
@@ -645,16 +687,18 @@ class ALSMF:
         for sweeps in range(1, self.max_sweeps + 1):
             # The accepted U is not kept beside the trial's: users × k is the largest array here (256 MB at
             # 50M, k = 64). Only a combination can be refused, and the budget's last sweep is a plain one.
-            # An iterative half-step (BCE's Newton) starts from the accepted U and from X, so for BCE the
-            # accepted U stays alive (and is sent) during the users' half-step: one more users × k.
-            U0 = U if self.loss.warm_start else None
+            # An iterative half-step (BCE's Newton, the squared loss's CG steps) starts from the accepted U (and
+            # BCE's items' from X), so then the accepted U stays alive (and is sent) during the users' half-step:
+            # one more users × k. The first sweep's start is random, and after a refused combination the
+            # accepted U is gone: those sweeps' users' half-steps are exact (BCE's from a cold start).
+            U0 = U if loss.warm_start and sweeps > 1 else None
             U = U_new = None
             U_new = half_steps.users(X, U0)
             U0 = None
             # The items' half-step can take the items' side of the measure below with it (``HalfSteps.items``'
             # ``measure``): always when it solves exactly, else only when the measure is bound-free.
-            V_new = half_steps.items(U_new, X if self.loss.warm_start else None,
-                                     measure=lam if self.identity_tol is None or self.loss.exact else None)
+            V_new = half_steps.items(U_new, X if loss.warm_start and not loss.exact else None,
+                                     measure=lam if self.identity_tol is None or loss.exact else None)
             trial = {}
             done = self._measure(U_new, V_new, half_steps, n, lam, trial)
             progress.update("train: ALS sweeps", sweeps, self.max_sweeps, f"‖∇f‖={trial['gnorm']:.1e}")
