@@ -105,6 +105,8 @@ def test_cg_users_half_steps_train_to_the_identity_of_exact_ones(monkeypatch):
         assert relative_error(item_sum, s).max() <= tol and relative_error(user_sum, s).max() <= tol
     s_exact, s_cg = (als.pair_scores(m.U, m.V, u, i) for m in (exact, cg))
     np.testing.assert_allclose(s_cg, s_exact, rtol=0, atol=1e-4 * np.abs(s_exact).max())
+    with pytest.raises(ValueError, match="cg_steps=-1"):
+        ALSMF(k=6, cg_steps=-1).fit(d)
 
 
 def test_looser_tol_trains_fewer_sweeps_and_stops_within_it():

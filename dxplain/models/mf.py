@@ -72,7 +72,7 @@ MFModel = FactorModel  # the squared-loss model's factors: the common base, unde
 
 
 class HalfSteps:
-    """The two ALS half-steps (every user's exact solve given V, every item's given U), and the passes over
+    """The two ALS half-steps (every user's solve given V, every item's given U), and the passes over
     D that training measures itself with: Σ of the loss terms (Σ r² for the squared loss) and the gradient.
     ``U0``/``V0`` are a warm start for half-steps that iterate (``BCERows``' Newton, the squared loss's users' CG
     steps); exact ridge solves ignore it.
@@ -133,7 +133,11 @@ class HalfSteps:
         the items' degrees, so that every part uses the same one; None for an exact half-step."""
         if U0 is None or not self.loss.cg_steps:
             return None
-        return als.cg_basis(als.degree_gram(V, self.item_degree))
+        return als.cg_basis(self._degree_gram(V))
+
+    def _degree_gram(self, V) -> np.ndarray:
+        """Σ_j deg_j V_j V_jᵀ (``kernels.als.degree_gram``)."""
+        return als.degree_gram(V, self.item_degree)
 
     def _keep_items_gradient(self, U, V, gV) -> None:
         """Keep ∇_V f at (U, V), which the items' exact half-step V = items(U) gave with V, for the measure of
@@ -506,13 +510,11 @@ class BlockHalfSteps(HalfSteps):
         return [(part, F.source, self.ridge, self.loss, Ref(X0.paths[p]) if warm else None)
                 for p, part in enumerate(self.parts[side])]
 
-    def _users_basis(self, V: Blocks, U0):
-        """As ``HalfSteps._users_basis``, the degree-weighted Gram summed over V's blocks (a k × k a block)."""
-        if U0 is None or not self.loss.cg_steps:
-            return None
+    def _degree_gram(self, V: Blocks) -> np.ndarray:
+        """Σ_j deg_j V_j V_jᵀ summed over V's blocks (a k × k from each)."""
         cuts = self.cuts["item"]
         degree = PerBlock(self.item_degree[a:b] for a, b in zip(cuts[:-1], cuts[1:]))
-        return als.cg_basis(V.reduce(als.degree_gram, degree, name="als-cg-basis"))
+        return V.reduce(als.degree_gram, degree, name="als-cg-basis")
 
     def users(self, V, U0=None):
         return self._half("user", V, U0)
@@ -660,9 +662,12 @@ class ALSMF:
 
         Every sweep ends with an exact item half-step (squared loss; the users' is ``cg_steps`` CG steps), so
         unless the Newton polish ran, the returned V is stationary given U to rounding; BCE's warm one-step
-        half-steps are not exact, and only the measured ‖∇f‖ says how stationary the pair is. The budget's last sweep is a plain one (an Anderson combination
-        could be refused, and the accepted U is not kept while a trial is computed).
+        half-steps are not exact, and only the measured ‖∇f‖ says how stationary the pair is. The budget's last
+        sweep is a plain one (an Anderson combination could be refused, and the accepted U is not kept while a
+        trial is computed).
         """
+        if self.cg_steps < 0:
+            raise ValueError(f"cg_steps={self.cg_steps}: give the users' CG steps a sweep (≥ 1), or 0 for exact solves")
         t0 = time.perf_counter()
         # exact: a streamed load (``interactions.TableSummary``) gives the same μ
         mu = data.rating_mean() if self.loss.centred else 0.0
