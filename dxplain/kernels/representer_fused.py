@@ -26,7 +26,7 @@ beside this module, so only the first call on a machine compiles (docs/scaling.m
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, uint64
 
 # Scores per BLAS product: 32K float64 (256 KB) stay in L2 for the selection passes (for histories of
 # up to 1,024 rows; longer ones take MIN_BLOCK_TARGETS rows of scores, up to 32·d floats, for the BLAS rate).
@@ -46,18 +46,22 @@ SCAN_MAX = 64
 
 
 @njit(nogil=True, cache=True)
-def _kth_largest(x, n, k):
-    """The k-th largest of x[:n] (1 ≤ k ≤ n): the smallest entry with fewer than k entries above it.
+def _kth_pair(hi, lo, n, k):
+    """(The k-th largest of hi[:n], the k-th smallest of lo[:n]) (1 ≤ k ≤ n): the smallest entry of hi with fewer
+    than k entries above it, and the mirror for lo.
 
-    n² branch-free compares on a few lane maxima: cheaper than a sort (or an allocation) at n = 16."""
-    tau = np.inf
+    n² branch-free compares on a few lane maxima and minima: cheaper than a sort (or an allocation) at n = 16,
+    and both in one set of loops (90 ns against 108 for two calls of one, k = 10 of 16)."""
+    t_hi, t_lo = np.inf, -np.inf
     for a in range(n):
-        xa = x[a]
-        c = 0
+        ha, la = hi[a], lo[a]
+        c_hi = c_lo = 0
         for b in range(n):
-            c += x[b] > xa
-        tau = min(tau, xa if c < k else np.inf)
-    return tau
+            c_hi += hi[b] > ha
+            c_lo += lo[b] < la
+        t_hi = min(t_hi, ha if c_hi < k else np.inf)
+        t_lo = max(t_lo, la if c_lo < k else -np.inf)
+    return t_hi, t_lo
 
 
 @njit(nogil=True, cache=True, fastmath=True)
@@ -91,9 +95,7 @@ def _importance_and_bounds(a, L_t, d, lanes, k, hi, lo, imp):
             tau_hi = min(tau_hi, hi[j])
             tau_lo = max(tau_lo, lo[j])
         return tau_hi, tau_lo
-    for j in range(lanes):
-        lo[j] = -lo[j]
-    return _kth_largest(hi, lanes, k), -_kth_largest(lo, lanes, k)
+    return _kth_pair(hi, lo, lanes, k)
 
 
 @njit(nogil=True, cache=True)
@@ -123,7 +125,7 @@ def _best(pos, val, m, k, sign, keep, w):
         c = 0
         for b in range(a):
             c += w[b] >= wa
-        for b in range(a + 1, m):
+        for b in range(uint64(a + 1), uint64(m)):  # unsigned: a signed runtime start is not vectorised (als_fused)
             c += w[b] > wa
         keep[n] = pos[a]
         n += c < k
