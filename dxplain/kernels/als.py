@@ -132,8 +132,8 @@ def ridge_cg_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.nda
 
     An inexact half-step for training: a step costs 4dk flops (two passes over the row's d factors) where the
     exact solve's Gram costs dk², and ALS only needs each half-step to move well towards the solution given
-    the other side, which from the previous sweep's rows a few steps do (docs/scaling.md, "Inexact users'
-    half-steps"). ``fused``: the compiled kernel (``als_fused.ridge_cg_rows_fused``, default ``FUSED``) or the
+    the other side, which from the previous sweep's rows a few steps do (docs/scaling.md, "ALS per sweep
+    against implicit"). ``fused``: the compiled kernel (``als_fused.ridge_cg_rows_fused``, default ``FUSED``) or the
     numpy steps below, every row at once through sparse products, its reference.
 
     Returns

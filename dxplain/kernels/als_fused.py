@@ -15,7 +15,8 @@ mix; ``nogil`` lets Dask's threads run parts side by side as well. ``cache=True`
 machine (docs/scaling.md states the cost).
 
 The training loop's passes over D have compiled twins here too: ``gradient_rows_fused`` (a part's rows of
-∇f and its Σ r²) and ``pair_scores_fused`` (residuals for the Hessian products).
+∇f and its Σ r²) and ``pair_scores_fused`` (residuals for the Hessian products); so has the users' inexact
+half-step, ``ridge_cg_rows_fused`` (a few warm-started CG steps a row, ``als.ridge_cg_rows``).
 """
 
 from __future__ import annotations
