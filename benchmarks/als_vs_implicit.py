@@ -10,8 +10,8 @@ first sweep, exact, is not timed. The exact columns solve each row's ridge syste
 (``kernels.als.ridge_solve_rows``). None includes the trainer's stationarity measure. implicit 0.7
 (``AlternatingLeastSquares``, its defaults: float32, 3 conjugate-gradient steps per row on its
 confidence-weighted objective) is timed per iteration through its fit callback. The problems differ — a
-user comparing libraries sees seconds per sweep. Both use 2 threads (numba's and implicit's, with BLAS at 1; BLAS at 2 for the
-numpy batches). Each figure is the median of ``--sweeps`` sweeps. The synthetic set has
+user comparing libraries sees seconds per sweep. Both use 2 threads (numba's and implicit's, with BLAS at 1;
+BLAS at 2 for the numpy batches). Each figure is the median of ``--sweeps`` sweeps. The synthetic set has
 ml-1m's shape: 6,040 users × 3,449 items, ~1M ratings (``datasets.synthetic.generate``).
 """
 

@@ -177,6 +177,29 @@ def _dual_residual(G, d, k, y, ridge, x, scale, out):
         out[c] *= scale
 
 
+@njit(nogil=True, cache=True)
+def _dual_solve(F, cols, sw, y, a, d, ridge, G, A, b, z, out):
+    """out[:k] ← X_r for a row with d < k entries (from entry a) by its dual system: (G Gᵀ + ridge I_d) z = y_r,
+    X_r = Gᵀ z with G = W^½ F_{C_r} (W = diag(sw²), or I when ``sw`` is empty). G, A (kp × kp), b and z are the
+    caller's scratch; G's rows past d are zeroed up to a multiple of 4 for the Gram's blocks."""
+    k = F.shape[1]
+    dp = -(-d // 4) * 4
+    G[d:dp] = 0.0
+    for j in range(d):
+        G[j, :k] = F[cols[a + j]]
+        if sw.shape[0] > 0:
+            G[j, :k] *= sw[a + j]
+        b[j] = y[a + j]
+    _gram_upper(G, dp, k, A)
+    for j in range(d):
+        A[j, j] += ridge
+    _solve_spd(A, d, b, z)
+    out[:] = 0.0
+    for j in range(d):
+        for c in range(k):
+            out[c] += z[j] * G[j, c]
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw, scale, Gx):
     """X[n] ← (F_{C_r}ᵀ W F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ W^½ y_{C_r} for r = rows[n], W = diag(sw²) over the
@@ -234,22 +257,7 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw, sc
                 if residual:
                     _primal_residual(A, diag, b0, x, k, scale, Gx[n])
             else:
-                # Dual: (G Gᵀ + ridge I_d) z = y_r, X_r = Gᵀ z with G = W^½ F_{C_r} (d < k rows).
-                dp = -(-d // 4) * 4
-                G[d:dp] = 0.0
-                for j in range(d):
-                    G[j, :k] = F[cols[a + j]]
-                    if weighted:
-                        G[j, :k] *= sw[a + j]
-                    b[j] = y[a + j]
-                _gram_upper(G, dp, k, A)
-                for j in range(d):
-                    A[j, j] += ridge
-                _solve_spd(A, d, b, x)
-                X[n, :] = 0.0
-                for j in range(d):
-                    for c in range(k):
-                        X[n, c] += x[j] * G[j, c]
+                _dual_solve(F, cols, sw, y, a, d, ridge, G, A, b, x, X[n])
                 if residual:
                     _dual_residual(G, d, k, y[a:a + d], ridge, X[n], scale, Gx[n])
 
@@ -315,8 +323,8 @@ def _gram_apply(G, d, k, p, ridge, q):
 @njit(nogil=True, cache=True, parallel=True, fastmath=True)
 def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
     """X[r] ← ``steps`` Jacobi-preconditioned conjugate-gradient steps on (F_{C_r}ᵀ F_{C_r} + ridge·I) x =
-    F_{C_r}ᵀ y_{C_r} from X0[r], for every row r that has at least k entries; a shorter row is solved exactly by its
-    d×d dual system (cheap there, and what ``ridge_solve_rows_fused`` does). Rows without entries get 0. The
+    F_{C_r}ᵀ y_{C_r} from X0[r], for every row r that has at least k entries; a shorter row is solved exactly by
+    its d×d dual system (cheap there, and what ``ridge_solve_rows_fused`` does). Rows without entries get 0. The
     caller rotates F and X0 into the basis it preconditions in (``als.ridge_cg_rows``).
 
     A step costs two passes over the row's d gathered factors (4dk flops) against the exact solve's Gram
@@ -337,6 +345,7 @@ def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
     k = F.shape[1]
     kp = -(-k // 4) * 4
     m = len(indptr) - 1
+    no_weights = np.empty(0)
     d_max = 0
     for r in range(m):
         d_max = max(d_max, indptr[r + 1] - indptr[r])
@@ -358,19 +367,7 @@ def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
                 X[r, :] = 0.0
                 continue
             if d < k:  # the exact dual solve, as ridge_solve_rows_fused
-                dp = -(-d // 4) * 4
-                Gp[d:dp] = 0.0
-                for j in range(d):
-                    Gp[j, :k] = F[cols[a + j]]
-                    b[j] = y[a + j]
-                _gram_upper(Gp, dp, k, A)
-                for j in range(d):
-                    A[j, j] += ridge
-                _solve_spd(A, d, b, z)
-                X[r, :] = 0.0
-                for j in range(d):
-                    for c in range(k):
-                        X[r, c] += z[j] * Gp[j, c]
+                _dual_solve(F, cols, no_weights, y, a, d, ridge, Gp, A, b, z, X[r])
                 continue
             for j in range(d):
                 G[j, :] = F[cols[a + j]]

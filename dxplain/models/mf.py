@@ -667,7 +667,8 @@ class ALSMF:
         trial is computed).
         """
         if self.cg_steps < 0:
-            raise ValueError(f"cg_steps={self.cg_steps}: give the users' CG steps a sweep (≥ 1), or 0 for exact solves")
+            raise ValueError(f"cg_steps={self.cg_steps}: give the users' CG steps a sweep (≥ 1), "
+                             "or 0 for exact solves")
         t0 = time.perf_counter()
         # exact: a streamed load (``interactions.TableSummary``) gives the same μ
         mu = data.rating_mean() if self.loss.centred else 0.0
