@@ -350,7 +350,7 @@ def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
     for r in range(m):
         d_max = max(d_max, indptr[r + 1] - indptr[r])
     for t in prange(n_threads):
-        G = np.zeros((max(d_max, kp), k))  # the row's factors, gathered once: each step reads them twice
+        G = np.empty((d_max, k))  # the row's factors, gathered once: each step reads them twice
         A = np.empty((kp, kp))  # the dual d×d system of a short row
         Gp = np.zeros((kp, kp))
         b = np.empty(kp)
