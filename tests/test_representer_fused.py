@@ -85,3 +85,39 @@ def test_fused_equals_numpy_when_a_long_history_takes_its_targets_in_several_pro
     F = rng.standard_normal((2000, 16))
     alpha = rng.standard_normal(d)
     assert_same(g, alpha, F, 10)
+
+
+def test_sorting_network_sorts_every_zero_one_input():
+    """The lane bounds' sorting network (``_sorted16``): sorting all 2¹⁶ inputs of zeros and ones proves it
+    sorts any 16 values (Knuth's 0-1 principle); a comparator missing or misplaced fails here."""
+    from dxplain.kernels import representer_fused as RF
+
+    bits = ((np.arange(1 << 16)[:, None] >> np.arange(16)[None, :]) & 1).astype(float)
+    unsorted = 0
+    for x in bits:
+        s = np.array(RF._sorted16(x))
+        unsorted += bool(np.any(np.diff(s) < 0)) or s.sum() != x.sum()
+    assert unsorted == 0
+    x = np.random.default_rng(3).standard_normal(16)
+    assert np.array_equal(np.array(RF._sorted16(x)), np.sort(x))
+
+
+@pytest.mark.parametrize("m", [1, 9, 10, 11, 14, 16, 17, 40, 64, 65, 90])
+def test_best_keeps_the_k_largest_ties_by_position_in_position_order(m):
+    """``_best`` in each of its regimes (all kept, the sorting network up to 16, rank counts up to SCAN_MAX, a
+    merge sort beyond) against a brute-force ranking by (value descending, position), on values with many
+    exact ties, both signs."""
+    from dxplain.kernels import representer_fused as RF
+
+    rng = np.random.default_rng(m)
+    k = 10
+    keep, w = np.empty(k + 1, np.int64), np.empty(max(m + 1, 16))
+    for trial in range(50):
+        pos = np.sort(rng.choice(1000, m, replace=False))
+        val = np.zeros(1000)
+        val[pos] = rng.choice([0.5, 1.0, 1.5, 2.0], m) * (1 + (trial % 2) * rng.random(m))
+        for sign in (1.0, -1.0):
+            v = sign * val[pos]  # the candidates' values, in position order
+            n = RF._best(pos, v, m, k, sign, keep, w)
+            want = sorted(sorted(range(m), key=lambda a: (-sign * v[a], a))[:k])
+            assert n == min(m, k) and list(keep[:n]) == [pos[a] for a in want]
