@@ -76,8 +76,11 @@ def predictions(loss: str, mu: float, s: np.ndarray) -> np.ndarray:
 def _group_targets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct keys, target indices ordered by key, and the pointer into them."""
     order = np.argsort(keys, kind="stable")
-    uniq, counts = np.unique(keys[order], return_counts=True)
-    return uniq, order, np.concatenate([[0], np.cumsum(counts)])
+    ordered = keys[order]
+    first = np.ones(len(ordered), bool)  # where each key's run starts: np.unique would sort them again
+    first[1:] = ordered[1:] != ordered[:-1]
+    starts = np.flatnonzero(first)
+    return ordered[starts], order, np.append(starts, len(ordered))
 
 
 def balanced_factors(model: FactorModel) -> tuple[np.ndarray, np.ndarray]:
