@@ -110,20 +110,54 @@ def _sorted16(x):
     return x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15
 
 
+@njit(inline="always")
+def _lanes16(x):
+    """x[:16] as a tuple: sixteen lanes held in registers."""
+    return x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10], x[11], x[12], x[13], x[14], x[15]
+
+
+@njit(inline="always")
+def _lanes16_update(h, l, x):
+    """The lanes' maxima h and minima l (16-tuples) after the block x[:16], entry j in lane j.
+
+    Sixteen independent scalar chains: numba's loop vectoriser leaves float max/min loops scalar (and it runs
+    without SLP), and lanes kept in arrays cost a load and a store an entry; the row's lane pass went from
+    0.70 to 0.43 ns an entry (one thread, d = 1,000; 177 → 127 ns a row of 179 with the bounds)."""
+    return ((max(h[0], x[0]), max(h[1], x[1]), max(h[2], x[2]), max(h[3], x[3]), max(h[4], x[4]), max(h[5], x[5]),
+             max(h[6], x[6]), max(h[7], x[7]), max(h[8], x[8]), max(h[9], x[9]), max(h[10], x[10]),
+             max(h[11], x[11]), max(h[12], x[12]), max(h[13], x[13]), max(h[14], x[14]), max(h[15], x[15])),
+            (min(l[0], x[0]), min(l[1], x[1]), min(l[2], x[2]), min(l[3], x[3]), min(l[4], x[4]), min(l[5], x[5]),
+             min(l[6], x[6]), min(l[7], x[7]), min(l[8], x[8]), min(l[9], x[9]), min(l[10], x[10]),
+             min(l[11], x[11]), min(l[12], x[12]), min(l[13], x[13]), min(l[14], x[14]), min(l[15], x[15])))
+
+
 @njit(nogil=True, cache=True, fastmath=True)
 def _importance_and_bounds(a, L_t, d, lanes, k, hi, lo, imp):
     """imp[:d] ← a ⊙ L_t, and (τ⁺, τ⁻): at least k entries of imp are ≥ τ⁺ and as many ≤ τ⁻.
 
-    The row is dealt round-robin into ``lanes`` ≥ k lanes in the same vectorised pass that scales it;
-    the lane maxima are distinct entries, so their k-th largest bounds the row's k-th largest from below
-    (likewise the minima). More lanes than k make the bound tight: on ml-100k 16 lanes leave ~14
-    candidates per sign for top-10, the smallest of 10 lane maxima ~25, and the final ranking is
-    quadratic in that count. Rows shorter than two lanes' worth are taken whole (±inf).
+    The scaled row is dealt round-robin into ``lanes`` ≥ k lanes (entry i into lane i mod lanes); the lane
+    maxima are distinct entries, so their k-th largest bounds the row's k-th largest from below (likewise
+    the minima). More lanes than k make the bound tight: on ml-100k 16 lanes leave ~14 candidates per sign
+    for top-10, the smallest of 10 lane maxima ~25, and the final ranking is quadratic in that count. Rows
+    shorter than two lanes' worth are taken whole (±inf). With 16 lanes (top_k ≤ 10) the lanes are held in
+    registers and their k-th values come from the sorting network; other lane counts keep them in ``hi`` and
+    ``lo`` (scratch, as is ``hi`` for the 16-lane path's last block).
     """
     for i in range(d):
         imp[i] = a[i] * L_t[i]
     if d < 2 * lanes:
         return -np.inf, np.inf
+    if lanes == 16:  # top_k ≤ 10, the usual case: the lanes in registers, then sorted (k ≤ lanes)
+        h = l = _lanes16(imp)
+        full = d - d % 16
+        for b in range(16, full, 16):
+            h, l = _lanes16_update(h, l, imp[b:b + 16])
+        if full < d:  # the last, partial block, filled with the block before's entries of the same lanes
+            for j in range(16):
+                hi[j] = imp[full + j] if full + j < d else imp[full - 16 + j]
+            h, l = _lanes16_update(h, l, hi)
+        s_hi, s_lo = _sorted16(h), _sorted16(l)
+        return s_hi[16 - k], s_lo[k - 1]
     for j in range(lanes):
         hi[j] = lo[j] = imp[j]
     full = d - d % lanes
@@ -141,9 +175,6 @@ def _importance_and_bounds(a, L_t, d, lanes, k, hi, lo, imp):
             tau_hi = min(tau_hi, hi[j])
             tau_lo = max(tau_lo, lo[j])
         return tau_hi, tau_lo
-    if lanes == 16:  # top_k ≤ 10, the usual case: sort the lane maxima and minima (k ≤ lanes)
-        s_hi, s_lo = _sorted16(hi), _sorted16(lo)
-        return s_hi[16 - k], s_lo[k - 1]
     return _kth_pair(hi, lo, lanes, k)
 
 
