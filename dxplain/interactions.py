@@ -77,12 +77,7 @@ class Interactions(IdSpaces):
     @cached_property
     def item_order(self) -> np.ndarray:
         """Positions of the interactions sorted by item (stable, so users stay sorted within an item)."""
-        item = self.item
-        if len(item) and int(item.max()) - int(item.min()) < 1 << 16:
-            # Items of one by-item part span few ids: numpy's stable sort of 16-bit keys is a radix sort,
-            # 17× faster than its int32 timsort on a 2M-row part (measured); the order is the same.
-            return np.argsort((item - item.min()).astype(np.uint16), kind="stable").astype(np.int64)
-        return np.argsort(item, kind="stable").astype(np.int64)
+        return stable_id_order(self.item)
 
     @cached_property
     def item_indptr(self) -> np.ndarray:
@@ -305,6 +300,26 @@ class TableSummary(IdSpaces):
 
     def rating_range(self) -> tuple[float, float]:
         return self.stats.rating_min, self.stats.rating_max
+
+
+def stable_id_order(ids: np.ndarray) -> np.ndarray:
+    """``np.argsort(ids, kind="stable")`` (int64) for integer ids, by radix passes over 16-bit digits.
+
+    numpy's stable sort of 16-bit keys is a radix sort; of wider integers, a timsort: 17× slower on a 2M-row
+    part whose items span few ids, and 11× on 9,430 random target items (0.39 → 0.03 ms, measured). Ids
+    spanning up to 2³² values take two stable passes (the low digit, then the high one), still linear."""
+    ids = np.asarray(ids)
+    if len(ids) == 0:
+        return np.empty(0, np.int64)
+    low = int(ids.min())
+    span = int(ids.max()) - low
+    if span >= 1 << 32:
+        return np.argsort(ids, kind="stable").astype(np.int64)
+    offset = ids.astype(np.int64) - low
+    if span < 1 << 16:
+        return np.argsort(offset.astype(np.uint16), kind="stable").astype(np.int64)
+    order = np.argsort((offset & 0xFFFF).astype(np.uint16), kind="stable")
+    return order[np.argsort((offset[order] >> 16).astype(np.uint16), kind="stable")].astype(np.int64)
 
 
 def segment_positions(indptr: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -526,3 +526,16 @@ def test_a_killed_runs_scratch_folder_is_removed_by_the_next_run_on_this_host(tm
     mine = make(tmp_path)
     assert not folders["dead"].exists() and folders["live"].exists() and folders["elsewhere"].exists()
     assert (mine / spill.OWNER).read_text() == f"{host} {os.getpid()}"
+
+
+@pytest.mark.parametrize("n, low, high, dtype", [(0, 0, 1, np.int32), (1, 5, 6, np.int32), (9_430, 0, 1_682, np.int32),
+                                                (50_000, -70_000, 70_000, np.int64), (50_000, 0, 2**31 - 1, np.int32),
+                                                (2_000, -2**40, 2**40, np.int64), (1_000, 0, 3, np.int64)])
+def test_stable_id_order_is_numpys_stable_argsort(n, low, high, dtype):
+    """The radix passes (one 16-bit digit, two, or none beyond 2³²) give numpy's stable order, repeated ids
+    in input order."""
+    from dxplain.interactions import stable_id_order
+
+    ids = np.random.default_rng(n).integers(low, high, n).astype(dtype)
+    order = stable_id_order(ids)
+    assert order.dtype == np.int64 and np.array_equal(order, np.argsort(ids, kind="stable"))

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from scipy.special import expit
 
 from ..errors import UnsupportedModelError
-from ..interactions import Interactions, Targets
+from ..interactions import Interactions, Targets, stable_id_order
 from ..kernels import representer as K
 from ..kernels import als
 from ..kernels.als import pair_scores
@@ -75,7 +75,7 @@ def predictions(loss: str, mu: float, s: np.ndarray) -> np.ndarray:
 
 def _group_targets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct keys, target indices ordered by key, and the pointer into them."""
-    order = np.argsort(keys, kind="stable")
+    order = stable_id_order(keys)
     ordered = keys[order]
     first = np.ones(len(ordered), bool)  # where each key's run starts: np.unique would sort them again
     first[1:] = ordered[1:] != ordered[:-1]

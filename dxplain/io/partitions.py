@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from ..interactions import Interactions, RowStats, TableSummary, equal_cuts, row_digest
+from ..interactions import Interactions, RowStats, TableSummary, equal_cuts, row_digest, stable_id_order
 from .atomic import Location, atomic_file, exists, filesystem, is_local, join, read_text, write_text_atomic
 
 ROWS_PER_PART = 2_000_000  # ~50 MB of columns per part; a shard holds one item part at a time
@@ -366,7 +366,7 @@ def bucket_chunk(chunk: Chunk, c: int, user_ids: pa.Array, item_ids: pa.Array, r
     u, i, y = _read_chunk(chunk, user_ids, item_ids)
     for side, key, cuts in (("user", u, user_cuts), ("item", i, item_cuts)):
         part = np.searchsorted(cuts, key, side="right") - 1
-        order = np.argsort(part, kind="stable")
+        order = stable_id_order(part)
         edges = np.searchsorted(part[order], np.arange(len(cuts)))
         for p in np.flatnonzero(np.diff(edges)):
             rows = order[edges[p]:edges[p + 1]]

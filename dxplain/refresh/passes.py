@@ -29,7 +29,7 @@ import pyarrow as pa
 from ..explain.representer import (Preprocessed, RepresenterExplainer, attribution_rows, balanced_factors, fidelity,
                                    global_importance_of, item_embedding_rows)
 from ..explain.targets import recommend
-from ..interactions import Interactions, Targets
+from ..interactions import Interactions, Targets, stable_id_order
 from ..io import runs
 from ..io.partitions import Part, Partitions, alpha_reusable, finish_alpha, write_alpha, write_alpha_part
 from .. import progress
@@ -175,7 +175,7 @@ def user_side_chunk(job: RefreshJob, lo: int, hi: int, shards: list[tuple[int, n
     # Back from positions in tp to (shard, position among the shard's targets).
     offsets = np.cumsum([0] + [len(sel) for _, sel in selected])
     owner = np.searchsorted(offsets, columns["target"], side="right") - 1
-    order = np.argsort(owner, kind="stable")
+    order = stable_id_order(owner)
     bounds = np.searchsorted(owner[order], np.arange(len(shards) + 1))
     for n, ((s, _), (_, sel)) in enumerate(zip(shards, selected)):
         if s not in todo:
