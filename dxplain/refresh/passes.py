@@ -212,15 +212,19 @@ def explain_shard(job: RefreshJob, own: Part, t: Targets, user_side: dict[str, n
     The work is the number of (target, training row) pairs the exact explanation scores: Σ over targets
     of the user's history length and the item's rater count. It sets the cost, and grows faster than
     |D| when targets favour popular items.
+
+    ``user_side`` is consumed: its arrays are let go once the user side's rows are made, before the item
+    side is computed, so a shard never holds both sides' columns beside both sides' tables.
     """
     ex = RepresenterExplainer(own.data, job.pre.with_alpha(own.alpha))
     s = ex.scores(t)
+    user_rows = attribution_rows(t, s, job.pre.mu, "user", job.parts.user_ids, job.parts.item_ids,
+                                 *(user_side[c] for c in USER_SIDE_COLUMNS), loss=job.pre.loss)
+    user_side.clear()
     item_rows = ex.rows(t, s, "item", ex.item_side(t, job.top_k))
     # Σ over every training row of each side, not only the top-k: the item side from the own part, the
     # user side from B (its raters are spread over the item parts).
     fid = fidelity(ex.side_sum(t, "item"), ex.side_sum(t, "user"), s)
-    user_rows = attribution_rows(t, s, job.pre.mu, "user", job.parts.user_ids, job.parts.item_ids,
-                                 *(user_side[c] for c in USER_SIDE_COLUMNS), loss=job.pre.loss)
     pairs = int(own.data.user_degree()[t.user].sum() + job.item_degree[t.item].sum())
     return pa.concat_tables([item_rows, user_rows]), fid, pairs
 
@@ -246,6 +250,7 @@ def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str, item
         pieces.append(piece)
     user_side = {c: np.concatenate([piece[c].to_numpy() for piece in pieces]) if pieces else np.empty(0, dt)
                  for c, dt in zip(USER_SIDE_COLUMNS, (np.int64, np.int32, np.int32, float, float, float))}
+    del pieces  # their columns are copied into user_side: the staged tables go before the explanation
     t1 = time.perf_counter()
     # Fidelity (Σ attributions vs score, relative) per side; the flow merges it over shards.
     table, fid, pairs = explain_shard(job, own, t, user_side)
