@@ -64,13 +64,13 @@ def _kth_pair(hi, lo, n, k):
     return t_hi, t_lo
 
 
-@njit(inline="always")
+@njit(nogil=True, cache=True)
 def _cx(a, b):
     """A comparator: (min, max)."""
     return min(a, b), max(a, b)
 
 
-@njit(inline="always")
+@njit(nogil=True, cache=True)
 def _sorted16(x):
     """x[:16] in ascending order, as a tuple: Green's 60-comparator sorting network for 16 inputs (Knuth, TAOCP
     vol. 3, §5.3.4), its ten layers of independent comparators one paragraph each.
@@ -110,13 +110,13 @@ def _sorted16(x):
     return x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15
 
 
-@njit(inline="always")
+@njit(nogil=True, cache=True)
 def _lanes16(x):
     """x[:16] as a tuple: sixteen lanes held in registers."""
     return x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10], x[11], x[12], x[13], x[14], x[15]
 
 
-@njit(inline="always")
+@njit(nogil=True, cache=True)
 def _lanes16_update(h, l, x):
     """The lanes' maxima h and minima l (16-tuples) after the block x[:16], entry j in lane j.
 
