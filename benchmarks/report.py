@@ -54,7 +54,8 @@ def throughput_table() -> str:
             continue
         r = json.loads(f.read_text())
         fused = (f"{r['fused_pairs_per_s'] / 1e6:.1f} M", f"{r['fused_gflops']:.2f}",
-                 f"{r['fused_fraction_of_same_shape_matmul']:.0%}", f"{r['fused_fraction_of_plain_gemm']:.0%}") \
+                 # One decimal: #22's targets are 30% and 50%, and 29.6% must not print as 30%.
+                 f"{r['fused_fraction_of_same_shape_matmul']:.1%}", f"{r['fused_fraction_of_plain_gemm']:.0%}") \
             if "fused_gflops" in r else ("—",) * 4
         rows.append(f"| {name} | {r['interactions']:,} | {r['users_explained']:,} | {r['scored_pairs']:,} | "
                     f"{fused[0]} | {r['batched_pairs_per_s'] / 1e6:.1f} M | {r['loop_pairs_per_s'] / 1e6:.2f} M | "
