@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, uint64
 
+from .gather import gather_rows
+
 # Entries per chunk of the Gram's dot products: 64 rows × 256 floats = 128 KB (L2).
 GRAM_CHUNK = 256
 
@@ -369,10 +371,7 @@ def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
             if d < k:  # the exact dual solve, as ridge_solve_rows_fused
                 _dual_solve(F, cols, no_weights, y, a, d, ridge, Gp, A, b, z, X[r])
                 continue
-            for j in range(d):  # element loops: a row slice assigned (G[j, :] = ...) costs ~8 ns a row more
-                col = cols[a + j]
-                for c in range(k):
-                    G[j, c] = F[col, c]
+            gather_rows(F, cols, a, d, G)
             # res = b − A x0 with b = Gᵀy, and the Jacobi preconditioner 1/diag(A), in one pass.
             for c in range(k):
                 x[c] = X0[r, c]
