@@ -1,20 +1,22 @@
 """Fused score-and-select representer kernel (numba): the compiled twin of ``representer.grouped_attributions``.
 
 For every group (a user's history, or an item's raters) and each of its targets t, the kernel keeps
-the top_k largest positive and most negative importances α_i⟨H_i, T_t⟩ without forming the padded
+the top_k largest positive and most negative importances α_i⟨F_i, T_t⟩ without forming the padded
 (B, t, d) stacks of the numpy path or its float32 copy, sort and flat index passes:
 
-1. the group's history rows are gathered once, each scaled by its α as it is copied (H = diag(α) F_hist[hist],
-   as the numpy path does for heavy items); its targets go in blocks of ``SCORE_BLOCK`` scores, one BLAS
-   product I = T Hᵀ per block: the importances themselves, float64, with no pass of their own to scale by α
-   (a selected pair's local importance is I / α);
+1. the group's history rows F_i are gathered once, each scaled by its α as it is copied (H = diag(α) F, as the
+   numpy path's product for heavy items); its targets go in blocks of ``SCORE_BLOCK`` scores, one BLAS product
+   I = T Hᵀ per block: the importances themselves, float64, with no pass of their own to scale by α. A selected
+   pair's local importance ⟨F_i, T_t⟩ is reported as I / α (within a few ulps of the dot product; the numpy
+   path computes it directly);
 2. per target, one vectorised pass deals the row of importances I_t round-robin into
    ``lanes`` (16 for top_k ≤ 11) lanes: the lane maxima are distinct entries, so the top_k-th largest
    of them has at least top_k entries ≥ it and bounds the row's top_k-th largest from below (likewise
    for the negatives); a second, branch-free pass collects the entries at or beyond the bounds;
 3. the few candidates (~14 per sign on ml-100k) are ranked by their float64 value, ties by history
    position (``_best``) — the numpy path's contract (``representer._select_flat``), so both return the
-   same attributions (within a target, in history order rather than by rank).
+   same attributions (within a target, in history order rather than by rank), up to rounding: the two
+   paths' products sum in different orders, so pairs within a few ulps of each other may rank differently.
 
 The scores are float64 throughout. A float32 scoring pass (half the product's width) with an error
 margin and a float64 re-rank of its candidates was measured slower on ml-100k (item side 29 vs 21 ms,
@@ -143,13 +145,13 @@ def _importance_bounds(imp, d, lanes, k, hi, lo):
     maxima are distinct entries, so their k-th largest bounds the row's k-th largest from below (likewise
     the minima). More lanes than k make the bound tight: on ml-100k 16 lanes leave ~14 candidates per sign
     for top-10, the smallest of 10 lane maxima ~25, and the final ranking is quadratic in that count. Rows
-    shorter than two lanes' worth are taken whole (±inf). With 16 lanes (top_k ≤ 10) the lanes are held in
+    shorter than two lanes' worth are taken whole (±inf). With 16 lanes (top_k ≤ 11) the lanes are held in
     registers and their k-th values come from the sorting network; other lane counts keep them in ``hi`` and
     ``lo`` (scratch, as is ``hi`` for the 16-lane path's last block).
     """
     if d < 2 * lanes:
         return -np.inf, np.inf
-    if lanes == 16:  # top_k ≤ 10, the usual case: the lanes in registers, then sorted (k ≤ lanes)
+    if lanes == 16:  # top_k ≤ 11, the usual case: the lanes in registers, then sorted (k ≤ lanes)
         h = l = _lanes16(imp)
         full = d - d % 16
         for b in range(16, full, 16):
