@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, uint64
 
-from .gather import gather_rows
+from .gather import gather_rows, gather_scaled_rows
 
 # Scores per BLAS product: 32K float64 (256 KB) stay in L2 for the selection passes (for histories of
 # up to 1,024 rows; longer ones take MIN_BLOCK_TARGETS rows of scores, up to 32·d floats, for the BLAS rate).
@@ -236,18 +236,6 @@ def _best(pos, val, m, k, sign, keep, w):
 
 
 @njit(nogil=True, cache=True)
-def _gather_scaled(F, idx, a, d, s, out):
-    """out[:d] ← diag(s[:d]) F[idx[a:a + d]], element by element (``gather.gather_rows`` with each row scaled
-    as it is copied: the importances then come out of the product, and no pass over every target's row
-    multiplies by α; 0.6 ms of ~25 on ml-100k, A/B in one process)."""
-    k = F.shape[1]
-    for j in range(d):
-        r, w = idx[a + j], s[j]
-        for c in range(k):
-            out[j, c] = F[r, c] * w
-
-
-@njit(nogil=True, cache=True)
 def _block_targets(d):
     """Targets per BLAS product for a history of d rows: SCORE_BLOCK scores, but at least
     MIN_BLOCK_TARGETS, under which a (t × r)·(r × d) product runs at half rate or less."""
@@ -302,8 +290,9 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
             continue
         for i in range(d):
             a_g[i] = alpha[hist[h0 + i]]
-        _gather_scaled(F_hist, hist_row, h0, d, a_g, H)
+        gather_scaled_rows(F_hist, hist_row, h0, d, a_g, H)  # the product gives the importances
         k = min(top_k, d)
+        lanes = lanes_many if d >= 2 * lanes_many else lanes_few  # the group's, for each of its targets
         step = _block_targets(d)
         for q0 in range(tgt_ptr[g], tgt_ptr[g + 1], step):
             nq = min(step, tgt_ptr[g + 1] - q0)
@@ -312,7 +301,6 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
             np.dot(T[:nq], H[:d].T, I)
             for j in range(nq):
                 I_t = I[j]
-                lanes = lanes_many if d >= 2 * lanes_many else lanes_few
                 tau_hi, tau_lo = _importance_bounds(I_t, d, lanes, k, lane_hi, lane_lo)
                 m_hi = m_lo = 0
                 for i in range(d):  # branch-free appends: most entries are not candidates
