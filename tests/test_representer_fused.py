@@ -121,3 +121,40 @@ def test_best_keeps_the_k_largest_ties_by_position_in_position_order(m):
             n = RF._best(pos, v, m, k, sign, keep, w)
             want = sorted(sorted(range(m), key=lambda a: (-sign * v[a], a))[:k])
             assert n == min(m, k) and list(keep[:n]) == [pos[a] for a in want]
+
+
+def test_lane_bounds_are_the_kth_lane_extrema():
+    """``_importance_bounds`` with 16 lanes (the vector lane pass, ``simd.lane_extrema16``, and the last partial
+    block's scalar one) against numpy's maxima and minima of x[j::16], for rows of whole and partial blocks."""
+    from dxplain.kernels import representer_fused as RF
+
+    rng = np.random.default_rng(4)
+    hi, lo = np.empty(16), np.empty(16)
+    for d in (32, 33, 47, 48, 106, 250, 1001):
+        for k in (1, 5, 10, 11):
+            x = rng.standard_normal(d)
+            lane_max = np.sort([x[j::16].max() for j in range(16)])
+            lane_min = np.sort([x[j::16].min() for j in range(16)])
+            assert RF._importance_bounds(x, d, 16, k, hi, lo) == (lane_max[16 - k], lane_min[k - 1])
+
+
+@pytest.mark.parametrize("d", [0, 1, 7, 8, 9, 16, 23, 64, 250])
+def test_compressed_appends_equal_the_scalar_ones(d):
+    """The AVX-512 appends (``_append_compress``) write the same positions, in order, as the scalar loop, with
+    exact ties at both bounds, a row all kept and a row none kept."""
+    from dxplain.kernels import representer_fused as RF
+    from dxplain.kernels.simd import HAS_AVX512
+
+    if not HAS_AVX512:
+        pytest.skip("numba does not target AVX-512 here (none on this CPU, or NUMBA_CPU_NAME set): "
+                    "the kernel uses the scalar appends only")
+    rng = np.random.default_rng(d)
+    x = rng.choice([-2.0, -1.0, 0.0, 0.5, 1.0, 3.0], size=d) * (1 + rng.integers(0, 2, d) * rng.random(d))
+    for tau_hi, tau_lo in ((1.0, -1.0), (-np.inf, np.inf), (np.inf, -np.inf), (0.0, 0.0)):
+        got = [np.full(d + 1, -1), np.full(d + 1, -1)]
+        want = [np.full(d + 1, -1), np.full(d + 1, -1)]
+        m_got = RF._append_compress(x, d, tau_hi, tau_lo, *got)
+        m_want = RF._append_scalar(x, d, tau_hi, tau_lo, *want)
+        assert m_got == m_want == (int(np.sum(x >= tau_hi)), int(np.sum(x <= tau_lo)))
+        for g, w, m in zip(got, want, m_got):
+            assert np.array_equal(g[:m], w[:m])

@@ -12,7 +12,8 @@ the top_k largest positive and most negative importances α_i⟨F_i, T_t⟩ with
 2. per target, one vectorised pass deals the row of importances I_t round-robin into
    ``lanes`` (16 for top_k ≤ 11) lanes: the lane maxima are distinct entries, so the top_k-th largest
    of them has at least top_k entries ≥ it and bounds the row's top_k-th largest from below (likewise
-   for the negatives); a second, branch-free pass collects the entries at or beyond the bounds;
+   for the negatives); a second pass collects the entries at or beyond the bounds, 8 at a time by AVX-512's
+   compress where the host has it (``simd``), branch-free scalar appends elsewhere;
 3. the few candidates (~14 per sign on ml-100k) are ranked by their float64 value, ties by history
    position (``_best``) — the numpy path's contract (``representer._select_flat``), so both return the
    same attributions (within a target, in history order rather than by rank), up to rounding: the two
@@ -33,6 +34,7 @@ import numpy as np
 from numba import njit, uint64
 
 from .gather import gather_rows, gather_scaled_rows
+from .simd import HAS_AVX512, compress_positions8, lane_extrema16
 
 # Scores per BLAS product: 32K float64 (256 KB) stay in L2 for the selection passes (for histories of
 # up to 1,024 rows; longer ones take MIN_BLOCK_TARGETS rows of scores, up to 32·d floats, for the BLAS rate).
@@ -116,27 +118,6 @@ def _sorted16(x):
     return x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15
 
 
-@njit(nogil=True, cache=True)
-def _lanes16(x):
-    """x[:16] as a tuple: sixteen lanes held in registers."""
-    return x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10], x[11], x[12], x[13], x[14], x[15]
-
-
-@njit(nogil=True, cache=True)
-def _lanes16_update(h, l, x):
-    """The lanes' maxima h and minima l (16-tuples) after the block x[:16], entry j in lane j.
-
-    Sixteen independent scalar chains: numba's loop vectoriser leaves float max/min loops scalar (and it runs
-    without SLP), and lanes kept in arrays cost a load and a store an entry; the row's lane pass went from
-    0.70 to 0.43 ns an entry (one thread, d = 1,000; 177 → 127 ns a row of 179 with the bounds)."""
-    return ((max(h[0], x[0]), max(h[1], x[1]), max(h[2], x[2]), max(h[3], x[3]), max(h[4], x[4]), max(h[5], x[5]),
-             max(h[6], x[6]), max(h[7], x[7]), max(h[8], x[8]), max(h[9], x[9]), max(h[10], x[10]),
-             max(h[11], x[11]), max(h[12], x[12]), max(h[13], x[13]), max(h[14], x[14]), max(h[15], x[15])),
-            (min(l[0], x[0]), min(l[1], x[1]), min(l[2], x[2]), min(l[3], x[3]), min(l[4], x[4]), min(l[5], x[5]),
-             min(l[6], x[6]), min(l[7], x[7]), min(l[8], x[8]), min(l[9], x[9]), min(l[10], x[10]),
-             min(l[11], x[11]), min(l[12], x[12]), min(l[13], x[13]), min(l[14], x[14]), min(l[15], x[15])))
-
-
 @njit(nogil=True, cache=True, fastmath=True)
 def _importance_bounds(imp, d, lanes, k, hi, lo):
     """(τ⁺, τ⁻): at least k entries of the importances imp[:d] are ≥ τ⁺ and as many ≤ τ⁻.
@@ -145,22 +126,23 @@ def _importance_bounds(imp, d, lanes, k, hi, lo):
     maxima are distinct entries, so their k-th largest bounds the row's k-th largest from below (likewise
     the minima). More lanes than k make the bound tight: on ml-100k 16 lanes leave ~14 candidates per sign
     for top-10, the smallest of 10 lane maxima ~25, and the final ranking is quadratic in that count. Rows
-    shorter than two lanes' worth are taken whole (±inf). With 16 lanes (top_k ≤ 11) the lanes are held in
-    registers and their k-th values come from the sorting network; other lane counts keep them in ``hi`` and
-    ``lo`` (scratch, as is ``hi`` for the 16-lane path's last block).
+    shorter than two lanes' worth are taken whole (±inf). With 16 lanes (top_k ≤ 11) the lanes are two
+    16-double vectors (``simd.lane_extrema16``) and their k-th values come from the sorting network; other lane
+    counts keep them as scalars. ``hi`` and ``lo`` are scratch (≥ lanes entries).
+
+    The vectors took the lane pass of ml-100k's explanation from 0.86 to 0.59 ns an entry on rows of 106 and
+    from 0.54 to 0.32 on rows of 250 (with the sorting networks; one thread, AVX-512); 16 scalar chains had
+    taken it from 0.70 to 0.43 before that (lanes in arrays cost a load and a store an entry).
     """
     if d < 2 * lanes:
         return -np.inf, np.inf
-    if lanes == 16:  # top_k ≤ 11, the usual case: the lanes in registers, then sorted (k ≤ lanes)
-        h = l = _lanes16(imp)
+    if lanes == 16:  # top_k ≤ 11, the usual case: the lanes as two vectors, then sorted (k ≤ lanes)
         full = d - d % 16
-        for b in range(16, full, 16):
-            h, l = _lanes16_update(h, l, imp[b:b + 16])
-        if full < d:  # the last, partial block, filled with the block before's entries of the same lanes
-            for j in range(16):
-                hi[j] = imp[full + j] if full + j < d else imp[full - 16 + j]
-            h, l = _lanes16_update(h, l, hi)
-        s_hi, s_lo = _sorted16(h), _sorted16(l)
+        lane_extrema16(imp, full, hi, lo)
+        for j in range(d - full):  # the last, partial block
+            hi[j] = max(hi[j], imp[full + j])
+            lo[j] = min(lo[j], imp[full + j])
+        s_hi, s_lo = _sorted16(hi), _sorted16(lo)
         return s_hi[16 - k], s_lo[k - 1]
     for j in range(lanes):
         hi[j] = lo[j] = imp[j]
@@ -236,6 +218,43 @@ def _best(pos, val, m, k, sign, keep, w):
 
 
 @njit(nogil=True, cache=True)
+def _append_scalar(x, d, tau_hi, tau_lo, c_hi, c_lo):
+    """(m_hi, m_lo): the positions i < d with x[i] ≥ tau_hi written to c_hi[:m_hi] in order, and those with
+    x[i] ≤ tau_lo to c_lo[:m_lo]. Branch-free (most entries are not candidates); c_hi and c_lo have room
+    for d + 1 (a position not kept is written one past the last)."""
+    m_hi = m_lo = 0
+    for i in range(d):
+        v = x[i]
+        c_hi[m_hi] = i
+        m_hi += v >= tau_hi
+        c_lo[m_lo] = i
+        m_lo += v <= tau_lo
+    return m_hi, m_lo
+
+
+@njit(nogil=True, cache=True)
+def _append_compress(x, d, tau_hi, tau_lo, c_hi, c_lo):
+    """``_append_scalar`` by AVX-512's compress, 8 entries at a time (the rest as there): 0.58 against 0.85 ns
+    an entry on rows of 250 (one thread). Each block's full-vector stores stay below its last position + 1."""
+    m_hi = m_lo = 0
+    full = d - d % 8
+    for i in range(0, full, 8):
+        m_hi, m_lo = compress_positions8(x, i, tau_hi, tau_lo, c_hi, m_hi, c_lo, m_lo)
+    for i in range(full, d):
+        v = x[i]
+        c_hi[m_hi] = i
+        m_hi += v >= tau_hi
+        c_lo[m_lo] = i
+        m_lo += v <= tau_lo
+    return m_hi, m_lo
+
+
+# The candidates' appends: compressed where the host has AVX-512, scalar elsewhere (the same positions; a test
+# compares the two).
+_append_candidates = _append_compress if HAS_AVX512 else _append_scalar
+
+
+@njit(nogil=True, cache=True)
 def _block_targets(d):
     """Targets per BLAS product for a history of d rows: SCORE_BLOCK scores, but at least
     MIN_BLOCK_TARGETS, under which a (t × r)·(r × d) product runs at half rate or less."""
@@ -302,13 +321,7 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
             for j in range(nq):
                 I_t = I[j]
                 tau_hi, tau_lo = _importance_bounds(I_t, d, lanes, k, lane_hi, lane_lo)
-                m_hi = m_lo = 0
-                for i in range(d):  # branch-free appends: most entries are not candidates
-                    v = I_t[i]
-                    c_hi[m_hi] = i
-                    m_hi += v >= tau_hi
-                    c_lo[m_lo] = i
-                    m_lo += v <= tau_lo
+                m_hi, m_lo = _append_candidates(I_t, d, tau_hi, tau_lo, c_hi, c_lo)
                 for sign in (1.0, -1.0):
                     cand, m = (c_hi, m_hi) if sign > 0 else (c_lo, m_lo)
                     n = 0
