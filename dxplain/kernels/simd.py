@@ -105,13 +105,14 @@ def compress_positions8(typingctx, x, i, tau_hi, tau_lo, c_hi, m_hi, c_lo, m_lo)
         name = "llvm.x86.avx512.mask.compress.v8i64"
         compress = module.globals.get(name) or ir.Function(module, ir.FunctionType(vi, [vi, vi, vb]), name)
         name = "llvm.ctpop.i8"
-        popcount = module.globals.get(name) or ir.Function(module, ir.FunctionType(ir.IntType(8), [ir.IntType(8)]), name)
+        i8 = ir.IntType(8)
+        popcount = module.globals.get(name) or ir.Function(module, ir.FunctionType(i8, [i8]), name)
         counts = []
         for op, tau, c_a, m in ((">=", th, ch_a, mh), ("<=", tl, cl_a, ml)):
             mask = builder.fcmp_ordered(op, v, _splat(builder, tau, vd))
             packed = builder.call(compress, [positions, ir.Constant(vi, [0] * 8), mask])
             builder.store(packed, _vector_at(builder, c_a, m, vi), align=8)
-            n = builder.call(popcount, [builder.bitcast(mask, ir.IntType(8))])
+            n = builder.call(popcount, [builder.bitcast(mask, i8)])
             counts.append(builder.add(m, builder.zext(n, _I64)))
         return context.make_tuple(builder, signature.return_type, counts)
 
