@@ -149,12 +149,45 @@ def test_compressed_appends_equal_the_scalar_ones(d):
         pytest.skip("numba does not target AVX-512 here (none on this CPU, or NUMBA_CPU_NAME set): "
                     "the kernel uses the scalar appends only")
     rng = np.random.default_rng(d)
-    x = rng.choice([-2.0, -1.0, 0.0, 0.5, 1.0, 3.0], size=d) * (1 + rng.integers(0, 2, d) * rng.random(d))
-    for tau_hi, tau_lo in ((1.0, -1.0), (-np.inf, np.inf), (np.inf, -np.inf), (0.0, 0.0)):
-        got = [np.full(d + 1, -1), np.full(d + 1, -1)]
-        want = [np.full(d + 1, -1), np.full(d + 1, -1)]
+    x = rng.choice([-2.0, -1.0, 0.0, -0.0, 0.5, 1.0, 3.0, np.inf, -np.inf, np.nan], size=d)
+    x *= 1 + rng.integers(0, 2, d) * rng.random(d)
+    for tau_hi, tau_lo in ((1.0, -1.0), (-np.inf, np.inf), (np.inf, -np.inf), (0.0, -0.0)):
+        got = [np.full(d + 16, -1), np.full(d + 16, -1)]  # a sentinel tail: nothing may be written past d
+        want = [np.full(d, -1), np.full(d, -1)]
         m_got = RF._append_compress(x, d, tau_hi, tau_lo, *got)
         m_want = RF._append_scalar(x, d, tau_hi, tau_lo, *want)
         assert m_got == m_want == (int(np.sum(x >= tau_hi)), int(np.sum(x <= tau_lo)))
         for g, w, m in zip(got, want, m_got):
-            assert np.array_equal(g[:m], w[:m])
+            assert np.array_equal(g[:m], w[:m]) and np.all(g[d:] == -1)
+
+
+def test_simd_intrinsics_refuse_arrays_they_cannot_index():
+    """The intrinsics index the data pointer directly, so a float32 row or a strided view is a typing error."""
+    from numba import njit
+    from numba.core.errors import TypingError
+
+    from dxplain.kernels.simd import lane_extrema16
+
+    @njit
+    def extrema(x, full, hi, lo):
+        lane_extrema16(x, full, hi, lo)
+
+    hi, lo = np.empty(16), np.empty(16)
+    for bad in (np.ones(32, np.float32), np.ones(64)[::2]):
+        with pytest.raises(TypingError, match="1-D C-contiguous float64"):
+            extrema(bad, 32, hi, lo)
+    x = np.random.default_rng(0).standard_normal(48)
+    extrema(x, 48, hi, lo)
+    assert np.array_equal(hi, x.reshape(3, 16).max(0)) and np.array_equal(lo, x.reshape(3, 16).min(0))
+
+
+@pytest.mark.parametrize("env", [{"NUMBA_ENABLE_AVX": "0"}, {"NUMBA_CPU_NAME": "generic"}])
+def test_no_avx512_path_where_numba_does_not_target_it(env):
+    """With AVX turned off in numba, or a chosen target CPU, the kernel must not emit AVX-512 (LLVM would abort)."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "from dxplain.kernels import simd; print(simd.HAS_AVX512)"],
+                         env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

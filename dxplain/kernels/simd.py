@@ -7,7 +7,8 @@ spelled as vectors:
 
 - ``lane_extrema16``: portable IR (vector loads, compares and selects); LLVM lowers it for any target;
 - ``compress_positions8``: AVX-512's register compress (``vpcompressq``), then a plain vector store. Only where
-  the host has AVX-512 (``HAS_AVX512``); callers keep a scalar twin for other machines. The memory form of the
+  numba targets AVX-512 (``HAS_AVX512``; elsewhere it is a typing error, not a compile-time abort); callers keep a
+  scalar twin for other machines. The memory form of the
   compress (LLVM's generic ``llvm.masked.compressstore``) is microcoded on AMD's Zen 4 and ran 5× slower than
   the scalar appends there (4.3 against 0.84 ns an entry), so it is not used.
 
@@ -21,21 +22,20 @@ import platform
 
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils, config
+from numba.core import cgutils, config, errors
 from numba.extending import intrinsic
 
 
 def _host_has_avx512() -> bool:
-    """Whether numba compiles for this host and the host has AVX-512F: a chosen target CPU
-    (``NUMBA_CPU_NAME``, e.g. for caches shared between machines) keeps to portable code."""
+    """Whether numba compiles for this host with AVX-512F among its target features: numba's own feature list,
+    which drops every AVX feature under ``NUMBA_ENABLE_AVX=0`` (numba also sets that itself on CPUs it distrusts).
+    A chosen target (``NUMBA_CPU_NAME`` or ``NUMBA_CPU_FEATURES``, e.g. for caches shared between machines) keeps
+    to portable code."""
     if config.CPU_NAME or config.CPU_FEATURES or platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    try:
-        from llvmlite import binding
+    from numba.core.codegen import get_host_cpu_features
 
-        return bool(binding.get_host_cpu_features().get("avx512f", False))
-    except RuntimeError:  # features unknown to LLVM on this host
-        return False
+    return "+avx512f" in get_host_cpu_features().split(",")
 
 
 HAS_AVX512 = _host_has_avx512()
@@ -51,6 +51,14 @@ def _splat(builder, value, vec_type):
     return builder.shuffle_vector(lane0, ir.Constant(vec_type, ir.Undefined), zeros)
 
 
+def _check_rows(name, **arrays):
+    """Typing-time check of an intrinsic's array arguments: 1-D, C-contiguous, of the dtype its IR reads (the IR
+    indexes the data pointer directly, so a strided view or another dtype would read or write out of place)."""
+    for arg, (typ, dtype) in arrays.items():
+        if not (isinstance(typ, types.Array) and typ.ndim == 1 and typ.layout == "C" and typ.dtype == dtype):
+            raise errors.TypingError(f"{name}: {arg} must be a 1-D C-contiguous {dtype} array, got {typ}")
+
+
 def _vector_at(builder, array, offset, vec_type):
     """A pointer to ``vec_type`` at element ``offset`` of an array's data (unaligned: align 8)."""
     return builder.bitcast(builder.gep(array.data, [offset]), vec_type.as_pointer())
@@ -62,6 +70,7 @@ def lane_extrema16(typingctx, x, full, hi, lo):
 
     Two 16-double vectors of running extrema over 16-entry blocks (vmaxpd and vminpd on AVX-512); the same
     values as the scalar loop, since max and min do not round."""
+    _check_rows("lane_extrema16", x=(x, types.float64), hi=(hi, types.float64), lo=(lo, types.float64))
     sig = types.void(x, types.int64, hi, lo)
 
     def codegen(context, builder, signature, args):
@@ -91,6 +100,9 @@ def compress_positions8(typingctx, x, i, tau_hi, tau_lo, c_hi, m_hi, c_lo, m_lo)
 
     Each list gets one full 8-slot store, so the slots up to m + 7 are written whatever the count: the caller
     keeps m ≤ i (the counts cannot pass the positions seen), so they stay below i + 8."""
+    if not HAS_AVX512:
+        raise errors.TypingError("compress_positions8 needs numba to target AVX-512 (simd.HAS_AVX512 is False)")
+    _check_rows("compress_positions8", x=(x, types.float64), c_hi=(c_hi, types.int64), c_lo=(c_lo, types.int64))
     sig = types.UniTuple(types.int64, 2)(x, types.int64, types.float64, types.float64, c_hi, types.int64,
                                          c_lo, types.int64)
 
