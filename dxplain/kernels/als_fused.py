@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, uint64
 
-from .gather import gather_rows
+from .gather import gather_rows, gather_scaled_rows
 
 # Entries per chunk of the Gram's dot products: 64 rows × 512 floats = 256 KB (L2).
 GRAM_CHUNK = 512
@@ -215,11 +215,11 @@ def _dual_solve(F, cols, sw, y, a, d, ridge, G, A, b, z, out):
     k = F.shape[1]
     dp = -(-d // 4) * 4
     G[d:dp] = 0.0
-    for j in range(d):
-        col, w = cols[a + j], sw[a + j] if sw.shape[0] > 0 else 1.0
-        for c in range(k):
-            G[j, c] = F[col, c] * w
-        b[j] = y[a + j]
+    if sw.shape[0] > 0:
+        gather_scaled_rows(F, cols, a, d, sw[a:a + d], G)
+    else:
+        gather_rows(F, cols, a, d, G)
+    b[:d] = y[a:a + d]
     _gram_upper(G, dp, k, A)
     for j in range(d):
         A[j, j] += ridge
