@@ -11,9 +11,10 @@
     python benchmarks/als_solvers.py --variant reduced-newton --sweeps 20 --newton 12 --products 60
     python benchmarks/als_solvers.py --variant anderson --sweeps 60 --every 60 --reduced-spectrum 40
     python benchmarks/als_solvers.py --variant anderson --sweeps 80 --init svd       # a spectral start
+    python benchmarks/als_solvers.py --variant anderson --rank 64 --sweeps 60 --every 5  # ratings of rank 64
 
 One process, 2 BLAS threads, the 1M scaling set (``benchmarks/scaling.py``'s: 10,000 users × 2,500 items,
-Zipf degrees, ratings of rank 8 plus noise), its popularity-drawn supplied targets (10 a user) and the
+Zipf degrees, ratings of rank 8 plus noise; ``--rank`` another rank), its popularity-drawn supplied targets (10 a user) and the
 default λ. Every ``--every`` sweeps it prints f, ‖∇f‖ and each side's relative fidelity error (median /
 p99 over the targets, measured as a refresh does: balanced factors, Σ attributions against the score).
 
@@ -268,6 +269,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweeps", type=int, default=80)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--rank", type=int, default=8, help="the synthetic ratings' rank (8: the recorded sets)")
     ap.add_argument("--memory", type=int, default=10, help="Anderson's sweeps")
     ap.add_argument("--no-guard", action="store_true", help="keep Anderson combinations that raise f")
     ap.add_argument("--float64", action="store_true", help="Anderson's history in float64")
@@ -283,7 +285,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dxplain" / "bench")
     a = ap.parse_args(argv)
 
-    folder = dataset(a.cache, a.size)
+    folder = dataset(a.cache, a.size, a.rank)
     data = resolve_dataset(str(folder)).interactions
     targets = pq.read_table(supplied_targets(folder))
     u = index_of(targets["user"], data.user_ids, "user", "targets")

@@ -18,6 +18,8 @@ Sets (``dxplain.datasets.synthetic``, Zipf degrees): |D|/100 users and |D|/400 i
 has 500k users and 125k items. Users are heavier than Amazon's (~5 ratings) on purpose: with 10 targets
 per user and the top 10 positive and negative attributions per side, every target writes 40 rows, and
 Amazon's user count would make the 50M output 4·10⁹ rows. Here it is 2·10⁸.
+Ratings have rank 8 plus noise (``--rank`` another rank, cached in its own folder); the model has
+``--k`` factors (64).
 
 Training is capped at ``--max-sweeps`` ALS sweeps without the Newton polish (``--newton-steps 0``): the
 polish to ‖∇f‖ ≤ 1e-9 does not have a size-independent cost (its Hessian-vector products are cheap, but
@@ -55,11 +57,12 @@ SIZES = {"1m": 1_000_000, "5m": 5_000_000, "20m": 20_000_000, "50m": 50_000_000}
 TARGETS_PER_USER = 10
 
 
-def dataset(cache: Path, n: int) -> Path:
-    folder = cache / f"scaling-{n}"
+def dataset(cache: Path, n: int, rank: int = 8) -> Path:
+    """The scaling set of n interactions; its ratings have the given rank plus noise (8: the recorded sets)."""
+    folder = cache / (f"scaling-{n}" if rank == 8 else f"scaling-{n}-rank{rank}")
     if not (folder / "interactions.parquet").exists():
         t0 = time.perf_counter()
-        generate(folder, n, n_users=n // 100, n_items=n // 400, seed=0)
+        generate(folder, n, n_users=n // 100, n_items=n // 400, seed=0, rank=rank)
         print(f"generated {folder} in {time.perf_counter() - t0:.0f}s", flush=True)
     return folder
 
@@ -223,6 +226,7 @@ def main():
     ap.add_argument("--sizes", default="1m,5m,20m,50m")
     ap.add_argument("--modes", default="supplied,own,uniform")
     ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--rank", type=int, default=8, help="the synthetic ratings' rank (8: the recorded sets)")
     ap.add_argument("--max-sweeps", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
@@ -234,7 +238,7 @@ def main():
     rows = json.loads(store.read_text()) if store.exists() else []
     for name in a.sizes.split(","):
         n = SIZES[name]
-        folder = dataset(Path(a.cache), n)
+        folder = dataset(Path(a.cache), n, a.rank)
         # Counts from the Parquet footers: no second load of the whole table, no cache file to keep in step.
         info = {key: pq.read_metadata(folder / f"{key}.parquet").num_rows for key in ("interactions", "users", "items")}
         for mode in a.modes.split(","):
@@ -246,7 +250,7 @@ def main():
                     shutil.rmtree(old) if old.is_dir() else old.unlink()
             run_out.mkdir(parents=True, exist_ok=True)
             s = refresh(folder, run_out, mode, a)
-            r = record(n, mode, s, info)
+            r = {**record(n, mode, s, info), "k": a.k, "data_rank": a.rank}
             print(json.dumps(r), flush=True)
             rows = [x for x in rows if (x["size"], x["mode"]) != (n, mode)] + [r]
             rows.sort(key=lambda x: (["supplied", "own", "uniform"].index(x["mode"]), x["size"]))
