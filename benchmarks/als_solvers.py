@@ -14,9 +14,10 @@
     python benchmarks/als_solvers.py --variant anderson --rank 64 --sweeps 60 --every 5  # ratings of rank 64
 
 One process, 2 BLAS threads, the 1M scaling set (``benchmarks/scaling.py``'s: 10,000 users × 2,500 items,
-Zipf degrees, ratings of rank 8 plus noise; ``--rank`` another rank), its popularity-drawn supplied targets (10 a user) and the
-default λ. Every ``--every`` sweeps it prints f, ‖∇f‖ and each side's relative fidelity error (median /
-p99 over the targets, measured as a refresh does: balanced factors, Σ attributions against the score).
+Zipf degrees, ratings of rank 8 plus noise; ``--rank`` another rank), its popularity-drawn supplied targets
+(10 a user) and the default λ. Every ``--every`` sweeps it prints f, ‖∇f‖ and each side's relative fidelity
+error (median / p99 over the targets, measured as a refresh does: balanced factors, Σ attributions against
+the score).
 
 Variants (each an exact ALS sweep — users given V, then items given U — unless said):
 
@@ -284,6 +285,8 @@ def main(argv=None) -> int:
                     help="the trainer's seeded random start, or the top-k SVD of the centred ratings (spectral_start)")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dxplain" / "bench")
     a = ap.parse_args(argv)
+    if a.rank < 1:
+        ap.error(f"--rank {a.rank}: give the ratings' rank, at least 1")
 
     folder = dataset(a.cache, a.size, a.rank)
     data = resolve_dataset(str(folder)).interactions

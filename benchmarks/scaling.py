@@ -232,6 +232,8 @@ def main():
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args()
+    if a.rank < 1:
+        ap.error(f"--rank {a.rank}: give the ratings' rank, at least 1")
     results, out = Path(a.out), Path(a.cache) / "scaling-runs"
     results.mkdir(parents=True, exist_ok=True)
     store = results / "scaling.json"
@@ -242,7 +244,7 @@ def main():
         # Counts from the Parquet footers: no second load of the whole table, no cache file to keep in step.
         info = {key: pq.read_metadata(folder / f"{key}.parquet").num_rows for key in ("interactions", "users", "items")}
         for mode in a.modes.split(","):
-            run_out = out / name
+            run_out = out / (name if a.rank == 8 else f"{name}-rank{a.rank}")  # own and uniform reuse its model
             # Start clean (the earlier runs of this size are GBs); the supplied run partitions and trains
             # afresh, own reuses its parts and model.
             for old in run_out.glob("*"):
