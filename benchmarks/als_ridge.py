@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scaling import dataset  # noqa: E402
+
 from dxplain.datasets import resolve_dataset  # noqa: E402
 from dxplain.errors import DegenerateError  # noqa: E402
 from dxplain.kernels.als import pair_scores  # noqa: E402
@@ -43,8 +44,11 @@ def main(argv=None) -> int:
     held_out = np.random.default_rng(0).random(len(data)) < 0.1
     train, val = data.subset(~held_out), data.subset(held_out)
     mu = train.rating_mean()
-    print(f"{len(train):,} ratings to train on, {len(val):,} held out; the mean's RMSE "
-          f"{np.sqrt(np.mean((val.rating - mu) ** 2)):.4f}", flush=True)
+    print(
+        f"{len(train):,} ratings to train on, {len(val):,} held out; the mean's RMSE "
+        f"{np.sqrt(np.mean((val.rating - mu) ** 2)):.4f}",
+        flush=True,
+    )
     with threadpool_limits(2):
         for ridge in (float(r) for r in a.ridges.split(",")):
             lam = 2 * ridge / len(train)
@@ -57,10 +61,12 @@ def main(argv=None) -> int:
             rmse = np.sqrt(np.mean((val.rating - mu - pair_scores(m.U, m.V, val.user, val.item)) ** 2))
             s = np.linalg.svd(np.linalg.qr(m.U, mode="r") @ np.linalg.qr(m.V, mode="r").T, compute_uv=False)  # UVᵀ's
             bound = m.info["identity_bound"]
-            print(f"ridge {ridge:g} (λ {lam:.2e}): validation RMSE {rmse:.4f}; {m.info['sweeps']} sweeps, "
-                  f"{time.perf_counter() - t0:.1f} s, identity bound item {bound['item']:.1e} · "
-                  f"user {bound['user']:.1e}, {int(np.sum(s > 1e-3 * s[0]))} factors above 1e-3 of the largest",
-                  flush=True)
+            print(
+                f"ridge {ridge:g} (λ {lam:.2e}): validation RMSE {rmse:.4f}; {m.info['sweeps']} sweeps, "
+                f"{time.perf_counter() - t0:.1f} s, identity bound item {bound['item']:.1e} · "
+                f"user {bound['user']:.1e}, {int(np.sum(s > 1e-3 * s[0]))} factors above 1e-3 of the largest",
+                flush=True,
+            )
     return 0
 
 

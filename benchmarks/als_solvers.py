@@ -55,13 +55,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scaling import dataset, supplied_targets  # noqa: E402
+
 from dxplain.datasets import resolve_dataset  # noqa: E402
 from dxplain.explain.representer import Preprocessed, relative_error  # noqa: E402
 from dxplain.io.interactions import index_of  # noqa: E402
 from dxplain.kernels import anderson  # noqa: E402
 from dxplain.kernels.als import pair_scores  # noqa: E402
 from dxplain.kernels.representer import balance_transforms  # noqa: E402
-from dxplain.models.mf import LocalHalfSteps, MFModel, UPHILL_SLACK, default_lam  # noqa: E402
+from dxplain.models.mf import UPHILL_SLACK, LocalHalfSteps, MFModel, default_lam  # noqa: E402
 
 
 def fidelity(U, V, data, mu, lam, u, i) -> str:
@@ -87,8 +88,10 @@ def spectrum(hs, U, V) -> str:
     E = hs.P.matrix(hs.y - pair_scores(U, V, hs.P.u, hs.P.i))
     e1 = svds(E, k=1, return_singular_vectors=False)[0] / hs.ridge
     rest = s[8:] if len(s) > 8 else np.zeros(1)
-    return (f"σ(UVᵀ)/ridge top {np.array2string(s[:8], precision=3)}, rest {rest.min():.2e}..{rest.max():.2e} "
-            f"({int(np.sum(s < 1e-3 * s[0]))} below 1e-3 of the top), σ₁(E)/ridge {e1:.6f}")
+    return (
+        f"σ(UVᵀ)/ridge top {np.array2string(s[:8], precision=3)}, rest {rest.min():.2e}..{rest.max():.2e} "
+        f"({int(np.sum(s < 1e-3 * s[0]))} below 1e-3 of the top), σ₁(E)/ridge {e1:.6f}"
+    )
 
 
 def spectral_start(hs, k):
@@ -173,6 +176,7 @@ def reduced_newton(hs, V, lam, n, steps, products, report):
     a trust region, preconditioned and measured by the items' blocks (what an items' half-step inverts),
     copes with the curvature's sign; the trust region's ratio judges a step by φ at the new V, with U its
     exact half-step again."""
+
     def phi_at(V):
         U = hs.users(V)
         rss, _, g = hs.gradient(U, V, lam)
@@ -201,10 +205,10 @@ def reduced_newton(hs, V, lam, n, steps, products, report):
             curv = float(np.vdot(d, Sd))
             alpha = ry / curv if curv > 0 else np.inf
             zn = z + alpha * d if curv > 0 else None
-            if curv <= 0 or m_norm2(zn) >= radius ** 2:
+            if curv <= 0 or m_norm2(zn) >= radius**2:
                 # to the boundary along d: ‖z + τd‖_M = radius
                 zz, zd, dd = m_norm2(z), float(np.vdot(z, blocks(M, d))), m_norm2(d)
-                tau = (-zd + np.sqrt(zd * zd + dd * (radius ** 2 - zz))) / dd
+                tau = (-zd + np.sqrt(zd * zd + dd * (radius**2 - zz))) / dd
                 z, Sz = z + tau * d, Sz + tau * Sd
                 how = "negative curvature" if curv <= 0 else "boundary"
                 break
@@ -224,8 +228,13 @@ def reduced_newton(hs, V, lam, n, steps, products, report):
             radius = 2.0 * radius
         if rho > 0.1:
             V, U, g, phi = V + z, U_new, g_new, phi_new
-        report(f"reduced Newton {step} ({it + 1} CG its, {how}, ρ {rho:.3f}, {used} Hessian products, "
-               f"{'taken' if rho > 0.1 else 'refused'})", U, V, float(np.linalg.norm(g)))
+        report(
+            f"reduced Newton {step} ({it + 1} CG its, {how}, ρ {rho:.3f}, {used} Hessian products, "
+            f"{'taken' if rho > 0.1 else 'refused'})",
+            U,
+            V,
+            float(np.linalg.norm(g)),
+        )
 
 
 def reduced_spectrum(hs, V, lam, count) -> str:
@@ -258,15 +267,18 @@ def reduced_spectrum(hs, V, lam, count) -> str:
     op = LinearOperator((N, N), matvec=lambda x: shift * x - scaled(x) - 2 * shift * (Q @ (Q.T @ x)))
     top = eigsh(op, k=count, which="LA", tol=1e-3, return_eigenvectors=False)
     vals = np.sort(shift - top)
-    return (f"reduced Hessian's {count} smallest eigenvalues off the rotations (relative to the items' blocks): "
-            f"{np.array2string(vals, precision=4, max_line_width=100)}; {int(np.sum(vals < 0))} negative")
+    return (
+        f"reduced Hessian's {count} smallest eigenvalues off the rotations (relative to the items' blocks): "
+        f"{np.array2string(vals, precision=4, max_line_width=100)}; {int(np.sum(vals < 0))} negative"
+    )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=1_000_000, help="interactions of the scaling set")
-    ap.add_argument("--variant", default="anderson",
-                    choices=["plain", "balanced", "anderson", "newton-mr", "reduced-newton"])
+    ap.add_argument(
+        "--variant", default="anderson", choices=["plain", "balanced", "anderson", "newton-mr", "reduced-newton"]
+    )
     ap.add_argument("--sweeps", type=int, default=80)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--k", type=int, default=64)
@@ -276,13 +288,25 @@ def main(argv=None) -> int:
     ap.add_argument("--float64", action="store_true", help="Anderson's history in float64")
     ap.add_argument("--newton", type=int, default=6, help="Newton-MR steps after the sweeps")
     ap.add_argument("--products", type=int, default=40, help="Hessian products per Newton-MR step at most")
-    ap.add_argument("--finish-users", action="store_true",
-                    help="after the sweeps, one more users' half-step, so that U is the exact one given V")
+    ap.add_argument(
+        "--finish-users",
+        action="store_true",
+        help="after the sweeps, one more users' half-step, so that U is the exact one given V",
+    )
     ap.add_argument("--spectrum", action="store_true", help="print UVᵀ's and the residual's singular values")
-    ap.add_argument("--reduced-spectrum", type=int, default=0, metavar="N",
-                    help="after the sweeps, the reduced Hessian's N smallest eigenvalues (reduced_spectrum)")
-    ap.add_argument("--init", default="random", choices=["random", "svd"],
-                    help="the trainer's seeded random start, or the top-k SVD of the centred ratings (spectral_start)")
+    ap.add_argument(
+        "--reduced-spectrum",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the sweeps, the reduced Hessian's N smallest eigenvalues (reduced_spectrum)",
+    )
+    ap.add_argument(
+        "--init",
+        default="random",
+        choices=["random", "svd"],
+        help="the trainer's seeded random start, or the top-k SVD of the centred ratings (spectral_start)",
+    )
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dxplain" / "bench")
     a = ap.parse_args(argv)
     if a.rank < 1:
@@ -294,8 +318,11 @@ def main(argv=None) -> int:
     u = index_of(targets["user"], data.user_ids, "user", "targets")
     i = index_of(targets["item"], data.item_ids, "item", "targets")
     n, lam, mu = len(data), default_lam(len(data)), data.rating_mean()
-    print(f"{folder.name}: {n:,} ratings, {data.n_users:,} users × {data.n_items:,} items, k = {a.k}, "
-          f"{len(u):,} targets, {a.variant}", flush=True)
+    print(
+        f"{folder.name}: {n:,} ratings, {data.n_users:,} users × {data.n_items:,} items, k = {a.k}, "
+        f"{len(u):,} targets, {a.variant}",
+        flush=True,
+    )
     t0 = time.perf_counter()
 
     def report(what, U, V, gnorm):

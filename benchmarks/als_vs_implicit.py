@@ -118,24 +118,43 @@ def main():
             fused = dxplain_sweep_seconds(data, k, a.sweeps, True, a.threads)
             numpy_ = dxplain_sweep_seconds(data, k, a.sweeps, False, a.threads)
             implicit_ = implicit_iteration_seconds(data, k, a.sweeps, a.threads)
-            rows.append({"dataset": name, "users": data.n_users, "items": data.n_items, "ratings": len(data),
-                         "k": k, "threads": a.threads, "sweeps": a.sweeps, "cg_steps": DEFAULT_CG_STEPS,
-                         "dxplain_trainer_s": round(trainer, 4), "trainer_over_implicit": round(trainer / implicit_, 2),
-                         "dxplain_fused_s": round(fused, 4), "dxplain_numpy_s": round(numpy_, 4),
-                         "implicit_s": round(implicit_, 4), "fused_over_implicit": round(fused / implicit_, 2),
-                         "numpy_over_implicit": round(numpy_ / implicit_, 2)})
+            rows.append(
+                {
+                    "dataset": name,
+                    "users": data.n_users,
+                    "items": data.n_items,
+                    "ratings": len(data),
+                    "k": k,
+                    "threads": a.threads,
+                    "sweeps": a.sweeps,
+                    "cg_steps": DEFAULT_CG_STEPS,
+                    "dxplain_trainer_s": round(trainer, 4),
+                    "trainer_over_implicit": round(trainer / implicit_, 2),
+                    "dxplain_fused_s": round(fused, 4),
+                    "dxplain_numpy_s": round(numpy_, 4),
+                    "implicit_s": round(implicit_, 4),
+                    "fused_over_implicit": round(fused / implicit_, 2),
+                    "numpy_over_implicit": round(numpy_ / implicit_, 2),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     import implicit
 
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "als_vs_implicit.json").write_text(json.dumps({"implicit": implicit.__version__, "rows": rows}, indent=2))
-    print("| data set | k | dxplain trainer (s/sweep) | dxplain exact fused | dxplain exact numpy | implicit (s/iter) "
-          "| trainer / implicit | fused / implicit |")
+    (RESULTS / "als_vs_implicit.json").write_text(
+        json.dumps({"implicit": implicit.__version__, "rows": rows}, indent=2)
+    )
+    print(
+        "| data set | k | dxplain trainer (s/sweep) | dxplain exact fused | dxplain exact numpy | implicit (s/iter) "
+        "| trainer / implicit | fused / implicit |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['dataset']} | {r['k']} | {r['dxplain_trainer_s']:.3f} | {r['dxplain_fused_s']:.3f} | "
-              f"{r['dxplain_numpy_s']:.3f} | {r['implicit_s']:.3f} | {r['trainer_over_implicit']:.2f}× | "
-              f"{r['fused_over_implicit']:.2f}× |")
+        print(
+            f"| {r['dataset']} | {r['k']} | {r['dxplain_trainer_s']:.3f} | {r['dxplain_fused_s']:.3f} | "
+            f"{r['dxplain_numpy_s']:.3f} | {r['implicit_s']:.3f} | {r['trainer_over_implicit']:.2f}× | "
+            f"{r['fused_over_implicit']:.2f}× |"
+        )
 
 
 if __name__ == "__main__":

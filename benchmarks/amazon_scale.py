@@ -73,9 +73,26 @@ def dataset(n: int) -> Path:
 
 
 def prototypes(folder: Path, out: Path, args: list[str], a) -> dict:
-    cmd = [sys.executable, "-m", "dxplain.cli", "prototypes", "--dataset", str(folder), "--out", str(out),
-           "--k", str(a.k), "--workers", "2", "--max-sweeps", str(a.max_sweeps), "--newton-steps", "0", *args,
-           *(["--implicit"] if a.implicit else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dxplain.cli",
+        "prototypes",
+        "--dataset",
+        str(folder),
+        "--out",
+        str(out),
+        "--k",
+        str(a.k),
+        "--workers",
+        "2",
+        "--max-sweeps",
+        str(a.max_sweeps),
+        "--newton-steps",
+        "0",
+        *args,
+        *(["--implicit"] if a.implicit else []),
+    ]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     out.mkdir(parents=True, exist_ok=True)
@@ -120,18 +137,41 @@ def check(folder: Path, summary: dict, targets: Path, m: int) -> dict:
     ref = greedy(R, mean_embedding(R_T), m)
     secs = time.perf_counter() - t0
     got = pq.read_table(Path(summary["folder"]) / "prototypes.parquet")
-    pairs = list(zip(data.user_ids.take(pa.array(data.user[ref.index])).to_pylist(),
-                     data.item_ids.take(pa.array(data.item[ref.index])).to_pylist()))
+    pairs = list(
+        zip(
+            data.user_ids.take(pa.array(data.user[ref.index])).to_pylist(),
+            data.item_ids.take(pa.array(data.item[ref.index])).to_pylist(),
+        )
+    )
     same = pairs == list(zip(got["user"].to_pylist(), got["item"].to_pylist()))
     rel = float(np.max(np.abs(got["weight"].to_numpy() - ref.weights) / np.abs(ref.weights))) if same else None
     return {"same_prototypes": same, "max_weight_rel_diff": rel, "whole_table_seconds": secs}
 
 
 def negatives(folder: Path, out: Path, a, in_memory: bool = False) -> dict:
-    cmd = [sys.executable, "-m", "dxplain.cli", "negatives", "--dataset", str(folder), "--out", str(out),
-           "--negatives", "4", "--positive-threshold", "none", "--percent", "1", "--k", str(a.k),
-           "--max-sweeps", str(a.neg_sweeps), "--newton-steps", "0",
-           *(["--in-memory"] if in_memory else ["--workers", "2"])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dxplain.cli",
+        "negatives",
+        "--dataset",
+        str(folder),
+        "--out",
+        str(out),
+        "--negatives",
+        "4",
+        "--positive-threshold",
+        "none",
+        "--percent",
+        "1",
+        "--k",
+        str(a.k),
+        "--max-sweeps",
+        str(a.neg_sweeps),
+        "--newton-steps",
+        "0",
+        *(["--in-memory"] if in_memory else ["--workers", "2"]),
+    ]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     if p.returncode != 0:
@@ -170,20 +210,32 @@ def check_negatives(folder: Path, summary: dict, other: dict | None, n: int = 10
     naive = np.empty(n)
     for t, (uu, ii) in enumerate(zip(u, i)):  # Definition 1 term by term: the positives of user uu and of item ii
         alpha = -model.neg_weight * expit(Ut[uu] @ Vt[ii]) / (model.lam * model.n_train)
-        own = P.item[P.user_indptr[uu]:P.user_indptr[uu + 1]]
-        others = P.user[item_order[item_indptr[ii]:item_indptr[ii + 1]]]
+        own = P.item[P.user_indptr[uu] : P.user_indptr[uu + 1]]
+        others = P.user[item_order[item_indptr[ii] : item_indptr[ii + 1]]]
         naive[t] = alpha * (np.sum(Vt[own] @ Vt[ii]) + np.sum(Ut[others] @ Ut[uu]))
-    got = {"closed_form_negatives": n, "closed_form_max_rel_diff": float(np.max(np.abs(closed - naive) / np.abs(naive))),
-           "flagged_scores_max_rel_diff": float(np.max(flagged_rel))}
+    got = {
+        "closed_form_negatives": n,
+        "closed_form_max_rel_diff": float(np.max(np.abs(closed - naive) / np.abs(naive))),
+        "flagged_scores_max_rel_diff": float(np.max(flagged_rel)),
+    }
     if other is None:
         return got
     b = pq.read_table(Path(other["folder"]) / "flagged.parquet")
-    return {"same_flagged": bool(a.select(["user", "item"]).equals(b.select(["user", "item"]))),
-            "flagged_overlap": len(set(zip(a["user"].to_pylist(), a["item"].to_pylist()))
-                                   & set(zip(b["user"].to_pylist(), b["item"].to_pylist()))) / max(1, a.num_rows),
-            "max_score_rel_diff": float(np.max(np.abs(a["score"].to_numpy() - b["score"].to_numpy())
-                                               / np.abs(b["score"].to_numpy()))) if a.num_rows == b.num_rows else None,
-            "in_memory_seconds": other["seconds"], **got}
+    return {
+        "same_flagged": bool(a.select(["user", "item"]).equals(b.select(["user", "item"]))),
+        "flagged_overlap": len(
+            set(zip(a["user"].to_pylist(), a["item"].to_pylist()))
+            & set(zip(b["user"].to_pylist(), b["item"].to_pylist()))
+        )
+        / max(1, a.num_rows),
+        "max_score_rel_diff": float(
+            np.max(np.abs(a["score"].to_numpy() - b["score"].to_numpy()) / np.abs(b["score"].to_numpy()))
+        )
+        if a.num_rows == b.num_rows
+        else None,
+        "in_memory_seconds": other["seconds"],
+        **got,
+    }
 
 
 def slope(sizes: list[int], values: list[float]) -> float:
@@ -200,19 +252,32 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=1000)
     ap.add_argument("--out", default="/tmp/dxplain-amazon-bench")
     ap.add_argument("--check", action="store_true")
-    ap.add_argument("--closed-form", action="store_true",
-                    help="negatives: only the closed form against the naive sum (no in-memory run: at 50M it would "
-                         "take as long again)")
-    ap.add_argument("--neg-sweeps", type=int, default=20,
-                    help="alternating sweeps of the negatives' BCE training (no Newton polish); ‖∇f‖ is recorded")
+    ap.add_argument(
+        "--closed-form",
+        action="store_true",
+        help="negatives: only the closed form against the naive sum (no in-memory run: at 50M it would "
+        "take as long again)",
+    )
+    ap.add_argument(
+        "--neg-sweeps",
+        type=int,
+        default=20,
+        help="alternating sweeps of the negatives' BCE training (no Newton polish); ‖∇f‖ is recorded",
+    )
     ap.add_argument("--stages", default="sbq", help="sbq, negatives or both (comma-separated)")
-    ap.add_argument("--implicit", action="store_true",
-                    help="SBQ on the implicit reading (every interaction a positive, 4 sampled negatives each, BCE "
-                         "MF trained over the parts for --max-sweeps sweeps); results in sbq_implicit.json")
-    ap.add_argument("--from-negatives", action="store_true",
-                    help="with --implicit: explain the BCE model the negatives stage trained at that size (the same "
-                         "table D = P ∪ N: 4 negatives a positive, seed 0; its --neg-sweeps sweeps), in its output "
-                         "folder (its parts are reused), instead of training one; its train stage is recorded")
+    ap.add_argument(
+        "--implicit",
+        action="store_true",
+        help="SBQ on the implicit reading (every interaction a positive, 4 sampled negatives each, BCE "
+        "MF trained over the parts for --max-sweeps sweeps); results in sbq_implicit.json",
+    )
+    ap.add_argument(
+        "--from-negatives",
+        action="store_true",
+        help="with --implicit: explain the BCE model the negatives stage trained at that size (the same "
+        "table D = P ∪ N: 4 negatives a positive, seed 0; its --neg-sweeps sweeps), in its output "
+        "folder (its parts are reused), instead of training one; its train stage is recorded",
+    )
     a = ap.parse_args()
     if a.from_negatives and not a.implicit:
         ap.error("--from-negatives explains the negatives' BCE model: add --implicit")
@@ -234,11 +299,33 @@ def run_negatives(a) -> None:
         out = Path(a.out) / f"negatives-{name}"
         shutil.rmtree(out, ignore_errors=True)  # a fresh model store: the run trains
         got = negatives(folder, out / "cluster", a)
-        run = {"interactions": n, "k": a.k, "per_positive": 4, "percent": 1, "max_sweeps": a.neg_sweeps,
-               **{key: got[key] for key in ("positives", "negatives_total", "flagged", "grad_norm", "lam",
-                                            "solver", "sweeps", "newton_iters", "users", "items",
-                                            "stage_seconds", "peak_rss_mib",
-                                            "flow_peak_rss_mib_after_stage", "seconds", "wall_seconds")}}
+        run = {
+            "interactions": n,
+            "k": a.k,
+            "per_positive": 4,
+            "percent": 1,
+            "max_sweeps": a.neg_sweeps,
+            **{
+                key: got[key]
+                for key in (
+                    "positives",
+                    "negatives_total",
+                    "flagged",
+                    "grad_norm",
+                    "lam",
+                    "solver",
+                    "sweeps",
+                    "newton_iters",
+                    "users",
+                    "items",
+                    "stage_seconds",
+                    "peak_rss_mib",
+                    "flow_peak_rss_mib_after_stage",
+                    "seconds",
+                    "wall_seconds",
+                )
+            },
+        }
         if a.check:
             run["check"] = check_negatives(folder, got, negatives(folder, out / "memory", a, in_memory=True))
         elif a.closed_form:
@@ -246,12 +333,14 @@ def run_negatives(a) -> None:
         results["runs"][name] = run
         print(json.dumps({name: run}, indent=1), flush=True)
         # After every size (a later size that fails leaves the slopes measured so far); from 5M up, as SBQ's.
-        done = sorted((r for r in results["runs"].values() if r["interactions"] >= SIZES["5m"]),
-                      key=lambda r: r["interactions"])
+        done = sorted(
+            (r for r in results["runs"].values() if r["interactions"] >= SIZES["5m"]), key=lambda r: r["interactions"]
+        )
         if len(done) > 1:
             sizes = [r["interactions"] for r in done]
-            results["slopes"] = {stage: slope(sizes, [r["stage_seconds"][stage] for r in done])
-                                 for stage in done[0]["stage_seconds"]}
+            results["slopes"] = {
+                stage: slope(sizes, [r["stage_seconds"][stage] for r in done]) for stage in done[0]["stage_seconds"]
+            }
             results["slopes"]["sizes"] = [min(sizes), max(sizes)]
             print(json.dumps(results["slopes"]), flush=True)
         path.write_text(json.dumps(results, indent=1))
@@ -267,9 +356,14 @@ def run_sbq(a) -> None:
             out = Path(a.out) / f"negatives-{name}" / "cluster"
             (model,) = (out / "models").glob("*-implicit-*.zarr")
             done = json.loads((RESULTS / "negatives.json").read_text())["runs"][name]
-            train = {"model": str(model), "from": "negatives.json", "max_sweeps": done["max_sweeps"],
-                     "stage_seconds": done["stage_seconds"], "peak_rss_mib": done["peak_rss_mib"],
-                     "seconds": done["seconds"]}
+            train = {
+                "model": str(model),
+                "from": "negatives.json",
+                "max_sweeps": done["max_sweeps"],
+                "stage_seconds": done["stage_seconds"],
+                "peak_rss_mib": done["peak_rss_mib"],
+                "seconds": done["seconds"],
+            }
             given = ["--model", str(model)]
         else:
             out = Path(a.out) / (f"{name}-implicit" if a.implicit else name)
@@ -279,24 +373,43 @@ def run_sbq(a) -> None:
             given = []
         targets, info = user_targets(folder, train["model"], a.users, 10)
         sbq = prototypes(folder, out, ["--targets", str(targets), "-m", str(a.m), *given], a)
-        run = {"interactions": n, **info, "m": a.m, "k": a.k, "max_sweeps": train.get("max_sweeps", a.max_sweeps),
-               "implicit": a.implicit,
-               "train": {key: train[key] for key in ("stage_seconds", "peak_rss_mib", "seconds", "from") if key in train},
-               "sbq": {key: sbq[key] for key in ("stage_seconds", "peak_rss_mib", "flow_peak_rss_mib_after_stage",
-                                                  "seconds", "wall_seconds", "selected", "explained_share",
-                                                  "candidates")}}
+        run = {
+            "interactions": n,
+            **info,
+            "m": a.m,
+            "k": a.k,
+            "max_sweeps": train.get("max_sweeps", a.max_sweeps),
+            "implicit": a.implicit,
+            "train": {key: train[key] for key in ("stage_seconds", "peak_rss_mib", "seconds", "from") if key in train},
+            "sbq": {
+                key: sbq[key]
+                for key in (
+                    "stage_seconds",
+                    "peak_rss_mib",
+                    "flow_peak_rss_mib_after_stage",
+                    "seconds",
+                    "wall_seconds",
+                    "selected",
+                    "explained_share",
+                    "candidates",
+                )
+            },
+        }
         if a.check:
             run["check"] = check(folder, sbq, targets, a.m)
         results["runs"][name] = run
         print(json.dumps({name: run}, indent=1), flush=True)
         path.write_text(json.dumps(results, indent=1))
     # The issue's slope is from 5M up (1M is the equality check's size, where fixed costs dominate).
-    done = sorted((r for r in results["runs"].values() if r["interactions"] >= SIZES["5m"]),
-                  key=lambda r: r["interactions"])
+    done = sorted(
+        (r for r in results["runs"].values() if r["interactions"] >= SIZES["5m"]), key=lambda r: r["interactions"]
+    )
     if len(done) > 1:
         sizes = [r["interactions"] for r in done]
-        results["slopes"] = {f"sbq_{stage}": slope(sizes, [r["sbq"]["stage_seconds"][stage] for r in done])
-                             for stage in ("load", "select")}
+        results["slopes"] = {
+            f"sbq_{stage}": slope(sizes, [r["sbq"]["stage_seconds"][stage] for r in done])
+            for stage in ("load", "select")
+        }
         results["slopes"]["train"] = slope(sizes, [r["train"]["stage_seconds"]["train"] for r in done])
         results["slopes"]["sizes"] = [min(sizes), max(sizes)]
         print(json.dumps(results["slopes"]), flush=True)

@@ -28,16 +28,27 @@ from dxplain.evaluation.report import curve_aucs  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "case_deletion"
 # (dataset, model): (trials, targets) — the sizes in docs/faithfulness.md; CF retraining is the costly part.
-PLAN = {("breast-cancer", None): (40, 40), ("digits-4v9", None): (40, 40), ("synthetic-sparse", None): (3, 8),
-        ("movielens-100k", "sgd"): (2, 5), ("movielens-100k", "als"): (2, 8), ("movielens-100k", "softimpute"): (2, 8),
-        ("movielens-100k", "two-tower"): (2, 8)}
+PLAN = {
+    ("breast-cancer", None): (40, 40),
+    ("digits-4v9", None): (40, 40),
+    ("synthetic-sparse", None): (3, 8),
+    ("movielens-100k", "sgd"): (2, 5),
+    ("movielens-100k", "als"): (2, 8),
+    ("movielens-100k", "softimpute"): (2, 8),
+    ("movielens-100k", "two-tower"): (2, 8),
+}
 
 
 def common_targets(csv_path: Path) -> str:
     aucs = curve_aucs(list(csv.DictReader(open(csv_path))))
     methods = sorted({m for m, *_ in aucs})
-    lines = ["", "AUC-DEL over the curves every method has (same trials, targets and side):", "",
-             "| method | AUC-DEL₊ (↓) | AUC-DEL₋ (↑) | curves |", "|---|---|---|---|"]
+    lines = [
+        "",
+        "AUC-DEL over the curves every method has (same trials, targets and side):",
+        "",
+        "| method | AUC-DEL₊ (↓) | AUC-DEL₋ (↑) | curves |",
+        "|---|---|---|---|",
+    ]
     cells = defaultdict(dict)
     for side in ("DEL+", "DEL-"):
         keys = set.intersection(*[{(t, g) for (mm, s, t, g) in aucs if mm == m and s == side} for m in methods])
@@ -45,8 +56,9 @@ def common_targets(csv_path: Path) -> str:
             s = summarise([aucs[(m, side, *k)] for k in keys])
             cells[m][side] = (f"{s.mean:+.4f} ± {s.half_width:.4f}", s.count)
     for m in methods:
-        lines.append(f"| {m} | {cells[m]['DEL+'][0]} | {cells[m]['DEL-'][0]} | "
-                     f"{cells[m]['DEL+'][1]} + {cells[m]['DEL-'][1]} |")
+        lines.append(
+            f"| {m} | {cells[m]['DEL+'][0]} | {cells[m]['DEL-'][0]} | {cells[m]['DEL+'][1]} + {cells[m]['DEL-'][1]} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -64,8 +76,13 @@ def main() -> None:
     for (name, model), (trials, targets) in PLAN.items():
         if (args.only and name != args.only) or (args.model and model != args.model):
             continue
-        s = evaluate(dataset=name, model=model or "als", trials=args.trials or trials,
-                     targets=args.targets or targets, out=args.out)
+        s = evaluate(
+            dataset=name,
+            model=model or "als",
+            trials=args.trials or trials,
+            targets=args.targets or targets,
+            out=args.out,
+        )
         collect(f"{name}-{model}" if model else name, Path(s["folder"]))
 
 
@@ -75,8 +92,10 @@ def collect(name: str, folder: Path) -> None:
 
     shutil.copy(folder / "deletions.csv", RESULTS / f"{name}.csv")
     md = (folder / "auc_del.md").read_text()
-    rows = [{**r, "fraction": float(r["fraction"]), "delta": float(r["delta"])}
-            for r in csv.DictReader(open(folder / "deletions.csv"))]
+    rows = [
+        {**r, "fraction": float(r["fraction"]), "delta": float(r["delta"])}
+        for r in csv.DictReader(open(folder / "deletions.csv"))
+    ]
     png = deletion_plot_png(rows, md.splitlines()[0].lstrip("# "))  # redrawn with this version's labels
     if png:
         (RESULTS / f"{name}.png").write_bytes(png)
@@ -90,6 +109,7 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--collect":  # collect an existing run folder: --collect DIR
         folder = Path(sys.argv[2])
         import json
+
         summary = json.loads((folder / "summary.json").read_text())
         cf = summary.get("model") in ("als", "sgd", "softimpute")
         collect(f"{summary['dataset']}-{summary['model']}" if cf else summary["dataset"], folder)

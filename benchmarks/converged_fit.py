@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from als_vs_implicit import load  # noqa: E402
+
 from dxplain.explain.representer import Preprocessed, fidelity  # noqa: E402
 from dxplain.explain.targets import recommend  # noqa: E402
 from dxplain.kernels.als import pair_scores  # noqa: E402
@@ -53,9 +54,13 @@ def identity_errors(model, data, users: np.ndarray, top_n: int) -> dict:
     pre = Preprocessed.from_model(model, data)
     t = recommend(pre.Ut, pre.Vt, data, users, top_n)
     u, i = t.user.astype(np.intp), t.item.astype(np.intp)
-    fid = fidelity(pair_scores(pre.A, pre.Vt, u, i), pair_scores(pre.Ut, pre.B, u, i), pair_scores(pre.Ut, pre.Vt, u, i))
-    return {"targets": int(len(u)), **{side: {"max": f["max_rel_error"], "median": f["median_rel_error"]}
-                                       for side, f in fid.items()}}
+    fid = fidelity(
+        pair_scores(pre.A, pre.Vt, u, i), pair_scores(pre.Ut, pre.B, u, i), pair_scores(pre.Ut, pre.Vt, u, i)
+    )
+    return {
+        "targets": int(len(u)),
+        **{side: {"max": f["max_rel_error"], "median": f["median_rel_error"]} for side, f in fid.items()},
+    }
 
 
 def main():
@@ -68,8 +73,8 @@ def main():
     ap.add_argument("--sample", type=int, default=1000, help="users whose top-10 targets measure the identity")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
     a = ap.parse_args()
-    from numba import set_num_threads
     import implicit
+    from numba import set_num_threads
 
     data = load(a.dataset, Path(a.cache))
     users = np.sort(np.random.default_rng(0).choice(data.n_users, min(a.sample, data.n_users), replace=False))
@@ -82,19 +87,35 @@ def main():
             t0 = time.perf_counter()
             m = ALSMF(k=a.k, identity_tol=tol).fit(data)
             seconds = time.perf_counter() - t0
-            fits.append({"identity_tol": tol, "seconds": round(seconds, 2), "sweeps": m.info["sweeps"],
-                         "newton_steps": m.info["newton_iters"], "grad_norm": m.grad_norm,
-                         "identity_bound": m.info["identity_bound"],
-                         "identity": identity_errors(m, data, users, 10)})
+            fits.append(
+                {
+                    "identity_tol": tol,
+                    "seconds": round(seconds, 2),
+                    "sweeps": m.info["sweeps"],
+                    "newton_steps": m.info["newton_iters"],
+                    "grad_norm": m.grad_norm,
+                    "identity_bound": m.info["identity_bound"],
+                    "identity": identity_errors(m, data, users, 10),
+                }
+            )
             print(json.dumps(fits[-1]), flush=True)
         implicit_s += [implicit_fit_seconds(data, a.k, a.threads) for _ in range(a.repeats)]
     implicit_median = float(np.median(implicit_s))
     for f in fits:
         f["over_implicit"] = round(f["seconds"] / implicit_median, 2)
-    out = {"dataset": a.dataset, "users": data.n_users, "items": data.n_items, "ratings": len(data), "k": a.k,
-           "threads": a.threads, "implicit": implicit.__version__, "implicit_iterations": 15,
-           "implicit_fit_seconds": [round(s, 3) for s in implicit_s], "implicit_fit_median_s": round(implicit_median, 3),
-           "fits": fits}
+    out = {
+        "dataset": a.dataset,
+        "users": data.n_users,
+        "items": data.n_items,
+        "ratings": len(data),
+        "k": a.k,
+        "threads": a.threads,
+        "implicit": implicit.__version__,
+        "implicit_iterations": 15,
+        "implicit_fit_seconds": [round(s, 3) for s in implicit_s],
+        "implicit_fit_median_s": round(implicit_median, 3),
+        "fits": fits,
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "converged_fit.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "fits"}))

@@ -54,7 +54,7 @@ def per_pair_loop(data, pre, t, budget_pairs: int) -> tuple[int, float]:
         best = []
         for p in range(data.user_indptr[u], data.user_indptr[u + 1]):
             best.append(alpha[p] * np.dot(Vt[data.item[p]], Vt[j]))
-        for q in data.item_order[data.item_indptr[j]:data.item_indptr[j + 1]]:
+        for q in data.item_order[data.item_indptr[j] : data.item_indptr[j + 1]]:
             best.append(alpha[q] * np.dot(Ut[data.user[q]], Ut[u]))
         np.argsort(best)  # the loop also has to rank what it scored
         done += len(best)
@@ -96,8 +96,9 @@ def compile_seconds() -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
         run = [sys.executable, "-c", COMPILE_PROBE]
-        cold, warm = (float(subprocess.run(run, env=env, check=True, capture_output=True, text=True).stdout)
-                      for _ in range(2))
+        cold, warm = (
+            float(subprocess.run(run, env=env, check=True, capture_output=True, text=True).stdout) for _ in range(2)
+        )
     return cold, warm
 
 
@@ -162,8 +163,15 @@ def main():
         gemm = plain_gemm_gflops(r)
     cold_s, cached_s = compile_seconds()
     res = {
-        "dataset": a.dataset, "interactions": len(d), "users_explained": int(len(users)), "targets": len(t),
-        "k": a.k, "balanced_rank": r, "top_k": a.top_k, "scored_pairs": pairs, "blas_threads": 1,
+        "dataset": a.dataset,
+        "interactions": len(d),
+        "users_explained": int(len(users)),
+        "targets": len(t),
+        "k": a.k,
+        "balanced_rank": r,
+        "top_k": a.top_k,
+        "scored_pairs": pairs,
+        "blas_threads": 1,
         "train_seconds_8_sweeps": round(train_s, 2),
         "repeats": a.repeats,
         "batched_seconds": round(batched_s, 4),
@@ -176,16 +184,23 @@ def main():
     }
     res["fraction_of_same_shape_matmul"] = res["batched_gflops"] / res["stacked_matmul_gflops_same_shapes"]
     res["fraction_of_plain_gemm"] = res["batched_gflops"] / gemm
-    res.update({
-        "fused_seconds": round(fused_s, 4),
-        "fused_pairs_per_s": pairs / fused_s,
-        "fused_gflops": 2 * r * pairs / fused_s / 1e9,
-        "fused_speedup_vs_numpy": batched_s / fused_s,
-        "fused_fraction_of_same_shape_matmul": 2 * r * pairs / fused_s / 1e9 / res["stacked_matmul_gflops_same_shapes"],
-        "fused_fraction_of_plain_gemm": 2 * r * pairs / fused_s / 1e9 / gemm,
-        "numba_first_call_seconds_cold_cache": round(cold_s, 2),
-        "numba_first_call_seconds_cached": round(cached_s, 2),
-    })
+    res.update(
+        {
+            "fused_seconds": round(fused_s, 4),
+            "fused_pairs_per_s": pairs / fused_s,
+            "fused_gflops": 2 * r * pairs / fused_s / 1e9,
+            "fused_speedup_vs_numpy": batched_s / fused_s,
+            "fused_fraction_of_same_shape_matmul": 2
+            * r
+            * pairs
+            / fused_s
+            / 1e9
+            / res["stacked_matmul_gflops_same_shapes"],
+            "fused_fraction_of_plain_gemm": 2 * r * pairs / fused_s / 1e9 / gemm,
+            "numba_first_call_seconds_cold_cache": round(cold_s, 2),
+            "numba_first_call_seconds_cached": round(cached_s, 2),
+        }
+    )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"explain_throughput_{a.dataset}.json").write_text(json.dumps(res, indent=2))
     print(json.dumps(res, indent=2))

@@ -8,6 +8,7 @@ The steps are the ones ``flows.common.load_training`` and ``partition`` run, on 
 LocalCluster, into a scratch folder that is removed at the end. Linux only (``/proc``). The output is
 printed; docs/scaling.md quotes it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,10 +21,11 @@ from amazon_scale import SIZES, dataset
 
 def memory(label: str, t0: float) -> None:
     with open("/proc/self/status") as fh:
-        got = {line.split(":")[0]: int(line.split()[1]) // 1024 for line in fh
-               if line.startswith(("VmHWM", "VmRSS"))}
-    print(f"{label:18s} peak {got['VmHWM']:6,d} MiB  resident {got['VmRSS']:6,d} MiB  "
-          f"{time.perf_counter() - t0:6.1f} s", flush=True)
+        got = {line.split(":")[0]: int(line.split()[1]) // 1024 for line in fh if line.startswith(("VmHWM", "VmRSS"))}
+    print(
+        f"{label:18s} peak {got['VmHWM']:6,d} MiB  resident {got['VmRSS']:6,d} MiB  {time.perf_counter() - t0:6.1f} s",
+        flush=True,
+    )
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")  # the peak starts again from what is resident: the next line is the next step's own
 

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from dxplain.io.features import movielens_feature_tables
 
+
 def main(argv=None):
     here = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser()

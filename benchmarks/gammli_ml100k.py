@@ -58,7 +58,10 @@ def main(argv=None):
     p.add_argument("--out", default=str(here / "benchmarks" / "results" / "gammli" / "ml100k.json"))
     a = p.parse_args(argv)
     data = Path(a.data)
-    users, items = read_features(str(data / "users.parquet"), "user"), read_features(str(data / "items.parquet"), "item")
+    users, items = (
+        read_features(str(data / "users.parquet"), "user"),
+        read_features(str(data / "items.parquet"), "item"),
+    )
     tr, te = pq.read_table(data / "train.parquet"), pq.read_table(data / "test.parquet")
     u, i = index_pairs(users, items, tr.column("user").combine_chunks(), tr.column("item").combine_chunks())
     ut, it = index_pairs(users, items, te.column("user").combine_chunks(), te.column("item").combine_chunks())
@@ -70,32 +73,49 @@ def main(argv=None):
     preds, seconds = {}, {}
 
     def write():  # after every model: a run cut short keeps what it finished
-        res = {name: {"warm": P.scores("regression", yt[~cold], p[~cold]),
-                      "cold": P.scores("regression", yt[cold], p[cold]),
-                      "all": P.scores("regression", yt, p), "seconds": seconds[name]} for name, p in preds.items()}
-        out = {"n_train": int(len(y)), "n_test": int(len(yt)), "n_cold": int(cold.sum()), "results": res,
-               "gammli": {k: m.info.get(k) for k in ("K", "L", "lam", "rank", "ir", "seconds", "sweeps",
-                                                       "relative_change")} |
-               {"kept_main": m.info["stage1"]["kept"], "kept_pairs": m.info["stage2"]["kept"]},
-               "paper_ml1m_rmse": PAPER_ML1M}
+        res = {
+            name: {
+                "warm": P.scores("regression", yt[~cold], p[~cold]),
+                "cold": P.scores("regression", yt[cold], p[cold]),
+                "all": P.scores("regression", yt, p),
+                "seconds": seconds[name],
+            }
+            for name, p in preds.items()
+        }
+        out = {
+            "n_train": int(len(y)),
+            "n_test": int(len(yt)),
+            "n_cold": int(cold.sum()),
+            "results": res,
+            "gammli": {
+                k: m.info.get(k) for k in ("K", "L", "lam", "rank", "ir", "seconds", "sweeps", "relative_change")
+            }
+            | {"kept_main": m.info["stage1"]["kept"], "kept_pairs": m.info["stage2"]["kept"]},
+            "paper_ml1m_rmse": PAPER_ML1M,
+        }
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(out, indent=1, default=float))
         name = list(preds)[-1]
         r = res[name]
-        print(f"{name:18s} warm RMSE {r['warm']['rmse']:.4f} MAE {r['warm']['mae']:.4f}  cold RMSE "
-              f"{r['cold']['rmse']:.4f}  ({r['seconds']}s)", flush=True)
+        print(
+            f"{name:18s} warm RMSE {r['warm']['rmse']:.4f} MAE {r['warm']['mae']:.4f}  cold RMSE "
+            f"{r['cold']['rmse']:.4f}  ({r['seconds']}s)",
+            flush=True,
+        )
 
     with threadpool_limits(1, user_api="blas"):
         m, seconds["GAMMLI"] = P.timed(fit_gammli, users, items, u, i, y, Config(rank=a.rank, seed=a.seed))
         preds["GAMMLI"] = m.predict(ut, it)
         write()
-        runs = {"plain MF (ALSMF)": lambda: plain_mf(u, i, y, ut, it, nu, ni, a.seed),
-                "bias": lambda: P.bias_peer("regression", u, i, y, ut, it, nu, ni),
-                "mean": lambda: np.full(len(yt), y.mean()),
-                "SVD": lambda: P.svd_peer("regression", u, i, y, ut, it, a.seed),
-                "XGBoost": lambda: P.xgboost_peer("regression", Xtr, y, Xte, a.seed),
-                "FM": lambda: P.fm_peer("regression", Xu, Xi, u, i, y, ut, it, nu, ni, a.seed),
-                "EBM": lambda: P.ebm_peer("regression", Xtr, y, Xte, a.seed)}
+        runs = {
+            "plain MF (ALSMF)": lambda: plain_mf(u, i, y, ut, it, nu, ni, a.seed),
+            "bias": lambda: P.bias_peer("regression", u, i, y, ut, it, nu, ni),
+            "mean": lambda: np.full(len(yt), y.mean()),
+            "SVD": lambda: P.svd_peer("regression", u, i, y, ut, it, a.seed),
+            "XGBoost": lambda: P.xgboost_peer("regression", Xtr, y, Xte, a.seed),
+            "FM": lambda: P.fm_peer("regression", Xu, Xi, u, i, y, ut, it, nu, ni, a.seed),
+            "EBM": lambda: P.ebm_peer("regression", Xtr, y, Xte, a.seed),
+        }
         for name, fn in runs.items():
             if name in a.skip:
                 continue

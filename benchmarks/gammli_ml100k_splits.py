@@ -29,17 +29,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def summary(runs: dict[int, dict]) -> dict:
     models = list(next(iter(runs.values()))["results"])
-    rmse = {m: {side: np.array([r["results"][m][side]["rmse"] for r in runs.values()]) for side in ("warm", "cold")}
-            for m in models}
+    rmse = {
+        m: {side: np.array([r["results"][m][side]["rmse"] for r in runs.values()]) for side in ("warm", "cold")}
+        for m in models
+    }
     out = {"seeds": list(runs), "n_cold_users_rows": [r["n_cold"] for r in runs.values()], "models": {}}
     for m in models:
-        out["models"][m] = {side: {"mean": float(x.mean()), "sd": float(x.std(ddof=1)) if len(x) > 1 else None,
-                                   "per_split": x.tolist()} for side, x in rmse[m].items()}
+        out["models"][m] = {
+            side: {"mean": float(x.mean()), "sd": float(x.std(ddof=1)) if len(x) > 1 else None, "per_split": x.tolist()}
+            for side, x in rmse[m].items()
+        }
         if m != "GAMMLI":
             d = rmse["GAMMLI"]["cold"] - rmse[m]["cold"]
             out["models"][m]["gammli_cold_minus_this"] = {
-                "mean": float(d.mean()), "se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None,
-                "gammli_lower_on": int((d < 0).sum()), "splits": len(d)}
+                "mean": float(d.mean()),
+                "se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None,
+                "gammli_lower_on": int((d < 0).sum()),
+                "splits": len(d),
+            }
     return out
 
 
@@ -60,9 +67,15 @@ def main(argv=None):
         Path(a.out).write_text(json.dumps(result, indent=1))  # after every split: a cut run keeps what it did
     for m, r in result["models"].items():
         d = r.get("gammli_cold_minus_this")
-        print(f"{m:18s} warm {r['warm']['mean']:.4f}  cold {r['cold']['mean']:.4f} ± {r['cold']['sd'] or 0:.4f}"
-              + ("" if d is None else f"  GAMMLI − this: {d['mean']:+.4f} (se {d['se'] or 0:.4f}, "
-                                      f"lower on {d['gammli_lower_on']}/{d['splits']})"))
+        print(
+            f"{m:18s} warm {r['warm']['mean']:.4f}  cold {r['cold']['mean']:.4f} ± {r['cold']['sd'] or 0:.4f}"
+            + (
+                ""
+                if d is None
+                else f"  GAMMLI − this: {d['mean']:+.4f} (se {d['se'] or 0:.4f}, "
+                f"lower on {d['gammli_lower_on']}/{d['splits']})"
+            )
+        )
 
 
 if __name__ == "__main__":

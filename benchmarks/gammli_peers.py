@@ -19,8 +19,16 @@ def feature_matrix(Xu, Xi, u, i):
 def xgboost_peer(task, Xtr, ytr, Xte, seed=0):
     import xgboost as xgb
 
-    kw = dict(n_estimators=400, max_depth=6, learning_rate=0.05, subsample=0.8, colsample_bytree=0.8,
-              random_state=seed, n_jobs=1, tree_method="hist")
+    kw = dict(
+        n_estimators=400,
+        max_depth=6,
+        learning_rate=0.05,
+        subsample=0.8,
+        colsample_bytree=0.8,
+        random_state=seed,
+        n_jobs=1,
+        tree_method="hist",
+    )
     if task == "regression":
         return xgb.XGBRegressor(**kw).fit(Xtr, ytr).predict(Xte)
     return xgb.XGBClassifier(**kw).fit(Xtr, ytr).predict_proba(Xte)[:, 1]
@@ -36,8 +44,8 @@ def ebm_peer(task, Xtr, ytr, Xte, seed=0):
 
 
 def svd_peer(task, u, i, y, ut, it, seed=0):
-    from surprise import SVD, Dataset, Reader
     import pandas as pd
+    from surprise import SVD, Dataset, Reader
 
     lo, hi = float(y.min()), float(y.max())
     data = Dataset.load_from_df(pd.DataFrame({"u": u, "i": i, "r": y}), Reader(rating_scale=(lo, hi)))
@@ -51,12 +59,16 @@ def fm_peer(task, Xu, Xi, u, i, y, ut, it, n_users, n_items, seed=0, rank=8, ite
 
     def design(a, b):
         n = len(a)
-        ids = sp.csr_matrix((np.ones(2 * n), (np.repeat(np.arange(n), 2), np.ravel(np.column_stack([a, n_users + b])))),
-                            shape=(n, n_users + n_items))
+        ids = sp.csr_matrix(
+            (np.ones(2 * n), (np.repeat(np.arange(n), 2), np.ravel(np.column_stack([a, n_users + b])))),
+            shape=(n, n_users + n_items),
+        )
         return sp.hstack([ids, sp.csr_matrix(feature_matrix(Xu, Xi, a, b))]).tocsr()
 
     if task == "regression":
-        m = myfm.MyFMRegressor(rank=rank, random_seed=seed).fit(design(u, i), y, n_iter=iters, n_kept_samples=iters // 2)
+        m = myfm.MyFMRegressor(rank=rank, random_seed=seed).fit(
+            design(u, i), y, n_iter=iters, n_kept_samples=iters // 2
+        )
         return m.predict(design(ut, it))
     m = myfm.MyFMClassifier(rank=rank, random_seed=seed).fit(design(u, i), y, n_iter=iters, n_kept_samples=iters // 2)
     return m.predict_proba(design(ut, it))

@@ -1,6 +1,6 @@
 """Markdown tables for docs/gammli.md from benchmarks/results/gammli/*.json.
 
-    python benchmarks/gammli_report.py
+python benchmarks/gammli_report.py
 """
 
 from __future__ import annotations
@@ -19,12 +19,19 @@ def _ms(vals):
 
 
 # (header, [(part of the split, metric)], [paper keys], paper table) per task
-COLUMNS = {"regression": ("| regression | warm+cold RMSE | MAE | warm RMSE | cold RMSE | paper Table 1 RMSE | paper Table 3 "
-                          "(cold) RMSE |", [("all", "rmse"), ("all", "mae"), ("warm", "rmse"), ("cold", "rmse")],
-                          [("paper_table1", "rmse"), ("paper_table3", "rmse")]),
-           "classification": ("| classification | AUC | log loss | cold AUC | cold log loss | paper AUC | paper log loss |",
-                              [("all", "auc"), ("all", "log_loss"), ("cold", "auc"), ("cold", "log_loss")],
-                              [("paper_table1", "auc"), ("paper_table1", "log_loss")])}
+COLUMNS = {
+    "regression": (
+        "| regression | warm+cold RMSE | MAE | warm RMSE | cold RMSE | paper Table 1 RMSE | paper Table 3 "
+        "(cold) RMSE |",
+        [("all", "rmse"), ("all", "mae"), ("warm", "rmse"), ("cold", "rmse")],
+        [("paper_table1", "rmse"), ("paper_table3", "rmse")],
+    ),
+    "classification": (
+        "| classification | AUC | log loss | cold AUC | cold log loss | paper AUC | paper log loss |",
+        [("all", "auc"), ("all", "log_loss"), ("cold", "auc"), ("cold", "log_loss")],
+        [("paper_table1", "auc"), ("paper_table1", "log_loss")],
+    ),
+}
 
 
 def _task_table(data, runs, task) -> list[str]:
@@ -40,30 +47,39 @@ def _task_table(data, runs, task) -> list[str]:
 
 def sim_tables(data) -> str:
     runs = data["runs"]
-    out = [f"Seeds {[r['seed'] for r in runs]}, size {data['args']['size']}×{data['args']['size']}, "
-           f"grid rounds {data['args']['grid_rounds']}; mean ± sd over seeds.\n"]
+    out = [
+        f"Seeds {[r['seed'] for r in runs]}, size {data['args']['size']}×{data['args']['size']}, "
+        f"grid rounds {data['args']['grid_rounds']}; mean ± sd over seeds.\n"
+    ]
     for task in ("regression", "classification"):
         if not all(task in r for r in runs):
             continue
         out += _task_table(data, runs, task)
         kept = [r[task]["GAMMLI_fit"] for r in runs]
-        out.append(f"\nKept terms ({task}): every true main effect kept in "
-                   f"{sum(k['true_main_kept'] for k in kept)}/{len(kept)} seeds, both true interactions in "
-                   f"{sum(k['true_pairs_kept'] for k in kept)}/{len(kept)}. Seed {runs[0]['seed']}: main "
-                   f"{kept[0]['kept_main']}, interactions {kept[0]['kept_pairs']}; (K, L, λ) per seed "
-                   f"{[(k['K'], k['L'], round(k['lam'], 2)) for k in kept]}.\n")
+        out.append(
+            f"\nKept terms ({task}): every true main effect kept in "
+            f"{sum(k['true_main_kept'] for k in kept)}/{len(kept)} seeds, both true interactions in "
+            f"{sum(k['true_pairs_kept'] for k in kept)}/{len(kept)}. Seed {runs[0]['seed']}: main "
+            f"{kept[0]['kept_main']}, interactions {kept[0]['kept_pairs']}; (K, L, λ) per seed "
+            f"{[(k['K'], k['L'], round(k['lam'], 2)) for k in kept]}.\n"
+        )
     return "\n".join(out)
 
 
 def ml100k_table(data) -> str:
-    out = [f"{data['n_train']} training ratings, {data['n_test']} test ratings of which {data['n_cold']} cold. "
-           f"GAMMLI chose K={data['gammli']['K']}, L={data['gammli']['L']}, λ={data['gammli']['lam']:.3g}, "
-           f"rank {data['gammli']['rank']}; kept main effects {data['gammli']['kept_main']}, interactions "
-           f"{data['gammli']['kept_pairs']}.\n",
-           "| model | warm RMSE | warm MAE | cold RMSE | all RMSE | seconds |", "|---|---|---|---|---|---|"]
+    out = [
+        f"{data['n_train']} training ratings, {data['n_test']} test ratings of which {data['n_cold']} cold. "
+        f"GAMMLI chose K={data['gammli']['K']}, L={data['gammli']['L']}, λ={data['gammli']['lam']:.3g}, "
+        f"rank {data['gammli']['rank']}; kept main effects {data['gammli']['kept_main']}, interactions "
+        f"{data['gammli']['kept_pairs']}.\n",
+        "| model | warm RMSE | warm MAE | cold RMSE | all RMSE | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
     for n, r in data["results"].items():
-        out.append(f"| {n} | {r['warm']['rmse']:.4f} | {r['warm']['mae']:.4f} | {r['cold']['rmse']:.4f} | "
-                   f"{r['all']['rmse']:.4f} | {r['seconds']} |")
+        out.append(
+            f"| {n} | {r['warm']['rmse']:.4f} | {r['warm']['mae']:.4f} | {r['cold']['rmse']:.4f} | "
+            f"{r['all']['rmse']:.4f} | {r['seconds']} |"
+        )
     out.append(f"\nPaper (ml-1m, RMSE): {data['paper_ml1m_rmse']}.")
     return "\n".join(out)
 

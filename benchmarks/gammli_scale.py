@@ -36,16 +36,42 @@ def run(n_obs: int, workers: int, max_sweeps: int, data: Path, out: Path) -> dic
     if not (d / "interactions.parquet").exists():
         gen = cli("datasets", "synth", "--kind", "gammli", "--interactions", str(n_obs), "--seed", "0", "--out", str(d))
     o = out / f"fit-{n_obs}"
-    wall = cli("gammli", "fit", "--dataset", str(d / "interactions.parquet"),
-               "--user-features", str(d / "user_features.parquet"), "--item-features", str(d / "item_features.parquet"),
-               "--K", "10", "--L", "10", "--lam", "10", "--max-sweeps", str(max_sweeps), "--workers", str(workers),
-               "--out", str(o), "--force")
+    wall = cli(
+        "gammli",
+        "fit",
+        "--dataset",
+        str(d / "interactions.parquet"),
+        "--user-features",
+        str(d / "user_features.parquet"),
+        "--item-features",
+        str(d / "item_features.parquet"),
+        "--K",
+        "10",
+        "--L",
+        "10",
+        "--lam",
+        "10",
+        "--max-sweeps",
+        str(max_sweeps),
+        "--workers",
+        str(workers),
+        "--out",
+        str(o),
+        "--force",
+    )
     m = json.loads((o / "metrics.json").read_text())
     meta = json.loads((o / "model" / "meta.json").read_text())
-    return {"n": m["n_train"], "generate_seconds": None if gen is None else round(gen, 1), "wall_seconds": round(wall, 1),
-            "seconds": m["seconds"], "sweeps": meta["info"]["sweeps"], "backfit_sweeps": meta["info"]["backfit_sweeps"],
-            "relative_change": meta["info"]["relative_change"], "peak_rss_mib": m["peak_rss_mib"],
-            "train_parts": meta["train_parts"]}
+    return {
+        "n": m["n_train"],
+        "generate_seconds": None if gen is None else round(gen, 1),
+        "wall_seconds": round(wall, 1),
+        "seconds": m["seconds"],
+        "sweeps": meta["info"]["sweeps"],
+        "backfit_sweeps": meta["info"]["backfit_sweeps"],
+        "relative_change": meta["info"]["relative_change"],
+        "peak_rss_mib": m["peak_rss_mib"],
+        "train_parts": meta["train_parts"],
+    }
 
 
 def main(argv=None):
@@ -63,9 +89,11 @@ def main(argv=None):
         print(json.dumps(rows[-1]), flush=True)
         slopes = {}
         for r1, r2 in zip(rows, rows[1:]):
-            slopes[f"{r1['n']}->{r2['n']}"] = {k: round(float(np.log(r2["seconds"][k] / max(r1["seconds"][k], 1e-3))
-                                                              / np.log(r2["n"] / r1["n"])), 3)
-                                               for k in r1["seconds"] if k in r2["seconds"]}
+            slopes[f"{r1['n']}->{r2['n']}"] = {
+                k: round(float(np.log(r2["seconds"][k] / max(r1["seconds"][k], 1e-3)) / np.log(r2["n"] / r1["n"])), 3)
+                for k in r1["seconds"]
+                if k in r2["seconds"]
+            }
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps({"args": vars(a), "runs": rows, "slopes": slopes}, indent=1))
 

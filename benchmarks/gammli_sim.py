@@ -26,12 +26,18 @@ from dxplain.gammli.fit import Config, fit_gammli  # noqa: E402
 from dxplain.gammli.synthetic import TRUE_MAIN, TRUE_PAIRS, eq6  # noqa: E402
 from dxplain.io.features import features_from_table  # noqa: E402
 
-PAPER_TABLE1 = {"GAMMLI": {"mae": 0.3613, "rmse": 0.5405, "auc": 0.9760, "log_loss": 0.1972},
-                "FM": {"mae": 0.5239, "rmse": 0.7208, "auc": 0.9389, "log_loss": 0.3599},
-                "XGBoost": {"mae": 0.4574, "rmse": 0.6360, "auc": 0.9223, "log_loss": 0.4121},
-                "SVD": {"mae": 1.6215, "rmse": 2.0697, "auc": 0.7795, "log_loss": 0.6610}}
-PAPER_TABLE3 = {"GAMMLI": {"mae": 1.3196, "rmse": 1.5130}, "FM": {"mae": 1.9265, "rmse": 2.3353},
-                "XGBoost": {"mae": 1.3400, "rmse": 1.5200}, "SVD": {"mae": 3.6663, "rmse": 4.1352}}
+PAPER_TABLE1 = {
+    "GAMMLI": {"mae": 0.3613, "rmse": 0.5405, "auc": 0.9760, "log_loss": 0.1972},
+    "FM": {"mae": 0.5239, "rmse": 0.7208, "auc": 0.9389, "log_loss": 0.3599},
+    "XGBoost": {"mae": 0.4574, "rmse": 0.6360, "auc": 0.9223, "log_loss": 0.4121},
+    "SVD": {"mae": 1.6215, "rmse": 2.0697, "auc": 0.7795, "log_loss": 0.6610},
+}
+PAPER_TABLE3 = {
+    "GAMMLI": {"mae": 1.3196, "rmse": 1.5130},
+    "FM": {"mae": 1.9265, "rmse": 2.3353},
+    "XGBoost": {"mae": 1.3400, "rmse": 1.5200},
+    "SVD": {"mae": 3.6663, "rmse": 4.1352},
+}
 
 
 def split(n_rows, u, n_users, seed):
@@ -55,34 +61,65 @@ def run_seed(seed, size, tasks, grid_rounds, peers, mapper=None):
     for task in tasks:
         y = d["y"] if task == "regression" else d["label"]
         res = {}
-        m, secs = P.timed(fit_gammli, users, items, u[tr], i[tr], y[tr],
-                          Config(task=task, grid_rounds=grid_rounds, seed=seed), mapper, log=lambda *_: None)
+        m, secs = P.timed(
+            fit_gammli,
+            users,
+            items,
+            u[tr],
+            i[tr],
+            y[tr],
+            Config(task=task, grid_rounds=grid_rounds, seed=seed),
+            mapper,
+            log=lambda *_: None,
+        )
         eta = m.predict(u[te], i[te])
         preds = {"GAMMLI": eta if task == "regression" else 1 / (1 + np.exp(-eta))}
-        res["GAMMLI_fit"] = {"seconds": secs, "K": m.info["K"], "L": m.info["L"], "lam": m.info["lam"],
-                             "kept_main": m.info["stage1"]["kept"], "kept_pairs": m.info["stage2"]["kept"],
-                             "ir": m.info["ir"],
-                             "true_main_kept": all(t in m.info["stage1"]["kept"] for t in TRUE_MAIN),
-                             "true_pairs_kept": all(t in m.info["stage2"]["kept"] for t in TRUE_PAIRS)}
+        res["GAMMLI_fit"] = {
+            "seconds": secs,
+            "K": m.info["K"],
+            "L": m.info["L"],
+            "lam": m.info["lam"],
+            "kept_main": m.info["stage1"]["kept"],
+            "kept_pairs": m.info["stage2"]["kept"],
+            "ir": m.info["ir"],
+            "true_main_kept": all(t in m.info["stage1"]["kept"] for t in TRUE_MAIN),
+            "true_pairs_kept": all(t in m.info["stage2"]["kept"] for t in TRUE_PAIRS),
+        }
         Xtr, Xte = P.feature_matrix(Xu, Xi, u[tr], i[tr]), P.feature_matrix(Xu, Xi, u[te], i[te])
-        runs = {"XGBoost": lambda: P.xgboost_peer(task, Xtr, y[tr], Xte, seed),
-                "EBM": lambda: P.ebm_peer(task, Xtr, y[tr], Xte, seed),
-                "SVD": lambda: P.svd_peer(task, u[tr], i[tr], y[tr], u[te], i[te], seed),
-                "FM": lambda: P.fm_peer(task, Xu, Xi, u[tr], i[tr], y[tr], u[te], i[te], size, size, seed),
-                "bias": lambda: P.bias_peer(task, u[tr], i[tr], y[tr], u[te], i[te], size, size),
-                "mean": lambda: np.full(int(te.sum()), y[tr].mean())}
+        runs = {
+            "XGBoost": lambda: P.xgboost_peer(task, Xtr, y[tr], Xte, seed),
+            "EBM": lambda: P.ebm_peer(task, Xtr, y[tr], Xte, seed),
+            "SVD": lambda: P.svd_peer(task, u[tr], i[tr], y[tr], u[te], i[te], seed),
+            "FM": lambda: P.fm_peer(task, Xu, Xi, u[tr], i[tr], y[tr], u[te], i[te], size, size, seed),
+            "bias": lambda: P.bias_peer(task, u[tr], i[tr], y[tr], u[te], i[te], size, size),
+            "mean": lambda: np.full(int(te.sum()), y[tr].mean()),
+        }
         for name in peers:
             preds[name], res[f"{name}_seconds"] = P.timed(runs[name])
         for name, p in preds.items():
-            res[name] = {"all": P.scores(task, y[te], p), "warm": P.scores(task, y[te][~cold_te], p[~cold_te]),
-                         "cold": P.scores(task, y[te][cold_te], p[cold_te])}
+            res[name] = {
+                "all": P.scores(task, y[te], p),
+                "warm": P.scores(task, y[te][~cold_te], p[~cold_te]),
+                "cold": P.scores(task, y[te][cold_te], p[cold_te]),
+            }
         if task == "regression":
             f = d["f"][te]
-            res["noise_floor"] = {"all": P.scores(task, y[te], f), "warm": P.scores(task, y[te][~cold_te], f[~cold_te]),
-                                  "cold": P.scores(task, y[te][cold_te], f[cold_te])}
+            res["noise_floor"] = {
+                "all": P.scores(task, y[te], f),
+                "warm": P.scores(task, y[te][~cold_te], f[~cold_te]),
+                "cold": P.scores(task, y[te][cold_te], f[cold_te]),
+            }
         out[task] = res
-        print(json.dumps({"seed": seed, "task": task, **{k: v["all"] for k, v in res.items() if isinstance(v, dict)
-                                                          and "all" in v}}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "seed": seed,
+                    "task": task,
+                    **{k: v["all"] for k, v in res.items() if isinstance(v, dict) and "all" in v},
+                }
+            ),
+            flush=True,
+        )
     return out
 
 
@@ -114,8 +151,13 @@ def main(argv=None):
         for r in pool.imap_unordered(_seed_job, [(s, a.size, a.tasks, a.grid_rounds, a.peers) for s in a.seeds]):
             runs.append(r)  # written after every seed: a run cut short keeps what it finished
             runs.sort(key=lambda x: x["seed"])
-            Path(a.out).write_text(json.dumps({"args": vars(a), "paper_table1": PAPER_TABLE1,
-                                               "paper_table3": PAPER_TABLE3, "runs": runs}, indent=1, default=float))
+            Path(a.out).write_text(
+                json.dumps(
+                    {"args": vars(a), "paper_table1": PAPER_TABLE1, "paper_table3": PAPER_TABLE3, "runs": runs},
+                    indent=1,
+                    default=float,
+                )
+            )
     print(a.out)
 
 

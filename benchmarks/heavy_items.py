@@ -27,12 +27,13 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from explain_throughput import load  # noqa: E402
+
 import dxplain.kernels.representer as K  # noqa: E402
 from dxplain.explain.ann import hnsw_search  # noqa: E402
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer  # noqa: E402
 from dxplain.interactions import Targets  # noqa: E402
 from dxplain.models.mf import ALSMF, MFModel  # noqa: E402
-from explain_throughput import load  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -83,7 +84,7 @@ def main():
         rng = np.random.default_rng(0)
         deg = d.item_degree()
         rows = []
-        for j in np.argsort(-deg)[:a.items]:
+        for j in np.argsort(-deg)[: a.items]:
             users = np.sort(rng.choice(d.n_users, a.targets, replace=False))
             t = Targets.from_pairs(users, np.full(len(users), j))
             real = K.heavy_groups
@@ -94,20 +95,39 @@ def main():
                 K.heavy_groups = real
             exact, exact_s = user_side(ex, t, a.top_k)
             assert recall(split, exact) == {"positive": 1.0, "negative": 1.0}  # the two exact paths agree
-            row = {"item": int(j), "raters": int(deg[j]), "targets": a.targets, "split_seconds": round(split_s, 3),
-                   "streamed_seconds": round(exact_s, 3), "streamed_speedup_vs_split": round(split_s / exact_s, 2),
-                   "hnsw": []}
+            row = {
+                "item": int(j),
+                "raters": int(deg[j]),
+                "targets": a.targets,
+                "split_seconds": round(split_s, 3),
+                "streamed_seconds": round(exact_s, 3),
+                "streamed_speedup_vs_split": round(split_s / exact_s, 2),
+                "hnsw": [],
+            }
             for augment, ef in [(aug, int(ef)) for aug in (True, False) for ef in a.ef.split(",")]:
                 approx, s = user_side(ex, t, a.top_k, hnsw_search(ef_search=ef, augment=augment))
                 r = recall(exact, approx)
-                row["hnsw"].append({"metric": "l2-augmented" if augment else "inner-product", "ef_search": ef,
-                                    "seconds": round(s, 3), "recall_positive": round(r["positive"], 4),
-                                    "recall_negative": round(r["negative"], 4),
-                                    "speedup_vs_streamed": round(exact_s / s, 2)})
+                row["hnsw"].append(
+                    {
+                        "metric": "l2-augmented" if augment else "inner-product",
+                        "ef_search": ef,
+                        "seconds": round(s, 3),
+                        "recall_positive": round(r["positive"], 4),
+                        "recall_negative": round(r["negative"], 4),
+                        "speedup_vs_streamed": round(exact_s / s, 2),
+                    }
+                )
             print(json.dumps(row), flush=True)
             rows.append(row)
-    res = {"dataset": a.dataset, "interactions": len(d), "k": a.k, "top_k": a.top_k, "blas_threads": 1,
-           "faiss_threads": 1, "items": rows}
+    res = {
+        "dataset": a.dataset,
+        "interactions": len(d),
+        "k": a.k,
+        "top_k": a.top_k,
+        "blas_threads": 1,
+        "faiss_threads": 1,
+        "items": rows,
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"heavy_items_{a.dataset}.json").write_text(json.dumps(res, indent=1) + "\n")
 

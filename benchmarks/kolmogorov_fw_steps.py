@@ -36,8 +36,15 @@ def main() -> None:
             t = time.perf_counter()
             _, info = K.frank_wolfe(Q, r, theta0, lam=1.0, step=step, tol=0.0, max_iter=k)
             gap = info["objective"] - fstar
-            rows.append({"step": step, "iterations": k, "mean_gap": float(gap.mean()), "max_gap": float(gap.max()),
-                         "seconds": round(time.perf_counter() - t, 3)})
+            rows.append(
+                {
+                    "step": step,
+                    "iterations": k,
+                    "mean_gap": float(gap.mean()),
+                    "max_gap": float(gap.max()),
+                    "seconds": round(time.perf_counter() - t, 3),
+                }
+            )
             print(rows[-1])
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "fw_steps.json").write_text(json.dumps({"users": len(Q), "D": 8, "rows": rows}, indent=2))

@@ -80,7 +80,7 @@ def main() -> None:
     result["local_seconds"] = round(local, 1)
 
     # the sample: cvxpy per item (Clarabel's defaults, and TIGHT) against the batched solver at the fit's tolerance
-    S, v = K.block_stats(B[:a.sample], theta)
+    S, v = K.block_stats(B[: a.sample], theta)
     St = K.sdr_matrix(S, v)
     X, value, gap, steps = K.barrier_sdp(St)
     for name, settings in (("default", {}), ("tight", TIGHT)):
@@ -98,9 +98,11 @@ def main() -> None:
     psi, _ = K.sdr_psi(S, v, None, np.random.default_rng(1))
     g_ours = K.psi_objective(S, v, psi)
     _, g_opt = K.exhaustive_psi(S, v)
-    result["psi_step_g"] = {"ours_vs_cvxpy_max_rel": float(np.max(np.abs(g_ours - g_ref) / np.abs(g_ref))),
-                            "ours_optimal_share": float(np.mean(g_ours <= g_opt + 1e-9 * np.abs(g_opt))),
-                            "cvxpy_optimal_share": float(np.mean(g_ref <= g_opt + 1e-9 * np.abs(g_opt)))}
+    result["psi_step_g"] = {
+        "ours_vs_cvxpy_max_rel": float(np.max(np.abs(g_ours - g_ref) / np.abs(g_ref))),
+        "ours_optimal_share": float(np.mean(g_ours <= g_opt + 1e-9 * np.abs(g_opt))),
+        "cvxpy_optimal_share": float(np.mean(g_ref <= g_opt + 1e-9 * np.abs(g_opt))),
+    }
     result["speedup_local_vs_cvxpy"] = result["local_items_per_s_per_core"] / result["cvxpy_items_per_s"]
     result["speedup_local_vs_cvxpy_tight"] = result["local_items_per_s_per_core"] / result["cvxpy_tight_items_per_s"]
 

@@ -1,6 +1,6 @@
 """docs/kolmogorov.md's tables from benchmarks/results/kolmogorov/*.json (no figure typed by hand).
 
-    python benchmarks/kolmogorov_report.py
+python benchmarks/kolmogorov_report.py
 """
 
 import json
@@ -15,20 +15,27 @@ def load(name):
 
 
 def table3(r) -> str:
-    rows = ["| D | item ψ-steps | SDR rounded alone (×10⁻³) | ψ-step output (×10⁻³) | paper (×10⁻³) | "
-            "train RMSE SDR per iteration | exhaustive | monotone |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| D | item ψ-steps | SDR rounded alone (×10⁻³) | ψ-step output (×10⁻³) | paper (×10⁻³) | "
+        "train RMSE SDR per iteration | exhaustive | monotone |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for x in r["rows"]:
         fmt = lambda v: " ".join(f"{t:.4f}" for t in v)  # noqa: E731
-        rows.append(f"| {x['D']} | {x['item_steps']} | {1e3 * x['error_rate_rounded']:.2f} | "
-                    f"{1e3 * x['error_rate_psi_step']:.2f} | {r['paper_error_rate_x1e3'][str(x['D'])]} | "
-                    f"{fmt(x['rmse_sdr_mean'])} | {fmt(x['rmse_exhaustive_mean'])} | {x['monotone']} |")
+        rows.append(
+            f"| {x['D']} | {x['item_steps']} | {1e3 * x['error_rate_rounded']:.2f} | "
+            f"{1e3 * x['error_rate_psi_step']:.2f} | {r['paper_error_rate_x1e3'][str(x['D'])]} | "
+            f"{fmt(x['rmse_sdr_mean'])} | {fmt(x['rmse_exhaustive_mean'])} | {x['monotone']} |"
+        )
     return "\n".join(rows)
 
 
 def table4(r) -> str:
     models = ("KM", "MF", "K-means", "NMF")
-    rows = ["| D | " + " | ".join(f"{m} RMSE★ | {m} NRMSE" for m in models) + " | KM λ, μ |",
-            "|---|" + "---|---|" * len(models) + "---|"]
+    rows = [
+        "| D | " + " | ".join(f"{m} RMSE★ | {m} NRMSE" for m in models) + " | KM λ, μ |",
+        "|---|" + "---|---|" * len(models) + "---|",
+    ]
     for x in r["rows"]:
         cells = " | ".join(f"{x[m]['rmse_stars']:.4f} | {x[m]['nrmse_paper']:.4f}" for m in models)
         rows.append(f"| {x['D']} | {cells} | {x['KM']['lam']:g}, {x['KM']['mu']:g} |")
@@ -36,16 +43,21 @@ def table4(r) -> str:
 
 
 def rules(r) -> str:
-    rows = ["| D | rules | maximal items | held-out P(likes j \\| likes i): rules | random pairs | "
-            "P(likes i \\| likes j): rules | random pairs |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| D | rules | maximal items | held-out P(likes j \\| likes i): rules | random pairs | "
+        "P(likes i \\| likes j): rules | random pairs |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for x in r["rows"]:
         c = x["rule_check"]
         if not c.get("rules"):
             rows.append(f"| {x['D']} | 0 | {len(x['maximal_items'])} | | | | |")
             continue
         m, b = c["mined"], c["random_same_popularity"]
-        rows.append(f"| {x['D']} | {c['rules']} | {len(x['maximal_items'])} | {m['precision_i_to_j']:.3f} | "
-                    f"{b['precision_i_to_j']:.3f} | {m['precision_j_to_i']:.3f} | {b['precision_j_to_i']:.3f} |")
+        rows.append(
+            f"| {x['D']} | {c['rules']} | {len(x['maximal_items'])} | {m['precision_i_to_j']:.3f} | "
+            f"{b['precision_i_to_j']:.3f} | {m['precision_j_to_i']:.3f} | {b['precision_j_to_i']:.3f} |"
+        )
     return "\n".join(rows)
 
 

@@ -35,17 +35,46 @@ def main() -> None:
         generated = time.perf_counter() - t
         out = work / "fit"
         t = time.perf_counter()
-        code = cli(["kolmogorov", "fit", "--dataset", str(work / "data"), "--dim", str(a.dim), "--iterations",
-                    str(a.iterations), "--lam", "1", "--mu", "0.5", "--workers", str(a.workers), "--out", str(out),
-                    "--max-rules", "100000"])
+        code = cli(
+            [
+                "kolmogorov",
+                "fit",
+                "--dataset",
+                str(work / "data"),
+                "--dim",
+                str(a.dim),
+                "--iterations",
+                str(a.iterations),
+                "--lam",
+                "1",
+                "--mu",
+                "0.5",
+                "--workers",
+                str(a.workers),
+                "--out",
+                str(out),
+                "--max-rules",
+                "100000",
+            ]
+        )
         wall = time.perf_counter() - t
         metrics = json.loads((out / "metrics.json").read_text())
-        result = {"interactions": a.interactions, "users": summary["users"], "items": summary["items"],
-                  "dim": a.dim, "iterations": a.iterations, "workers": a.workers, "exit_code": code,
-                  "generate_seconds": round(generated, 1), "cli_seconds": round(wall, 1),
-                  "fit_seconds": metrics["fit_seconds"], "train_objective": metrics["train_objective"],
-                  "peak_rss_mib": metrics["peak_rss_mib"], "rules_total": metrics["rules_total"],
-                  "rules_written": metrics["rules"]}
+        result = {
+            "interactions": a.interactions,
+            "users": summary["users"],
+            "items": summary["items"],
+            "dim": a.dim,
+            "iterations": a.iterations,
+            "workers": a.workers,
+            "exit_code": code,
+            "generate_seconds": round(generated, 1),
+            "cli_seconds": round(wall, 1),
+            "fit_seconds": metrics["fit_seconds"],
+            "train_objective": metrics["train_objective"],
+            "peak_rss_mib": metrics["peak_rss_mib"],
+            "rules_total": metrics["rules_total"],
+            "rules_written": metrics["rules"],
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result, indent=2))

@@ -48,15 +48,25 @@ def main() -> None:
             e = fit_ikm(d, D, a.iterations, solver="exhaustive", seed=seed, shards=1)
             curves["exhaustive"].append(np.sqrt(np.array(e.info["train_objective"]) / len(d)).tolist())
         monotone = all(np.all(np.diff(c) <= 1e-12) for cs in curves.values() for c in cs)
-        rows.append({"D": D, "seeds": a.seeds, "iterations": a.iterations, "item_steps": a.seeds * a.iterations * 40,
-                     "error_rate_rounded": float(np.mean(err_rounded)), "error_rate_psi_step": float(np.mean(err)),
-                     "rmse_sdr_mean": np.mean(curves["sdr"], axis=0).tolist(),
-                     "rmse_exhaustive_mean": np.mean(curves["exhaustive"], axis=0).tolist(),
-                     "monotone": bool(monotone), "seconds": round(time.perf_counter() - t, 1)})
+        rows.append(
+            {
+                "D": D,
+                "seeds": a.seeds,
+                "iterations": a.iterations,
+                "item_steps": a.seeds * a.iterations * 40,
+                "error_rate_rounded": float(np.mean(err_rounded)),
+                "error_rate_psi_step": float(np.mean(err)),
+                "rmse_sdr_mean": np.mean(curves["sdr"], axis=0).tolist(),
+                "rmse_exhaustive_mean": np.mean(curves["exhaustive"], axis=0).tolist(),
+                "monotone": bool(monotone),
+                "seconds": round(time.perf_counter() - t, 1),
+            }
+        )
         print(json.dumps({k: v for k, v in rows[-1].items() if not k.startswith("rmse")}))
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "table3.json").write_text(json.dumps({"paper_error_rate_x1e3": {"4": 7.5, "8": 4.4, "10": 4.0},
-                                                 "rows": rows}, indent=2))
+    (OUT / "table3.json").write_text(
+        json.dumps({"paper_error_rate_x1e3": {"4": 7.5, "8": 4.4, "10": 4.0}, "rows": rows}, indent=2)
+    )
 
 
 if __name__ == "__main__":

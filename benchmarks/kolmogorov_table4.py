@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from dxplain.datasets import resolve_dataset
-from dxplain.kolmogorov import report, rules as R
+from dxplain.kolmogorov import report
+from dxplain.kolmogorov import rules as R
 from dxplain.kolmogorov.data import probabilities
 from dxplain.kolmogorov.fit import fit_ikm, select_regularisers
 from dxplain.models.mf import ALSMF
@@ -39,7 +40,7 @@ def kmeans_items(train, D: int, seed: int, sweeps: int = 30, alpha: float = 1.0)
         H = np.zeros((train.n_items, D))
         H[np.arange(train.n_items), c] = 1
         theta = (Pu @ H + alpha * mean_u[:, None]) / (Bu @ H + alpha)
-        cost = Bi @ theta ** 2 - 2 * (Pi @ theta)  # Σ_u∈i (θ_ud − p_ui)² up to Σp²
+        cost = Bi @ theta**2 - 2 * (Pi @ theta)  # Σ_u∈i (θ_ud − p_ui)² up to Σp²
         new = np.argmin(cost, axis=1)
         if np.array_equal(new, c):
             break
@@ -82,9 +83,16 @@ def main() -> None:
         lam, mu, grid = select_regularisers(P, D, LAMS, MUS, iterations=2)
         m = fit_ikm(P, D, a.iterations, lam=lam, mu=mu)
         pred = 5 * m.predict(u, i)
-        row["KM"] = {"rmse_stars": report.rmse(pred, y), "nrmse_paper": report.rmse(pred, y) / 5, "lam": lam, "mu": mu,
-                     "train_objective": m.info["train_objective"], "fit_seconds": m.info["seconds"],
-                     "seconds_with_selection": round(time.perf_counter() - t, 1), "validation": grid}
+        row["KM"] = {
+            "rmse_stars": report.rmse(pred, y),
+            "nrmse_paper": report.rmse(pred, y) / 5,
+            "lam": lam,
+            "mu": mu,
+            "train_objective": m.info["train_objective"],
+            "fit_seconds": m.info["seconds"],
+            "seconds_with_selection": round(time.perf_counter() - t, 1),
+            "validation": grid,
+        }
         beta, is_max = R.influence(m.psi)
         ids = data.item_ids.to_numpy()
         maximal[D] = ids[is_max].tolist()
@@ -95,21 +103,35 @@ def main() -> None:
         t = time.perf_counter()
         mf = ALSMF(k=D, max_sweeps=40, polish_iters=20).fit(train)  # a budget: RMSE, not ‖∇f‖, is measured here
         pred = mf.predict(u, i)
-        row["MF"] = {"rmse_stars": report.rmse(pred, y), "nrmse_paper": report.rmse(pred, y) / 4,
-                     "lam": mf.lam, "seconds": round(time.perf_counter() - t, 1)}
+        row["MF"] = {
+            "rmse_stars": report.rmse(pred, y),
+            "nrmse_paper": report.rmse(pred, y) / 4,
+            "lam": mf.lam,
+            "seconds": round(time.perf_counter() - t, 1),
+        }
         pred = 5 * kmeans_items(P, D, 0)(u, i)
         row["K-means"] = {"rmse_stars": report.rmse(pred, y), "nrmse_paper": report.rmse(pred, y) / 4}
         pred = nmf_predictor(train, D, 0)(u, i)
         row["NMF"] = {"rmse_stars": report.rmse(pred, y), "nrmse_paper": report.rmse(pred, y) / 4}
         rows.append(row)
-        print(json.dumps({k: (v if not isinstance(v, dict) else {kk: vv for kk, vv in v.items() if kk != "validation"})
-                          for k, v in row.items() if k not in ("top12_beta",)}, default=float))
+        print(
+            json.dumps(
+                {
+                    k: (v if not isinstance(v, dict) else {kk: vv for kk, vv in v.items() if kk != "validation"})
+                    for k, v in row.items()
+                    if k not in ("top12_beta",)
+                },
+                default=float,
+            )
+        )
     result = {"train": len(train), "test": len(held), "dropped_unseen": int(test.sum() - ok.sum()), "rows": rows}
     if 16 in maximal and 24 in maximal:
         A, B = set(maximal[16]), set(maximal[24])
         top = {r["D"]: {t["item"] for t in r["top12_beta"]} for r in rows}
-        result["stability_16_24"] = {"maximal_jaccard": len(A & B) / max(1, len(A | B)),
-                                     "top12_beta_overlap": len(top[16] & top[24])}
+        result["stability_16_24"] = {
+            "maximal_jaccard": len(A & B) / max(1, len(A | B)),
+            "top12_beta_overlap": len(top[16] & top[24]),
+        }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "table4.json").write_text(json.dumps(result, indent=2, default=float))
 

@@ -24,14 +24,19 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dxplain.evaluation.deletion import summarise as t_interval  # noqa: E402
 from dxplain.config import Settings  # noqa: E402
 from dxplain.datasets import resolve_dataset  # noqa: E402
 from dxplain.distributed.cluster import connect  # noqa: E402
+from dxplain.evaluation.deletion import summarise as t_interval  # noqa: E402
 from dxplain.explain import negatives as N  # noqa: E402
 from dxplain.explain.targets import recommend  # noqa: E402
-from dxplain.models.implicit_mf import (ImplicitMF, dense_terms, positive_pairs, sample_negatives,  # noqa: E402
-                                       sparse_terms)
+from dxplain.models.implicit_mf import (
+    ImplicitMF,
+    dense_terms,
+    positive_pairs,
+    sample_negatives,  # noqa: E402
+    sparse_terms,
+)
 
 RESULTS = Path(__file__).parent / "results"
 PERCENTS = (1, 2, 5, 10)
@@ -74,8 +79,16 @@ def run_seed(P, seed, k, client, sampled=0, ridge=None) -> dict:
         base = ImplicitMF(k=k, seed=seed, lam=ridge / terms.n_terms if ridge else None).fit(terms)
     base_recall = recall_at(base, P_train, P_test)
     test_key = P_test.user.astype(np.int64) * P.n_items + P_test.item
-    out = {"seed": seed, "base_recall@20": base_recall, "base_grad_norm": base.grad_norm, "lam": base.lam,
-           "n_train_pos": len(P_train), "n_test_pos": len(P_test), "n_neg": terms.n_neg, "methods": {}}
+    out = {
+        "seed": seed,
+        "base_recall@20": base_recall,
+        "base_grad_norm": base.grad_norm,
+        "lam": base.lam,
+        "n_train_pos": len(P_train),
+        "n_test_pos": len(P_test),
+        "n_neg": terms.n_neg,
+        "methods": {},
+    }
     jobs = {}
     for method in N.METHODS:
         ts = time.perf_counter()
@@ -85,10 +98,14 @@ def run_seed(P, seed, k, client, sampled=0, ridge=None) -> dict:
         for p in PERCENTS:
             K = N.flag_count(terms, p)  # the lowest p% is a prefix of the lowest 10%
             found = np.isin(u[:K] * P.n_items + i[:K], test_key)
-            res[f"p{p}"] = {"flagged": K, "share_test_positives": float(found.mean()),
-                            "test_positives_found": int(found.sum())}
-            jobs[(method, p)] = client.submit(retrain_recall, P_train, P_test, (u[:K], i[:K]), k, seed, sampled,
-                                              ridge, pure=False)
+            res[f"p{p}"] = {
+                "flagged": K,
+                "share_test_positives": float(found.mean()),
+                "test_positives_found": int(found.sum()),
+            }
+            jobs[(method, p)] = client.submit(
+                retrain_recall, P_train, P_test, (u[:K], i[:K]), k, seed, sampled, ridge, pure=False
+            )
     for (method, p), fut in jobs.items():
         r = fut.result()
         out["methods"][method][f"p{p}"].update({"recall@20": r, "recall_change": r - base_recall})
@@ -117,9 +134,12 @@ def summarise(runs: list[dict]) -> dict:
 
 def markdown(summary: dict, runs: list[dict]) -> str:
     base = ci([r["base_recall@20"] for r in runs])
-    lines = [f"Base model recall@20: {base[0]:.4f} ± {base[1]:.4f} over {len(runs)} seeds.", "",
-             "| method | p | share of flagged that are test positives | Δ recall@20 after retraining |",
-             "|---|---|---|---|"]
+    lines = [
+        f"Base model recall@20: {base[0]:.4f} ± {base[1]:.4f} over {len(runs)} seeds.",
+        "",
+        "| method | p | share of flagged that are test positives | Δ recall@20 after retraining |",
+        "|---|---|---|---|",
+    ]
     for method in N.METHODS:
         for p in PERCENTS:
             c = summary[f"{method}/p{p}"]
@@ -140,8 +160,9 @@ def plot(summary: dict, path: Path) -> None:
             m = np.array([summary[f"{method}/p{p}"][key][0] for p in PERCENTS]) * scale
             e = np.array([summary[f"{method}/p{p}"][key][1] for p in PERCENTS]) * scale
             ax.errorbar(PERCENTS, m, yerr=e, marker="o", capsize=3, label=method)
-    axes[0].set(xlabel="negatives removed (%)", ylabel="flagged that are test positives (%)",
-                title="(a) false negatives found")
+    axes[0].set(
+        xlabel="negatives removed (%)", ylabel="flagged that are test positives (%)", title="(a) false negatives found"
+    )
     axes[1].set(xlabel="negatives removed (%)", ylabel="Δ recall@20", title="(b) after retraining")
     axes[1].axhline(0, color="grey", lw=0.5)
     axes[0].legend()
@@ -166,8 +187,12 @@ def main():
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--select-ridge", action="store_true")
-    ap.add_argument("--sampled", type=int, default=0,
-                    help="base model on this many uniform negatives per positive instead of all unobserved pairs")
+    ap.add_argument(
+        "--sampled",
+        type=int,
+        default=0,
+        help="base model on this many uniform negatives per positive instead of all unobserved pairs",
+    )
     ap.add_argument("--ridge", type=float, help="λ|D| (default: the library's, 3)")
     a = ap.parse_args()
     P = positive_pairs(resolve_dataset("movielens-100k").interactions, 4)
@@ -180,9 +205,17 @@ def main():
     summary = summarise(runs)
     RESULTS.mkdir(exist_ok=True)
     name = f"negatives_appc_sampled{a.sampled}" if a.sampled else "negatives_appc"
-    res = {"protocol": __doc__.strip().splitlines()[0], "seeds": a.seeds, "k": a.k, "percents": PERCENTS,
-           "negatives": f"{a.sampled} sampled per positive" if a.sampled else "all unobserved", "ridge": a.ridge,
-           "seconds": time.perf_counter() - t0, "summary": summary, "runs": runs}
+    res = {
+        "protocol": __doc__.strip().splitlines()[0],
+        "seeds": a.seeds,
+        "k": a.k,
+        "percents": PERCENTS,
+        "negatives": f"{a.sampled} sampled per positive" if a.sampled else "all unobserved",
+        "ridge": a.ridge,
+        "seconds": time.perf_counter() - t0,
+        "summary": summary,
+        "runs": runs,
+    }
     (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=2))
     md = markdown(summary, runs)
     (RESULTS / f"{name}.md").write_text(md)

@@ -85,7 +85,6 @@ def main():
     train_s = time.perf_counter() - t0
     terms = dense_terms(P, 0.05)  # the scan: every unobserved pair
     score = N.negative_score("representer", m, terms, P)
-    K = N.flag_count(terms, a.percent)
     pairs = terms.n_users * terms.n_items
     with connect(Settings.from_env(workers=a.workers, blas_threads=1)) as client:
         t0 = time.perf_counter()
@@ -94,9 +93,17 @@ def main():
         worker_rss = client.run(peak_rss_gib)
     mm_pairs, mm_gflops = matmul_pairs_per_second(terms.n_items, m.k)
     res = {
-        "users": terms.n_users, "items": terms.n_items, "pairs": pairs, "positives": terms.n_pos, "k": m.k,
-        "percent": a.percent, "flagged": len(v), "workers": a.workers, "blas_threads_per_worker": 1,
-        "train_seconds_sampled_30_lbfgs": round(train_s, 1), "scan_seconds": round(scan_s, 1),
+        "users": terms.n_users,
+        "items": terms.n_items,
+        "pairs": pairs,
+        "positives": terms.n_pos,
+        "k": m.k,
+        "percent": a.percent,
+        "flagged": len(v),
+        "workers": a.workers,
+        "blas_threads_per_worker": 1,
+        "train_seconds_sampled_30_lbfgs": round(train_s, 1),
+        "scan_seconds": round(scan_s, 1),
         "pairs_per_second": pairs / scan_s,
         "pairs_per_second_per_worker": pairs / scan_s / a.workers,
         "bare_matmul_pairs_per_second_one_core": mm_pairs,

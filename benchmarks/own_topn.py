@@ -47,8 +47,9 @@ def seen_of(d, users):
 
 def dense(Ut, Vt, d, users):
     block = max(1, BLOCK_ELEMENTS // d.n_items)
-    return np.concatenate([topn.top_n_unseen(Ut[b], Vt, *seen_of(d, b), N)[0]
-                           for b in np.array_split(users, -(-len(users) // block))])
+    return np.concatenate(
+        [topn.top_n_unseen(Ut[b], Vt, *seen_of(d, b), N)[0] for b in np.array_split(users, -(-len(users) // block))]
+    )
 
 
 def scan(Ut, Vt, d, users):
@@ -57,8 +58,12 @@ def scan(Ut, Vt, d, users):
     stats = {}
     order = topn.NormOrder.of(Vt)
     block = max(1, BLOCK_ELEMENTS // topn.FIRST_ITEM_BLOCK)
-    items = np.concatenate([topn.top_n_unseen_pruned(Ut[b], order, *seen_of(d, b), N, BLOCK_ELEMENTS, stats)[0]
-                            for b in np.array_split(users, -(-len(users) // block))])
+    items = np.concatenate(
+        [
+            topn.top_n_unseen_pruned(Ut[b], order, *seen_of(d, b), N, BLOCK_ELEMENTS, stats)[0]
+            for b in np.array_split(users, -(-len(users) // block))
+        ]
+    )
     return items, {k: round(v / (len(users) * d.n_items), 4) for k, v in stats.items()}
 
 
@@ -117,22 +122,36 @@ def main():
         faiss.omp_set_num_threads(1)
         exact, t_dense = timed(dense, pre.Ut, pre.Vt, d, users)
         (found, shares), t_scan = timed(scan, pre.Ut, pre.Vt, d, users)
-        sample = users[:a.recall_users]
+        sample = users[: a.recall_users]
         ann, index = [], None
         for ef in map(int, a.ef.split(",")):
             if index is None:
                 (_, index), t_build = timed(hnsw, pre.Ut, pre.Vt, d, sample[:1], ef)
             (got, _), t_query = timed(hnsw, pre.Ut, pre.Vt, d, sample, ef, index)
-            ann.append({"ef_search": ef, "recall": recall(got, exact[:len(sample)]),
-                        "us_per_user": round(t_query * 1e6 / len(sample), 1)})
+            ann.append(
+                {
+                    "ef_search": ef,
+                    "recall": recall(got, exact[: len(sample)]),
+                    "us_per_user": round(t_query * 1e6 / len(sample), 1),
+                }
+            )
     norms = np.linalg.norm(pre.Vt, axis=1)
-    row = {"size": a.size, "interactions": len(d), "users": d.n_users, "items": d.n_items, "k": pre.Vt.shape[1],
-           "sampled_users": len(users), "scan_equals_dense": bool(np.array_equal(found, exact)),
-           "users_differing": int((found != exact).any(axis=1).sum()),
-           "dense_us_per_user": round(t_dense * 1e6 / len(users), 1),
-           "scan_us_per_user": round(t_scan * 1e6 / len(users), 1), "scan_shares": shares,
-           "item_norm_quantiles": [round(float(q), 3) for q in np.quantile(norms, [0, 0.5, 0.9, 0.99, 1])],
-           "hnsw_build_s": round(t_build, 1), "hnsw": ann}
+    row = {
+        "size": a.size,
+        "interactions": len(d),
+        "users": d.n_users,
+        "items": d.n_items,
+        "k": pre.Vt.shape[1],
+        "sampled_users": len(users),
+        "scan_equals_dense": bool(np.array_equal(found, exact)),
+        "users_differing": int((found != exact).any(axis=1).sum()),
+        "dense_us_per_user": round(t_dense * 1e6 / len(users), 1),
+        "scan_us_per_user": round(t_scan * 1e6 / len(users), 1),
+        "scan_shares": shares,
+        "item_norm_quantiles": [round(float(q), 3) for q in np.quantile(norms, [0, 0.5, 0.9, 0.99, 1])],
+        "hnsw_build_s": round(t_build, 1),
+        "hnsw": ann,
+    }
     print(json.dumps(row), flush=True)
     rows = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     rows = sorted([r for r in rows if r["size"] != a.size] + [row], key=lambda r: r["interactions"])

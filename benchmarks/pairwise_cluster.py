@@ -11,6 +11,8 @@ import argparse
 import time
 
 import numpy as np
+from pairwise_common import uci, write
+from pairwise_peers import shap_values
 from threadpoolctl import threadpool_limits
 
 from dxplain.config import Settings
@@ -21,9 +23,6 @@ from dxplain.pairwise.explain import explain_pairs
 from dxplain.pairwise.models import OPAUC
 from dxplain.pairwise.pairs import choose_pairs, split
 from dxplain.pairwise.shapley import default_h, default_m, reference
-
-from pairwise_common import uci, write
-from pairwise_peers import shap_values
 
 
 def main():
@@ -59,13 +58,23 @@ def main():
     with threadpool_limits(1):
         shap_values("kernel", zeta, X[train], Xi[:s], Xj[:s], a.seed)
     shap_s = time.perf_counter() - t
-    out = {"pairs": len(i) if not a.no_cluster else 0, "D": ref.D, "reference": len(train), "M": default_m(ref.D), "H": default_h(default_m(ref.D)),
-           "cluster_workers": 0 if a.no_cluster else 2, "cluster_seconds": cluster_s,
-           "cluster_pairs_per_s": len(i) / cluster_s,
-           "local_sample": n, "local_pairs_per_s": n / local_s,
-           "same_as_cluster_on_sample": bool(np.array_equal(phi_local, phi[:n])),
-           "shap_kernel_sample": s, "shap_kernel_pairs_per_s": s / shap_s, "peak_rss_mib": rss,
-           "max_efficiency_gap_raipair": float(np.max(np.abs(phi.sum(1) - (z - ref.base))))}
+    out = {
+        "pairs": len(i) if not a.no_cluster else 0,
+        "D": ref.D,
+        "reference": len(train),
+        "M": default_m(ref.D),
+        "H": default_h(default_m(ref.D)),
+        "cluster_workers": 0 if a.no_cluster else 2,
+        "cluster_seconds": cluster_s,
+        "cluster_pairs_per_s": len(i) / cluster_s,
+        "local_sample": n,
+        "local_pairs_per_s": n / local_s,
+        "same_as_cluster_on_sample": bool(np.array_equal(phi_local, phi[:n])),
+        "shap_kernel_sample": s,
+        "shap_kernel_pairs_per_s": s / shap_s,
+        "peak_rss_mib": rss,
+        "max_efficiency_gap_raipair": float(np.max(np.abs(phi.sum(1) - (z - ref.base)))),
+    }
     print(out)
     write("cluster" if not a.no_cluster else "cluster_local", out)
 

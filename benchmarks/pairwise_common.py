@@ -10,8 +10,12 @@ from dxplain.io.labelled import read_labelled
 
 RESULTS = Path(__file__).parent / "results" / "pairwise"
 UCI = Path("/work/shared/data/uci")
-UCI_SETS = {"heart": "heart_statlog.parquet", "diabetes": "diabetes.parquet", "parkinson": "parkinsons.parquet",
-            "ionosphere": "ionosphere.parquet"}
+UCI_SETS = {
+    "heart": "heart_statlog.parquet",
+    "diabetes": "diabetes.parquet",
+    "parkinson": "parkinsons.parquet",
+    "ionosphere": "ionosphere.parquet",
+}
 
 
 def synthetic(N: int, D: int, seed: int):

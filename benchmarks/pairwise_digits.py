@@ -9,13 +9,12 @@ import argparse
 import math
 
 import numpy as np
+from pairwise_common import RESULTS, timed, write
 from threadpoolctl import threadpool_limits
 
 from dxplain.pairwise.models import OPAUC
 from dxplain.pairwise.pairs import choose_pairs, split
 from dxplain.pairwise.shapley import raipair, reference
-
-from pairwise_common import RESULTS, timed, write
 
 
 def main():
@@ -36,16 +35,33 @@ def main():
     rows = []
     with threadpool_limits(1):
         for n in range(len(pi)):
-            (phi, z, info), secs = timed(raipair, zeta, X[test][pi[n]], X[test][pj[n]], ref,
-                                         np.random.default_rng([a.seed, n]))
+            (phi, z, info), secs = timed(
+                raipair, zeta, X[test][pi[n]], X[test][pj[n]], ref, np.random.default_rng([a.seed, n])
+            )
             hat = info["phi_hat"]
-            rows.append({"i": int(test[pi[n]]), "j": int(test[pj[n]]), "zeta": z, "seconds": secs, "M": info["M"],
-                         "H": info["H"], "phi": phi.tolist(), "phi_hat": hat.tolist(),
-                         "nonzero_deviation_share": float(np.mean(np.abs(hat) > 1e-12)),
-                         "top8pct": np.argsort(-phi)[:k].tolist()})
+            rows.append(
+                {
+                    "i": int(test[pi[n]]),
+                    "j": int(test[pj[n]]),
+                    "zeta": z,
+                    "seconds": secs,
+                    "M": info["M"],
+                    "H": info["H"],
+                    "phi": phi.tolist(),
+                    "phi_hat": hat.tolist(),
+                    "nonzero_deviation_share": float(np.mean(np.abs(hat) > 1e-12)),
+                    "top8pct": np.argsort(-phi)[:k].tolist(),
+                }
+            )
             print(n, secs, rows[-1]["nonzero_deviation_share"], flush=True)
-    out = {"D": ref.D, "train": len(train), "test_auc": zeta.auc(X[test], y[test]), "top_k": k, "pairs": rows,
-           "note": "scikit-learn 8x8 digits stand in for the paper's 28x28 MNIST 1v9"}
+    out = {
+        "D": ref.D,
+        "train": len(train),
+        "test_auc": zeta.auc(X[test], y[test]),
+        "top_k": k,
+        "pairs": rows,
+        "note": "scikit-learn 8x8 digits stand in for the paper's 28x28 MNIST 1v9",
+    }
     write("digits", out)
     plot(X[test], pi, pj, rows)
 

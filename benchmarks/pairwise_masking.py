@@ -13,6 +13,8 @@ import argparse
 import json
 
 import numpy as np
+from pairwise_common import RESULTS, UCI_SETS, timed, uci, write
+from pairwise_peers import shap_values
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
@@ -20,9 +22,6 @@ from dxplain.pairwise.explain import MASK_P, explain_pairs, masking_curve, rando
 from dxplain.pairwise.models import OPAUC
 from dxplain.pairwise.pairs import choose_pairs, split
 from dxplain.pairwise.shapley import DEFAULT_MAX_D, reference
-
-from pairwise_common import RESULTS, UCI_SETS, timed, uci, write
-from pairwise_peers import shap_values
 
 
 def one_seed(name, seed, n_pairs):
@@ -44,8 +43,13 @@ def one_seed(name, seed, n_pairs):
     ranks["shap_permutation"] = top_features(phi)
     ranks["random"] = random_rankings(len(a), ref.D, seed)
     curve = masking_curve(zeta, Xt, yt, X[train].mean(0), ranks)
-    return {"auc": zeta.auc(Xt, yt), "curve": curve, "seconds_per_pair": {k: v / len(a) for k, v in secs.items()},
-            "D": ref.D, "pairs": len(a)}
+    return {
+        "auc": zeta.auc(Xt, yt),
+        "curve": curve,
+        "seconds_per_pair": {k: v / len(a) for k, v in secs.items()},
+        "D": ref.D,
+        "pairs": len(a),
+    }
 
 
 def ci95(v):
@@ -67,7 +71,7 @@ def main():
     todo = [tuple(a.only.split(":"))] if a.only else [(n, str(s)) for n in a.sets.split(",") for s in range(a.seeds)]
     todo = [(n, s) for n, s in todo if not (runs_dir / f"{n}_{s}_{a.pairs}.json").exists()]
     if todo:
-        X, y, _ = uci("diabetes")   # warm shap up (imports, compilation) outside the timed calls
+        X, y, _ = uci("diabetes")  # warm shap up (imports, compilation) outside the timed calls
         for kind in ("kernel", "permutation"):
             shap_values(kind, OPAUC().fit(X, y), X, X[:2], X[-2:])
     with threadpool_limits(1):
@@ -88,10 +92,15 @@ def main():
                 row[m], row[m + "_ci95"] = ci95([r["curve"][n][f"auc_{m}"] for r in runs])
             table.append(row)
         beats = {m: all(r[m] < r["random"] for r in table if r["p"] >= 0.05) for m in methods if m != "random"}
-        out["sets"][name] = {"D": runs[0]["D"], "auc": ci95([r["auc"] for r in runs]), "curve": table,
-                             "lower_than_random_at_every_p_ge_5pct": beats,
-                             "seconds_per_pair": {m: float(np.mean([r["seconds_per_pair"][m] for r in runs]))
-                                                  for m in runs[0]["seconds_per_pair"]}}
+        out["sets"][name] = {
+            "D": runs[0]["D"],
+            "auc": ci95([r["auc"] for r in runs]),
+            "curve": table,
+            "lower_than_random_at_every_p_ge_5pct": beats,
+            "seconds_per_pair": {
+                m: float(np.mean([r["seconds_per_pair"][m] for r in runs])) for m in runs[0]["seconds_per_pair"]
+            },
+        }
         print(name, out["sets"][name]["auc"], beats, flush=True)
     write("masking", out)
     plot(out)
@@ -106,8 +115,13 @@ def plot(out):
     fig, axes = plt.subplots(1, len(out["sets"]), figsize=(4 * len(out["sets"]), 3.4), squeeze=False)
     for ax, (name, r) in zip(axes[0], out["sets"].items()):
         p = [row["p"] * 100 for row in r["curve"]]
-        for m, color in (("asipair", "C0"), ("raipair", "C1"), ("shap_kernel", "C2"), ("shap_permutation", "C3"),
-                         ("random", "C7")):
+        for m, color in (
+            ("asipair", "C0"),
+            ("raipair", "C1"),
+            ("shap_kernel", "C2"),
+            ("shap_permutation", "C3"),
+            ("random", "C7"),
+        ):
             if m in r["curve"][0]:
                 mu = np.array([row[m] for row in r["curve"]])
                 ci = np.array([row[m + "_ci95"] for row in r["curve"]])

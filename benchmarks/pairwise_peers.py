@@ -11,8 +11,16 @@ def difference_background(R: np.ndarray, n: int, seed: int) -> np.ndarray:
     return R[a] - R[b]
 
 
-def shap_values(kind: str, zeta, R: np.ndarray, Xi: np.ndarray, Xj: np.ndarray, seed: int = 0,
-                background: int = 50, nsamples: int | str = "auto") -> np.ndarray:
+def shap_values(
+    kind: str,
+    zeta,
+    R: np.ndarray,
+    Xi: np.ndarray,
+    Xj: np.ndarray,
+    seed: int = 0,
+    background: int = 50,
+    nsamples: int | str = "auto",
+) -> np.ndarray:
     """φ (N, D) from shap's KernelExplainer (``kind="kernel"``) or PermutationExplainer (``"permutation"``)."""
     import shap
 

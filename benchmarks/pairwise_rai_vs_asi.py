@@ -12,13 +12,12 @@ import json
 import math
 
 import numpy as np
+from pairwise_common import RESULTS, UCI_SETS, uci, write
 from threadpoolctl import threadpool_limits
 
 from dxplain.pairwise.models import OPAUC
 from dxplain.pairwise.pairs import choose_pairs, split
 from dxplain.pairwise.shapley import asipair, default_h, default_m, raipair, reference
-
-from pairwise_common import RESULTS, UCI_SETS, uci, write
 
 CUT = 12
 
@@ -59,12 +58,26 @@ def main():
                         err.append(np.linalg.norm(phi - exact[n]) / max(np.linalg.norm(exact[n]), 1e-300))
                         num, den = num + np.linalg.norm(phi - exact[n]), den + np.linalg.norm(exact[n])
                         overlap.append(len(set(np.argsort(-phi)[:k]) & set(np.argsort(-exact[n])[:k])) / k)
-                    grid.append({"M": M, "H": H, "rel_l2_error": float(np.mean(err)),
-                                 "rel_l2_error_median": float(np.median(err)), "pooled_rel_l2_error": num / den,
-                                 "rel_l2_error_sd": float(np.std(err)), "top10_overlap": float(np.mean(overlap))})
+                    grid.append(
+                        {
+                            "M": M,
+                            "H": H,
+                            "rel_l2_error": float(np.mean(err)),
+                            "rel_l2_error_median": float(np.median(err)),
+                            "pooled_rel_l2_error": num / den,
+                            "rel_l2_error_sd": float(np.std(err)),
+                            "top10_overlap": float(np.mean(overlap)),
+                        }
+                    )
                     print(name, grid[-1], flush=True)
-            out["sets"][name] = {"D": D, "cut_to_first_features": CUT if cut else None, "default_M": default_m(D),
-                                 "default_H": default_h(default_m(D)), "top_k": k, "grid": grid}
+            out["sets"][name] = {
+                "D": D,
+                "cut_to_first_features": CUT if cut else None,
+                "default_M": default_m(D),
+                "default_H": default_h(default_m(D)),
+                "top_k": k,
+                "grid": grid,
+            }
     write("rai_vs_asi", out)
 
 

@@ -7,13 +7,12 @@ paper's synthetic data, N = 1000, 80% as reference), and vectorised ASIPair agai
 import argparse
 
 import numpy as np
+from pairwise_common import slope, synthetic, timed, write
 from threadpoolctl import threadpool_limits
 
 from dxplain.pairwise.brute import loop_shapley
 from dxplain.pairwise.models import LowRank
 from dxplain.pairwise.shapley import asipair, default_h, default_m, raipair, reference
-
-from pairwise_common import slope, synthetic, timed, write
 
 
 def setup(D, seed=0, N=1000):
@@ -30,40 +29,68 @@ def main():
     ap.add_argument("--loop-d", type=int, default=10)
     a = ap.parse_args()
     rows = []
-    with threadpool_limits(1):   # one core: the per-pair cost, not the machine's load
+    with threadpool_limits(1):  # one core: the per-pair cost, not the machine's load
         for D in range(2, 10):
             zeta, ref, T = setup(D)
             ta = [timed(asipair, zeta, T[2 * p], T[2 * p + 1], ref)[1] for p in range(a.pairs)]
-            tr = [timed(raipair, zeta, T[2 * p], T[2 * p + 1], ref, np.random.default_rng(p))[1] for p in range(a.pairs)]
-            rows.append({"D": D, "asipair_s": float(np.mean(ta)), "raipair_s": float(np.mean(tr)),
-                         "M": default_m(D), "H": default_h(default_m(D))})
+            tr = [
+                timed(raipair, zeta, T[2 * p], T[2 * p + 1], ref, np.random.default_rng(p))[1] for p in range(a.pairs)
+            ]
+            rows.append(
+                {
+                    "D": D,
+                    "asipair_s": float(np.mean(ta)),
+                    "raipair_s": float(np.mean(tr)),
+                    "M": default_m(D),
+                    "H": default_h(default_m(D)),
+                }
+            )
             print(rows[-1], flush=True)
         for D in [int(d) for d in a.big.split(",") if d]:
             zeta, ref, T = setup(D)
             n = 1 if D > 200 else a.pairs
             tr = [timed(raipair, zeta, T[2 * p], T[2 * p + 1], ref, np.random.default_rng(p))[1] for p in range(n)]
-            rows.append({"D": D, "asipair_s": None, "raipair_s": float(np.mean(tr)), "M": default_m(D),
-                         "H": default_h(default_m(D)), "pairs": n})
+            rows.append(
+                {
+                    "D": D,
+                    "asipair_s": None,
+                    "raipair_s": float(np.mean(tr)),
+                    "M": default_m(D),
+                    "H": default_h(default_m(D)),
+                    "pairs": n,
+                }
+            )
             print(rows[-1], flush=True)
         vectorised = []
-        for N in (1000, 250):    # reference 800 (Fig. 2's N) and 200 rows
+        for N in (1000, 250):  # reference 800 (Fig. 2's N) and 200 rows
             zeta, ref, T = setup(a.loop_d, N=N)
-            asipair(zeta, T[0], T[1], ref)   # build the reference's whitening once (reused by every pair)
+            asipair(zeta, T[0], T[1], ref)  # build the reference's whitening once (reused by every pair)
             vec = [timed(asipair, zeta, T[2 * p], T[2 * p + 1], ref) for p in range(a.pairs)]
             loop = [timed(loop_shapley, zeta, T[2 * p], T[2 * p + 1], ref, 0.2, 0.95) for p in range(a.pairs)]
-            vectorised.append({"D": a.loop_d, "reference": len(ref.Ri),
-                               "vectorised_s": float(np.mean([v[1] for v in vec])),
-                               "loop_s": float(np.mean([l[1] for l in loop])),
-                               "max_abs_difference": max(float(np.max(np.abs(v[0][0] - l[0]))) for v, l in zip(vec, loop))})
+            vectorised.append(
+                {
+                    "D": a.loop_d,
+                    "reference": len(ref.Ri),
+                    "vectorised_s": float(np.mean([v[1] for v in vec])),
+                    "loop_s": float(np.mean([l[1] for l in loop])),
+                    "max_abs_difference": max(float(np.max(np.abs(v[0][0] - l[0]))) for v, l in zip(vec, loop)),
+                }
+            )
             vectorised[-1]["speedup"] = vectorised[-1]["loop_s"] / vectorised[-1]["vectorised_s"]
             print(vectorised[-1], flush=True)
     big = [r for r in rows if r["D"] >= 16]
     ds = [r["D"] for r in rows]
-    out = {"model": "LowRank r=min(4, D)", "N": 1000, "reference": 800, "threads": 1, "rows": rows,
-           "raipair_slope_all": slope(ds, [r["raipair_s"] for r in rows]),
-           "raipair_slope_D_ge_16": slope([r["D"] for r in big], [r["raipair_s"] for r in big]) if len(big) > 1 else None,
-           "asipair_log2_growth_per_feature": float(np.polyfit(ds[:8], np.log2([r["asipair_s"] for r in rows[:8]]), 1)[0]),
-           "vectorised": vectorised}
+    out = {
+        "model": "LowRank r=min(4, D)",
+        "N": 1000,
+        "reference": 800,
+        "threads": 1,
+        "rows": rows,
+        "raipair_slope_all": slope(ds, [r["raipair_s"] for r in rows]),
+        "raipair_slope_D_ge_16": slope([r["D"] for r in big], [r["raipair_s"] for r in big]) if len(big) > 1 else None,
+        "asipair_log2_growth_per_feature": float(np.polyfit(ds[:8], np.log2([r["asipair_s"] for r in rows[:8]]), 1)[0]),
+        "vectorised": vectorised,
+    }
     print(out["raipair_slope_D_ge_16"])
     write("speed", out)
 

@@ -101,11 +101,14 @@ def ci(values) -> tuple[float, float]:
 
 # ---- (a) data cleaning -------------------------------------------------------------------------------------
 
+
 def cleaning(name, seed, ms):
     rng, X, y, (tr, ta, ho), model = prepared(name, seed, (0.5, 0.25, 0.25))
     wrong = ta[model.predict(X[ta]) != y[ta]]
-    out = {"targets": int(len(wrong)), "base": {"target_half": accuracy(model, X[ta], y[ta]),
-                                                "held_out": accuracy(model, X[ho], y[ho])}}
+    out = {
+        "targets": int(len(wrong)),
+        "base": {"target_half": accuracy(model, X[ta], y[ta]), "held_out": accuracy(model, X[ho], y[ho])},
+    }
     if len(wrong) == 0:
         return out
     order = sbq_order(model, X[tr], y[tr], X[wrong], y[wrong], max(ms))
@@ -113,12 +116,16 @@ def cleaning(name, seed, ms):
         for method, drop in (("sbq", order[:m]), ("random", rng.choice(len(tr), m, replace=False))):
             keep = np.setdiff1d(np.arange(len(tr)), drop)
             mm = fit(X[tr][keep], y[tr][keep])
-            out.setdefault(method, {})[m] = {"target_half": accuracy(mm, X[ta], y[ta]),
-                                             "held_out": accuracy(mm, X[ho], y[ho]), "removed": int(len(drop))}
+            out.setdefault(method, {})[m] = {
+                "target_half": accuracy(mm, X[ta], y[ta]),
+                "held_out": accuracy(mm, X[ho], y[ho]),
+                "removed": int(len(drop)),
+            }
     return out
 
 
 # ---- (b) fixing flipped labels -----------------------------------------------------------------------------
+
 
 def flips(name, seed, budgets):
     rng = np.random.default_rng(seed)
@@ -149,18 +156,24 @@ def flips(name, seed, budgets):
             fixed = noisy.copy()
             fixed[found] = y[found]
             mm = fit(X[train], fixed[train])
-            out.setdefault(method, {})[c] = {"found": len(found) / len(flipped), "checked": int(len(checked)),
-                                             "test_accuracy": accuracy(mm, X[te], y[te])}
+            out.setdefault(method, {})[c] = {
+                "found": len(found) / len(flipped),
+                "checked": int(len(checked)),
+                "test_accuracy": accuracy(mm, X[te], y[te]),
+            }
     return out
 
 
 # ---- (c) summarisation -------------------------------------------------------------------------------------
 
+
 def summarisation(name, seed, ms):
     rng, X, y, (tr, va, te), model = prepared(name, seed, (0.6, 0.2, 0.2))
     out = {"full": model.log_likelihood(X[te], y[te])}
-    orders = {"sbq": sbq_order(model, X[tr], y[tr], X[va], y[va], max(ms)),
-              "sbq-identity": sbq_order(model, X[tr], y[tr], X[va], y[va], max(ms), "identity")}
+    orders = {
+        "sbq": sbq_order(model, X[tr], y[tr], X[va], y[va], max(ms)),
+        "sbq-identity": sbq_order(model, X[tr], y[tr], X[va], y[va], max(ms), "identity"),
+    }
     for m in ms:
         subsets = {k: o[:m] for k, o in orders.items()} | {"random": rng.choice(len(tr), m, replace=False)}
         for method, S in subsets.items():
@@ -170,6 +183,7 @@ def summarisation(name, seed, ms):
 
 
 # ---- (d) recommendations -----------------------------------------------------------------------------------
+
 
 def recommendations(n_users, ms, seed):
     from dxplain.datasets import resolve_dataset
@@ -200,15 +214,18 @@ def recommendations(n_users, ms, seed):
 
 # ---- report ------------------------------------------------------------------------------------------------
 
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--rec-users", type=int, default=20)
     args = ap.parse_args()
     t0 = time.perf_counter()
-    grids = {"digits-4v9": {"m": (10, 20, 40), "budget": (10, 20, 30, 45, 60)},
-             "digits-0-4v5-9": {"m": (10, 20, 40, 60), "budget": (10, 20, 30, 45, 60)},
-             "breast-cancer": {"m": (5, 10, 20, 30), "budget": (5, 10, 15, 20, 30)}}
+    grids = {
+        "digits-4v9": {"m": (10, 20, 40), "budget": (10, 20, 30, 45, 60)},
+        "digits-0-4v5-9": {"m": (10, 20, 40, 60), "budget": (10, 20, 30, 45, 60)},
+        "breast-cancer": {"m": (5, 10, 20, 30), "budget": (5, 10, 15, 20, 30)},
+    }
     res = {"seeds": args.seeds, "lam": LAM, "cleaning": {}, "flips": {}, "summarisation": {}}
     for name, g in grids.items():
         res["cleaning"][name] = [cleaning(name, s, g["m"][:2]) for s in range(args.seeds)]
@@ -231,38 +248,68 @@ def fmt(values, pct=True) -> str:
 
 
 def report(res, grids) -> str:
-    L = [f"# SBQ applications ({res['seeds']} seeds, mean ± 95% CI; `python benchmarks/sbq_applications.py "
-         f"--seeds {res['seeds']}`)", ""]
-    L += ["## (a) Data cleaning: remove m training points, retrain (accuracy %)", "",
-          "| data | targets (misclassified) | m | SBQ: target half | random: target half | SBQ: held-out half "
-          "| random: held-out half | no removal: target / held-out |", "|---|---|---|---|---|---|---|---|"]
+    L = [
+        f"# SBQ applications ({res['seeds']} seeds, mean ± 95% CI; `python benchmarks/sbq_applications.py "
+        f"--seeds {res['seeds']}`)",
+        "",
+    ]
+    L += [
+        "## (a) Data cleaning: remove m training points, retrain (accuracy %)",
+        "",
+        "| data | targets (misclassified) | m | SBQ: target half | random: target half | SBQ: held-out half "
+        "| random: held-out half | no removal: target / held-out |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, runs in res["cleaning"].items():
         ok = [r for r in runs if "sbq" in r]
         for m in grids[name]["m"][:2]:
-            L.append(f"| {name} | {np.mean([r['targets'] for r in runs]):.1f} (seeds with any: {len(ok)}) | {m} | "
-                     f"{fmt([r['sbq'][m]['target_half'] for r in ok])} | "
-                     f"{fmt([r['random'][m]['target_half'] for r in ok])} | "
-                     f"{fmt([r['sbq'][m]['held_out'] for r in ok])} | {fmt([r['random'][m]['held_out'] for r in ok])} | "
-                     f"{fmt([r['base']['target_half'] for r in ok])} / {fmt([r['base']['held_out'] for r in ok])} |")
+            L.append(
+                f"| {name} | {np.mean([r['targets'] for r in runs]):.1f} (seeds with any: {len(ok)}) | {m} | "
+                f"{fmt([r['sbq'][m]['target_half'] for r in ok])} | "
+                f"{fmt([r['random'][m]['target_half'] for r in ok])} | "
+                f"{fmt([r['sbq'][m]['held_out'] for r in ok])} | {fmt([r['random'][m]['held_out'] for r in ok])} | "
+                f"{fmt([r['base']['target_half'] for r in ok])} / {fmt([r['base']['held_out'] for r in ok])} |"
+            )
     methods = ("sbq", "sbq-identity", "self-influence", "random")
-    L += ["", "## (b) Fixing flipped labels (10% flipped): share of flips found (%) / test accuracy after fixing (%)",
-          "", "| data | checked | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+    L += [
+        "",
+        "## (b) Fixing flipped labels (10% flipped): share of flips found (%) / test accuracy after fixing (%)",
+        "",
+        "| data | checked | " + " | ".join(methods) + " |",
+        "|---|---|" + "---|" * len(methods),
+    ]
     for name, runs in res["flips"].items():
         for c in grids[name]["budget"]:
-            cells = [f"{fmt([r[k][c]['found'] for r in runs])} / {fmt([r[k][c]['test_accuracy'] for r in runs])}"
-                     for k in methods]
+            cells = [
+                f"{fmt([r[k][c]['found'] for r in runs])} / {fmt([r[k][c]['test_accuracy'] for r in runs])}"
+                for k in methods
+            ]
             L.append(f"| {name} | {c} | " + " | ".join(cells) + " |")
         L.append(f"| {name} | 0 (noisy model) | test accuracy {fmt([r['base_test'] for r in runs])} | | | |")
-    L += ["", "## (c) Summarisation: logistic regression on m points, mean test log-likelihood", "",
-          "| data | m | SBQ | SBQ (F = I) | random | all training data |", "|---|---|---|---|---|---|"]
+    L += [
+        "",
+        "## (c) Summarisation: logistic regression on m points, mean test log-likelihood",
+        "",
+        "| data | m | SBQ | SBQ (F = I) | random | all training data |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, runs in res["summarisation"].items():
         for m in grids[name]["m"]:
-            L.append(f"| {name} | {m} | " + " | ".join(fmt([r[k][m]['test_ll'] for r in runs], pct=False)
-                                                    for k in ("sbq", "sbq-identity", "random"))
-                     + f" | {fmt([r['full'] for r in runs], pct=False)} |")
+            L.append(
+                f"| {name} | {m} | "
+                + " | ".join(
+                    fmt([r[k][m]["test_ll"] for r in runs], pct=False) for k in ("sbq", "sbq-identity", "random")
+                )
+                + f" | {fmt([r['full'] for r in runs], pct=False)} |"
+            )
     rec = res["recommendations"]
-    L += ["", f"## (d) Recommendations (ml-100k, {len(rec)} users' top-10 lists): share of ‖μ_T‖² explained (%)", "",
-          "| m | SBQ prototypes | random interactions of the user or the items (optimal weights) |", "|---|---|---|"]
+    L += [
+        "",
+        f"## (d) Recommendations (ml-100k, {len(rec)} users' top-10 lists): share of ‖μ_T‖² explained (%)",
+        "",
+        "| m | SBQ prototypes | random interactions of the user or the items (optimal weights) |",
+        "|---|---|---|",
+    ]
     for m in (5, 10, 20):
         L.append(f"| {m} | {fmt([r[f'sbq_{m}'] for r in rec])} | {fmt([r[f'random_{m}'] for r in rec])} |")
     return "\n".join(L) + "\n"
@@ -270,6 +317,7 @@ def report(res, grids) -> str:
 
 def plot(res, grids) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -279,7 +327,9 @@ def plot(res, grids) -> None:
         for k in ("sbq", "sbq-identity", "self-influence", "random"):
             b = grids[name]["budget"]
             mh = [ci([r[k][c]["found"] for r in runs]) for c in b]
-            ax.errorbar(b, [x[0] for x in mh], yerr=[x[1] for x in mh], label=k, capsize=3, marker="o", color=COLOURS[k])
+            ax.errorbar(
+                b, [x[0] for x in mh], yerr=[x[1] for x in mh], label=k, capsize=3, marker="o", color=COLOURS[k]
+            )
         ax.set(title=f"(b) flipped labels found — {name}", xlabel="training points checked", ylabel="share of flips")
         ax.legend()
     for col, (name, runs) in enumerate(res["summarisation"].items()):
@@ -287,7 +337,9 @@ def plot(res, grids) -> None:
         for k in ("sbq", "sbq-identity", "random"):
             ms = grids[name]["m"]
             mh = [ci([r[k][m]["test_ll"] for r in runs]) for m in ms]
-            ax.errorbar(ms, [x[0] for x in mh], yerr=[x[1] for x in mh], label=k, capsize=3, marker="o", color=COLOURS[k])
+            ax.errorbar(
+                ms, [x[0] for x in mh], yerr=[x[1] for x in mh], label=k, capsize=3, marker="o", color=COLOURS[k]
+            )
         ax.axhline(ci([r["full"] for r in runs])[0], color="k", ls=":", label="all training data")
         ax.set(title=f"(c) summarisation — {name}", xlabel="m", ylabel="mean test log-likelihood")
         ax.legend()

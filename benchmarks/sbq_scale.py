@@ -5,8 +5,8 @@
 
 Case "logistic": a logistic regression on n synthetic samples with p = 127 features (+ intercept), so the
 Fisher kernel has rank 128 ≥ m; targets are 10,000 held-out samples; F is the empirical Fisher.
-Case "mf": ALS-MF (k = 32, ALS sweeps only) on n synthetic interactions with Zipf degrees; targets are the top-10 lists of
-1,000 users; F block-diagonal per user and item; Φ is sparse (2k entries per row).
+Case "mf": ALS-MF (k = 32, ALS sweeps only) on n synthetic interactions with Zipf degrees; targets are the top-10
+lists of 1,000 users; F block-diagonal per user and item; Φ is sparse (2k entries per row).
 
 Reported per case: seconds per greedy step; kernel evaluations per second (n per step); the step's
 arithmetic rate against this machine's dense matmul (GEMM) rate and a streaming read of Φ, measured in
@@ -76,13 +76,14 @@ def logistic_case(n: int, seed: int = 0):
 
 
 def mf_case(n: int, seed: int = 0):
+    import tempfile
+
     from dxplain.datasets.synthetic import generate
     from dxplain.explain.prototypes import mf_fisher_embedding
     from dxplain.explain.targets import recommend
     from dxplain.io.interactions import read_dataset
     from dxplain.models.mf import ALSMF
 
-    import tempfile
     folder = Path(tempfile.mkdtemp()) / "synthetic"
     generate(folder, n, seed=seed)
     data = read_dataset(folder).interactions
@@ -93,8 +94,18 @@ def mf_case(n: int, seed: int = 0):
     T = recommend(model.U, model.V, data, users, 10)
     t = time.perf_counter()
     Phi, Phi_T = mf_fisher_embedding(model, data, T)
-    return Phi, Phi_T, {"fit_seconds": fit_s, "embed_seconds": time.perf_counter() - t, "users": data.n_users,
-                        "items": data.n_items, "p": Phi.shape[1], "targets": len(T)}
+    return (
+        Phi,
+        Phi_T,
+        {
+            "fit_seconds": fit_s,
+            "embed_seconds": time.perf_counter() - t,
+            "users": data.n_users,
+            "items": data.n_items,
+            "p": Phi.shape[1],
+            "targets": len(T),
+        },
+    )
 
 
 def run(case: str, n: int, m: int, gemm: float) -> dict:
@@ -109,12 +120,22 @@ def run(case: str, n: int, m: int, gemm: float) -> dict:
     # Per step: one kernel column (2·nnz(Φ) flops when dense; a sparse MF column touches only the rows
     # sharing the user or item, negligible) plus the new row of L⁻¹k_S· (2·n·t flops, t = 0…m−1).
     flops = (0 if sp.issparse(Phi) else steps * 2 * nnz) + 2 * Phi.shape[0] * steps * (steps - 1) / 2
-    out.update({"greedy_seconds": secs, "steps": steps, "seconds_per_step": secs / max(steps, 1),
-                "kernel_evals_per_second": Phi.shape[0] * steps / secs, "step_gflops": flops / secs / 1e9,
-                "gemm_gflops": gemm, "share_of_gemm": flops / secs / 1e9 / gemm,
-                "phi_read_gbs": read_gbs(Phi), "phi_gb": (Phi.data.nbytes if sp.issparse(Phi) else Phi.nbytes) / 1e9,
-                "state_gb": m * Phi.shape[0] * 8 / 1e9, "reduction_greedy": sel.reduction,
-                "objective_share_left": float(sel.objective[-1] / sel.objective[0])})
+    out.update(
+        {
+            "greedy_seconds": secs,
+            "steps": steps,
+            "seconds_per_step": secs / max(steps, 1),
+            "kernel_evals_per_second": Phi.shape[0] * steps / secs,
+            "step_gflops": flops / secs / 1e9,
+            "gemm_gflops": gemm,
+            "share_of_gemm": flops / secs / 1e9 / gemm,
+            "phi_read_gbs": read_gbs(Phi),
+            "phi_gb": (Phi.data.nbytes if sp.issparse(Phi) else Phi.nbytes) / 1e9,
+            "state_gb": m * Phi.shape[0] * 8 / 1e9,
+            "reduction_greedy": sel.reduction,
+            "objective_share_left": float(sel.objective[-1] / sel.objective[0]),
+        }
+    )
     # Bytes a step must read at least: the t rows of L⁻¹k_S· written so far, and Φ once when dense
     # (a sparse MF column reads only the few columns where φ_s is nonzero: negligible).
     nbytes = 0 if sp.issparse(Phi) else Phi.nbytes

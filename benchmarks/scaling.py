@@ -99,11 +99,31 @@ def supplied_targets(folder: Path, popular: bool = True) -> Path:
 
 
 def refresh(folder: Path, out: Path, mode: str, a) -> dict:
-    cmd = [sys.executable, "-m", "dxplain.cli", "refresh", "--dataset", str(folder), "--out", str(out),
-           "--k", str(a.k), "--top-k", "10", "--workers", str(a.workers),
-           "--max-sweeps", str(a.max_sweeps), "--newton-steps", "0"]
-    cmd += ["--top-n", str(TARGETS_PER_USER)] if mode == "own" else \
-        ["--targets", str(supplied_targets(folder, popular=mode == "supplied"))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dxplain.cli",
+        "refresh",
+        "--dataset",
+        str(folder),
+        "--out",
+        str(out),
+        "--k",
+        str(a.k),
+        "--top-k",
+        "10",
+        "--workers",
+        str(a.workers),
+        "--max-sweeps",
+        str(a.max_sweeps),
+        "--newton-steps",
+        "0",
+    ]
+    cmd += (
+        ["--top-n", str(TARGETS_PER_USER)]
+        if mode == "own"
+        else ["--targets", str(supplied_targets(folder, popular=mode == "supplied"))]
+    )
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     wall = time.perf_counter() - t0
@@ -118,28 +138,49 @@ def record(n_asked: int, mode: str, s: dict, data_info: dict) -> dict:
     st, passes, mem = s["stage_seconds"], s["task_seconds"], s["peak_rss_mib"]
     # Task seconds by what they do: targets (the plan pass: recommended, or supplied ones selected),
     # explanation (the item-keyed user side, the shards' gather and item side), writing.
-    ph = {"recommend": passes["plan"], "explain": passes["user_side"] + passes["gather"] + passes["explain"],
-          "write": passes["write"]}
+    ph = {
+        "recommend": passes["plan"],
+        "explain": passes["user_side"] + passes["gather"] + passes["explain"],
+        "write": passes["write"],
+    }
     return {
-        "size": n_asked, "interactions": data_info["interactions"], "users": data_info["users"],
-        "items": data_info["items"], "mode": mode, "targets": s["targets"], "attributions": s["attributions"],
-        "partition_s": st.get("partition", 0.0), "train_s": st["train"], "preprocess_s": st["preprocess"], "recommend_explain_write_s": st["recommend_explain_write"],
-        "load_s": st["load"], "publish_s": st["publish"], "total_s": s["seconds"],
+        "size": n_asked,
+        "interactions": data_info["interactions"],
+        "users": data_info["users"],
+        "items": data_info["items"],
+        "mode": mode,
+        "targets": s["targets"],
+        "attributions": s["attributions"],
+        "partition_s": st.get("partition", 0.0),
+        "train_s": st["train"],
+        "preprocess_s": st["preprocess"],
+        "recommend_explain_write_s": st["recommend_explain_write"],
+        "load_s": st["load"],
+        "publish_s": st["publish"],
+        "total_s": s["seconds"],
         # Task seconds per phase (summed over the 2 workers), and the stage's wall split in their proportion.
-        **{f"task_{k}_s": round(v, 3) for k, v in ph.items()}, **{f"pass_{k}_s": v for k, v in passes.items()},
-        **{f"{k}_wall_s": round(st["recommend_explain_write"] * v / max(sum(ph.values()), 1e-9), 1)
-           for k, v in ph.items()},
+        **{f"task_{k}_s": round(v, 3) for k, v in ph.items()},
+        **{f"pass_{k}_s": v for k, v in passes.items()},
+        **{
+            f"{k}_wall_s": round(st["recommend_explain_write"] * v / max(sum(ph.values()), 1e-9), 1)
+            for k, v in ph.items()
+        },
         # The exact explanation's work: (target, training row) pairs scored, Σ history + Σ raters over targets.
-        "pairs_scored": s["pairs_scored"], "pairs_per_interaction": round(s["pairs_scored"] / data_info["interactions"], 1),
+        "pairs_scored": s["pairs_scored"],
+        "pairs_per_interaction": round(s["pairs_scored"] / data_info["interactions"], 1),
         "explain_ns_per_pair": round(ph["explain"] * 1e9 / max(s["pairs_scored"], 1), 1),
         "targets_per_s": round(s["targets"] / max(st["recommend_explain_write"], 1e-9)),
         "attributions_per_s": round(s["attributions"] / max(st["recommend_explain_write"], 1e-9)),
-        "peak_rss_flow_mib": mem["flow"], "peak_rss_worker_max_mib": max(mem["workers"].values()),
-        "grad_norm": s["grad_norm"], "fidelity_max_rel_error_item": s["fidelity_max_rel_error"]["item"],
+        "peak_rss_flow_mib": mem["flow"],
+        "peak_rss_worker_max_mib": max(mem["workers"].values()),
+        "grad_norm": s["grad_norm"],
+        "fidelity_max_rel_error_item": s["fidelity_max_rel_error"]["item"],
         "fidelity_median_rel_error_item": s["fidelity_median_rel_error"]["item"],
         "fidelity_median_rel_error_user": s["fidelity_median_rel_error"]["user"],
-        **{f"fidelity_p99_rel_error_below_{side}": s.get("fidelity_p99_rel_error_below", {}).get(side)
-           for side in ("item", "user")},
+        **{
+            f"fidelity_p99_rel_error_below_{side}": s.get("fidelity_p99_rel_error_below", {}).get(side)
+            for side in ("item", "user")
+        },
     }
 
 
@@ -157,35 +198,84 @@ def plot(rows: list[dict], path: Path) -> None:
             continue
         n = np.array([x["interactions"] for x in r])
         if mode == "uniform":  # the control: only its explanation, against |D| and against its work
-            ax.loglog(n, [x["explain_wall_s"] for x in r], marker=marker, color="C9", ls="-.",
-                      label="explanation (uniform targets, control)")
-            cx.loglog([x["pairs_scored"] for x in r], [x["task_explain_s"] for x in r], marker=marker, color="C9",
-                      ls="-.", label="explanation task seconds (uniform)")
+            ax.loglog(
+                n,
+                [x["explain_wall_s"] for x in r],
+                marker=marker,
+                color="C9",
+                ls="-.",
+                label="explanation (uniform targets, control)",
+            )
+            cx.loglog(
+                [x["pairs_scored"] for x in r],
+                [x["task_explain_s"] for x in r],
+                marker=marker,
+                color="C9",
+                ls="-.",
+                label="explanation task seconds (uniform)",
+            )
             continue
-        for key, label in (("explain_wall_s", "explanation"), ("recommend_wall_s", "recommendation"),
-                           ("write_wall_s", "writing"), ("preprocess_s", "preprocessing"),
-                           ("partition_s", "partitioning")):
+        for key, label in (
+            ("explain_wall_s", "explanation"),
+            ("recommend_wall_s", "recommendation"),
+            ("write_wall_s", "writing"),
+            ("preprocess_s", "preprocessing"),
+            ("partition_s", "partitioning"),
+        ):
             if (mode == "supplied" and key == "recommend_wall_s") or (mode == "own" and key == "partition_s"):
                 continue  # own targets reuse the supplied run's parts
-            ax.loglog(n, [x.get(key, np.nan) for x in r], marker=marker, ls="-" if mode == "supplied" else "--",
-                      label=f"{label} ({mode})")
+            ax.loglog(
+                n,
+                [x.get(key, np.nan) for x in r],
+                marker=marker,
+                ls="-" if mode == "supplied" else "--",
+                label=f"{label} ({mode})",
+            )
         if mode == "supplied":
             ax.loglog(n, [x["train_s"] for x in r], marker=marker, color="k", label="training (supplied run)")
             # Linear through the largest point: a steeper curve would cross it from below.
             ref = r[-1]["train_s"] * n / n[-1]
             ax.loglog(n, ref, color="grey", lw=0.8, ls=":", label="∝ |D| (through the top size)")
-            ax.loglog(n, r[-1]["explain_wall_s"] * n / n[-1], color="C0", lw=0.8, ls=":",
-                      label="∝ |D| (through the top explanation)")
+            ax.loglog(
+                n,
+                r[-1]["explain_wall_s"] * n / n[-1],
+                color="C0",
+                lw=0.8,
+                ls=":",
+                label="∝ |D| (through the top explanation)",
+            )
         w = [x.get("pairs_scored", np.nan) for x in r]
-        cx.loglog(w, [x["task_explain_s"] for x in r], marker=marker, ls="-" if mode == "supplied" else "--",
-                  label=f"explanation task seconds ({mode})")
+        cx.loglog(
+            w,
+            [x["task_explain_s"] for x in r],
+            marker=marker,
+            ls="-" if mode == "supplied" else "--",
+            label=f"explanation task seconds ({mode})",
+        )
         if mode == "supplied" and all(np.isfinite(w)):
-            cx.loglog(w, r[-1]["task_explain_s"] * np.array(w) / w[-1], color="grey", lw=0.8, ls=":",
-                      label="∝ pairs (through the top size)")
-        bx.plot(n / 1e6, [x["peak_rss_worker_max_mib"] / 1024 for x in r], marker=marker, color=colour["worker"],
-                label=f"worker, max ({mode})")
-        bx.plot(n / 1e6, [x["peak_rss_flow_mib"] / 1024 for x in r], marker=marker, ls="--", color=colour["flow"],
-                label=f"flow ({mode})")
+            cx.loglog(
+                w,
+                r[-1]["task_explain_s"] * np.array(w) / w[-1],
+                color="grey",
+                lw=0.8,
+                ls=":",
+                label="∝ pairs (through the top size)",
+            )
+        bx.plot(
+            n / 1e6,
+            [x["peak_rss_worker_max_mib"] / 1024 for x in r],
+            marker=marker,
+            color=colour["worker"],
+            label=f"worker, max ({mode})",
+        )
+        bx.plot(
+            n / 1e6,
+            [x["peak_rss_flow_mib"] / 1024 for x in r],
+            marker=marker,
+            ls="--",
+            color=colour["flow"],
+            label=f"flow ({mode})",
+        )
     bx.axhline(8, color="red", lw=0.8, label="8 GiB limit")
     ax.set_xlabel("|D| (interactions)")
     ax.set_ylabel("wall seconds")
@@ -204,19 +294,40 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def markdown(rows: list[dict]) -> str:
-    cols = [("interactions", "|D|"), ("users", "users"), ("items", "items"), ("mode", "targets"),
-            ("targets", "explained"), ("partition_s", "partition s"), ("train_s", "train s"), ("preprocess_s", "preprocess s"),
-            ("recommend_wall_s", "recommend s"), ("explain_wall_s", "explain s"), ("write_wall_s", "write s"),
-            ("total_s", "total s"), ("targets_per_s", "targets/s"), ("pairs_per_interaction", "pairs scored / |D|"),
-            ("explain_ns_per_pair", "explain ns/pair"), ("peak_rss_worker_max_mib", "worker peak MiB"),
-            ("peak_rss_flow_mib", "flow peak MiB"), ("fidelity_median_rel_error_item", "fidelity (median rel. err.)")]
+    cols = [
+        ("interactions", "|D|"),
+        ("users", "users"),
+        ("items", "items"),
+        ("mode", "targets"),
+        ("targets", "explained"),
+        ("partition_s", "partition s"),
+        ("train_s", "train s"),
+        ("preprocess_s", "preprocess s"),
+        ("recommend_wall_s", "recommend s"),
+        ("explain_wall_s", "explain s"),
+        ("write_wall_s", "write s"),
+        ("total_s", "total s"),
+        ("targets_per_s", "targets/s"),
+        ("pairs_per_interaction", "pairs scored / |D|"),
+        ("explain_ns_per_pair", "explain ns/pair"),
+        ("peak_rss_worker_max_mib", "worker peak MiB"),
+        ("peak_rss_flow_mib", "flow peak MiB"),
+        ("fidelity_median_rel_error_item", "fidelity (median rel. err.)"),
+    ]
     out = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = []
         for key, _ in cols:
             v = r.get(key, float("nan"))
-            cells.append(f"{v:,}" if isinstance(v, int) else f"{v:.1e}" if "fidelity" in key else
-                         f"{v:,.1f}" if isinstance(v, float) else str(v))
+            cells.append(
+                f"{v:,}"
+                if isinstance(v, int)
+                else f"{v:.1e}"
+                if "fidelity" in key
+                else f"{v:,.1f}"
+                if isinstance(v, float)
+                else str(v)
+            )
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 

@@ -35,8 +35,12 @@ def fit_biases(tr, reg: float, sweeps: int = 30):
     mu = tr.rating.mean()
     bu, bi = np.zeros(tr.n_users), np.zeros(tr.n_items)
     for _ in range(sweeps):
-        bu = np.bincount(tr.user, tr.rating - mu - bi[tr.item], tr.n_users) / (np.bincount(tr.user, minlength=tr.n_users) + reg)
-        bi = np.bincount(tr.item, tr.rating - mu - bu[tr.user], tr.n_items) / (np.bincount(tr.item, minlength=tr.n_items) + reg)
+        bu = np.bincount(tr.user, tr.rating - mu - bi[tr.item], tr.n_users) / (
+            np.bincount(tr.user, minlength=tr.n_users) + reg
+        )
+        bi = np.bincount(tr.item, tr.rating - mu - bu[tr.user], tr.n_items) / (
+            np.bincount(tr.item, minlength=tr.n_items) + reg
+        )
     return lambda u, i: mu + bu[u] + bi[i]
 
 
@@ -50,20 +54,37 @@ def main():
     rng = np.random.default_rng(a.seed)
     part = rng.choice(3, size=len(d), p=[0.8, 0.1, 0.1])
     tr, va, te = d.subset(part == 0), d.subset(part == 1), d.subset(part == 2)
-    out = {"split": "random 80/10/10", "seed": a.seed, "k": a.k, "train": len(tr), "validation": len(va),
-           "test": len(te), "grid": []}
+    out = {
+        "split": "random 80/10/10",
+        "seed": a.seed,
+        "k": a.k,
+        "train": len(tr),
+        "validation": len(va),
+        "test": len(te),
+        "grid": [],
+    }
     out["global_mean"] = {"val_rmse": rmse(tr.rating.mean(), va.rating), "test_rmse": rmse(tr.rating.mean(), te.rating)}
     best_b = min((rmse(fit_biases(tr, r)(va.user, va.item), va.rating), r) for r in (1, 3, 5, 10, 20, 40))
     fb = fit_biases(tr, best_b[1])
-    out["user_item_biases"] = {"reg": best_b[1], "val_rmse": best_b[0], "test_rmse": rmse(fb(te.user, te.item), te.rating)}
+    out["user_item_biases"] = {
+        "reg": best_b[1],
+        "val_rmse": best_b[0],
+        "test_rmse": rmse(fb(te.user, te.item), te.rating),
+    }
     for lam in map(float, a.lams.split(",")):
         t0 = time.perf_counter()
         m = ALSMF(k=a.k, lam=lam, seed=a.seed).fit(tr)
         sv = np.linalg.svd(m.U, compute_uv=False)  # effective rank: factor columns that did not collapse to 0
-        row = {"lam": lam, "val_rmse": rmse(m.predict(va.user, va.item), va.rating),
-               "test_rmse": rmse(m.predict(te.user, te.item), te.rating), "grad_norm": m.grad_norm,
-               "effective_rank": int(np.sum(sv > 1e-6)), "sweeps": m.info["sweeps"],
-               "newton_iters": m.info["newton_iters"], "seconds": round(time.perf_counter() - t0, 1)}
+        row = {
+            "lam": lam,
+            "val_rmse": rmse(m.predict(va.user, va.item), va.rating),
+            "test_rmse": rmse(m.predict(te.user, te.item), te.rating),
+            "grad_norm": m.grad_norm,
+            "effective_rank": int(np.sum(sv > 1e-6)),
+            "sweeps": m.info["sweeps"],
+            "newton_iters": m.info["newton_iters"],
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
         out["grid"].append(row)
         print(json.dumps(row), flush=True)
     best = min(out["grid"], key=lambda r: r["val_rmse"])

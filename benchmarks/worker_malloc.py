@@ -26,16 +26,24 @@ def task() -> dict:
         y = np.take(x, np.arange(0, 1_000_000, 3), axis=0)  # ~10 MB temporaries, as the kernels' blocks
         np.sort((y * 2.0).sum(axis=1))
     r1 = resource.getrusage(resource.RUSAGE_SELF)
-    return {"page_faults": r1.ru_minflt - r0.ru_minflt, "user_s": round(r1.ru_utime - r0.ru_utime, 2),
-            "sys_s": round(r1.ru_stime - r0.ru_stime, 2), "wall_s": round(time.perf_counter() - t0, 2),
-            "MALLOC_TRIM_THRESHOLD_": os.environ.get("MALLOC_TRIM_THRESHOLD_")}
+    return {
+        "page_faults": r1.ru_minflt - r0.ru_minflt,
+        "user_s": round(r1.ru_utime - r0.ru_utime, 2),
+        "sys_s": round(r1.ru_stime - r0.ru_stime, 2),
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "MALLOC_TRIM_THRESHOLD_": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+    }
 
 
 def on_worker(environ: dict) -> dict:
     os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)  # an earlier nanny left its value here, and it would win
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), \
-            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                         silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with (
+        dask.config.set({"distributed.nanny.pre-spawn-environ": environ}),
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         return client.submit(task, pure=False).result()
 
 

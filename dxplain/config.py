@@ -15,8 +15,11 @@ def _env_int(name: str, raw: str) -> int:
     from .errors import InputError
     from .params import Interval
 
-    rule = {"workers": Interval(int, 1, example=2), "threads_per_worker": Interval(int, 1, example=1),
-            "blas_threads": Interval(int, 0, example=1)}.get(name, Interval(int))
+    rule = {
+        "workers": Interval(int, 1, example=2),
+        "threads_per_worker": Interval(int, 1, example=1),
+        "blas_threads": Interval(int, 0, example=1),
+    }.get(name, Interval(int))
     try:
         value = int(raw)
     except ValueError:
@@ -50,7 +53,7 @@ class Settings:
     tls_key: str | None = None  # this client's private key (PEM)
 
     @classmethod
-    def from_env(cls, **overrides) -> "Settings":
+    def from_env(cls, **overrides) -> Settings:
         values = {}
         for f in fields(cls):
             raw = os.environ.get(f"DXPLAIN_{f.name.upper()}")
@@ -67,8 +70,10 @@ class Settings:
         if missing:
             from .errors import InputError
 
-            raise InputError(f"TLS needs a CA file, a certificate and a key; missing {missing} "
-                             "(set DXPLAIN_TLS_CA_FILE, DXPLAIN_TLS_CERT and DXPLAIN_TLS_KEY)")
+            raise InputError(
+                f"TLS needs a CA file, a certificate and a key; missing {missing} "
+                "(set DXPLAIN_TLS_CA_FILE, DXPLAIN_TLS_CERT and DXPLAIN_TLS_KEY)"
+            )
         return self.tls_ca_file, self.tls_cert, self.tls_key
 
     def blas_threads_per_worker(self) -> int:

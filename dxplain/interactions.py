@@ -53,18 +53,19 @@ class Interactions(IdSpaces):
         # Kernels rely on the sort order; make it an invariant rather than a convention.
         key = self.user.astype(np.int64) * max(1, self.n_items) + self.item
         if len(key) > 1 and not np.all(key[1:] > key[:-1]):
-            raise ValueError("Interactions must be sorted by (user, item) without duplicates; "
-                             "build them with Interactions.from_indices")
+            raise ValueError(
+                "Interactions must be sorted by (user, item) without duplicates; "
+                "build them with Interactions.from_indices"
+            )
 
     @classmethod
-    def from_indices(cls, user, item, rating, user_ids, item_ids, timestamp=None) -> "Interactions":
+    def from_indices(cls, user, item, rating, user_ids, item_ids, timestamp=None) -> Interactions:
         """Sort by (user, item) and build the views. Duplicates must have been rejected before."""
         user = np.asarray(user, dtype=np.int32)
         item = np.asarray(item, dtype=np.int32)
         order = np.lexsort((item, user))
         ts = None if timestamp is None else np.asarray(timestamp, dtype=np.int64)[order]
-        return cls(user[order], item[order], np.asarray(rating, dtype=np.float64)[order],
-                   user_ids, item_ids, ts)
+        return cls(user[order], item[order], np.asarray(rating, dtype=np.float64)[order], user_ids, item_ids, ts)
 
     def __len__(self) -> int:
         return len(self.user)
@@ -109,11 +110,10 @@ class Interactions(IdSpaces):
         data = (self.rating if values is None else values)[self.item_order]
         return sp.csr_array((data, self.user[self.item_order], self.item_indptr), shape=(self.n_items, self.n_users))
 
-    def subset(self, mask: np.ndarray) -> "Interactions":
+    def subset(self, mask: np.ndarray) -> Interactions:
         """The interactions where ``mask`` holds, over the same id spaces (for splits and deletions)."""
         ts = None if self.timestamp is None else self.timestamp[mask]
-        return Interactions(self.user[mask], self.item[mask], self.rating[mask],
-                            self.user_ids, self.item_ids, ts)
+        return Interactions(self.user[mask], self.item[mask], self.rating[mask], self.user_ids, self.item_ids, ts)
 
     def fingerprint(self) -> str:
         """Content hash of the (user, item, rating) set and the id lists: ties a model to its data."""
@@ -182,20 +182,20 @@ class RatingSum:
     terms: dict  # exponent → integer multiple of 2^exponent
 
     @classmethod
-    def of(cls, y: np.ndarray) -> "RatingSum":
+    def of(cls, y: np.ndarray) -> RatingSum:
         # y = M·2^(e−53) with |M| < 2^53 an integer; split M into 26- and 27-bit halves so that float64 sums
         # of up to 2^26 rows per exponent stay exact (bincount adds in float64: 2^26 · 2^27 = 2^53).
         y = np.asarray(y, np.float64)
         for s in (0, 1, 2):  # the common case, ratings on a grid of 1, ½ or ¼: one exact integer sum
             scaled = y * float(1 << s)
-            if len(y) < 1 << 31 and np.all(np.abs(scaled) < 2.0 ** 31):
+            if len(y) < 1 << 31 and np.all(np.abs(scaled) < 2.0**31):
                 whole = scaled.astype(np.int64)
                 if np.array_equal(whole, scaled):
                     return cls({-s: int(whole.sum())})
         terms: dict[int, int] = {}
         for lo in range(0, len(y), 1 << 26):
-            m, e = np.frexp(y[lo:lo + (1 << 26)])
-            M = (m * 2.0 ** 53).astype(np.int64)
+            m, e = np.frexp(y[lo : lo + (1 << 26)])
+            M = (m * 2.0**53).astype(np.int64)
             e0 = int(e.min()) if len(e) else 0
             for part, shift in ((M >> 26, 26), (M & ((1 << 26) - 1), 0)):
                 sums = np.bincount(e - e0, weights=part)
@@ -204,7 +204,7 @@ class RatingSum:
                     terms[key] = terms.get(key, 0) + int(sums[off])
         return cls(terms)
 
-    def __add__(self, other: "RatingSum") -> "RatingSum":
+    def __add__(self, other: RatingSum) -> RatingSum:
         terms = dict(self.terms)
         for e, c in other.terms.items():
             terms[e] = terms.get(e, 0) + c
@@ -235,11 +235,13 @@ class RowStats:
     shape: tuple[int, int] | None = None  # (users, items) of the id spaces when the counts are a range
 
     @classmethod
-    def of(cls, user: np.ndarray, item: np.ndarray, rating: np.ndarray, n_users: int, n_items: int,
-           compact: bool = False) -> "RowStats":
+    def of(
+        cls, user: np.ndarray, item: np.ndarray, rating: np.ndarray, n_users: int, n_items: int, compact: bool = False
+    ) -> RowStats:
         """The rows' stats; ``compact``: their counts over the range of ids the rows hold only, what a task
         sends to be summed. A chunk of a user-sorted table holds a narrow range of users, and at 50M
         Amazon-like interactions full-length counts are 104 MB a chunk (docs/scaling.md)."""
+
         def counts(ids, n):
             if not compact:
                 return 0, np.bincount(ids, minlength=n)
@@ -247,29 +249,51 @@ class RowStats:
             return lo, np.bincount(ids - lo).astype(np.int32)  # a chunk's count fits; half the bytes sent
 
         (user_lo, uc), (item_lo, ic) = counts(user, n_users), counts(item, n_items)
-        return cls(uc, ic, RatingSum.of(rating),
-                   float(rating.min()) if len(rating) else np.inf, float(rating.max()) if len(rating) else -np.inf,
-                   row_digest(user, item, rating), user_lo, item_lo, (n_users, n_items) if compact else None)
+        return cls(
+            uc,
+            ic,
+            RatingSum.of(rating),
+            float(rating.min()) if len(rating) else np.inf,
+            float(rating.max()) if len(rating) else -np.inf,
+            row_digest(user, item, rating),
+            user_lo,
+            item_lo,
+            (n_users, n_items) if compact else None,
+        )
 
     @classmethod
-    def total(cls, stats) -> "RowStats | None":
+    def total(cls, stats) -> RowStats | None:
         """Σ of ``stats`` (an iterable: tasks' results as they finish), counted into one pair of arrays over
         all ids, so that one sum and one result are held at a time."""
         total = None
         for s in stats:
             shape = s.shape or (len(s.user_counts), len(s.item_counts))
             if total is None:
-                total = RowStats(np.zeros(shape[0], np.int64), np.zeros(shape[1], np.int64), RatingSum({}), np.inf,
-                                 -np.inf, np.zeros_like(s.digest))
+                total = RowStats(
+                    np.zeros(shape[0], np.int64),
+                    np.zeros(shape[1], np.int64),
+                    RatingSum({}),
+                    np.inf,
+                    -np.inf,
+                    np.zeros_like(s.digest),
+                )
             if shape != (len(total.user_counts), len(total.item_counts)):
-                raise ValueError(f"row stats over {shape} users × items added to a total over "
-                                 f"{(len(total.user_counts), len(total.item_counts))}")
-            total.user_counts[s.user_lo:s.user_lo + len(s.user_counts)] += s.user_counts
-            total.item_counts[s.item_lo:s.item_lo + len(s.item_counts)] += s.item_counts
+                raise ValueError(
+                    f"row stats over {shape} users × items added to a total over "
+                    f"{(len(total.user_counts), len(total.item_counts))}"
+                )
+            total.user_counts[s.user_lo : s.user_lo + len(s.user_counts)] += s.user_counts
+            total.item_counts[s.item_lo : s.item_lo + len(s.item_counts)] += s.item_counts
             with np.errstate(over="ignore"):  # the digest is a sum mod 2⁶⁴
                 digest = total.digest + s.digest
-            total = RowStats(total.user_counts, total.item_counts, total.ratings + s.ratings,
-                             min(total.rating_min, s.rating_min), max(total.rating_max, s.rating_max), digest)
+            total = RowStats(
+                total.user_counts,
+                total.item_counts,
+                total.ratings + s.ratings,
+                min(total.rating_min, s.rating_min),
+                max(total.rating_max, s.rating_max),
+                digest,
+            )
         return total
 
 
@@ -343,18 +367,18 @@ class Targets:
         return len(self.user)
 
     @classmethod
-    def from_pairs(cls, user, item, rec_rank=None) -> "Targets":
+    def from_pairs(cls, user, item, rec_rank=None) -> Targets:
         user, item = np.asarray(user, np.int32), np.asarray(item, np.int32)
         rank = np.zeros(len(user), np.int32) if rec_rank is None else np.asarray(rec_rank, np.int32)
         order = np.lexsort((rank, item, user)) if rec_rank is None else np.lexsort((rank, user))
         return cls(user[order], item[order], rank[order])
 
-    def for_user_range(self, lo: int, hi: int) -> "Targets":
+    def for_user_range(self, lo: int, hi: int) -> Targets:
         """The targets of users lo:hi: one slice, since targets are sorted by user."""
         a, b = np.searchsorted(self.user, [lo, hi])
         return self.take(slice(int(a), int(b)))
 
-    def take(self, index: np.ndarray) -> "Targets":
+    def take(self, index: np.ndarray) -> Targets:
         """The targets at ``index`` (positions or a mask), in that order."""
         return Targets(self.user[index], self.item[index], self.rec_rank[index])
 

@@ -42,13 +42,20 @@ class Mapper(Protocol):
     def put(self, obj: Any, broadcast: bool = False) -> Any:
         """Send read-only ``obj`` once; return what to pass to tasks in its place."""
 
-    def map(self, fn: Callable, args: Iterable[Sequence], name: str = "task",
-            report: Report | None = None, near_first: bool = False) -> list:
+    def map(
+        self,
+        fn: Callable,
+        args: Iterable[Sequence],
+        name: str = "task",
+        report: Report | None = None,
+        near_first: bool = False,
+    ) -> list:
         """``[fn(*a) for a in args]``, in order; ``report(done, result)`` as each finishes. ``near_first``: run
         each task where its first argument (a handle from ``persist``) is, as every method here takes it."""
 
-    def imap(self, fn: Callable, args: Iterable[Sequence], name: str = "task",
-             near_first: bool = False) -> Iterator[tuple[int, Any]]:
+    def imap(
+        self, fn: Callable, args: Iterable[Sequence], name: str = "task", near_first: bool = False
+    ) -> Iterator[tuple[int, Any]]:
         """``(index, fn(*args[index]))`` as each finishes (any order), holding no finished result."""
 
     def persist(self, fn: Callable, args: Iterable[Sequence], name: str = "task", near_first: bool = False) -> list:

@@ -92,5 +92,8 @@ def validate(constraints: dict[str, Constraint], values: dict[str, Any]) -> None
 
 
 # The factor models' own options, shared by the commands that train one (refresh, train, negatives, ...).
-FACTORS = {"k": Interval(int, 1, example=32), "lam": Interval(float, 0, open_low=True, example=3e-4),
-           "seed": Interval(int, 0)}
+FACTORS = {
+    "k": Interval(int, 1, example=32),
+    "lam": Interval(float, 0, open_low=True, example=3e-4),
+    "seed": Interval(int, 0),
+}

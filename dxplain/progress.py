@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 Reporter = Callable[[str, int, "int | None", str], None]
 _reporter: Reporter | None = None

@@ -36,8 +36,13 @@ def random_interactions(n_users=40, n_items=30, density=0.3, seed=0, string_ids=
 
 
 def interactions_table(data: Interactions) -> pa.Table:
-    return pa.table({"user": data.user_ids.take(pa.array(data.user)),
-                     "item": data.item_ids.take(pa.array(data.item)), "rating": data.rating})
+    return pa.table(
+        {
+            "user": data.user_ids.take(pa.array(data.user)),
+            "item": data.item_ids.take(pa.array(data.item)),
+            "rating": data.rating,
+        }
+    )
 
 
 def write_random_dataset(tmp_path_factory, seed: int):
@@ -77,9 +82,8 @@ def ml100k(tmp_path_factory):
 def prefect_server():
     """One temporary Prefect server for the session's flow tests (each start costs 15-20 s on 2 cores),
     stopped inside pytest (not at interpreter exit)."""
-    from prefect.testing.utilities import prefect_test_harness
-
     from prefect.logging.configuration import setup_logging
+    from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=None):  # the variable above, not the harness's 30 s
         # Prefect's console handler keeps the sys.stderr of whenever logging is set up: here, pytest's

@@ -47,8 +47,13 @@ def test_the_reader_sees_what_it_checks():
 
 
 def test_kernels_import_no_io_dask_prefect_or_models():
-    assert offenders(modules("kernels"), ["dxplain.io", "dxplain.models", "dxplain.distributed", "dask",
-                                          "distributed", "prefect"]) == {}
+    assert (
+        offenders(
+            modules("kernels"),
+            ["dxplain.io", "dxplain.models", "dxplain.distributed", "dask", "distributed", "prefect"],
+        )
+        == {}
+    )
 
 
 def test_only_distributed_imports_dask():

@@ -25,23 +25,40 @@ def no_flow(monkeypatch):
         monkeypatch.setattr(module, name, NotStarted(getattr(module, name)))
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["refresh", "--top-n", "0"], "--top-n 0: give an integer ≥ 1"),
-    (["refresh", "--top-k", "-1"], "--top-k -1: give an integer ≥ 0"),
-    (["refresh", "--workers", "0"], "--workers 0: give an integer ≥ 1"),
-    (["refresh", "--lam", "-1"], "--lam -1.0: give a number > 0"),
-    (["refresh", "--dataset", "no/such/file.parquet"], "not a known dataset name"),
-    (["negatives", "--percent", "0"], "--percent 0.0: give a number > 0 and ≤ 100"),
-    (["negatives", "--method", "magic"], "--method 'magic': give one of representer, fia, loss, random"),
-    (["prototypes", "--user", "1", "-m", "0"], "-m 0: give an integer ≥ 1"),
-    (["refresh", "--scheduler", "tcp://127.0.0.1:9"], "cannot reach the Dask scheduler"),
-    (["refresh", "--keep", "0"], "--keep 0: give an integer ≥ 1"),
-    (["refresh", "--model", "no/such/model.zarr"], "--model no/such/model.zarr: no such model store"),
-    (["train", "--out", "m.zarr", "--k=-2"], "-k -2: give an integer ≥ 1"),
-    (["import-embeddings", "--dataset", "d", "--user-factors", "u", "--item-factors", "v", "--out", "m.zarr",
-      "--lam", "-1"], "--lam -1.0: give a number > 0"),
-    (["refresh", "--targets", "no/such/pairs.parquet"], "--targets no/such/pairs.parquet: no such file"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["refresh", "--top-n", "0"], "--top-n 0: give an integer ≥ 1"),
+        (["refresh", "--top-k", "-1"], "--top-k -1: give an integer ≥ 0"),
+        (["refresh", "--workers", "0"], "--workers 0: give an integer ≥ 1"),
+        (["refresh", "--lam", "-1"], "--lam -1.0: give a number > 0"),
+        (["refresh", "--dataset", "no/such/file.parquet"], "not a known dataset name"),
+        (["negatives", "--percent", "0"], "--percent 0.0: give a number > 0 and ≤ 100"),
+        (["negatives", "--method", "magic"], "--method 'magic': give one of representer, fia, loss, random"),
+        (["prototypes", "--user", "1", "-m", "0"], "-m 0: give an integer ≥ 1"),
+        (["refresh", "--scheduler", "tcp://127.0.0.1:9"], "cannot reach the Dask scheduler"),
+        (["refresh", "--keep", "0"], "--keep 0: give an integer ≥ 1"),
+        (["refresh", "--model", "no/such/model.zarr"], "--model no/such/model.zarr: no such model store"),
+        (["train", "--out", "m.zarr", "--k=-2"], "-k -2: give an integer ≥ 1"),
+        (
+            [
+                "import-embeddings",
+                "--dataset",
+                "d",
+                "--user-factors",
+                "u",
+                "--item-factors",
+                "v",
+                "--out",
+                "m.zarr",
+                "--lam",
+                "-1",
+            ],
+            "--lam -1.0: give a number > 0",
+        ),
+        (["refresh", "--targets", "no/such/pairs.parquet"], "--targets no/such/pairs.parquet: no such file"),
+    ],
+)
 def test_bad_option_is_one_line_and_exit_2(argv, says, no_flow, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -49,11 +66,14 @@ def test_bad_option_is_one_line_and_exit_2(argv, says, no_flow, capsys):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("variable,raw,says", [
-    ("DXPLAIN_WORKERS", "abc", "DXPLAIN_WORKERS='abc': give an integer ≥ 1"),
-    ("DXPLAIN_WORKERS", "0", "DXPLAIN_WORKERS='0': give an integer ≥ 1"),
-    ("DXPLAIN_BLAS_THREADS", "-1", "DXPLAIN_BLAS_THREADS='-1': give an integer ≥ 0"),
-])
+@pytest.mark.parametrize(
+    "variable,raw,says",
+    [
+        ("DXPLAIN_WORKERS", "abc", "DXPLAIN_WORKERS='abc': give an integer ≥ 1"),
+        ("DXPLAIN_WORKERS", "0", "DXPLAIN_WORKERS='0': give an integer ≥ 1"),
+        ("DXPLAIN_BLAS_THREADS", "-1", "DXPLAIN_BLAS_THREADS='-1': give an integer ≥ 0"),
+    ],
+)
 def test_bad_setting_in_the_environment_is_one_line_and_exit_2(variable, raw, says, no_flow, capsys, monkeypatch):
     monkeypatch.setenv(variable, raw)
     assert main(["refresh", "--top-n", "3"]) == 2
@@ -95,12 +115,19 @@ def _bad_data(tmp_path, kind):
     return path
 
 
-@pytest.mark.parametrize("kind, says", [
-    ("empty", "no rows"), ("wrong-columns", "dxplain datasets import FILE --out DIR --columns"),
-    ("nan", "NaN or infinite"), ("inf", "NaN or infinite"), ("text-ratings", "ratings must be numbers"),
-    ("one-row", "nothing to recommend"), ("corrupt", "cannot be read as a table"),
-    ("csv-named-parquet", "cannot be read as a table"),
-])
+@pytest.mark.parametrize(
+    "kind, says",
+    [
+        ("empty", "no rows"),
+        ("wrong-columns", "dxplain datasets import FILE --out DIR --columns"),
+        ("nan", "NaN or infinite"),
+        ("inf", "NaN or infinite"),
+        ("text-ratings", "ratings must be numbers"),
+        ("one-row", "nothing to recommend"),
+        ("corrupt", "cannot be read as a table"),
+        ("csv-named-parquet", "cannot be read as a table"),
+    ],
+)
 def test_bad_data_fails_before_any_flow_and_leaves_latest_alone(kind, says, tmp_path, no_flow, capsys):
     out = tmp_path / "out"
     (out / "runs").mkdir(parents=True)
@@ -142,10 +169,13 @@ def test_prefect_tracebacks_of_a_dxplain_error_are_dropped_and_others_kept():
     keep = _Chatter().filter
     bad = InputError("d/items.parquet: column 'z2' has 1 NaN")
     assert not keep(_record("prefect.task_runs", "Task run failed with exception: %r", bad))
-    assert not keep(_record("prefect.flow_runs", "Encountered exception during execution: %r",
-                            NotConvergedError("no")))
-    assert not keep(_record("prefect.flow_runs", 'Finished in state Failed("Flow run encountered an exception: '
-                                                 'InputError: d/items.parquet: column ...")'))
+    assert not keep(_record("prefect.flow_runs", "Encountered exception during execution: %r", NotConvergedError("no")))
+    assert not keep(
+        _record(
+            "prefect.flow_runs",
+            'Finished in state Failed("Flow run encountered an exception: InputError: d/items.parquet: column ...")',
+        )
+    )
     assert keep(_record("prefect.task_runs", "Task run failed with exception: %r", RuntimeError("a bug")))
     assert keep(_record("prefect.flow_runs", 'Finished in state Failed("... RuntimeError: a bug")'))
 

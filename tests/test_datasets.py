@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
+from dxplain.config import Settings
 from dxplain.datasets import movielens, registry
 from dxplain.datasets.synthetic import generate
-from dxplain.config import Settings
 from dxplain.io.interactions import read_dataset
 
 
@@ -19,8 +19,11 @@ def test_movielens_both_layouts_agree(ml100k, tmp_path):
     gl = read_dataset(tmp_path / "gl").items
     assert gl.column("title").to_pylist()[:2] == ["Toy Story", "GoldenEye"]
     assert b.items.column("title").to_pylist()[:2] == ["Toy Story", "GoldenEye"]
-    assert gl.column("genres").to_pylist()[0] == b.items.column("genres").to_pylist()[0] == \
-        ["Animation", "Children's", "Comedy"]
+    assert (
+        gl.column("genres").to_pylist()[0]
+        == b.items.column("genres").to_pylist()[0]
+        == ["Animation", "Children's", "Comedy"]
+    )
 
 
 def test_movielens_content(ml100k):

@@ -18,8 +18,10 @@ def test_prefect_deployment_entrypoint_parameters_and_schedule():
 
     spec = yaml.safe_load((ROOT / "deploy" / "prefect.yaml").read_text())
     deps = {d["name"]: d for d in spec["deployments"]}
-    want = {"nightly-refresh": ("dxplain-refresh", "0 2 * * *"),
-            "weekly-false-negatives": ("dxplain-negatives", "0 4 * * 0")}
+    want = {
+        "nightly-refresh": ("dxplain-refresh", "0 2 * * *"),
+        "weekly-false-negatives": ("dxplain-negatives", "0 4 * * 0"),
+    }
     assert set(deps) == set(want)
     for name, (flow_name, cron) in want.items():
         dep = deps[name]
@@ -60,12 +62,21 @@ def test_nightly_demo_publishes_a_scheduled_run(tmp_path):
     from dxplain.io.runs import open_run, read_manifest, resolve_run
 
     venv_bin = str(Path(sys.executable).parent)  # `prefect` and `python` of this environment
-    env = {**os.environ, "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-           "DXPLAIN_HOME": str(tmp_path / "home")}
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        "DXPLAIN_HOME": str(tmp_path / "home"),
+    }
     out = tmp_path / "out"
-    proc = subprocess.run(["bash", str(ROOT / "deploy" / "nightly-demo.sh"), str(out)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1400)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "deploy" / "nightly-demo.sh"), str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1400,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
     assert "scheduled run" in output and ": Completed" in output, output[-3000:]

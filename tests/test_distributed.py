@@ -3,18 +3,17 @@
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import random_interactions
 
 from dxplain.config import Settings
 from dxplain.distributed.cluster import blas_threads, connect
-from dxplain.explain.representer import Preprocessed
 from dxplain.distributed.mapper import DaskMapper
+from dxplain.explain.representer import Preprocessed
 from dxplain.io.partitions import write_partitions
 from dxplain.mapper import LocalMapper
 from dxplain.models.blocks import call_loaded
-from dxplain.refresh import RefreshJob, run_passes, shard_users
 from dxplain.models.mf import ALSMF
-
-from conftest import random_interactions
+from dxplain.refresh import RefreshJob, run_passes, shard_users
 
 pytestmark = pytest.mark.distributed
 
@@ -66,6 +65,7 @@ def test_worker_peak_memory_is_its_own_not_the_flows():
 def test_release_memory_gives_the_workers_freed_heap_back(client):
     """Workers run without a trim threshold, so heap memory a stage freed stays resident under a live
     allocation above it; ``release_memory`` (between training and the explanation) returns it."""
+
     def fragment():
         import builtins
 
@@ -88,7 +88,9 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
     d = random_interactions(80, 60, 0.2, seed=11)
     m = ALSMF(k=5, lam=3e-3).fit(d)
     # Small parts: each shard reads its users from several by-user parts; several item parts make the user side.
-    job = RefreshJob.create(d, Preprocessed.from_model(m, d), write_partitions(tmp_path / "parts", d, 150), top_n=5, top_k=3)
+    job = RefreshJob.create(
+        d, Preprocessed.from_model(m, d), write_partitions(tmp_path / "parts", d, 150), top_n=5, top_k=3
+    )
     assert len(job.parts.user_cuts) > 4 and len(job.parts.item_cuts) > 4
     shards = shard_users(d, 6)
     assert sum(len(s) for s in shards) == d.n_users
@@ -108,7 +110,8 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
     written = sorted(p.name for p in (tmp_path / "dask").iterdir())
     assert written == sorted([e["file"] for e in dsk] + ["_meta"])
     assert sorted(p.name for p in (tmp_path / "dask" / "_meta").iterdir()) == sorted(
-        e["file"].replace(".parquet", ".json") for e in dsk)
+        e["file"].replace(".parquet", ".json") for e in dsk
+    )
 
 
 def _job(root, seed=11, n_users=80, n_items=60, top_k=3):
@@ -161,8 +164,9 @@ def test_killed_worker_loses_nothing(tmp_path):
     with connect(Settings(workers=2, blas_threads=1)) as c:
         pids = c.run(os.getpid)
         result = {}
-        runner = threading.Thread(target=lambda: result.update(
-            entries=run_passes(DaskMapper(c), job, shards, str(tmp_path / "kill"))[0]))
+        runner = threading.Thread(
+            target=lambda: result.update(entries=run_passes(DaskMapper(c), job, shards, str(tmp_path / "kill"))[0])
+        )
         runner.start()
         deadline = time.time() + 60
         while not list((tmp_path / "kill").glob("_meta/part-*.json")) and time.time() < deadline:
@@ -209,8 +213,7 @@ def test_bce_trained_over_parts_on_the_cluster_equals_in_process_and_is_stationa
     the objective of the whole-table L-BFGS fit (the same optimum), and Newton's polish on the parts too."""
     from functools import partial
 
-    from dxplain.models.implicit_mf import (ImplicitMF, positive_pairs, sample_negatives, terms_of,
-                                            training_table)
+    from dxplain.models.implicit_mf import ImplicitMF, positive_pairs, sample_negatives, terms_of, training_table
     from dxplain.models.mf import PartHalfSteps
 
     P = positive_pairs(random_interactions(60, 45, 0.2, seed=31), 3)
@@ -225,7 +228,9 @@ def test_bce_trained_over_parts_on_the_cluster_equals_in_process_and_is_stationa
         assert (dsk.info["newton_iters"] > 0) == (sweeps == 3)
         np.testing.assert_allclose(dsk.U, mem.U, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(dsk.V, mem.V, rtol=1e-9, atol=1e-12)
-        assert dsk.grad_norm <= 1e-6 * dsk.lam and dsk.negatives == "sampled" and dsk.info["n_neg"] == len(table) - len(P)
+        assert (
+            dsk.grad_norm <= 1e-6 * dsk.lam and dsk.negatives == "sampled" and dsk.info["n_neg"] == len(table) - len(P)
+        )
         assert dsk.info["objective"] == pytest.approx(whole.info["objective"], rel=1e-9)
         np.testing.assert_allclose(dsk.U @ dsk.V.T, whole.U @ whole.V.T, atol=1e-4)
 
@@ -261,14 +266,18 @@ def test_factors_kept_in_block_files_train_as_arrays_do(client, tmp_path):
     mem = bce.fit_alternating(table, partial(BlockHalfSteps, LocalMapper(), parts))
     dsk = bce.fit_alternating(table, partial(BlockHalfSteps, DaskMapper(client), parts))
     assert all(f.startswith(str(tmp_path / "bce" / ".dxplain-scratch-")) for f in dsk.U.paths + dsk.V.paths)
-    assert len(list((tmp_path / "bce").glob(".dxplain-scratch-*/*.npy"))) == 2 * (len(parts.user_cuts) + len(parts.item_cuts) - 2)
+    assert len(list((tmp_path / "bce").glob(".dxplain-scratch-*/*.npy"))) == 2 * (
+        len(parts.user_cuts) + len(parts.item_cuts) - 2
+    )
     assert mem.info["sweeps"] == dsk.info["sweeps"] and dsk.grad_norm <= 1e-6 * dsk.lam
     np.testing.assert_array_equal(dsk.U.gather(), mem.U.gather())
     np.testing.assert_array_equal(dsk.V.gather(), mem.V.gather())
     arrays = bce.fit_alternating(table, partial(PartHalfSteps, LocalMapper(), parts))
     assert dsk.info["objective"] == pytest.approx(arrays.info["objective"], rel=1e-9)  # another start, one optimum
     del mem, dsk, blocks
-    assert not list((tmp_path / "bce").glob(".dxplain-scratch-*")) and not list((tmp_path / "als").glob(".dxplain-scratch-*"))
+    assert not list((tmp_path / "bce").glob(".dxplain-scratch-*")) and not list(
+        (tmp_path / "als").glob(".dxplain-scratch-*")
+    )
 
 
 def test_items_half_step_measures_its_side_on_the_way(client, tmp_path):
@@ -313,10 +322,14 @@ def test_items_half_step_measures_its_side_on_the_way(client, tmp_path):
         rss, gsq, bound = half.stationarity(U_b, V_b, lam, bound=True)
         assert (rss, gsq, *bound) == pytest.approx((want[0], want[1], *want[2]), rel=1e-12)
         U2_b = Blocks.split(mapper, half.scratch, U + 0.01, half.cuts["user"])
-        for (U_x, V_x, lam_x), (U_a, V_a) in (((U_b, V0_b, lam), (U, V0)), ((U_b, V_b, 2 * lam), (U, V_want)),
-                                             ((U2_b, V_b, lam), (U + 0.01, V_want))):
+        for (U_x, V_x, lam_x), (U_a, V_a) in (
+            ((U_b, V0_b, lam), (U, V0)),
+            ((U_b, V_b, 2 * lam), (U, V_want)),
+            ((U2_b, V_b, lam), (U + 0.01, V_want)),
+        ):
             assert half.stationarity(U_x, V_x, lam_x, bound=False)[:2] == pytest.approx(
-                arrays.stationarity(U_a, V_a, lam_x, bound=False)[:2], rel=1e-12)
+                arrays.stationarity(U_a, V_a, lam_x, bound=False)[:2], rel=1e-12
+            )
         if isinstance(mapper, Counting):
             full = ("als-stationarity", n_user + n_item)
             assert [c for c in mapper.calls if c[0] == "als-stationarity"] == [full] * 4
@@ -376,8 +389,12 @@ def test_measure_after_an_exact_items_half_step_takes_its_gradient(client, tmp_p
         if isinstance(mapper, Counting):
             light = ["_gradient_block_triple"] * n_item + ["_stationarity_compact"] * n_user
             assert [c for c in mapper.calls if c[0] == "als-stationarity"] == [
-                ("als-stationarity", n_user), ("als-stationarity", n_user),
-                ("als-stationarity", n_user + n_item), ("als-stationarity", light), ("als-stationarity", light)]
+                ("als-stationarity", n_user),
+                ("als-stationarity", n_user),
+                ("als-stationarity", n_user + n_item),
+                ("als-stationarity", light),
+                ("als-stationarity", light),
+            ]
         blocks.close()
 
 
@@ -405,13 +422,15 @@ def test_training_measures_the_items_side_with_the_items_half_step(tmp_path):
     m = ImplicitMF(k=3, max_iter=3, polish_iters=0).fit_alternating(table, partial(BlockHalfSteps, Counting(), parts))
     assert m.info["sweeps"] == 3
     assert [c for c in Counting.calls if c[0] == "als-stationarity"] == [
-        ("als-stationarity", ["_stationarity_compact"] * n_user)] * 3
+        ("als-stationarity", ["_stationarity_compact"] * n_user)
+    ] * 3
 
     d = random_interactions(80, 60, 0.2, seed=34)
     parts = write_partitions(tmp_path / "als", d, rows_per_part=len(d) // 4 + 1)
     Counting.calls.clear()
-    ALSMF(k=3, max_sweeps=3, polish_iters=0, identity_tol=1e-12).fit(d, half_steps=partial(BlockHalfSteps, Counting(),
-                                                                                           parts))
+    ALSMF(k=3, max_sweeps=3, polish_iters=0, identity_tol=1e-12).fit(
+        d, half_steps=partial(BlockHalfSteps, Counting(), parts)
+    )
     n_user, n_item = len(parts.user_cuts) - 1, len(parts.item_cuts) - 1
     light = ["_gradient_block_triple"] * n_item + ["_stationarity_compact"] * n_user
     assert [c for c in Counting.calls if c[0] == "als-stationarity"] == [("als-stationarity", light)] * 3
@@ -495,8 +514,9 @@ def test_worker_killed_mid_training_loses_nothing(tmp_path):
         assert KillAfterTwoSweeps.calls == 6
         want = model.fit(d, half_steps=partial(half_steps, LocalMapper(), parts))
         for a, b in ((got.U, want.U), (got.V, want.V)):
-            np.testing.assert_allclose(*(x if isinstance(x, np.ndarray) else x.gather() for x in (a, b)),
-                                       rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(
+                *(x if isinstance(x, np.ndarray) else x.gather() for x in (a, b)), rtol=1e-9, atol=1e-12
+            )
 
 
 @pytest.mark.parametrize("method", ["representer", "random"])
@@ -582,6 +602,7 @@ def test_sbq_part_states_stay_on_their_workers(client, tmp_path):
     parts = write_partitions(str(tmp_path / "parts"), d, rows_per_part=len(d) // 10)
     shards = PartShards(DaskMapper(client), parts, model, "empirical", 1e-3, parts.user_part_offsets())
     c = shards.start(Targets.from_pairs(np.array([2, 2, 8, 30]), np.array([1, 4, 6, 9])), 30)
+
     def where():
         wait(shards.states)
         held = client.who_has(shards.states)
@@ -654,8 +675,9 @@ def test_streamed_partitions_on_the_cluster_equal_the_local_ones(client, tmp_pat
     assert local.fingerprint() == dask.fingerprint() == d.fingerprint()
     np.testing.assert_array_equal(local.user_degree(), dask.user_degree())
     for name, mapper, summary in (("local", LocalMapper(), local), ("dask", DaskMapper(client), dask)):
-        partitions.stream_partitions(mapper, folder / "interactions.parquet", summary, tmp_path / name,
-                                     rows_per_part=200, rows_per_chunk=200)
+        partitions.stream_partitions(
+            mapper, folder / "interactions.parquet", summary, tmp_path / name, rows_per_part=200, rows_per_chunk=200
+        )
     files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*.parquet"))
     assert len(files) > 6
     for f in files:
@@ -678,6 +700,7 @@ def test_tasks_get_aligned_arrays_whatever_the_wire_gives(client):
 
     def copies():
         from dxplain.distributed import mapper
+
         return next(mapper.copies_made)  # a counter: reading it adds one
 
     before = client.run(copies)
@@ -735,8 +758,11 @@ def test_an_interrupted_map_cancels_its_queued_tasks(client):
         DaskMapper(client).map(slow, [(x,) for x in range(6)], name="interrupted", report=interrupt)
 
     def queued(dask_scheduler):  # the finished first task's result may stay: the traceback holds its future
-        return sorted(str(k) for k, ts in dask_scheduler.tasks.items()
-                      if "interrupted" in str(k) and ts.state in ("waiting", "queued", "processing", "no-worker"))
+        return sorted(
+            str(k)
+            for k, ts in dask_scheduler.tasks.items()
+            if "interrupted" in str(k) and ts.state in ("waiting", "queued", "processing", "no-worker")
+        )
 
     deadline = time.time() + 5
     while client.run_on_scheduler(queued) and time.time() < deadline:

@@ -5,11 +5,10 @@ import pytest
 import scipy.sparse as sp
 
 from dxplain.datasets.tabular import load_tabular
-from dxplain.evaluation.deletion import deletion_curves
-from dxplain.mapper import LocalMapper
-from dxplain.evaluation.deletion import deletion_sets, summarise
+from dxplain.evaluation.deletion import deletion_curves, deletion_sets, summarise
 from dxplain.evaluation.faithfulness import SparseCase, importances, plan, trial_case
 from dxplain.evaluation.report import auc_del
+from dxplain.mapper import LocalMapper
 from dxplain.models.sparse_logistic import L1Logistic, loss_derivatives
 
 
@@ -40,7 +39,7 @@ def test_l1_representer_sums_to_the_score_on_the_support(sparse):
     np.testing.assert_allclose(I.sum(axis=0), np.asarray(Xt @ case.model.theta).ravel(), rtol=1e-6, atol=1e-7)
     # Only the support counts: changing an off-support feature of a target changes nothing.
     off = np.setdiff1d(np.arange(X.shape[1]), case.model.support)[0]
-    Xt2 = (Xt.toarray() if sparse else Xt.copy())
+    Xt2 = Xt.toarray() if sparse else Xt.copy()
     Xt2[:, off] += 5.0
     np.testing.assert_allclose(importances(SparseCase(X, y, Xt2, 0.02, case.model), "l1-representer"), I)
 
@@ -53,8 +52,15 @@ def test_l2_representer_and_influence_closed_forms():
     np.testing.assert_allclose(importances(case, "l2-representer"), -d[:, None] * (X @ Xt.T), rtol=1e-12)
     q = m.support
     H = sum(d2[i] * np.outer(X[i, q], X[i, q]) for i in range(len(X)))
-    ref = np.array([[-(d[i] * X[i, q] / len(X) + m.lam * np.sign(m.theta[q])) @ np.linalg.solve(H, Xt[t, q])
-                     for t in range(len(Xt))] for i in range(len(X))])
+    ref = np.array(
+        [
+            [
+                -(d[i] * X[i, q] / len(X) + m.lam * np.sign(m.theta[q])) @ np.linalg.solve(H, Xt[t, q])
+                for t in range(len(Xt))
+            ]
+            for i in range(len(X))
+        ]
+    )
     np.testing.assert_allclose(importances(case, "influence"), ref, rtol=1e-9, atol=1e-12)
 
 
@@ -73,8 +79,11 @@ def test_removing_the_top_positive_samples_lowers_the_prediction():
     case = trial_case(*load_tabular("synthetic-small"), trial=0, n_targets=6)
     jobs, _ = plan(case, methods=("l1-representer", "random"), seed=0)
     base = [case.prediction(t) for t in range(6)]
-    rows = [dict(method=j.method, side="DEL+" if j.sign > 0 else "DEL-", trial=0, target=j.target, delta=d)
-            for j, c in zip(jobs, deletion_curves(LocalMapper(), case, jobs, base)) for d in c]
+    rows = [
+        dict(method=j.method, side="DEL+" if j.sign > 0 else "DEL-", trial=0, target=j.target, delta=d)
+        for j, c in zip(jobs, deletion_curves(LocalMapper(), case, jobs, base))
+        for d in c
+    ]
     table = auc_del(rows)
     assert table[("l1-representer", "DEL+")].mean < 0 < table[("l1-representer", "DEL-")].mean
     assert abs(table[("random", "DEL+")].mean) < abs(table[("l1-representer", "DEL+")].mean)
@@ -87,12 +96,12 @@ def test_summary_ci():
 
 def test_fia_is_the_derivative_of_the_restricted_refit():
     """FIA for MF = d ŷ(u, j)/dε when z is upweighted by ε and only U_u (or V_j) is refitted: a ridge solve."""
+    from conftest import random_interactions
+
     from dxplain.evaluation.faithfulness_cf import MFCase, cf_importances
     from dxplain.interactions import Targets
     from dxplain.kernels.als import Pattern, curvature_grams
     from dxplain.models.mf import ALSMF
-
-    from conftest import random_interactions
 
     d = random_interactions(25, 20, 0.3, seed=5)
     m = ALSMF(k=3, lam=1e-2, seed=0).fit(d)
@@ -122,11 +131,11 @@ def test_fia_is_the_derivative_of_the_restricted_refit():
 
 
 def test_cf_plan_deletes_only_ratings_of_the_targets_user_or_item():
+    from conftest import random_interactions
+
     from dxplain.evaluation.faithfulness_cf import MFCase, cf_plan
     from dxplain.interactions import Targets
     from dxplain.models.mf import ALSMF
-
-    from conftest import random_interactions
 
     d = random_interactions(40, 30, 0.3, seed=6)
     m = ALSMF(k=3, lam=1e-2, seed=0).fit(d)
@@ -147,9 +156,9 @@ def test_cf_plan_deletes_only_ratings_of_the_targets_user_or_item():
 
 
 def test_tracin_is_the_first_order_effect_of_one_sgd_step():
-    from dxplain.models.sgd_mf import Checkpoint, tracin_cp
-
     from conftest import random_interactions
+
+    from dxplain.models.sgd_mf import Checkpoint, tracin_cp
 
     d = random_interactions(20, 15, 0.4, seed=7)
     rng = np.random.default_rng(0)
@@ -167,9 +176,9 @@ def test_tracin_is_the_first_order_effect_of_one_sgd_step():
 
 
 def test_sgd_mf_is_deterministic_and_deletion_only_removes_rows():
-    from dxplain.models.sgd_mf import SGDMF
-
     from conftest import random_interactions
+
+    from dxplain.models.sgd_mf import SGDMF
 
     d = random_interactions(30, 20, 0.3, seed=8)
     fit = SGDMF(k=3, lr=0.5, batch=16, epochs=3, seed=4)
@@ -182,15 +191,20 @@ def test_sgd_mf_is_deterministic_and_deletion_only_removes_rows():
 
 def _two_tower_problem(seed=9):
     import pyarrow as pa
+    from conftest import random_interactions
 
     from dxplain.models.two_tower import TwoTower, encode_features
 
-    from conftest import random_interactions
-
     d = random_interactions(25, 18, 0.35, seed=seed)
     rng = np.random.default_rng(seed)
-    users = pa.table({"id": np.arange(25), "age": rng.integers(18, 70, 25),
-                      "gender": rng.choice(["F", "M"], 25), "zip": [f"{z:05d}" for z in range(25)]})
+    users = pa.table(
+        {
+            "id": np.arange(25),
+            "age": rng.integers(18, 70, 25),
+            "gender": rng.choice(["F", "M"], 25),
+            "zip": [f"{z:05d}" for z in range(25)],
+        }
+    )
     return d, TwoTower(encode_features(users, max_categories=10), k=4, hidden=6, batch=20, epochs=3, seed=1)
 
 
@@ -239,8 +253,9 @@ def test_two_tower_case_runs_the_deletion_plan():
     d, tt = _two_tower_problem()
     seen = set(zip(d.user.tolist(), d.item.tolist()))
     pairs = [(a, b) for a in range(25) for b in range(18) if (a, b) not in seen][:2]
-    case = MFCase(d, Targets.from_pairs(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])),
-                  tt.fit(d), two_tower=tt)
+    case = MFCase(
+        d, Targets.from_pairs(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])), tt.fit(d), two_tower=tt
+    )
     jobs, ms = cf_plan(case, fractions=(0.1, 0.3))
     assert set(ms) == {"representer", "fia", "random"}
     base = [case.prediction(t) for t in range(2)]

@@ -5,14 +5,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import interactions_table, random_interactions
 
 from dxplain.cli import main
 from dxplain.errors import InputError
+from dxplain.flows.refresh import refresh
 from dxplain.io import runs
 from dxplain.io.interactions import write_dataset
-from dxplain.flows.refresh import refresh
-
-from conftest import interactions_table, random_interactions
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -68,8 +67,9 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
 
 def test_a_training_budget_caps_training_and_names_its_model(dataset, tmp_path):
     out = str(tmp_path / "out")
-    capped = refresh(dataset=str(dataset), out=out, top_n=2, top_k=2, k=4, lam=5e-3, in_memory=True,
-                     max_sweeps=1, newton_steps=0)
+    capped = refresh(
+        dataset=str(dataset), out=out, top_n=2, top_k=2, k=4, lam=5e-3, in_memory=True, max_sweeps=1, newton_steps=0
+    )
     assert capped["model"].endswith("-sweeps1-newton0.zarr")
     assert capped["grad_norm"] > 1e-6  # one sweep is far from the optimum; the fidelity error shows it
     assert capped["fidelity_max_rel_error"]["item"] > 1e-6
@@ -84,8 +84,15 @@ def test_refresh_submits_to_an_existing_scheduler(dataset, tmp_path):
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
-        s = refresh(dataset=str(dataset), out=str(tmp_path / "out"), scheduler=cluster.scheduler_address,
-                    top_n=2, top_k=2, k=4, lam=5e-3)
+        s = refresh(
+            dataset=str(dataset),
+            out=str(tmp_path / "out"),
+            scheduler=cluster.scheduler_address,
+            top_n=2,
+            top_k=2,
+            k=4,
+            lam=5e-3,
+        )
         assert cluster.scheduler.transition_counter > 0  # the shards ran on this cluster
     assert s["targets"] == 2 * 50 and runs.resolve_run(tmp_path / "out") == Path(s["run"])
 
@@ -97,15 +104,33 @@ def test_refresh_with_supplied_targets_and_cli_explain(dataset, tmp_path, capsys
     targets = tmp_path / "targets.parquet"
     pq.write_table(pa.table({"user": ["u001", "u002"], "item": ["i003", "i004"]}), targets)
     out = tmp_path / "out"
-    code = main(["refresh", "--dataset", str(dataset), "--out", str(out), "--targets", str(targets), "--top-k", "0",
-                 "--k", "4", "--lam", "5e-3", "--in-memory"])
+    code = main(
+        [
+            "refresh",
+            "--dataset",
+            str(dataset),
+            "--out",
+            str(out),
+            "--targets",
+            str(targets),
+            "--top-k",
+            "0",
+            "--k",
+            "4",
+            "--lam",
+            "5e-3",
+            "--in-memory",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     summary = json.loads(printed[: printed.index("\n}") + 2])
     assert summary["targets"] == 2
     table = runs.open_run(runs.resolve_run(out)).to_table()
-    assert set(zip(table.column("user").to_pylist(), table.column("item").to_pylist())) == \
-        {("u001", "i003"), ("u002", "i004")}
+    assert set(zip(table.column("user").to_pylist(), table.column("item").to_pylist())) == {
+        ("u001", "i003"),
+        ("u002", "i004"),
+    }
     assert main(["explain", "--run", str(out), "--user", "u001", "--item", "i003", "--dataset", str(dataset)]) == 0
     shown = capsys.readouterr().out
     assert "Why user u001 gets i003" in shown and "the user's own ratings" in shown
@@ -123,8 +148,25 @@ def test_explain_reads_the_run_and_the_catalogue_never_the_interactions(dataset,
     from dxplain.io import interactions as io_interactions
 
     out = tmp_path / "out"
-    assert main(["refresh", "--dataset", str(dataset), "--out", str(out), "--top-k", "3", "--k", "4", "--lam", "5e-3",
-                 "--in-memory"]) == 0
+    assert (
+        main(
+            [
+                "refresh",
+                "--dataset",
+                str(dataset),
+                "--out",
+                str(out),
+                "--top-k",
+                "3",
+                "--k",
+                "4",
+                "--lam",
+                "5e-3",
+                "--in-memory",
+            ]
+        )
+        == 0
+    )
     first = runs.open_run(runs.resolve_run(out)).head(1).to_pylist()[0]
     # the example the CLI prints is the run's first row, read from one row group's id columns
     assert runs.first_target(runs.resolve_run(out)) == {"user": first["user"], "item": first["item"]}
@@ -134,11 +176,39 @@ def test_explain_reads_the_run_and_the_catalogue_never_the_interactions(dataset,
         raise AssertionError("the interactions were read")
 
     monkeypatch.setattr(io_interactions, "interactions_from_table", no_interactions)
-    assert main(["explain", "--run", str(out), "--user", str(first["user"]), "--item", str(first["item"]),
-                 "--dataset", str(dataset)]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "--run",
+                str(out),
+                "--user",
+                str(first["user"]),
+                "--item",
+                str(first["item"]),
+                "--dataset",
+                str(dataset),
+            ]
+        )
+        == 0
+    )
     assert f"Why user {first['user']} gets" in capsys.readouterr().out
-    assert main(["explain", "--run", str(out), "--user", str(first["user"]), "--item", str(first["item"]),
-                 "--dataset", str(tmp_path / "no-such-dataset")]) == 2  # a dataset path that is not there is named
+    assert (
+        main(
+            [
+                "explain",
+                "--run",
+                str(out),
+                "--user",
+                str(first["user"]),
+                "--item",
+                str(first["item"]),
+                "--dataset",
+                str(tmp_path / "no-such-dataset"),
+            ]
+        )
+        == 2
+    )  # a dataset path that is not there is named
     assert "no-such-dataset" in capsys.readouterr().err
 
 
@@ -149,14 +219,29 @@ def test_cli_refuses_unknown_target_ids_and_publishes_nothing(dataset, tmp_path,
     targets = tmp_path / "targets.parquet"
     pq.write_table(pa.table({"user": ["ghost"], "item": ["i003"]}), targets)
     out = tmp_path / "out"
-    code = main(["refresh", "--dataset", str(dataset), "--out", str(out), "--targets", str(targets), "--k", "4",
-                 "--lam", "5e-3", "--in-memory"])
+    code = main(
+        [
+            "refresh",
+            "--dataset",
+            str(dataset),
+            "--out",
+            str(out),
+            "--targets",
+            str(targets),
+            "--k",
+            "4",
+            "--lam",
+            "5e-3",
+            "--in-memory",
+        ]
+    )
     assert code == 2
     assert "ghost" in capsys.readouterr().err
     assert not (out / "LATEST").exists() and not (out / "runs").exists()
     pq.write_table(pa.table({"user": ["ghost", "u001"], "item": ["i003", "i003"]}), targets)
-    s = refresh(dataset=str(dataset), out=str(out), targets=str(targets), k=4, lam=5e-3, in_memory=True,
-                skip_unseen=True)  # a nightly list naming a user the data does not have yet
+    s = refresh(
+        dataset=str(dataset), out=str(out), targets=str(targets), k=4, lam=5e-3, in_memory=True, skip_unseen=True
+    )  # a nightly list naming a user the data does not have yet
     assert s["targets_skipped_unseen"] == 1 and s["targets"] == 1 and (out / "LATEST").exists()
 
 
@@ -198,6 +283,7 @@ def test_interrupted_run_resumes_keeping_verified_shards(dataset, tmp_path, monk
     assert s["attributions"] == clean["attributions"]
     # a published run folder is one Parquet dataset, read in one call (no metadata beside the shards)
     import pyarrow.dataset as pads
+
     assert pads.dataset(run, format="parquet").to_table().sort_by(keys).equals(got)
 
 
@@ -236,8 +322,13 @@ def test_flow_killed_mid_run_resumes_on_rerun(tmp_path, how, killed_run_data):
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
     log = tmp_path / "killed-run.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "dxplain.cli", "refresh", "--out", str(out), *args], env=env,
-                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dxplain.cli", "refresh", "--out", str(out), *args],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.time() + 300
     while not list(out.glob("runs/*/_meta/part-*.json")) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.005)
@@ -337,10 +428,17 @@ def test_refresh_on_imported_factors_warns_why_the_attributions_miss_and_publish
     for side, ids in (("U", data.user_ids), ("V", data.item_ids)):
         factors = pa.table({"id": ids, "embedding": list(rng.normal(size=(len(ids), 4)))})
         pq.write_table(factors, tmp_path / f"{side}.parquet")
-    model = model_store.import_embeddings(tmp_path / "imp.zarr", data, tmp_path / "U.parquet", tmp_path / "V.parquet",
-                                          lam=lam, mu=float(data.rating_mean()))
-    s = refresh(dataset=str(dataset), model=str(model), out=str(tmp_path / "out"), top_n=3, top_k=2, shards=2,
-                in_memory=True)
+    model = model_store.import_embeddings(
+        tmp_path / "imp.zarr",
+        data,
+        tmp_path / "U.parquet",
+        tmp_path / "V.parquet",
+        lam=lam,
+        mu=float(data.rating_mean()),
+    )
+    s = refresh(
+        dataset=str(dataset), model=str(model), out=str(tmp_path / "out"), top_n=3, top_k=2, shards=2, in_memory=True
+    )
     assert s["grad_norm"] is None and not s["fidelity_ok"] and runs.resolve_run(tmp_path / "out") == Path(s["run"])
     assert ("have no λ" if lam is None else "not a stationary point") in s["fidelity_warning"]
 

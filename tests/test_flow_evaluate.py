@@ -4,19 +4,33 @@ import csv
 import json
 
 import pytest
+from conftest import only_run
 
 from dxplain.cli import main
 from dxplain.flows.evaluate import evaluate
-
-from conftest import only_run
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
 
 def test_cli_writes_curves_and_auc_table(tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["evaluate", "--dataset", "synthetic-small", "--trials", "2", "--targets", "3", "--in-memory",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--dataset",
+                "synthetic-small",
+                "--trials",
+                "2",
+                "--targets",
+                "3",
+                "--in-memory",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "AUC-DEL₊" in capsys.readouterr().out
     folder = only_run(out, "evaluations")
     rows = list(csv.DictReader(open(folder / "deletions.csv")))
@@ -45,9 +59,14 @@ def test_rerun_reuses_cached_trials(tmp_path, monkeypatch):
     assert a == b
 
 
-@pytest.mark.parametrize("args, message", [(["--dataset", "mnist"], "--dataset 'mnist'"),
-                                           (["--trials", "0"], "--trials 0"),
-                                           (["--model", "bpr"], "--model 'bpr'")])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dataset", "mnist"], "--dataset 'mnist'"),
+        (["--trials", "0"], "--trials 0"),
+        (["--model", "bpr"], "--model 'bpr'"),
+    ],
+)
 def test_bad_options_are_named_and_nothing_is_written(tmp_path, capsys, args, message):
     out = tmp_path / "out"
     assert main(["evaluate", "--in-memory", "--out", str(out), *args]) == 2

@@ -8,11 +8,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import only_run, write_random_dataset
 
 from dxplain.cli import main
 from dxplain.flows.negatives import negatives
-
-from conftest import only_run, write_random_dataset
 
 ARGS = ["--k", "3", "--lam", "2e-4", "--percent", "5"]
 
@@ -28,7 +27,6 @@ def dataset(tmp_path_factory):
 def positives_of(d):
     keep = d.rating >= 4
     return {(f"u{u:03d}", f"i{i:03d}") for u, i in zip(d.user[keep], d.item[keep])}
-
 
 
 def test_cli_flags_the_lowest_share_of_all_unobserved_pairs(dataset, tmp_path, capsys):
@@ -66,12 +64,24 @@ def test_cluster_scan_flags_the_same_pairs_as_in_memory(dataset, tmp_path):
 def test_sampled_negatives_write_a_cleaned_set(dataset, tmp_path):
     folder, d = dataset
     out = tmp_path / "out"
-    s = negatives(dataset=str(folder), out=str(out), negatives="2", percent=10, k=3, lam=2e-4, in_memory=True,
-                  method="loss", retrain=True)
+    s = negatives(
+        dataset=str(folder),
+        out=str(out),
+        negatives="2",
+        percent=10,
+        k=3,
+        lam=2e-4,
+        in_memory=True,
+        method="loss",
+        retrain=True,
+    )
     run = only_run(out, "negatives")
     # Trained over the training table's parts, to the same stop as the whole-table fit; so is the retrain.
     assert s["solver"] == "alternating" and s["grad_norm"] <= 1e-4 * s["lam"]
-    assert s["retrained"]["negatives"] == s["negatives_total"] - s["flagged"] and s["retrained"]["grad_norm"] <= 1e-4 * s["lam"]
+    assert (
+        s["retrained"]["negatives"] == s["negatives_total"] - s["flagged"]
+        and s["retrained"]["grad_norm"] <= 1e-4 * s["lam"]
+    )
     flagged = pq.read_table(run / "flagged.parquet")
     cleaned = pq.read_table(run / "cleaned-negatives.parquet")
     assert flagged.num_rows == math.ceil(0.1 * s["negatives_total"])
@@ -81,13 +91,16 @@ def test_sampled_negatives_write_a_cleaned_set(dataset, tmp_path):
     assert not f & c and not (f | c) & positives_of(d)
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--percent", "0"], "--percent 0"),
-    (["--percent", "150"], "--percent 150"),
-    (["--method", "shap"], "--method 'shap'"),
-    (["--negatives", "lots"], "--negatives 'lots'"),
-    (["--positive-threshold", "9"], "rating ≥ 9"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--percent", "0"], "--percent 0"),
+        (["--percent", "150"], "--percent 150"),
+        (["--method", "shap"], "--method 'shap'"),
+        (["--negatives", "lots"], "--negatives 'lots'"),
+        (["--positive-threshold", "9"], "rating ≥ 9"),
+    ],
+)
 def test_bad_options_name_the_problem_and_write_nothing(dataset, tmp_path, capsys, args, needle):
     folder, _ = dataset
     out = tmp_path / "out"
@@ -102,16 +115,18 @@ def test_a_negatives_file_listing_a_positive_is_refused(dataset, tmp_path, capsy
     path = tmp_path / "neg.parquet"
     pq.write_table(pa.table({"user": ["u000", u], "item": ["i029", i]}), path)
     out = tmp_path / "out"
-    code = main(["negatives", "--dataset", str(folder), "--out", str(out), "--in-memory", "--negatives", str(path),
-                 *ARGS])
+    code = main(
+        ["negatives", "--dataset", str(folder), "--out", str(out), "--in-memory", "--negatives", str(path), *ARGS]
+    )
     assert code == 2
     err = capsys.readouterr().err
     assert f"({u}, {i}) is a positive" in err
     assert not (out / "negatives").exists()
 
 
-def test_all_unobserved_above_the_size_limit_is_refused_naming_sampled_negatives(dataset, tmp_path, capsys,
-                                                                                monkeypatch):
+def test_all_unobserved_above_the_size_limit_is_refused_naming_sampled_negatives(
+    dataset, tmp_path, capsys, monkeypatch
+):
     from dxplain.explain import negatives as N
 
     folder, d = dataset
@@ -137,9 +152,13 @@ def test_sampled_negatives_of_a_prepared_dataset_are_drawn_trained_and_scored_by
     assert a["sampled_by"] == b["sampled_by"] == "tasks" and a["solver"] == "alternating"
     assert a["grad_norm"] <= 1e-4 * a["lam"] and a["positives"] == len(d)
     fa, fb = (pq.read_table(only_run(tmp_path / o, "negatives") / "flagged.parquet") for o in ("mem", "dask"))
-    assert fa.num_rows == math.ceil(0.05 * a["negatives_total"]) and fa.select(["user", "item"]).equals(fb.select(["user", "item"]))
+    assert fa.num_rows == math.ceil(0.05 * a["negatives_total"]) and fa.select(["user", "item"]).equals(
+        fb.select(["user", "item"])
+    )
     np.testing.assert_allclose(fa["score"].to_numpy(), fb["score"].to_numpy(), rtol=1e-9)
-    cleaned_parts = list((only_run(tmp_path / "dask", "negatives") / "cleaned-negatives.parquet").glob("part-*.parquet"))
+    cleaned_parts = list(
+        (only_run(tmp_path / "dask", "negatives") / "cleaned-negatives.parquet").glob("part-*.parquet")
+    )
     assert len(cleaned_parts) > 2  # one file per by-user part of D: the run had several
     cleaned = pq.read_table(only_run(tmp_path / "dask", "negatives") / "cleaned-negatives.parquet")
     f = set(zip(fb["user"].to_pylist(), fb["item"].to_pylist()))

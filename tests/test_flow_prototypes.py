@@ -7,16 +7,15 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+from conftest import only_run, write_random_dataset
 
 from dxplain.cli import main
 from dxplain.datasets import resolve_dataset
 from dxplain.explain.prototypes import mf_fisher_embedding
-from dxplain.interactions import Targets
-from dxplain.models.base import FactorModel
-from dxplain.kernels.sbq import greedy, mean_embedding
 from dxplain.flows.prototypes import prototypes
-
-from conftest import only_run, write_random_dataset
+from dxplain.interactions import Targets
+from dxplain.kernels.sbq import greedy, mean_embedding
+from dxplain.models.base import FactorModel
 
 ARGS = ["--k", "3", "--lam", "2e-3", "-m", "6"]
 
@@ -28,12 +27,27 @@ def dataset(tmp_path_factory):
     return write_random_dataset(tmp_path_factory, seed=4)
 
 
-
 def test_cli_explains_one_users_list(dataset, tmp_path, capsys):
     folder, _ = dataset
     out = tmp_path / "out"
-    assert main(["prototypes", "--dataset", str(folder), "--out", str(out), "--user", "u005", "--top-n", "4",
-                 "--in-memory", *ARGS]) == 0
+    assert (
+        main(
+            [
+                "prototypes",
+                "--dataset",
+                str(folder),
+                "--out",
+                str(out),
+                "--user",
+                "u005",
+                "--top-n",
+                "4",
+                "--in-memory",
+                *ARGS,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "training interactions explain user u005's list of 4 predictions" in printed
     run = only_run(out, "prototypes")
@@ -49,8 +63,10 @@ def test_cli_explains_one_users_list(dataset, tmp_path, capsys):
     mf = FactorModel.load(summary["model"], data)
     uid = {str(u): n for n, u in enumerate(data.user_ids.to_pylist())}
     iid = {str(i): n for n, i in enumerate(data.item_ids.to_pylist())}
-    T = Targets.from_pairs(np.array([uid[u] for u in targets.column("user").to_pylist()]),
-                           np.array([iid[i] for i in targets.column("item").to_pylist()]))
+    T = Targets.from_pairs(
+        np.array([uid[u] for u in targets.column("user").to_pylist()]),
+        np.array([iid[i] for i in targets.column("item").to_pylist()]),
+    )
     Phi, Phi_T = mf_fisher_embedding(mf, data, T)
     ref = greedy(Phi, mean_embedding(Phi_T), 6)
     got = list(zip(protos.column("user").to_pylist(), protos.column("item").to_pylist()))
@@ -60,8 +76,9 @@ def test_cli_explains_one_users_list(dataset, tmp_path, capsys):
 def test_cluster_run_selects_the_same_prototypes_as_in_memory(dataset, tmp_path):
     folder, _ = dataset
     targets = tmp_path / "targets.csv"
-    pacsv.write_csv(pa.table({"user": ["u001", "u002", "u002", "u030"], "item": ["i004", "i007", "i011", "i020"]}),
-                    targets)
+    pacsv.write_csv(
+        pa.table({"user": ["u001", "u002", "u002", "u030"], "item": ["i004", "i007", "i011", "i020"]}), targets
+    )
     common = dict(dataset=str(folder), targets=str(targets), m=8, k=3, lam=2e-3)
     mem = prototypes(out=str(tmp_path / "mem"), in_memory=True, **common)
     dsk = prototypes(out=str(tmp_path / "dask"), workers=2, shards=3, **common)
@@ -73,13 +90,16 @@ def test_cluster_run_selects_the_same_prototypes_as_in_memory(dataset, tmp_path)
     assert mem["objective_end"] == pytest.approx(dsk["objective_end"], rel=1e-9)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--user", "u001", "-m", "0"], "-m 0"),
-    (["--user", "u001", "--fisher", "hessian"], "--fisher 'hessian'"),
-    (["--user", "u001", "--variant", "best"], "--variant 'best'"),
-    ([], "--targets FILE"),
-    (["--user", "nobody"], "nobody"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--user", "u001", "-m", "0"], "-m 0"),
+        (["--user", "u001", "--fisher", "hessian"], "--fisher 'hessian'"),
+        (["--user", "u001", "--variant", "best"], "--variant 'best'"),
+        ([], "--targets FILE"),
+        (["--user", "nobody"], "nobody"),
+    ],
+)
 def test_bad_options_are_named_and_nothing_is_written(dataset, tmp_path, capsys, args, message):
     folder, _ = dataset
     out = tmp_path / "out"

@@ -45,8 +45,13 @@ def test_parts_built_on_the_cluster_from_file_chunks_equal_the_local_ones(tmp_pa
     d = eq6(60, 50, missing=0.7, seed=4)
     users, items = features_from_table(d["users"], "user"), features_from_table(d["items"], "item")
     path = tmp_path / "r.parquet"
-    pq.write_table(pa.table({"user": users.ids.take(pa.array(d["u"])), "item": items.ids.take(pa.array(d["i"])),
-                             "rating": d["y"]}), path, row_group_size=100)
+    pq.write_table(
+        pa.table(
+            {"user": users.ids.take(pa.array(d["u"])), "item": items.ids.take(pa.array(d["i"])), "rating": d["y"]}
+        ),
+        path,
+        row_group_size=100,
+    )
     chunks = ratings_chunks(str(path), rows=200)
     assert len(chunks) > 2
     args = (RatingsFile(users, items), chunks, len(users), len(items), 4, 0.2, 3)

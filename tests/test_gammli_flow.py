@@ -36,15 +36,32 @@ def write_case(folder, n=70, seed=0, task="regression", cold_users=5):
     rng = np.random.default_rng(seed)
     test = (d["u"] < cold_users) | (rng.random(len(y)) < 0.15)
     for name, sel in (("train", ~test), ("test", test)):
-        pq.write_table(pa.table({"user": d["u"][sel], "item": d["i"][sel], "rating": y[sel]}), folder / f"{name}.parquet")
+        pq.write_table(
+            pa.table({"user": d["u"][sel], "item": d["i"][sel], "rating": y[sel]}), folder / f"{name}.parquet"
+        )
     pq.write_table(pa.table({"user": d["u"][test][:20], "item": d["i"][test][:20]}), folder / "pairs.parquet")
     return folder
 
 
 def fit_args(data, out, *extra):
-    return ["gammli", "fit", "--dataset", str(data / "train.parquet"), "--user-features", str(data / "users.parquet"),
-            "--item-features", str(data / "items.parquet"), "--test", str(data / "test.parquet"), "--out", str(out),
-            "--categorical", "segment", *FAST, *extra]
+    return [
+        "gammli",
+        "fit",
+        "--dataset",
+        str(data / "train.parquet"),
+        "--user-features",
+        str(data / "users.parquet"),
+        "--item-features",
+        str(data / "items.parquet"),
+        "--test",
+        str(data / "test.parquet"),
+        "--out",
+        str(out),
+        "--categorical",
+        "segment",
+        *FAST,
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +88,13 @@ def test_fit_writes_the_contract(fitted):
     assert "ir.png" in pngs and "groups.png" in pngs and any(p.startswith("main_") for p in pngs)
     for name in ("shapes", "interactions", "groups"):
         assert pq.read_table(out / "plots" / f"{name}.parquet").num_rows > 0
-    assert sorted(p.name for p in (out / "model").iterdir()) == ["arrays.npz", "item_features.parquet", "meta.json",
-                                                                 "train", "user_features.parquet"]
+    assert sorted(p.name for p in (out / "model").iterdir()) == [
+        "arrays.npz",
+        "item_features.parquet",
+        "meta.json",
+        "train",
+        "user_features.parquet",
+    ]
     # the training residuals were written by the tasks, one file per user part, each row once
     meta = json.loads((out / "model" / "meta.json").read_text())
     parts = sorted((out / "model" / "train").iterdir())
@@ -137,8 +159,9 @@ def test_explain_reads_exactly_the_training_rows_of_its_pairs(fitted):
 def test_local_contributions_sum_to_the_prediction_on_every_row(fitted):
     _, out = fitted
     t = pq.read_table(out / "local.parquet").to_pandas()
-    sums = t.groupby(["user", "item"]).agg(s=("contribution", "sum"), p=("prediction", "first"),
-                                           spread=("prediction", lambda x: x.max() - x.min()))
+    sums = t.groupby(["user", "item"]).agg(
+        s=("contribution", "sum"), p=("prediction", "first"), spread=("prediction", lambda x: x.max() - x.min())
+    )
     assert (sums["spread"] == 0).all()
     assert np.abs(sums["s"] - sums["p"]).max() < 1e-9
     assert {"intercept", "latent"} <= set(t["term"])
@@ -147,8 +170,23 @@ def test_local_contributions_sum_to_the_prediction_on_every_row(fitted):
 def test_explain_gives_the_same_local_rows_and_attributions_that_sum_to_the_latent_score(fitted, tmp_path):
     data, out = fitted
     o2 = tmp_path / "O2"
-    assert main(["gammli", "explain", "--model", str(out / "model"), "--pairs", str(data / "pairs.parquet"),
-                 "--out", str(o2), "--top-k", "3"]) == 0
+    assert (
+        main(
+            [
+                "gammli",
+                "explain",
+                "--model",
+                str(out / "model"),
+                "--pairs",
+                str(data / "pairs.parquet"),
+                "--out",
+                str(o2),
+                "--top-k",
+                "3",
+            ]
+        )
+        == 0
+    )
     local = pq.read_table(o2 / "local.parquet").to_pandas()
     fit_local = pq.read_table(out / "local.parquet").to_pandas()
     merged = local.merge(fit_local, on=["user", "item", "term"], suffixes=("", "_fit"))
@@ -213,8 +251,9 @@ def _break(data, kind):
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["missing-user", "missing-item", "nan", "inf", "text", "labels", "K", "L",
-                                  "empty-val"])
+@pytest.mark.parametrize(
+    "kind", ["missing-user", "missing-item", "nan", "inf", "text", "labels", "K", "L", "empty-val"]
+)
 def test_bad_input_is_one_named_error_and_nothing_is_written(kind, tmp_path, capsys):
     data = write_case(tmp_path / "d", n=40)
     needle, extra = _break(data, kind)

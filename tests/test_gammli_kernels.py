@@ -5,9 +5,9 @@ import pytest
 import scipy.linalg as sla
 
 from dxplain.gammli.additive import fit_groups
+from dxplain.gammli.fit import make_parts
 from dxplain.gammli.latent import RIDGE_SHARE, group_als
 from dxplain.gammli.model import candidate_terms
-from dxplain.gammli.fit import make_parts
 from dxplain.gammli.synthetic import eq6
 from dxplain.gammli.terms import Additive, Term, encode_features
 from dxplain.io.features import features_from_table
@@ -37,7 +37,7 @@ def _group_half_step_oracle(indptr, cols, m, w, F, lam, mu, groups):
     for u in range(n):
         for p in range(indptr[u], indptr[u + 1]):
             a = np.zeros(n * r)
-            a[u * r:(u + 1) * r] = np.sqrt(w[p]) * F[cols[p]]
+            a[u * r : (u + 1) * r] = np.sqrt(w[p]) * F[cols[p]]
             rows.append(a)
             rhs.append(np.sqrt(w[p]) * m[p])
     C = (groups[:, None] == groups[None, :]) / np.bincount(groups)[groups][:, None]
@@ -89,7 +89,7 @@ def test_constrained_penalised_fit_equals_a_kkt_solve_and_is_centred():
     # drop the constraints' dependent rows (a pair's two margins share the constant)
     C = sla.orth(C.T).T
     kkt = np.block([[X.T @ X + P, C.T], [C, np.zeros((len(C), len(C)))]])
-    sol = np.linalg.solve(kkt, np.concatenate([X.T @ y, np.zeros(len(C))]))[:X.shape[1]]
+    sol = np.linalg.solve(kkt, np.concatenate([X.T @ y, np.zeros(len(C))]))[: X.shape[1]]
     assert np.allclose(np.concatenate(fit.coefs), sol, atol=1e-8)
     H = fit.contributions(u, i)
     assert np.allclose(H[:, 1:3].mean(0), 0, atol=1e-10)  # main effects centred over Ω
@@ -112,8 +112,9 @@ def test_logistic_irls_reaches_the_penalised_optimum():
     P = sla.block_diag(*[1e-3 * n * t.P for t in terms]) + 1e-9 * n * np.eye(X.shape[1])
     # stationarity of Σ log-loss + ½cᵀ(2P)c/2 in the constraint null space: Zᵀ(Xᵀ(p − y) + Pc) = 0
     grad = X.T @ (G.sigmoid(X @ c) - y) + P @ c
-    Z = sla.block_diag(*[G.null_space_of(t.constraints(t.columns(d["u"], d["i"]).T @ t.columns(d["u"], d["i"])))
-                         for t in terms])
+    Z = sla.block_diag(
+        *[G.null_space_of(t.constraints(t.columns(d["u"], d["i"]).T @ t.columns(d["u"], d["i"]))) for t in terms]
+    )
     assert np.abs(Z.T @ grad).max() < 1e-6 * n
 
 
@@ -149,14 +150,18 @@ def test_a_stage_with_nothing_to_add_keeps_no_term():
     from dxplain.gammli.additive import select_terms
 
     rng = np.random.default_rng(5)
-    users = features_from_table(pa.table({"user": np.arange(30), "c": pa.array(rng.choice(["a", "b", "c"], 30)).dictionary_encode()}), "user")
+    users = features_from_table(
+        pa.table({"user": np.arange(30), "c": pa.array(rng.choice(["a", "b", "c"], 30)).dictionary_encode()}), "user"
+    )
     items = features_from_table(pa.table({"item": np.arange(20), "d": rng.random(20)}), "item")
     mains, pairs = candidate_terms(users, items, encode_features(users), encode_features(items))
     u, i = np.repeat(np.arange(30), 20), np.tile(np.arange(20), 30)
     y = 1.0 + np.array([0.0, 2.0, -1.0])[mains[0].Bu[u].argmax(1)]  # an exact user main effect, no interaction
     val = rng.random(len(y)) < 0.2
     parts = [p for p, _, _ in make_parts(u, i, y, val, 30, 20, 2)["user"]]
-    s1 = select_terms(LocalMapper(), parts, mains, Additive(), "regression", 1e-12, intercept=Term("intercept", "intercept"))
+    s1 = select_terms(
+        LocalMapper(), parts, mains, Additive(), "regression", 1e-12, intercept=Term("intercept", "intercept")
+    )
     assert s1["kept"][0] == "user:c"
     s2 = select_terms(LocalMapper(), parts, pairs, s1["fitted"], "regression", 1e-12)
     assert s2["kept"] == [] and s2["fitted"].terms == []
@@ -172,8 +177,12 @@ def test_backfitting_lowers_the_training_loss_and_reusing_the_gram_changes_nothi
     d = eq6(100, 80, missing=0.5, seed=5)
     users, items = features_from_table(d["users"], "user"), features_from_table(d["items"], "item")
     u, i, y = d["u"], d["i"], d["y"]
-    fits = {b: fit_gammli(users, items, u, i, y, Config(rank=3, K=10, L=10, lam=10.0, backfit=b, max_sweeps=150),
-                          log=lambda *_: None) for b in (0, 3)}
+    fits = {
+        b: fit_gammli(
+            users, items, u, i, y, Config(rank=3, K=10, L=10, lam=10.0, backfit=b, max_sweeps=150), log=lambda *_: None
+        )
+        for b in (0, 3)
+    }
     sse = {b: float(np.sum((y - m.predict(u, i)) ** 2)) for b, m in fits.items()}
     assert sse[3] < 0.97 * sse[0], sse
 

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from threadpoolctl import threadpool_limits
 
@@ -25,8 +24,15 @@ def model():
     u, i = index_pairs(users, items, ratings.column("user").combine_chunks(), ratings.column("item").combine_chunks())
     with threadpool_limits(1, user_api="blas"):
         # (K, L, λ) given: the grid is one point; the identity is about the optimum, not the choice.
-        m = fit_gammli(users, items, u, i, ratings.column("rating").to_numpy(),
-                       Config(K=8, L=6, lam=20.0, rank=4, max_pairs=2), log=lambda *_: None)
+        m = fit_gammli(
+            users,
+            items,
+            u,
+            i,
+            ratings.column("rating").to_numpy(),
+            Config(K=8, L=6, lam=20.0, rank=4, max_pairs=2),
+            log=lambda *_: None,
+        )
     return m, u, i
 
 
@@ -35,7 +41,10 @@ def test_cluster_prior_plus_attributions_is_the_latent_score(model):
     rng = np.random.default_rng(0)
     pick = rng.choice(len(u), 300, replace=False)
     cold_u = np.flatnonzero(~m.seen_u)  # every user is rated in ml-100k; items too
-    uu, ii = np.concatenate([u[pick], rng.integers(0, len(m.U), 50)]), np.concatenate([i[pick], rng.integers(0, len(m.V), 50)])
+    uu, ii = (
+        np.concatenate([u[pick], rng.integers(0, len(m.U), 50)]),
+        np.concatenate([i[pick], rng.integers(0, len(m.V), 50)]),
+    )
     s, top = m.latent_attributions(uu, ii, top_k=5)
     scale = np.abs(s["latent"]).max()
     assert scale > 0 and len(cold_u) == 0

@@ -6,8 +6,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from dxplain.errors import InputError
-from dxplain.gammli.fit import (COLD_SHARE, Config, RatingsFile, build_parts, fit_gammli, fit_gammli_chunks,
-                                make_parts, validation_rows)
+from dxplain.gammli.fit import (
+    COLD_SHARE,
+    Config,
+    RatingsFile,
+    build_parts,
+    fit_gammli,
+    fit_gammli_chunks,
+    make_parts,
+    validation_rows,
+)
 from dxplain.gammli.synthetic import eq6
 from dxplain.io.features import features_from_table, ratings_chunks, read_ratings, read_ratings_chunk
 from dxplain.io.interactions import read_table
@@ -21,8 +29,9 @@ def _data(seed=4):
 
 
 def _ratings(d, users, items) -> pa.Table:
-    return pa.table({"user": users.ids.take(pa.array(d["u"])), "item": items.ids.take(pa.array(d["i"])),
-                     "rating": d["y"]})
+    return pa.table(
+        {"user": users.ids.take(pa.array(d["u"])), "item": items.ids.take(pa.array(d["i"])), "rating": d["y"]}
+    )
 
 
 def _assert_parts_equal(built, expected):
@@ -54,17 +63,24 @@ def test_chunked_parts_equal_make_parts_whatever_the_chunking(tmp_path):
 def test_rows_without_features_are_left_out_and_keep_their_row_draws(tmp_path):
     d, users, items = _data()
     table = _ratings(d, users, items)
-    stranger = pa.table({"user": pa.array(["nobody"] * 3, table["user"].type) if pa.types.is_string(table["user"].type)
-                         else pa.array([10**6] * 3, table["user"].type),
-                         "item": table["item"][:3], "rating": pa.array([1.0, 2.0, 3.0])})
+    stranger = pa.table(
+        {
+            "user": pa.array(["nobody"] * 3, table["user"].type)
+            if pa.types.is_string(table["user"].type)
+            else pa.array([10**6] * 3, table["user"].type),
+            "item": table["item"][:3],
+            "rating": pa.array([1.0, 2.0, 3.0]),
+        }
+    )
     cut = 40  # unknown users in the middle of the table
     path = tmp_path / "r.parquet"
     pq.write_table(pa.concat_tables([table.slice(0, cut), stranger, table.slice(cut)]), path, row_group_size=64)
     chunks = ratings_chunks(str(path), rows=100)
     with pytest.raises(InputError, match="--cold-start-missing"):
         build_parts(LocalMapper(), RatingsFile(users, items), chunks, len(users), len(items), 3, 0.2, 3)
-    sides, info = build_parts(LocalMapper(), RatingsFile(users, items, cold_start_missing=True), chunks, len(users),
-                              len(items), 3, 0.2, 3)
+    sides, info = build_parts(
+        LocalMapper(), RatingsFile(users, items, cold_start_missing=True), chunks, len(users), len(items), 3, 0.2, 3
+    )
     assert info["n_read"] - info["n"] == 3
     # the documented flags: the seed's draw of each file row, and users held out after one draw per file row
     rng = np.random.default_rng(3)
@@ -79,8 +95,9 @@ def test_a_fit_from_file_chunks_equals_the_fit_from_arrays(tmp_path):
     pq.write_table(_ratings(d, users, items), path, row_group_size=128)
     cfg = Config(rank=2, K=3, L=4, lam=3.0, n_parts=3, max_pairs=3, max_sweeps=25)
     a = fit_gammli(users, items, d["u"], d["i"], d["y"], cfg, log=lambda *_: None)
-    b = fit_gammli_chunks(users, items, RatingsFile(users, items), ratings_chunks(str(path), rows=256), cfg,
-                          log=lambda *_: None)
+    b = fit_gammli_chunks(
+        users, items, RatingsFile(users, items), ratings_chunks(str(path), rows=256), cfg, log=lambda *_: None
+    )
     for x, y in zip(a.additive.coefs, b.additive.coefs):
         np.testing.assert_array_equal(x, y)
     np.testing.assert_array_equal(a.U, b.U)
@@ -108,4 +125,3 @@ def test_ratings_chunks_of_a_folder_follow_read_table_order_and_a_csv_is_one_chu
     assert read_ratings_chunk(chunk)[2].tolist() == read_ratings(str(csv))[2].tolist() == [3.0]
     with pytest.raises(InputError, match="no such file"):
         ratings_chunks(str(tmp_path / "missing.parquet"))
-

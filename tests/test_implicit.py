@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import interactions_table, random_interactions
 
 from dxplain.cli import main
 from dxplain.errors import DegenerateError, UnsupportedModelError
@@ -14,8 +15,6 @@ from dxplain.interactions import Interactions, Targets
 from dxplain.models.base import FactorModel
 from dxplain.models.implicit_mf import ImplicitMF, looks_implicit, sample_negatives, terms_of, training_table
 from dxplain.models.mf import ALSMF
-
-from conftest import interactions_table, random_interactions
 
 
 def implicit_data(n_users=60, n_items=45, density=0.15, seed=0) -> Interactions:
@@ -74,8 +73,10 @@ def test_a_bce_model_is_never_explained_with_another_formula(small):
         Preprocessed.from_model(stored, P)
     # Against explicit ratings: refused too.
     with pytest.raises(UnsupportedModelError, match="ratings other than 0/1"):
-        Preprocessed.from_model(FactorModel(np.ones((small.n_users, 2)), np.ones((small.n_items, 2)), 0.0, 0.1,
-                                            len(small), loss="bce"), small)
+        Preprocessed.from_model(
+            FactorModel(np.ones((small.n_users, 2)), np.ones((small.n_items, 2)), 0.0, 0.1, len(small), loss="bce"),
+            small,
+        )
     with pytest.raises(UnsupportedModelError, match="'hinge' has no representer formula"):
         Preprocessed.from_model(FactorModel(m.U, m.V, 0.0, m.lam, m.n_train, loss="hinge"), table)
 
@@ -105,8 +106,25 @@ def test_refresh_detects_implicit_data_and_publishes_identity_checked_explanatio
     from dxplain.explain.report import format_explanation
 
     out = tmp_path / "out"
-    assert main(["refresh", "--dataset", all_ones_file(tmp_path), "--out", str(out), "--in-memory", "-k", "4",
-                 "--top-n", "3", "--top-k", "5"]) == 0
+    assert (
+        main(
+            [
+                "refresh",
+                "--dataset",
+                all_ones_file(tmp_path),
+                "--out",
+                str(out),
+                "--in-memory",
+                "-k",
+                "4",
+                "--top-n",
+                "3",
+                "--top-k",
+                "5",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((out / "runs" / (out / "LATEST").read_text().strip() / "_meta" / "manifest.json").read_text())
     s = manifest["summary"]
     assert s["loss"] == "bce" and s["prediction"] == "probability σ(score)"
@@ -124,8 +142,7 @@ def test_refresh_detects_implicit_data_and_publishes_identity_checked_explanatio
 def test_prototypes_on_implicit_data_match_part_of_the_targets(tmp_path, prefect_server):
     from dxplain.flows.prototypes import prototypes
 
-    s = prototypes(dataset=all_ones_file(tmp_path), user="u001", m=5, k=4, out=str(tmp_path / "out"),
-                   in_memory=True)
+    s = prototypes(dataset=all_ones_file(tmp_path), user="u001", m=5, k=4, out=str(tmp_path / "out"), in_memory=True)
     assert s["loss"] == "bce" and s["explained_share"] > 0 and s["selected"] > 0
     table = pq.read_table(f"{s['folder']}/prototypes.parquet")
     assert table.num_rows == s["selected"]
@@ -135,8 +152,13 @@ def test_a_run_that_explains_nothing_fails_and_latest_stays(tmp_path, prefect_se
     # Every user has rated every item: no unseen item, so no recommendation and nothing to explain.
     u, i = np.divmod(np.arange(6 * 5), 5)
     rng = np.random.default_rng(0)
-    d = Interactions.from_indices(u, i, rng.integers(1, 6, len(u)).astype(float),
-                                  pa.array([f"u{x}" for x in range(6)]), pa.array([f"i{x}" for x in range(5)]))
+    d = Interactions.from_indices(
+        u,
+        i,
+        rng.integers(1, 6, len(u)).astype(float),
+        pa.array([f"u{x}" for x in range(6)]),
+        pa.array([f"i{x}" for x in range(5)]),
+    )
     path = tmp_path / "full.parquet"
     pq.write_table(interactions_table(d), path)
     out = tmp_path / "out"
@@ -156,8 +178,20 @@ def test_a_run_that_explains_nothing_fails_and_latest_stays(tmp_path, prefect_se
 def test_fidelity_above_tol_is_said_and_strict_refuses_to_publish(tmp_path, prefect_server, capsys):
     path = tmp_path / "explicit.parquet"
     pq.write_table(interactions_table(random_interactions(40, 30, 0.3, seed=5)), path)
-    capped = ["refresh", "--dataset", str(path), "--in-memory", "-k", "4", "--top-n", "2", "--max-sweeps", "1",
-              "--newton-steps", "0"]  # one ALS sweep: far from stationary
+    capped = [
+        "refresh",
+        "--dataset",
+        str(path),
+        "--in-memory",
+        "-k",
+        "4",
+        "--top-n",
+        "2",
+        "--max-sweeps",
+        "1",
+        "--newton-steps",
+        "0",
+    ]  # one ALS sweep: far from stationary
     assert main([*capped, "--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
     warning = [line for line in err.splitlines() if line.startswith("warning: fidelity")]
@@ -177,8 +211,25 @@ def test_refresh_on_a_prepared_implicit_dataset_samples_and_trains_by_tasks(tmp_
     folder = tmp_path / "ones"
     write_dataset(folder, interactions_table(implicit_data(50, 40, 0.2, seed=3)))
     out = tmp_path / "out"
-    assert main(["refresh", "--dataset", str(folder), "--out", str(out), "--in-memory", "-k", "4",
-                 "--top-n", "3", "--top-k", "5"]) == 0
+    assert (
+        main(
+            [
+                "refresh",
+                "--dataset",
+                str(folder),
+                "--out",
+                str(out),
+                "--in-memory",
+                "-k",
+                "4",
+                "--top-n",
+                "3",
+                "--top-k",
+                "5",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((out / "runs" / (out / "LATEST").read_text().strip() / "_meta" / "manifest.json").read_text())
     s = manifest["summary"]
     assert s["loss"] == "bce" and s["fidelity_ok"] and max(s["fidelity_max_rel_error"].values()) <= 1e-6
@@ -188,9 +239,34 @@ def test_refresh_on_a_prepared_implicit_dataset_samples_and_trains_by_tasks(tmp_
     assert set(np.unique(D.column("rating").to_numpy())) == {0.0, 1.0}
     assert D.num_rows == len(set(zip(D.column("user").to_pylist(), D.column("item").to_pylist())))
     # A training budget applies to BCE too: the capped model is stored under its own name.
-    assert main(["refresh", "--dataset", str(folder), "--out", str(out), "--in-memory", "-k", "4", "--top-n", "3",
-                 "--top-k", "5", "--max-sweeps", "2", "--newton-steps", "0"]) == 0
-    assert len(list((out / "models").glob("*bce-k4*sweeps2-newton0*"))) == 1 == len(list((out / "models").glob("*bce-k4*"))) - 1
+    assert (
+        main(
+            [
+                "refresh",
+                "--dataset",
+                str(folder),
+                "--out",
+                str(out),
+                "--in-memory",
+                "-k",
+                "4",
+                "--top-n",
+                "3",
+                "--top-k",
+                "5",
+                "--max-sweeps",
+                "2",
+                "--newton-steps",
+                "0",
+            ]
+        )
+        == 0
+    )
+    assert (
+        len(list((out / "models").glob("*bce-k4*sweeps2-newton0*")))
+        == 1
+        == len(list((out / "models").glob("*bce-k4*"))) - 1
+    )
 
 
 def test_factors_that_shrank_to_nearly_zero_are_refused_naming_lambda():
@@ -202,7 +278,8 @@ def test_factors_that_shrank_to_nearly_zero_are_refused_naming_lambda():
     with pytest.raises(DegenerateError, match=r"shrank to nearly zero .*λ = 10 outweighs the data: lower --lam"):
         ALSMF(k=3, lam=10.0).fit(d)
     assert np.abs(ALSMF(k=3, lam=1e-3).fit(d).U).max() > 1e-3  # a smaller λ on the same data is kept
-    imported = FactorModel(np.full((d.n_users, 3), 1e-9), np.full((d.n_items, 3), 1e-9), 3.0, None, len(d),
-                           kind="imported")  # factors of another scale, with no λ to blame
+    imported = FactorModel(
+        np.full((d.n_users, 3), 1e-9), np.full((d.n_items, 3), 1e-9), 3.0, None, len(d), kind="imported"
+    )  # factors of another scale, with no λ to blame
     with pytest.raises(DegenerateError, match="the imported factors shrank .*check the factor files"):
         imported.check_not_degenerate(d)

@@ -4,12 +4,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import interactions_table
 
 from dxplain.cli import main
 from dxplain.errors import InputError
 from dxplain.io.interactions import read_dataset, read_table, read_targets, write_dataset
-
-from conftest import interactions_table
 
 
 def _good():
@@ -21,8 +20,10 @@ BAD = {
     "empty table": (_good().slice(0, 0), "no rows"),
     "nan rating": (_good().set_column(2, "rating", pa.array([4.0, np.nan, 5.0, 1.0])), "NaN or infinite"),
     "inf rating": (_good().set_column(2, "rating", pa.array([4.0, 3.0, np.inf, 1.0])), "NaN or infinite"),
-    "duplicate pair": (pa.table({"user": ["a", "a"], "item": [1, 1], "rating": [4.0, 2.0]}),
-                       "duplicate (user, item) pair"),
+    "duplicate pair": (
+        pa.table({"user": ["a", "a"], "item": [1, 1], "rating": [4.0, 2.0]}),
+        "duplicate (user, item) pair",
+    ),
     "null id": (pa.table({"user": ["a", None], "item": [1, 2], "rating": [4.0, 2.0]}), "no user id"),
     "text rating": (pa.table({"user": ["a"], "item": [1], "rating": ["good"]}), "ratings must be numbers"),
 }
@@ -32,8 +33,9 @@ BAD = {
 def test_bad_interactions_are_rejected_and_nothing_is_written(tmp_path, case):
     table, message = BAD[case]
     out = tmp_path / "ds"
-    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
-                       .replace("]", r"\]")):
+    with pytest.raises(
+        InputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")
+    ):
         write_dataset(out, table)
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []  # no temporary left behind either
@@ -47,15 +49,20 @@ def test_cli_import_reports_the_problem_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "ds").exists()
 
 
-@pytest.mark.parametrize("content,message", [
-    ("", "the file is empty"),
-    ("user,item,rating\n", "no rows"),
-    ("reviewer,asin,overall\na,1,5\n", "missing column(s) ['user', 'item', 'rating']"),
-    ("user_id:token,item_id:token,rating:float\n1,2,5\n",  # RecBole's names: a mapping from its columns
-     "--columns user=user_id:token,item=item_id:token,rating=rating:float"),
-    ("a,b,c\n1,2,5\n", "--columns user=reviewerID,item=asin,rating=overall"),  # nothing to go by: the example
-    ("user,item,rating\na,1,nan\n", "NaN or infinite"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("", "the file is empty"),
+        ("user,item,rating\n", "no rows"),
+        ("reviewer,asin,overall\na,1,5\n", "missing column(s) ['user', 'item', 'rating']"),
+        (
+            "user_id:token,item_id:token,rating:float\n1,2,5\n",  # RecBole's names: a mapping from its columns
+            "--columns user=user_id:token,item=item_id:token,rating=rating:float",
+        ),
+        ("a,b,c\n1,2,5\n", "--columns user=reviewerID,item=asin,rating=overall"),  # nothing to go by: the example
+        ("user,item,rating\na,1,nan\n", "NaN or infinite"),
+    ],
+)
 def test_cli_import_of_bad_csv_writes_nothing(tmp_path, capsys, content, message):
     f = tmp_path / "in.csv"
     f.write_text(content)
@@ -109,32 +116,63 @@ def test_a_movielens_1m_folder_imports_with_titles_genres_and_users(tmp_path, ca
     raw = tmp_path / "ml-1m"
     raw.mkdir()
     (raw / "ratings.dat").write_text("1::10::5::978300760\n1::20::3::978302109\n2::10::4::978301968\n")
-    (raw / "movies.dat").write_bytes("10::Amélie (2001)::Comedy|Romance\n20::Heat (1995)::Action|Crime|Thriller\n"
-                                     .encode("latin-1"))
+    (raw / "movies.dat").write_bytes(
+        "10::Amélie (2001)::Comedy|Romance\n20::Heat (1995)::Action|Crime|Thriller\n".encode("latin-1")
+    )
     (raw / "users.dat").write_text("1::F::1::10::48067\n2::M::56::16::70072\n")
     out = tmp_path / "ds"
     assert main(["datasets", "import", str(raw), "--out", str(out)]) == 0
     ds = read_dataset(out)
-    assert ds.items.column("title").to_pylist() == ["Amélie", "Heat"] and ds.items.column("year").to_pylist() == [2001, 1995]
+    assert ds.items.column("title").to_pylist() == ["Amélie", "Heat"] and ds.items.column("year").to_pylist() == [
+        2001,
+        1995,
+    ]
     assert ds.items.column("genres").to_pylist() == [["Comedy", "Romance"], ["Action", "Crime", "Thriller"]]
     assert ds.users.column("occupation").to_pylist() == [10, 16] and len(ds.interactions) == 3
 
 
 def test_feature_tables_ride_along_with_an_imported_file(tmp_path):
     pq.write_table(_good(), tmp_path / "r.parquet")
-    pq.write_table(pa.table({"id": [3, 1, 2], "title": ["C", "A", "B"], "genres": ["x|y", "x", "z"]}), tmp_path / "i.parquet")
-    assert main(["datasets", "import", str(tmp_path / "r.parquet"), "--items", str(tmp_path / "i.parquet"),
-                 "--out", str(tmp_path / "ds")]) == 0
+    pq.write_table(
+        pa.table({"id": [3, 1, 2], "title": ["C", "A", "B"], "genres": ["x|y", "x", "z"]}), tmp_path / "i.parquet"
+    )
+    assert (
+        main(
+            [
+                "datasets",
+                "import",
+                str(tmp_path / "r.parquet"),
+                "--items",
+                str(tmp_path / "i.parquet"),
+                "--out",
+                str(tmp_path / "ds"),
+            ]
+        )
+        == 0
+    )
     items = read_dataset(tmp_path / "ds").items
     assert items.column("id").to_pylist() == [1, 2, 3] and items.column("title").to_pylist() == ["A", "B", "C"]
     assert items.column("genres").to_pylist() == [["x"], ["z"], ["x", "y"]]
 
 
-@pytest.mark.parametrize("argv", [
-    ["datasets", "import", "{src}", "--out", "{out}"],
-    ["train", "--dataset", "{src}", "--out", "{out}", "--k", "2"],
-    ["import-embeddings", "--dataset", "{src}", "--user-factors", "u.npy", "--item-factors", "v.npy", "--out", "{out}"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["datasets", "import", "{src}", "--out", "{out}"],
+        ["train", "--dataset", "{src}", "--out", "{out}", "--k", "2"],
+        [
+            "import-embeddings",
+            "--dataset",
+            "{src}",
+            "--user-factors",
+            "u.npy",
+            "--item-factors",
+            "v.npy",
+            "--out",
+            "{out}",
+        ],
+    ],
+)
 def test_an_existing_out_is_replaced_only_with_force(argv, tmp_path, capsys):
     src, out = tmp_path / "r.parquet", tmp_path / "existing"
     pq.write_table(_good(), src)
@@ -151,12 +189,22 @@ def test_an_existing_out_is_replaced_only_with_force(argv, tmp_path, capsys):
 def test_rows_are_sorted_by_user_and_item_with_their_rating_and_timestamp():
     from dxplain.io.interactions import interactions_from_table
 
-    table = pa.table({"user": ["b", "a", "b", "a"], "item": [2, 3, 1, 1], "rating": [1.0, 2.0, 3.0, 4.0],
-                      "timestamp": [10, 20, 30, 40]})
+    table = pa.table(
+        {
+            "user": ["b", "a", "b", "a"],
+            "item": [2, 3, 1, 1],
+            "rating": [1.0, 2.0, 3.0, 4.0],
+            "timestamp": [10, 20, 30, 40],
+        }
+    )
     d, user_ids, item_ids = interactions_from_table(table)
     assert user_ids.to_pylist() == ["a", "b"] and item_ids.to_pylist() == [1, 2, 3]
-    assert list(zip(d.user.tolist(), d.item.tolist(), d.rating.tolist(), d.timestamp.tolist())) == \
-        [(0, 0, 4.0, 40), (0, 2, 2.0, 20), (1, 0, 3.0, 30), (1, 1, 1.0, 10)]
+    assert list(zip(d.user.tolist(), d.item.tolist(), d.rating.tolist(), d.timestamp.tolist())) == [
+        (0, 0, 4.0, 40),
+        (0, 2, 2.0, 20),
+        (1, 0, 3.0, 30),
+        (1, 1, 1.0, 10),
+    ]
 
 
 @pytest.mark.parametrize("chunked", [False, True])
@@ -193,14 +241,26 @@ def test_a_sorted_vocabulary_is_searched_with_what_hashing_finds(kind):
 
     rng = np.random.default_rng(5)
     if kind == "int":
-        vocabulary = pa.array(np.unique(rng.integers(-10**12, 10**12, 500)))
-        ids = pa.array(np.concatenate([rng.choice(vocabulary.to_numpy(), 300), rng.integers(-10**12, 10**12, 50),
-                                       [-(10**13), 10**13]]))
+        vocabulary = pa.array(np.unique(rng.integers(-(10**12), 10**12, 500)))
+        ids = pa.array(
+            np.concatenate(
+                [rng.choice(vocabulary.to_numpy(), 300), rng.integers(-(10**12), 10**12, 50), [-(10**13), 10**13]]
+            )
+        )
     else:
         words = sorted({"".join(rng.choice(list("abc"), rng.integers(1, 6))) for _ in range(400)})
         vocabulary = pa.array(words)
-        ids = pa.array([*rng.choice(words, 300).tolist(), "abcabcabc", "", "ab\x00", "a\x00", "zz",
-                        *("".join(rng.choice(list("abcd"), rng.integers(1, 7))) for _ in range(80))]).slice(1)
+        ids = pa.array(
+            [
+                *rng.choice(words, 300).tolist(),
+                "abcabcabc",
+                "",
+                "ab\x00",
+                "a\x00",
+                "zz",
+                *("".join(rng.choice(list("abcd"), rng.integers(1, 7))) for _ in range(80)),
+            ]
+        ).slice(1)
     expected = pc.fill_null(pc.index_in(ids, value_set=vocabulary), -1).to_numpy(zero_copy_only=False)
     assert _searched(ids, vocabulary) is not None  # the search path, not the hash
     np.testing.assert_array_equal(_index_in(ids, vocabulary), expected)
@@ -214,16 +274,20 @@ def test_the_catalogue_ids_are_its_id_columns_alone_and_a_bad_table_is_named(tmp
     from dxplain.io.interactions import read_catalogue, read_catalogue_ids
 
     ds = tmp_path / "ds"
-    write_dataset(ds, pa.table({"user": [f"u{n:03d}" for n in range(300)], "item": np.arange(300) % 7,
-                                "rating": np.ones(300)}))
+    write_dataset(
+        ds, pa.table({"user": [f"u{n:03d}" for n in range(300)], "item": np.arange(300) % 7, "rating": np.ones(300)})
+    )
     users = pq.read_table(ds / "users.parquet")
     users = users.append_column("title", pa.array([f"title {n}" for n in range(users.num_rows)]))
     pq.write_table(users, ds / "users.parquet", row_group_size=64)  # five row groups: five chunks read
     whole_users, whole_items = read_catalogue(ds)
     asked = []
     read = pq.ParquetFile.read
-    monkeypatch.setattr(pq.ParquetFile, "read", lambda self, columns=None, **kw: asked.append(columns)
-                        or read(self, columns=columns, **kw))
+    monkeypatch.setattr(
+        pq.ParquetFile,
+        "read",
+        lambda self, columns=None, **kw: asked.append(columns) or read(self, columns=columns, **kw),
+    )
     user_ids, item_ids = read_catalogue_ids(ds)
     assert asked == [["id"], ["id"]]
     assert isinstance(user_ids, pa.Array) and isinstance(item_ids, pa.Array)

@@ -1,10 +1,9 @@
 import numpy as np
 import pytest
+from conftest import random_interactions
 
 from dxplain.kernels import als
 from dxplain.models.mf import ALSMF
-
-from conftest import random_interactions
 
 
 def _pattern(d):
@@ -144,7 +143,7 @@ def test_cg_half_step_approaches_the_exact_solve_and_stays_there():
     def energy(X):  # ‖x − x*‖_A per row
         out = []
         for r in long:
-            G = F[cols[indptr[r]:indptr[r + 1]]]
+            G = F[cols[indptr[r] : indptr[r + 1]]]
             e = X[r] - exact[r]
             out.append(e @ (G.T @ G + 0.9 * np.eye(k)) @ e)
         return np.array(out)
@@ -155,10 +154,12 @@ def test_cg_half_step_approaches_the_exact_solve_and_stays_there():
     assert errors[-1].sum() < 1e-2 * errors[0].sum()
     Q = np.linalg.qr(np.random.default_rng(2).normal(size=(k, k)))[0]
     for basis in (None, Q):
-        np.testing.assert_allclose(als.ridge_cg_rows(indptr, cols, y, F, 0.9, X0, k, Q=basis), exact,
-                                   rtol=1e-8, atol=1e-10)
-        np.testing.assert_allclose(als.ridge_cg_rows(indptr, cols, y, F, 0.9, exact, 4, Q=basis), exact,
-                                   rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(
+            als.ridge_cg_rows(indptr, cols, y, F, 0.9, X0, k, Q=basis), exact, rtol=1e-8, atol=1e-10
+        )
+        np.testing.assert_allclose(
+            als.ridge_cg_rows(indptr, cols, y, F, 0.9, exact, 4, Q=basis), exact, rtol=1e-10, atol=1e-12
+        )
     with pytest.raises(ValueError, match="steps=0"):
         als.ridge_cg_rows(indptr, cols, y, F, 0.9, X0, 0)
 
@@ -279,8 +280,14 @@ def test_damped_newton_reaches_the_minimum_of_rosenbrock():
     # The Hessian is indefinite at the start: the damping has to handle it.
     x0 = np.array([-1.2, 1.0])
     assert np.linalg.eigvalsh(hess(np.array([0.0, 1.0]))).min() < 0
-    x, gnorm, steps, _ = newton_pcg(fun_grad, lambda x, v: hess(x) @ v, lambda x: hess(x)[None] + 1e-3 * np.eye(2),
-                                    np.array([0.0, 1.0]), tol=1e-10, mu0=1e-3)
+    x, gnorm, steps, _ = newton_pcg(
+        fun_grad,
+        lambda x, v: hess(x) @ v,
+        lambda x: hess(x)[None] + 1e-3 * np.eye(2),
+        np.array([0.0, 1.0]),
+        tol=1e-10,
+        mu0=1e-3,
+    )
     np.testing.assert_allclose(x, [1.0, 1.0], atol=1e-8)
     assert gnorm <= 1e-10 and steps < 100
     x, gnorm, _, _ = newton_pcg(fun_grad, lambda x, v: hess(x) @ v, lambda x: np.eye(2)[None], x0, 1e-10, 1e-3)
@@ -300,8 +307,9 @@ def test_newton_never_takes_a_step_that_raises_f():
         seen.append(float(x @ x))
         return float(x @ x), -2.0 * x  # f = ‖x‖², its gradient negated
 
-    x, gnorm, steps, _ = newton_pcg(fun_grad, lambda x, v: 2.0 * v, lambda x: 2.0 * np.eye(2)[None], x0,
-                                    tol=1e-12, mu0=1e-3, maxiter=3)
+    x, gnorm, steps, _ = newton_pcg(
+        fun_grad, lambda x, v: 2.0 * v, lambda x: 2.0 * np.eye(2)[None], x0, tol=1e-12, mu0=1e-3, maxiter=3
+    )
     assert steps == 3 and len(seen) > 3 * 20  # three line searches, each run down to its floor
     np.testing.assert_array_equal(x, x0)
     assert gnorm == np.linalg.norm(2.0 * x0)
@@ -314,7 +322,7 @@ def test_newton_steps_along_negative_curvature_instead_of_only_damping():
     # f = x²/2 − y²/2 + y⁴/4: a saddle at the origin, minima at (0, ±1) where f = −1/4.
     def fun_grad(z):
         x, y = z
-        return 0.5 * x * x - 0.5 * y * y + 0.25 * y ** 4, np.array([x, -y + y ** 3])
+        return 0.5 * x * x - 0.5 * y * y + 0.25 * y**4, np.array([x, -y + y**3])
 
     def hess(z):
         return np.diag([1.0, -1.0 + 3 * z[1] ** 2])

@@ -2,13 +2,12 @@
 
 import numpy as np
 import pytest
+from conftest import random_interactions
 
 from dxplain.kernels import kolmogorov as K
 from dxplain.kolmogorov import rules as R
 from dxplain.kolmogorov.data import probabilities
 from dxplain.kolmogorov.fit import fit_ikm
-
-from conftest import random_interactions
 
 
 def random_blocks(n, D, m, seed):
@@ -25,7 +24,7 @@ def random_blocks(n, D, m, seed):
 def brute_objective(data, m, lam, mu):
     """E = Σ_𝒦 (θ_uᵀψ_i − p_ui)² + λΣ‖θ_u‖² + μΣ1ᵀψ_i, straight from the definition."""
     err = m.predict(data.user, data.item) - data.rating
-    return float(err @ err + lam * np.sum(m.theta ** 2) + mu * m.psi.sum())
+    return float(err @ err + lam * np.sum(m.theta**2) + mu * m.psi.sum())
 
 
 @pytest.mark.parametrize("D, lam", [(3, 0.0), (6, 0.5), (10, 2.0)])
@@ -55,7 +54,7 @@ def test_exhaustive_psi_is_the_brute_force_minimum():
     _, _, S, c = random_blocks(20, 6, 8, seed=3)
     psi, g = K.exhaustive_psi(S, c, chunk=7)  # a chunk that does not divide 2^6
     B = K.binary_vectors(6)
-    every = np.array([[K.psi_objective(S[n:n + 1], c[n:n + 1], b[None])[0] for b in B] for n in range(20)])
+    every = np.array([[K.psi_objective(S[n : n + 1], c[n : n + 1], b[None])[0] for b in B] for n in range(20)])
     assert np.allclose(g, every.min(axis=1))
     assert np.allclose(K.psi_objective(S, c, psi), g)
 
@@ -131,6 +130,7 @@ def test_bcd_objective_never_increases_and_is_the_model_error(solver, step):
 
 def test_tasks_solve_bounded_row_slices_with_the_same_result(monkeypatch):
     from dxplain.kolmogorov import fit as F
+
     d = probabilities(random_interactions(30, 25, 0.4, seed=8), "explicit", 5.0, 4.0, 1, 0)
     whole = fit_ikm(d, 4, iterations=3, solver="exhaustive", lam=0.3, mu=0.2, shards=2)
     monkeypatch.setattr(F, "PSI_ROWS", 4)  # a 12-item shard is solved in 3 slices, a 15-user one in 3
@@ -157,8 +157,9 @@ def test_influence_and_adjacency_follow_their_definitions(monkeypatch, lattice_m
     psi = rng.integers(0, 2, (40, 4)).astype(np.uint8)
     psi[3] = 1  # a maximal item
     psi[5] = psi[6]  # equal supports: a rule each way
-    sub = np.array([[set(np.flatnonzero(psi[j])) <= set(np.flatnonzero(psi[i])) and i != j for j in range(40)]
-                    for i in range(40)])
+    sub = np.array(
+        [[set(np.flatnonzero(psi[j])) <= set(np.flatnonzero(psi[i])) and i != j for j in range(40)] for i in range(40)]
+    )
     beta, maximal = R.influence(psi)
     assert np.allclose(beta, sub.sum(axis=1) / 40)
     assert np.flatnonzero(maximal).tolist() == [i for i in range(40) if psi[i].all()]

@@ -7,12 +7,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zarr
+from conftest import interactions_table, random_interactions, write_random_dataset
 
 from dxplain.cli import main
 from dxplain.kolmogorov.data import probabilities
 from dxplain.kolmogorov.fit import fit_ikm
-
-from conftest import interactions_table, random_interactions, write_random_dataset
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -25,8 +24,16 @@ def dataset(tmp_path_factory):
     u, i = rng.integers(0, d.n_users, 60), rng.integers(0, d.n_items, 60)
     pairs = np.unique(u * d.n_items + i)
     u, i = pairs // d.n_items, pairs % d.n_items
-    pq.write_table(pa.table({"user": d.user_ids.take(pa.array(u)), "item": d.item_ids.take(pa.array(i)),
-                             "rating": rng.integers(1, 6, len(u)).astype(float)}), test)
+    pq.write_table(
+        pa.table(
+            {
+                "user": d.user_ids.take(pa.array(u)),
+                "item": d.item_ids.take(pa.array(i)),
+                "rating": rng.integers(1, 6, len(u)).astype(float),
+            }
+        ),
+        test,
+    )
     return folder, test, d
 
 
@@ -65,8 +72,25 @@ def test_fit_writes_the_contract_and_every_rule_holds_in_the_stored_model(datase
 def test_exhaustive_solver_and_given_regularisers(dataset, tmp_path):
     folder, test, _ = dataset
     out = tmp_path / "o"
-    assert fit(folder, out, "--test", str(test), "--dim", "3", "--solver", "exhaustive", "--lam", "0.5",
-               "--mu", "0.1", "--iterations", "2") == 0
+    assert (
+        fit(
+            folder,
+            out,
+            "--test",
+            str(test),
+            "--dim",
+            "3",
+            "--solver",
+            "exhaustive",
+            "--lam",
+            "0.5",
+            "--mu",
+            "0.1",
+            "--iterations",
+            "2",
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["lam"] == 0.5 and metrics["mu"] == 0.1 and "sdr_vs_exhaustive_error" not in metrics
 
@@ -82,21 +106,26 @@ def write_bad(tmp_path, d, rating=None, drop_rating=False, extra_user=False):
     return path
 
 
-@pytest.mark.parametrize("case, needle", [
-    ("rating7", "outside [R_min, R_max] = [1, 5]"),
-    ("dim1", "--dim 1"),
-    ("exhaustive17", "exhaustive search is capped at D ≤ 16"),
-    ("unseen", "absent from the training data"),
-    ("no_rating", "no 'rating' column"),
-])
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("rating7", "outside [R_min, R_max] = [1, 5]"),
+        ("dim1", "--dim 1"),
+        ("exhaustive17", "exhaustive search is capped at D ≤ 16"),
+        ("unseen", "absent from the training data"),
+        ("no_rating", "no 'rating' column"),
+    ],
+)
 def test_bad_input_is_one_named_line_and_writes_nothing(dataset, tmp_path, capsys, case, needle):
     folder, test, d = dataset
     out = tmp_path / "o"
-    args = {"rating7": lambda: ["--dataset", str(write_bad(tmp_path, d, rating=7.0)), "--dim", "3"],
-            "dim1": lambda: ["--dataset", str(folder), "--dim", "1"],
-            "exhaustive17": lambda: ["--dataset", str(folder), "--dim", "17", "--solver", "exhaustive"],
-            "unseen": lambda: ["--dataset", str(folder), "--dim", "3", "--test", str(unseen_test(tmp_path, d))],
-            "no_rating": lambda: ["--dataset", str(write_bad(tmp_path, d, drop_rating=True)), "--dim", "3"]}[case]()
+    args = {
+        "rating7": lambda: ["--dataset", str(write_bad(tmp_path, d, rating=7.0)), "--dim", "3"],
+        "dim1": lambda: ["--dataset", str(folder), "--dim", "1"],
+        "exhaustive17": lambda: ["--dataset", str(folder), "--dim", "17", "--solver", "exhaustive"],
+        "unseen": lambda: ["--dataset", str(folder), "--dim", "3", "--test", str(unseen_test(tmp_path, d))],
+        "no_rating": lambda: ["--dataset", str(write_bad(tmp_path, d, drop_rating=True)), "--dim", "3"],
+    }[case]()
     code = main(["kolmogorov", "fit", *args, "--out", str(out), "--in-memory", "--lam", "0", "--mu", "0"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dxplain: error:")]
     assert code == 2 and len(err) == 1 and needle in err[0]
@@ -112,8 +141,24 @@ def unseen_test(tmp_path, d):
 def test_skip_unseen_drops_the_unseen_rows(dataset, tmp_path):
     folder, _, d = dataset
     out = tmp_path / "o"
-    assert fit(folder, out, "--dim", "3", "--test", str(unseen_test(tmp_path, d)), "--skip-unseen", "--lam", "0",
-               "--mu", "0", "--iterations", "1") == 0
+    assert (
+        fit(
+            folder,
+            out,
+            "--dim",
+            "3",
+            "--test",
+            str(unseen_test(tmp_path, d)),
+            "--skip-unseen",
+            "--lam",
+            "0",
+            "--mu",
+            "0",
+            "--iterations",
+            "1",
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["n_test"] == 1 and metrics["skipped_unseen"] == 1
 
@@ -152,8 +197,25 @@ def test_why_spells_a_prediction_as_its_events_and_refuses_another_model(dataset
     capsys.readouterr()
     u, i = 3, int(np.argmax(psi.sum(axis=1)))  # an item liked in many events
     user, item = d.user_ids[u].as_py(), d.item_ids[i].as_py()
-    assert main(["kolmogorov", "why", "--model", str(out / "model"), "--user", user, "--item", item,
-                 "--dataset", str(folder), "--top", "2"]) == 0
+    assert (
+        main(
+            [
+                "kolmogorov",
+                "why",
+                "--model",
+                str(out / "model"),
+                "--user",
+                user,
+                "--item",
+                item,
+                "--dataset",
+                str(folder),
+                "--top",
+                "2",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     p = float(re.search(r"= ([0-9.]+), the sum", printed).group(1))
     shares = [float(x) for x in re.findall(r"θ = ([0-9.]+)", printed)]

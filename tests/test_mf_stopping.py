@@ -3,15 +3,14 @@ the stopping rule that ties them (docs/methods.md §1, "How far from the identit
 
 import numpy as np
 import pytest
+from conftest import random_interactions
 
-from dxplain.interactions import Interactions
 from dxplain.explain.representer import Preprocessed, relative_error
 from dxplain.explain.targets import recommend
+from dxplain.interactions import Interactions
 from dxplain.kernels import als, anderson
 from dxplain.kernels.representer import balance_transforms
 from dxplain.models.mf import ALSMF, MIN_TARGET_COS
-
-from conftest import random_interactions
 
 
 def _data():
@@ -30,8 +29,12 @@ def _lam(d):
 def _sides(model, d, u, i):
     """(item-side sum, user-side sum, score) of the targets (u, i), as a refresh computes them."""
     pre = Preprocessed.from_model(model, d)
-    return (als.pair_scores(pre.A, pre.Vt, u, i), als.pair_scores(pre.Ut, pre.B, u, i),
-            als.pair_scores(pre.Ut, pre.Vt, u, i), pre)
+    return (
+        als.pair_scores(pre.A, pre.Vt, u, i),
+        als.pair_scores(pre.Ut, pre.B, u, i),
+        als.pair_scores(pre.Ut, pre.Vt, u, i),
+        pre,
+    )
 
 
 def _all_pairs(d):
@@ -58,8 +61,9 @@ def test_identity_miss_is_the_balanced_gradient_and_the_bound_is_its_row_maximum
     P = als.Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items)
     gU, gV = als.gradient(m.U, m.V, P, d.rating - m.mu, lam)
     eps = als.identity_bound(m.U, m.V, gU, gV, lam)
-    expected = [np.max(np.linalg.norm(G, axis=1) / np.linalg.norm(F, axis=1)) / lam
-                for G, F in ((GU, pre.Ut), (GV, pre.Vt))]
+    expected = [
+        np.max(np.linalg.norm(G, axis=1) / np.linalg.norm(F, axis=1)) / lam for G, F in ((GU, pre.Ut), (GV, pre.Vt))
+    ]
     np.testing.assert_allclose(eps, expected, rtol=1e-8)
     assert eps == pytest.approx((m.info["identity_bound"]["item"], m.info["identity_bound"]["user"]), rel=1e-8)
     cos = np.abs(s) / (np.linalg.norm(pre.Ut[u], axis=1) * np.linalg.norm(pre.Vt[i], axis=1))
@@ -121,8 +125,9 @@ def test_looser_tol_trains_fewer_sweeps_and_stops_within_it():
 
 def test_anderson_sweeps_reach_the_gradient_tolerance_in_fewer_sweeps_than_plain_als():
     d = _data()
-    fits = [ALSMF(k=6, lam=_lam(d), tol=1e-9, anderson=m, polish_iters=0, max_sweeps=400, seed=2).fit(d)
-            for m in (0, 10)]
+    fits = [
+        ALSMF(k=6, lam=_lam(d), tol=1e-9, anderson=m, polish_iters=0, max_sweeps=400, seed=2).fit(d) for m in (0, 10)
+    ]
     plain, accelerated = fits
     assert accelerated.grad_norm <= 1e-9
     assert plain.grad_norm > 1e-6  # plain ALS stalled (STALL_SWEEPS sweeps without halving ‖∇f‖) far above it
@@ -154,8 +159,9 @@ def test_fused_pattern_scores_equal_the_numpy_reference():
     rng = np.random.default_rng(5)
     U, V = rng.normal(size=(d.n_users, 7)), rng.normal(size=(d.n_items, 7))
     P = als.Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items)
-    np.testing.assert_allclose(als.pattern_scores(U, V, P, fused=True), als.pattern_scores(U, V, P, fused=False),
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        als.pattern_scores(U, V, P, fused=True), als.pattern_scores(U, V, P, fused=False), rtol=1e-12, atol=1e-12
+    )
 
 
 def test_balanced_transforms_used_by_the_bound_keep_the_scores():

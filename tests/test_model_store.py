@@ -2,13 +2,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import random_interactions
 
 from dxplain.errors import InputError
 from dxplain.io import model_store
 from dxplain.models.base import FactorModel
 from dxplain.models.mf import ALSMF
-
-from conftest import random_interactions
 
 
 def test_save_load_roundtrip_with_attributes(tmp_path, small):
@@ -18,8 +17,18 @@ def test_save_load_roundtrip_with_attributes(tmp_path, small):
     np.testing.assert_array_equal(back.U, m.U)
     np.testing.assert_array_equal(back.V, m.V)
     attrs = model_store.model_attrs(path)
-    for key in ("kind", "loss", "lam", "k", "n_train", "objective_scaling", "fingerprint", "dxplain_version",
-                "grad_norm", "mu"):
+    for key in (
+        "kind",
+        "loss",
+        "lam",
+        "k",
+        "n_train",
+        "objective_scaling",
+        "fingerprint",
+        "dxplain_version",
+        "grad_norm",
+        "mu",
+    ):
         assert key in attrs
     assert attrs["n_train"] == len(small) and attrs["lam"] == 1e-2 and attrs["k"] == 3
 
@@ -46,20 +55,24 @@ def _export(tmp_path, small, k=4, drop_user=False):
 
 def test_import_embeddings_aligns_ids(tmp_path, small):
     U, V = _export(tmp_path, small)
-    out = model_store.import_embeddings(tmp_path / "imp.zarr", small, tmp_path / "U.npy", tmp_path / "V.parquet",
-                                        user_ids=tmp_path / "uids.txt")
+    out = model_store.import_embeddings(
+        tmp_path / "imp.zarr", small, tmp_path / "U.npy", tmp_path / "V.parquet", user_ids=tmp_path / "uids.txt"
+    )
     m = FactorModel.load(out, small)
     np.testing.assert_allclose(m.U, U)
     np.testing.assert_allclose(m.V, V)
     assert m.lam is None and m.kind == "imported"
 
 
-@pytest.mark.parametrize("problem,message", [
-    ("missing ids", "have no embedding"),
-    ("row count", "factor rows but"),
-    ("k mismatch", "same embedding size"),
-    ("no id list", "need their id list"),
-])
+@pytest.mark.parametrize(
+    "problem,message",
+    [
+        ("missing ids", "have no embedding"),
+        ("row count", "factor rows but"),
+        ("k mismatch", "same embedding size"),
+        ("no id list", "need their id list"),
+    ],
+)
 def test_import_embeddings_errors(tmp_path, small, problem, message):
     _export(tmp_path, small, drop_user=(problem == "missing ids"))
     if problem == "row count":
@@ -68,8 +81,9 @@ def test_import_embeddings_errors(tmp_path, small, problem, message):
         np.save(tmp_path / "U.npy", np.zeros((small.n_users, 2)))
     ids = None if problem == "no id list" else tmp_path / "uids.txt"
     with pytest.raises(InputError, match=message):
-        model_store.import_embeddings(tmp_path / "imp.zarr", small, tmp_path / "U.npy", tmp_path / "V.parquet",
-                                      user_ids=ids)
+        model_store.import_embeddings(
+            tmp_path / "imp.zarr", small, tmp_path / "U.npy", tmp_path / "V.parquet", user_ids=ids
+        )
     assert not (tmp_path / "imp.zarr").exists()
 
 

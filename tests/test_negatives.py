@@ -2,14 +2,13 @@
 
 import numpy as np
 import pytest
+from conftest import random_interactions
 from scipy.special import expit
 
 from dxplain.explain import negatives as N
 from dxplain.kernels.bce import SparseTerms
 from dxplain.kernels.negatives import LowestK
 from dxplain.models.implicit_mf import ImplicitMF, ImplicitModel, dense_terms, positive_pairs, sample_negatives
-
-from conftest import random_interactions
 
 W = 0.05
 
@@ -174,8 +173,9 @@ def test_table_mode_on_sampled_negatives():
     keys = nu * P.n_items + ni
     assert len(np.unique(keys)) == len(keys)
     assert not np.isin(keys, P.user.astype(np.int64) * P.n_items + P.item).any()
-    np.testing.assert_array_equal(np.bincount(nu, minlength=P.n_users),
-                                  np.minimum(2 * P.user_degree(), P.n_items - P.user_degree()))
+    np.testing.assert_array_equal(
+        np.bincount(nu, minlength=P.n_users), np.minimum(2 * P.user_degree(), P.n_items - P.user_degree())
+    )
     terms = SparseTerms.from_pairs(P.n_users, P.n_items, P.user, P.item, nu, ni, W)
     m = ImplicitMF(k=3).fit(terms)
     v, u, i = N.flag("representer", m, terms, P, percent=10)
@@ -214,6 +214,7 @@ def test_sampled_negatives_scored_in_parts_flag_what_the_whole_list_flags(tmp_pa
     as ranking the whole list, and the parts' cleaned files hold exactly the rest. ``two-rounds``: a part
     first sends only 2 values, so most parts are asked again for K: still exact."""
     import logging
+
     import pyarrow.parquet as pq
 
     from dxplain.io.partitions import write_partitions
@@ -283,7 +284,10 @@ def test_bce_row_passes_equal_the_whole_table_terms():
     f, gU, gV = terms.fun_grad(U, V, lam)
     hU, hV = terms.hessp(U, V, dU, dV, lam)
     A, B = terms.curvature_grams(U, V)
-    for side, (F, Fo, dF, dFo, g, h, C) in {"user": (U, V, dU, dV, gU, hU, A), "item": (V, U, dV, dU, gV, hV, B)}.items():
+    for side, (F, Fo, dF, dFo, g, h, C) in {
+        "user": (U, V, dU, dV, gU, hU, A),
+        "item": (V, U, dV, dU, gV, hV, B),
+    }.items():
         view = csr_view(table, table.rating, side)
         got_g, loss = bce.gradient_rows(*view, W, F, Fo, n, lam)
         np.testing.assert_allclose(got_g, g, rtol=1e-12, atol=1e-15)
@@ -324,13 +328,14 @@ def test_weighted_ridge_solve_is_weighted_least_squares():
     for fused in (True, False):
         X = als.ridge_solve_rows(indptr, cols, y, V, 0.7, fused=fused, sw=sw)
         for r in range(len(indptr) - 1):
-            F = V[cols[indptr[r]:indptr[r + 1]]] * sw[indptr[r]:indptr[r + 1], None]
-            want = np.linalg.solve(F.T @ F + 0.7 * np.eye(6), F.T @ y[indptr[r]:indptr[r + 1]])
+            F = V[cols[indptr[r] : indptr[r + 1]]] * sw[indptr[r] : indptr[r + 1], None]
+            want = np.linalg.solve(F.T @ F + 0.7 * np.eye(6), F.T @ y[indptr[r] : indptr[r + 1]])
             np.testing.assert_allclose(X[r], want, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("method,collapsed", [("representer", False), ("representer", True), ("loss", False),
-                                             ("random", False)])
+@pytest.mark.parametrize(
+    "method,collapsed", [("representer", False), ("representer", True), ("loss", False), ("random", False)]
+)
 def test_scores_from_factor_blocks_equal_the_whole_scoring_rule(tmp_path, method, collapsed):
     """A model whose factors are row-block files beside the parts (``models.blocks``): each by-user part's
     scoring rule, built by its task from the blocks' Grams and the parts' sums over the positives (y = 1
@@ -348,8 +353,15 @@ def test_scores_from_factor_blocks_equal_the_whole_scoring_rule(tmp_path, method
     model = ImplicitModel(U, V, lam=0.01, n_train=len(table), neg_weight=W, negatives="sampled", grad_norm=np.nan)
     parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 4)
     mapper, scratch = LocalMapper(), Scratch(parts.root)
-    blocks = ImplicitModel(Blocks.split(mapper, scratch, U, parts.user_cuts), Blocks.split(mapper, scratch, V, parts.item_cuts),
-                           lam=0.01, n_train=len(table), neg_weight=W, negatives="sampled", grad_norm=np.nan)
+    blocks = ImplicitModel(
+        Blocks.split(mapper, scratch, U, parts.user_cuts),
+        Blocks.split(mapper, scratch, V, parts.item_cuts),
+        lam=0.01,
+        n_train=len(table),
+        neg_weight=W,
+        negatives="sampled",
+        grad_norm=np.nan,
+    )
     want = N.negative_score(method, model, terms, P, seed=3)
     rule = N.part_scores(method, blocks, parts, seed=3)
     assert len(parts.user_cuts) > 3 and len(parts.item_cuts) > 2

@@ -8,7 +8,7 @@ import pytest
 
 from dxplain.errors import InputError
 from dxplain.kernels import pairwise as K
-from dxplain.pairwise.brute import brute_shapley, coalition_value
+from dxplain.pairwise.brute import brute_shapley
 from dxplain.pairwise.explain import explain_pairs, masking_curve
 from dxplain.pairwise.models import OPAUC, DotProduct, LowRank, two_classes
 from dxplain.pairwise.shapley import asipair, permutation_deltas, raipair, reference
@@ -101,7 +101,7 @@ def test_dummy_feature_gets_zero():
     zeta = Linear([1.0, -2.0, 0.0, 0.5, 0.3])
     ref = reference(zeta, X[:20])
     phi, z = asipair(zeta, X[22], X[27], ref, sigma=1e10, eta=1.0)
-    assert abs(phi[2]) <= 1e-12 * np.abs(phi).max()     # zero up to the rounding of the sums
+    assert abs(phi[2]) <= 1e-12 * np.abs(phi).max()  # zero up to the rounding of the sums
     assert np.all(np.abs(np.delete(phi, 2)) > 1e-6)
     np.testing.assert_allclose(phi, brute_shapley(zeta, X[22], X[27], ref, 1e10, 1.0), rtol=1e-9, atol=1e-12)
     # with the paper's σ the same feature is informative about the others, and is not a dummy
@@ -122,8 +122,8 @@ def test_additivity():
 
 def test_singular_covariance_is_regularised():
     X, y = correlated(60, 5, seed=8)
-    X[:, 3] = 2.0                      # constant
-    X[:, 4] = X[:, 0] - X[:, 1]        # collinear
+    X[:, 3] = 2.0  # constant
+    X[:, 4] = X[:, 0] - X[:, 1]  # collinear
     zeta = OPAUC(seed=0).fit(X, y)
     ref = reference(zeta, X[:40])
     phi, z = asipair(zeta, X[45], X[50], ref)
@@ -157,10 +157,10 @@ def test_ordered_neighbours_equal_a_full_stable_sort(k0, grow, k1):
     the first K₁ neighbours of each side, the same columns and weights (ties included)."""
     rng = np.random.default_rng(4)
     C, Ki, Kj = 60, 40, 30
-    wi = np.exp(-rng.gamma(0.5, 4.0, (C, Ki)) * rng.uniform(0.01, 3, (C, 1)))   # broad and sharp rows
+    wi = np.exp(-rng.gamma(0.5, 4.0, (C, Ki)) * rng.uniform(0.01, 3, (C, 1)))  # broad and sharp rows
     wj = np.exp(-rng.gamma(0.5, 4.0, (C, Kj)) * rng.uniform(0.01, 3, (C, 1)))
-    wi[::5, :6] = wi[::5, :1]                                                    # ties at the top
-    wi[1::7] = 1.0                                                               # all equal
+    wi[::5, :6] = wi[::5, :1]  # ties at the top
+    wi[1::7] = 1.0  # all equal
     fi, fj = np.argsort(-wi, 1, kind="stable"), np.argsort(-wj, 1, kind="stable")
     gi, gj = np.take_along_axis(wi, fi, 1), np.take_along_axis(wj, fj, 1)
     want = np.full(C, k1) if k1 else K.k1_by_mass(gi, gj, 0.95, wi.sum(1), wj.sum(1))
@@ -239,8 +239,9 @@ def test_masking_the_only_informative_feature_removes_the_ranking():
     y = (X[:, 1] > 0).astype(int)
     zeta = Linear([0.0, 1.0, 0.0])
     zeta.auc = lambda Xm, ym: OPAUC.auc(type("W", (), {"score": lambda s, Z: Z @ zeta.w})(), Xm, ym)
-    curve = masking_curve(zeta, X, y, X.mean(0), {"method": np.array([[1, 0, 2]]), "random": np.array([[0, 2, 1]])},
-                          ps=(0.3,))
+    curve = masking_curve(
+        zeta, X, y, X.mean(0), {"method": np.array([[1, 0, 2]]), "random": np.array([[0, 2, 1]])}, ps=(0.3,)
+    )
     assert curve[0]["auc_method"] == 0.5 and curve[0]["auc_random"] == 1.0
 
 
@@ -256,6 +257,7 @@ def test_dot_product_expectation_matches_the_generic_sum():
 
 
 # --- bad input: each a named InputError ---
+
 
 @pytest.fixture
 def small():
@@ -303,7 +305,7 @@ def test_d_above_the_asipair_cap_points_to_raipair():
     ref = reference(zeta, X[:30])
     with pytest.raises(InputError, match=r"D = 17 is above its cap of 16.*--method raipair"):
         explain_pairs(zeta, ref, X[30:31], X[31:32], "asipair")
-    phi, _ = explain_pairs(zeta, ref, X[30:31], X[31:32], "raipair", permutations=2)   # RAIPair has no cap
+    phi, _ = explain_pairs(zeta, ref, X[30:31], X[31:32], "raipair", permutations=2)  # RAIPair has no cap
     assert phi.shape == (1, 17)
 
 
@@ -331,9 +333,10 @@ def test_a_factor_model_explained_as_a_pairwise_model():
     m = FactorModel(U=rng.normal(size=(30, 4)), V=rng.normal(size=(25, 4)), mu=0.0, lam=None, n_train=100)
     zeta, U, V = factor_pairs(m)
     ref = reference(zeta, U, V)
-    assert ref.base == pytest.approx(U.mean(0) @ V.mean(0), rel=1e-12)    # v(∅) = mean over all (user, item) pairs
+    assert ref.base == pytest.approx(U.mean(0) @ V.mean(0), rel=1e-12)  # v(∅) = mean over all (user, item) pairs
     phi, z = asipair(zeta, U[3], V[7], ref)
     assert z == pytest.approx(m.predict(np.array([3]), np.array([7]))[0], rel=1e-12)
     assert abs(phi.sum() - (z - ref.base)) <= 1e-9
-    np.testing.assert_allclose(phi, brute_shapley(lambda A, B: (A * B).sum(-1), U[3], V[7], ref, 0.2, 0.95),
-                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        phi, brute_shapley(lambda A, B: (A * B).sum(-1), U[3], V[7], ref, 0.2, 0.95), rtol=1e-9, atol=1e-12
+    )

@@ -13,7 +13,7 @@ from dxplain.cli import main
 from dxplain.config import Settings
 from dxplain.mapper import LocalMapper
 from dxplain.pairwise.explain import explain_pairs
-from dxplain.pairwise.models import LowRank, OPAUC
+from dxplain.pairwise.models import OPAUC, LowRank
 from dxplain.pairwise.shapley import reference
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
@@ -43,20 +43,62 @@ def first_flow_outside_capsys(prefect_server, data, tmp_path_factory):
     inside a capsys test that stream is closed when the test ends, and later flows' error logs would fail
     on it. One small run here, outside any capsys, binds it to pytest's own stream."""
     out = tmp_path_factory.mktemp("first") / "o"
-    assert main(["pairwise", "explain", "--data", str(data), "--label", "y", "--model", "opauc", "--method",
-                 "asipair", "--pairs", "1", "--out", str(out), "--in-memory"]) == 0
+    assert (
+        main(
+            [
+                "pairwise",
+                "explain",
+                "--data",
+                str(data),
+                "--label",
+                "y",
+                "--model",
+                "opauc",
+                "--method",
+                "asipair",
+                "--pairs",
+                "1",
+                "--out",
+                str(out),
+                "--in-memory",
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize("model, method", [("opauc", "asipair"), ("lowrank", "raipair")])
 def test_cli_writes_the_contract(data, tmp_path, model, method):
     out = tmp_path / "o"
-    assert main(["pairwise", "explain", "--data", str(data), "--label", "y", "--model", model, "--method", method,
-                 "--pairs", "6", "--seed", "1", "--out", str(out), "--in-memory"]) == 0
+    assert (
+        main(
+            [
+                "pairwise",
+                "explain",
+                "--data",
+                str(data),
+                "--label",
+                "y",
+                "--model",
+                model,
+                "--method",
+                method,
+                "--pairs",
+                "6",
+                "--seed",
+                "1",
+                "--out",
+                str(out),
+                "--in-memory",
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in out.iterdir()) == ["attributions.parquet", "metrics.json"]
     t = pq.read_table(out / "attributions.parquet")
     assert t.column_names == COLUMNS and t.num_rows == 6 * 5
     df = t.to_pandas()
-    assert set(df.feature) == {f"f{d}" for d in range(5)}           # 'note' (a string) and the label are not features
+    assert set(df.feature) == {f"f{d}" for d in range(5)}  # 'note' (a string) and the label are not features
     for _, g in df.groupby("pair"):
         assert list(g["rank"]) == [1, 2, 3, 4, 5] and np.all(np.diff(g.phi) <= 0)
         assert g.i.nunique() == g.j.nunique() == 1 and g.i.iloc[0] != g.j.iloc[0]
@@ -75,8 +117,23 @@ def test_csv_input_and_an_existing_out_is_refused(tmp_path, capsys):
     path = tmp_path / "t.csv"
     pacsv.write_csv(table(seed=2), path)
     out = tmp_path / "o"
-    args = ["pairwise", "explain", "--data", str(path), "--label", "y", "--model", "opauc", "--method", "asipair",
-            "--pairs", "2", "--out", str(out), "--in-memory"]
+    args = [
+        "pairwise",
+        "explain",
+        "--data",
+        str(path),
+        "--label",
+        "y",
+        "--model",
+        "opauc",
+        "--method",
+        "asipair",
+        "--pairs",
+        "2",
+        "--out",
+        str(out),
+        "--in-memory",
+    ]
     assert main(args) == 0
     before = (out / "attributions.parquet").read_bytes()
     assert main(args) == 2
@@ -97,22 +154,41 @@ def nan_table():
     return t.set_column(2, "f2", pa.array(f2))
 
 
-@pytest.mark.parametrize("make, args, needle", [
-    (nan_table, [], "NaN, infinite or missing feature values (first: column 'f2', row 7"),
-    (table, ["--eta", "1.5"], "--eta 1.5"),
-    (table, ["--eta", "0"], "--eta 0.0"),
-    (table, ["--sigma", "0"], "--sigma 0.0"),
-    (table, ["--sigma", "-0.2"], "--sigma -0.2"),
-    (lambda: table(D=17), [], "D = 17 is above its cap of 16"),
-    (lambda: table(classes=3), [], "label column 'y' has 3 classes (0, 1, 2); OPAUC needs exactly two"),
-    (table, ["--k1", "81"], "--k1 81: K₁ needs 81 reference instances a side and there are only 80"),
-    (lambda: table().rename_columns([f"f{d}" for d in range(5)] + ["note", "target"]), [], "no label column 'y'"),
-])
+@pytest.mark.parametrize(
+    "make, args, needle",
+    [
+        (nan_table, [], "NaN, infinite or missing feature values (first: column 'f2', row 7"),
+        (table, ["--eta", "1.5"], "--eta 1.5"),
+        (table, ["--eta", "0"], "--eta 0.0"),
+        (table, ["--sigma", "0"], "--sigma 0.0"),
+        (table, ["--sigma", "-0.2"], "--sigma -0.2"),
+        (lambda: table(D=17), [], "D = 17 is above its cap of 16"),
+        (lambda: table(classes=3), [], "label column 'y' has 3 classes (0, 1, 2); OPAUC needs exactly two"),
+        (table, ["--k1", "81"], "--k1 81: K₁ needs 81 reference instances a side and there are only 80"),
+        (lambda: table().rename_columns([f"f{d}" for d in range(5)] + ["note", "target"]), [], "no label column 'y'"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, make, args, needle):
     path = _write(tmp_path, make())
     out = tmp_path / "o"
-    argv = ["pairwise", "explain", "--data", str(path), "--label", "y", "--model", "opauc", "--method", "asipair",
-            "--pairs", "3", "--out", str(out), "--in-memory", *args]
+    argv = [
+        "pairwise",
+        "explain",
+        "--data",
+        str(path),
+        "--label",
+        "y",
+        "--model",
+        "opauc",
+        "--method",
+        "asipair",
+        "--pairs",
+        "3",
+        "--out",
+        str(out),
+        "--in-memory",
+        *args,
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("dxplain: error:") and len(err.splitlines()) == 1 and needle in err

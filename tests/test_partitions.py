@@ -6,17 +6,16 @@ import os
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import random_interactions
 
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer, fidelity
-from dxplain.io.partitions import write_partitions
-from dxplain.mapper import LocalMapper
-from dxplain.refresh import RefreshJob, passes, plan, run_passes, shard_users
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Targets
 from dxplain.io import partitions
+from dxplain.io.partitions import write_partitions
+from dxplain.mapper import LocalMapper
 from dxplain.models.mf import ALSMF
-
-from conftest import random_interactions
+from dxplain.refresh import RefreshJob, passes, plan, run_passes, shard_users
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +52,8 @@ def _run(job, shards, run_dir):
     # the shards' Parquet files beside _meta/, which holds their entries; the stage is gone once all are written
     assert sorted(p.name for p in run_dir.iterdir()) == sorted([e["file"] for e in entries] + ["_meta"])
     assert sorted(p.name for p in (run_dir / "_meta").iterdir()) == sorted(
-        e["file"].replace(".parquet", ".json") for e in entries)
+        e["file"].replace(".parquet", ".json") for e in entries
+    )
     return entries, passes
 
 
@@ -106,8 +106,9 @@ def test_user_side_tasks_cover_every_target_once_within_budget():
     rng = np.random.default_rng(0)
     targets = rng.poisson(0.5, size=(6, len(edges) - 1))
     targets[:, 70] = [50, 0, 40, 30, 0, 60]  # one popular block, above the budget alone
-    plans = [{"shard": s, "block_targets": targets[s].tolist(), "block_rows": (2 * targets[s]).tolist()}
-             for s in range(6)]
+    plans = [
+        {"shard": s, "block_targets": targets[s].tolist(), "block_rows": (2 * targets[s]).tolist()} for s in range(6)
+    ]
     chunks = user_side_chunks(parts, plans, rows_per_chunk=100)
     seen = np.zeros_like(targets)
     for lo, hi, members in chunks:
@@ -118,7 +119,7 @@ def test_user_side_tasks_cover_every_target_once_within_budget():
         assert all(targets[s, b0:b1].sum() > 0 for s in members)  # no task for a shard with nothing there
         seen[members, b0:b1] += targets[members, b0:b1] > 0
     assert np.array_equal(seen, targets > 0)  # every (shard, block) with targets in exactly one task
-    rows = [2 * targets[m, np.searchsorted(edges, lo):np.searchsorted(edges, hi)].sum() for lo, hi, m in chunks]
+    rows = [2 * targets[m, np.searchsorted(edges, lo) : np.searchsorted(edges, hi)].sum() for lo, hi, m in chunks]
     assert rows == sorted(rows, reverse=True)  # largest first
 
 
@@ -281,10 +282,12 @@ def test_p99_bound_from_the_shards_decade_counts_holds_the_true_quantile():
 
 # ---- streamed partitioning: by tasks over row groups, the flow keeping a TableSummary -------------------
 
+
 def streamed_folder(tmp_path, d, row_group_size=97, seed=0, rows=None):
     """A prepared dataset of ``d`` whose interactions.parquet is shuffled into small row groups."""
     import pyarrow as pa
     from conftest import interactions_table
+
     from dxplain.io.interactions import write_dataset
 
     folder = tmp_path / "data"
@@ -299,9 +302,13 @@ def scan(folder, mapper=None, rows_per_chunk=200):
     from dxplain.io.interactions import read_catalogue
 
     users, items = read_catalogue(folder)
-    return partitions.scan_source(mapper or LocalMapper(), folder / "interactions.parquet",
-                                  users.column("id").combine_chunks(), items.column("id").combine_chunks(),
-                                  rows_per_chunk=rows_per_chunk)
+    return partitions.scan_source(
+        mapper or LocalMapper(),
+        folder / "interactions.parquet",
+        users.column("id").combine_chunks(),
+        items.column("id").combine_chunks(),
+        rows_per_chunk=rows_per_chunk,
+    )
 
 
 def test_streamed_parts_equal_the_parts_of_the_whole_table(tmp_path):
@@ -314,8 +321,9 @@ def test_streamed_parts_equal_the_parts_of_the_whole_table(tmp_path):
     assert summary.rating_mean() == d.rating_mean() and summary.rating_range() == d.rating_range()
     np.testing.assert_array_equal(summary.user_degree(), d.user_degree())
     np.testing.assert_array_equal(summary.item_degree(), d.item_degree())
-    streamed = partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s",
-                                            rows_per_part=200, rows_per_chunk=200)
+    streamed = partitions.stream_partitions(
+        LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s", rows_per_part=200, rows_per_chunk=200
+    )
     whole = partitions.write_partitions(tmp_path / "w", d, rows_per_part=200)
     np.testing.assert_array_equal(streamed.user_cuts, whole.user_cuts)
     np.testing.assert_array_equal(streamed.item_cuts, whole.item_cuts)
@@ -324,17 +332,25 @@ def test_streamed_parts_equal_the_parts_of_the_whole_table(tmp_path):
         for p in range(len(cuts) - 1):
             name = f"{side}/part-{p:05d}.parquet"
             assert pq.read_table(tmp_path / "s" / name).equals(pq.read_table(tmp_path / "w" / name)), name
-    assert sorted(x.name for x in (tmp_path / "s").iterdir()) == ["index.json", "item", "item_ids.parquet", "user", "user_ids.parquet"]  # no bucket left
+    assert sorted(x.name for x in (tmp_path / "s").iterdir()) == [
+        "index.json",
+        "item",
+        "item_ids.parquet",
+        "user",
+        "user_ids.parquet",
+    ]  # no bucket left
     # The same data again: the store is reused, not rewritten.
     (tmp_path / "s" / "user" / "part-00000.parquet").unlink()
-    partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s",
-                                 rows_per_part=200, rows_per_chunk=200)
+    partitions.stream_partitions(
+        LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s", rows_per_part=200, rows_per_chunk=200
+    )
     assert not (tmp_path / "s" / "user" / "part-00000.parquet").exists()
 
 
 def test_a_duplicate_pair_is_refused_by_name_and_nothing_is_left(tmp_path):
     import pyarrow as pa
     from conftest import interactions_table
+
     from dxplain.errors import InputError
 
     d = random_interactions(60, 50, 0.2, seed=1)
@@ -344,20 +360,30 @@ def test_a_duplicate_pair_is_refused_by_name_and_nothing_is_left(tmp_path):
     assert len(summary) == len(d) + 1
     user, item = table["user"][7].as_py(), table["item"][7].as_py()
     with pytest.raises(InputError, match=f"1 duplicate .*user='{user}', item='{item}'"):
-        partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s",
-                                     rows_per_part=100, rows_per_chunk=100)
+        partitions.stream_partitions(
+            LocalMapper(),
+            folder / "interactions.parquet",
+            summary,
+            tmp_path / "s",
+            rows_per_part=100,
+            rows_per_chunk=100,
+        )
     assert not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("unknown", r"1 row\(s\) name user\(s\) missing from the dataset's users.parquet/items.parquet, e.g. \['zz'\]"),
-    ("nan", r"1 rating\(s\) are NaN or infinite"),
-    ("unused", r"users.parquet lists 1 user\(s\) with no interaction, e.g. 'u900'"),
-    ("unsorted", r"users.parquet does not list its ids in sorted order"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("unknown", r"1 row\(s\) name user\(s\) missing from the dataset's users.parquet/items.parquet, e.g. \['zz'\]"),
+        ("nan", r"1 rating\(s\) are NaN or infinite"),
+        ("unused", r"users.parquet lists 1 user\(s\) with no interaction, e.g. 'u900'"),
+        ("unsorted", r"users.parquet does not list its ids in sorted order"),
+    ],
+)
 def test_scan_refuses_bad_rows_and_catalogues_by_name(tmp_path, bad, message):
     import pyarrow as pa
     from conftest import interactions_table
+
     from dxplain.errors import InputError
 
     d = random_interactions(30, 20, 0.3, seed=2)
@@ -385,8 +411,9 @@ def test_row_digest_and_rating_sum_add_up_over_any_split():
         cut = 1234
         whole = row_digest(u, i, y)
         with np.errstate(over="ignore"):
-            np.testing.assert_array_equal(row_digest(u[:cut], i[:cut], y[:cut]) + row_digest(u[cut:], i[cut:], y[cut:]),
-                                          whole)
+            np.testing.assert_array_equal(
+                row_digest(u[:cut], i[:cut], y[:cut]) + row_digest(u[cut:], i[cut:], y[cut:]), whole
+            )
         exact = sum((Fraction(float(v)) for v in y), Fraction(0))
         assert (RatingSum.of(y[:cut]) + RatingSum.of(y[cut:])).value() == RatingSum.of(y).value() == exact
         assert RatingSum.of(y).mean_of(len(y)) == float(exact / len(y))
@@ -411,8 +438,10 @@ def test_row_stats_of_any_split_total_the_whole_tables():
     assert len(whole.user_counts) == 500 and len(whole.item_counts) == 90
     cuts = [0, 0, 7, 1500, 1501, 1501, 4000]  # an empty chunk first, and one in the middle
     for compact in (False, True, "mixed"):
-        chunks = [RowStats.of(u[a:b], i[a:b], y[a:b], 500, 90, compact=compact is True or (compact and n % 2 == 1))
-                  for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+        chunks = [
+            RowStats.of(u[a:b], i[a:b], y[a:b], 500, 90, compact=compact is True or (compact and n % 2 == 1))
+            for n, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))
+        ]
         if compact is True:
             assert chunks[1].user_lo == u[:7].min() and len(chunks[1].user_counts) == u[:7].max() - u[:7].min() + 1
             assert len(chunks[0].user_counts) == len(chunks[4].user_counts) == 0
@@ -447,8 +476,9 @@ def test_a_folder_of_files_is_read_as_pyarrow_reads_it_and_a_rerun_part_task_reb
     summary = scan(folder)
     assert summary.fingerprint() == whole.fingerprint() == d.fingerprint()
     root = tmp_path / "s"
-    parts = partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, root,
-                                         rows_per_part=200, rows_per_chunk=200)
+    parts = partitions.stream_partitions(
+        LocalMapper(), folder / "interactions.parquet", summary, root, rows_per_part=200, rows_per_chunk=200
+    )
     first = pq.read_table(root / "user" / "part-00000.parquet")
     # A part task run twice (its worker lost after it wrote), an interrupted write's temporary file among
     # the buckets it reads (they are kept until the whole store is written): the same part.
@@ -463,6 +493,7 @@ def test_a_folder_of_files_is_read_as_pyarrow_reads_it_and_a_rerun_part_task_reb
 
 def test_a_source_changed_between_scan_and_partitioning_is_refused_and_nothing_is_left(tmp_path):
     import pyarrow as pa
+
     from dxplain.errors import InputError
 
     d = random_interactions(60, 50, 0.25, seed=6)
@@ -473,8 +504,14 @@ def test_a_source_changed_between_scan_and_partitioning_is_refused_and_nothing_i
     ratings[3] = ratings[3] % 5 + 1  # same rows, one rating changed
     pq.write_table(table.set_column(2, "rating", pa.array(ratings)), folder / "interactions.parquet", row_group_size=97)
     with pytest.raises(InputError, match="changed while they were read"):
-        partitions.stream_partitions(LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s",
-                                     rows_per_part=200, rows_per_chunk=200)
+        partitions.stream_partitions(
+            LocalMapper(),
+            folder / "interactions.parquet",
+            summary,
+            tmp_path / "s",
+            rows_per_part=200,
+            rows_per_chunk=200,
+        )
     assert not (tmp_path / "s").exists()
 
 
@@ -511,14 +548,19 @@ def test_a_killed_runs_scratch_folder_is_removed_by_the_next_run_on_this_host(tm
         lists.append(spill.SpillList(base))
         return lists[-1].root
 
-    prefix, make = {"scratch folder": (spill.SCRATCH_PREFIX, spill.scratch_folder),
-                    "spill list": (spill.SPILL_PREFIX, spill_list)}[kind]
+    prefix, make = {
+        "scratch folder": (spill.SCRATCH_PREFIX, spill.scratch_folder),
+        "spill list": (spill.SPILL_PREFIX, spill_list),
+    }[kind]
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     host = socket.gethostname()
     folders = {}
-    for name, owner in (("dead", f"{host} {gone.stdout.strip()}"), ("live", f"{host} {os.getpid()}"),
-                        ("elsewhere", f"another-{host} {gone.stdout.strip()}")):
+    for name, owner in (
+        ("dead", f"{host} {gone.stdout.strip()}"),
+        ("live", f"{host} {os.getpid()}"),
+        ("elsewhere", f"another-{host} {gone.stdout.strip()}"),
+    ):
         folders[name] = tmp_path / f"{prefix}{name}"
         folders[name].mkdir()
         (folders[name] / spill.OWNER).write_text(owner)
@@ -528,9 +570,18 @@ def test_a_killed_runs_scratch_folder_is_removed_by_the_next_run_on_this_host(tm
     assert (mine / spill.OWNER).read_text() == f"{host} {os.getpid()}"
 
 
-@pytest.mark.parametrize("n, low, high, dtype", [(0, 0, 1, np.int32), (1, 5, 6, np.int32), (9_430, 0, 1_682, np.int32),
-                                                (50_000, -70_000, 70_000, np.int64), (50_000, 0, 2**31 - 1, np.int32),
-                                                (2_000, -2**40, 2**40, np.int64), (1_000, 0, 3, np.int64)])
+@pytest.mark.parametrize(
+    "n, low, high, dtype",
+    [
+        (0, 0, 1, np.int32),
+        (1, 5, 6, np.int32),
+        (9_430, 0, 1_682, np.int32),
+        (50_000, -70_000, 70_000, np.int64),
+        (50_000, 0, 2**31 - 1, np.int32),
+        (2_000, -(2**40), 2**40, np.int64),
+        (1_000, 0, 3, np.int64),
+    ],
+)
 def test_stable_id_order_is_numpys_stable_argsort(n, low, high, dtype):
     """The radix passes (one 16-bit digit, two, or none beyond 2³²) give numpy's stable order, repeated ids
     in input order."""

@@ -5,11 +5,11 @@ import os
 import subprocess
 import sys
 
+from conftest import interactions_table, random_interactions
+
 from dxplain import progress
 from dxplain.io.interactions import write_dataset
 from dxplain.models.mf import ALSMF
-
-from conftest import interactions_table, random_interactions
 
 
 def test_terminal_line_redraws_one_line_per_stage():
@@ -58,9 +58,29 @@ def _refresh(tmp_path, *flags, env_out=None):
     out = ["--out", str(tmp_path / "out")]
     if env_out:
         env["DXPLAIN_OUT"], out = str(env_out), []
-    return subprocess.run([sys.executable, "-m", "dxplain.cli", *flags, "refresh", "--dataset", str(data), "--k", "3",
-                           "--lam", "5e-3", "--top-n", "2", "--in-memory", *out],
-                          env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dxplain.cli",
+            *flags,
+            "refresh",
+            "--dataset",
+            str(data),
+            "--k",
+            "3",
+            "--lam",
+            "5e-3",
+            "--top-n",
+            "2",
+            "--in-memory",
+            *out,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_log_of_a_refresh_is_short_and_quiet_means_quiet(tmp_path):

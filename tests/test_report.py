@@ -8,13 +8,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from conftest import interactions_table, random_interactions
 
 from dxplain.cli import main
 from dxplain.io import runs
 from dxplain.io.interactions import write_dataset
 from dxplain.reporting.aggregate import SCAN_COLUMNS, fidelity_decades, recommendations, scan_rows
-
-from conftest import interactions_table, random_interactions
 
 
 class Page(HTMLParser):
@@ -47,8 +46,18 @@ def out(prefect_server, tmp_path_factory):
     folder = tmp_path_factory.mktemp("data") / "small"
     write_dataset(folder, interactions_table(random_interactions(30, 25, 0.3, seed=3)))
     out = tmp_path_factory.mktemp("out")
-    refresh(dataset=str(folder), out=str(out), top_n=3, top_k=0, k=4, lam=5e-3, in_memory=True, max_sweeps=2,
-            newton_steps=0, tol=1.0)
+    refresh(
+        dataset=str(folder),
+        out=str(out),
+        top_n=3,
+        top_k=0,
+        k=4,
+        lam=5e-3,
+        in_memory=True,
+        max_sweeps=2,
+        newton_steps=0,
+        tol=1.0,
+    )
     return out
 
 
@@ -81,7 +90,9 @@ def test_the_fidelity_histogram_equals_the_errors_measured_from_the_parquet(out,
     shown = {(a["data-side"], int(a["data-decade"])) for a in page.having("data-decade")}
     # Independently: Σ importance per target and side against the score (top_k 0 kept every row).
     rows = runs.open_run(runs.resolve_run(out)).to_table().to_pandas()
-    sums = rows.groupby(["user", "item", "side"], observed=True).agg(total=("importance", "sum"), score=("score", "first"))
+    sums = rows.groupby(["user", "item", "side"], observed=True).agg(
+        total=("importance", "sum"), score=("score", "first")
+    )
     rel = (sums.total - sums.score).abs() / sums.score.abs()
     decade = np.clip(np.floor(np.log10(rel)), -16, 2).astype(int)
     want = decade.groupby(level="side", observed=True).value_counts().to_dict()
@@ -104,8 +115,12 @@ def test_the_user_table_lists_the_runs_users_and_their_recommendations(out, tmp_
             current = a["data-user"]
         elif "data-item" in a:
             listed.setdefault(current, []).append(a["data-item"])
-    targets = rows.group_by(["user", "item"]).aggregate([("rec_rank", "min")]).sort_by(
-        [("user", "ascending"), ("rec_rank_min", "ascending")]).to_pylist()
+    targets = (
+        rows.group_by(["user", "item"])
+        .aggregate([("rec_rank", "min")])
+        .sort_by([("user", "ascending"), ("rec_rank_min", "ascending")])
+        .to_pylist()
+    )
     want = {}
     for t in targets:
         want.setdefault(str(t["user"]), []).append(str(t["item"]))
@@ -130,8 +145,9 @@ def test_the_scan_adds_up_targets_split_across_batches(out):
 
 def test_a_run_without_recorded_errors_says_what_its_histogram_measures(out):
     run = runs.resolve_run(out)
-    shards = [{k: v for k, v in e.items() if not k.startswith("rel_error_decades")}
-              for e in runs.read_manifest(run)["shards"]]
+    shards = [
+        {k: v for k, v in e.items() if not k.startswith("rel_error_decades")} for e in runs.read_manifest(run)["shards"]
+    ]
     rows = scan_rows(runs.open_run(run).to_batches(columns=SCAN_COLUMNS))
     recorded, source = fidelity_decades(runs.read_manifest(run)["shards"], rows, 0)
     measured, source_all = fidelity_decades(shards, rows, 0)
@@ -141,14 +157,27 @@ def test_a_run_without_recorded_errors_says_what_its_histogram_measures(out):
 
 
 def test_each_recommendation_keeps_its_most_important_reasons():
-    rows = pa.table({"user": [1] * 5 + [2], "item": [7] * 5 + [8], "prediction": [4.0] * 6, "score": [.5] * 6,
-                     "rec_rank": [1] * 6, "side": ["item", "item", "item", "user", "user", "item"],
-                     "train_user": [1, 1, 1, 3, 4, 2], "train_item": [5, 6, 9, 7, 7, 5],
-                     "rating": [1.0] * 6, "importance": [.1, .3, -.2, .05, .4, .2]})
+    rows = pa.table(
+        {
+            "user": [1] * 5 + [2],
+            "item": [7] * 5 + [8],
+            "prediction": [4.0] * 6,
+            "score": [0.5] * 6,
+            "rec_rank": [1] * 6,
+            "side": ["item", "item", "item", "user", "user", "item"],
+            "train_user": [1, 1, 1, 3, 4, 2],
+            "train_item": [5, 6, 9, 7, 7, 5],
+            "rating": [1.0] * 6,
+            "importance": [0.1, 0.3, -0.2, 0.05, 0.4, 0.2],
+        }
+    )
     recs = recommendations(rows, reasons=2)
     assert list(recs) == [1, 2]
     (r,) = recs[1]
-    assert [x.importance for x in r.reasons["item"]] == [.3, .1] and [x.importance for x in r.reasons["user"]] == [.4, .05]
+    assert [x.importance for x in r.reasons["item"]] == [0.3, 0.1] and [x.importance for x in r.reasons["user"]] == [
+        0.4,
+        0.05,
+    ]
 
 
 def test_the_report_starts_no_prefect_server_and_no_flow(out, tmp_path, capsys, monkeypatch):
@@ -184,15 +213,28 @@ def test_a_result_folder_gets_its_summary_pngs_and_tables(writer, tmp_path, caps
     flagged = pa.table({"user": np.arange(30), "item": np.arange(30) * 2, "score": np.linspace(-1, 0, 30)})
     summary = {"method": "representer", "percent": 1.5, "seconds": {"fit": 0.25}}
     if writer == "write_results":
-        folder = results.write_results(tmp_path / "o", "negatives", {"flagged": flagged}, summary,
-                                       files={"curves.png": buf.getvalue(), "auc_del.md": "| method | AUC |\n"})
+        folder = results.write_results(
+            tmp_path / "o",
+            "negatives",
+            {"flagged": flagged},
+            summary,
+            files={"curves.png": buf.getvalue(), "auc_del.md": "| method | AUC |\n"},
+        )
         summary = json.loads((folder / "summary.json").read_text())  # with the folder it records
     else:
-        folder = results.write_folder(tmp_path / "fit", {"flagged": flagged}, {
-            "plots/curves.png": buf.getvalue(), "auc_del.md": "| method | AUC |\n", "metrics.json": json.dumps(summary)})
+        folder = results.write_folder(
+            tmp_path / "fit",
+            {"flagged": flagged},
+            {
+                "plots/curves.png": buf.getvalue(),
+                "auc_del.md": "| method | AUC |\n",
+                "metrics.json": json.dumps(summary),
+            },
+        )
     page, _ = report(capsys, folder, "--out", tmp_path / "r.html")
-    assert {a["data-key"]: a["data-value"] for a in page.having("data-key")} == \
-        {k: repr(v) if isinstance(v, float) else str(v) for k, v in flatten(summary).items()}
+    assert {a["data-key"]: a["data-value"] for a in page.having("data-key")} == {
+        k: repr(v) if isinstance(v, float) else str(v) for k, v in flatten(summary).items()
+    }
     (img,) = [a for t, a in page.tags if t == "img"]
     assert base64.b64decode(img["src"].removeprefix("data:image/png;base64,")) == buf.getvalue()
     assert "| method | AUC |\n" in page.pre
@@ -206,10 +248,16 @@ def test_bad_input_is_one_line_and_exit_2(case, tmp_path, capsys):
     page.write_text("keep me")
     results.mkdir()
     (results / "summary.json").write_text("{}")  # a result folder: reported unless --out is refused
-    argv = {"not a run": [tmp_path, "--out", tmp_path / "new.html"], "out exists": [results, "--out", page],
-            "users 0": [results, "--users", 0, "--out", tmp_path / "new.html"]}[case]
-    says = {"not a run": "neither a run folder", "out exists": "the file exists; give another name, or --force",
-            "users 0": "--users 0: give an integer ≥ 1"}[case]
+    argv = {
+        "not a run": [tmp_path, "--out", tmp_path / "new.html"],
+        "out exists": [results, "--out", page],
+        "users 0": [results, "--users", 0, "--out", tmp_path / "new.html"],
+    }[case]
+    says = {
+        "not a run": "neither a run folder",
+        "out exists": "the file exists; give another name, or --force",
+        "users 0": "--users 0: give an integer ≥ 1",
+    }[case]
     assert main(["report", *map(str, argv)]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
@@ -220,5 +268,4 @@ def test_decades_hold_their_errors_and_the_ends_hold_the_rest():
     from dxplain.explain.representer import ERROR_DECADES, decade_counts
 
     rel = np.array([0.0, 1e-20, 3e-9, 1e-9, 0.5, 1.0, 99.0, 1e5])
-    assert decade_counts(rel) == {str(ERROR_DECADES[0]): 2, "-9": 2, "-1": 1, "0": 1, "1": 1,
-                                  str(ERROR_DECADES[-1]): 1}
+    assert decade_counts(rel) == {str(ERROR_DECADES[0]): 2, "-9": 2, "-1": 1, "0": 1, "1": 1, str(ERROR_DECADES[-1]): 1}

@@ -4,6 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from conftest import random_interactions
 
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer
 from dxplain.explain.targets import recommend
@@ -11,12 +12,10 @@ from dxplain.interactions import Targets
 from dxplain.kernels import representer as K
 from dxplain.models.mf import ALSMF, MFModel
 
-from conftest import random_interactions
-
 
 def test_balance_transforms_keep_the_product_and_balance_the_grams():
     rng = np.random.default_rng(0)
-    U, V = rng.normal(size=(50, 6)) * [3, 2, 1, 1, .5, .1], rng.normal(size=(40, 6))
+    U, V = rng.normal(size=(50, 6)) * [3, 2, 1, 1, 0.5, 0.1], rng.normal(size=(40, 6))
     T_U, T_V = K.balance_transforms(U, V)
     Ut, Vt = U @ T_U, V @ T_V
     np.testing.assert_allclose(Ut @ Vt.T, U @ V.T, atol=1e-10)
@@ -129,7 +128,10 @@ def test_heavy_groups_split_exactly(fitted, monkeypatch):
     g, _ = ex.groups(t, "user")
     assert len(K.split_heavy_groups(g).hist_ptr) > 2 * len(g.hist_ptr)  # the split really happens
     got = ex.user_side(t, 3)
-    key = lambda a: sorted(zip(a.target.tolist(), a.train.tolist(), np.round(a.importance, 12).tolist()))
+
+    def key(a):
+        return sorted(zip(a.target.tolist(), a.train.tolist(), np.round(a.importance, 12).tolist()))
+
     assert key(got) == key(ref)
 
 
@@ -137,12 +139,26 @@ def test_explain_table_schema_ids_and_order(fitted):
     d, pre = fitted
     t = _targets(d, 5)
     tab = RepresenterExplainer(d, pre).explain(t, top_k=3)
-    assert tab.column_names == ["user", "item", "prediction", "score", "rec_rank", "side", "train_user",
-                                "train_item", "rating", "global_importance", "local_importance", "importance"]
+    assert tab.column_names == [
+        "user",
+        "item",
+        "prediction",
+        "score",
+        "rec_rank",
+        "side",
+        "train_user",
+        "train_item",
+        "rating",
+        "global_importance",
+        "local_importance",
+        "importance",
+    ]
     assert set(tab.column("user").to_pylist()) <= set(d.user_ids.to_pylist())
     np.testing.assert_allclose(tab.column("prediction").to_numpy(), tab.column("score").to_numpy() + pre.mu)
-    np.testing.assert_allclose(tab.column("importance").to_numpy(),
-                               tab.column("global_importance").to_numpy() * tab.column("local_importance").to_numpy())
+    np.testing.assert_allclose(
+        tab.column("importance").to_numpy(),
+        tab.column("global_importance").to_numpy() * tab.column("local_importance").to_numpy(),
+    )
     item_rows = tab.filter(pc.equal(tab.column("side").cast(pa.string()), "item"))
     assert item_rows.column("train_user").to_pylist() == item_rows.column("user").to_pylist()
 
@@ -167,24 +183,36 @@ def test_recommend_excludes_seen_and_matches_brute_force(fitted):
         assert np.all(t.rec_rank[t.user == u] == np.arange(1, 5))
 
 
-@pytest.mark.parametrize("shape,top_k,d_real", [((3, 4, 40), 3, 40), ((2, 5, 700), 10, 700),
-                                                ((1, 3, 5000), 25, 5000), ((4, 2, 6), 10, 6), ((3, 4, 2000), 5, 1100)])
+@pytest.mark.parametrize(
+    "shape,top_k,d_real",
+    [
+        ((3, 4, 40), 3, 40),
+        ((2, 5, 700), 10, 700),
+        ((1, 3, 5000), 25, 5000),
+        ((4, 2, 6), 10, 6),
+        ((3, 4, 2000), 5, 1100),
+    ],
+)
 def test_pruned_selection_equals_argpartition_selection(shape, top_k, d_real, monkeypatch):
     rng = np.random.default_rng(sum(shape))
     imp = rng.standard_normal(shape) * rng.random(shape) ** 3
     imp[..., ::7] = 0.0  # zeros must never be selected
     imp[0, 0, :] = np.abs(imp[0, 0, :])  # a row without negatives
-    imp[-1, :, d_real + (shape[2] - d_real) // 2:] = 0.0  # bucket padding: a row shorter than the block
+    imp[-1, :, d_real + (shape[2] - d_real) // 2 :] = 0.0  # bucket padding: a row shorter than the block
     got = K._select_top_k(imp, top_k, d_real)
     monkeypatch.setattr(K, "PRUNE_FACTOR", 10**9)  # force the argpartition path
     ref = K._select_top_k(imp, top_k)
-    as_set = lambda sel: set(zip(*(x.tolist() for x in sel)))
+
+    def as_set(sel):
+        return set(zip(*(x.tolist() for x in sel)))
+
     assert as_set(got) == as_set(ref)
     for b in range(shape[0]):
         for t in range(shape[1]):
             row = imp[b, t]
-            want = set(np.flatnonzero(row > 0)[np.argsort(-row[row > 0])][:top_k]) | \
-                set(np.flatnonzero(row < 0)[np.argsort(row[row < 0])][:top_k])
+            want = set(np.flatnonzero(row > 0)[np.argsort(-row[row > 0])][:top_k]) | set(
+                np.flatnonzero(row < 0)[np.argsort(row[row < 0])][:top_k]
+            )
             assert {d for bb, tt, d in as_set(got) if (bb, tt) == (b, t)} == want
 
 
@@ -201,21 +229,37 @@ def test_grouped_attributions_equal_a_dense_reference_in_both_product_layouts(lo
     d = rng.integers(1, 90, size=12)
     d[3] = 0  # a group with no history
     t = rng.integers(1, 6, size=12)
-    hist = rng.permutation(n_hist)[:d.sum()]  # distinct training interactions
-    g = K.Groups(np.concatenate([[0], np.cumsum(d)]), hist, rng.integers(0, n_rows, len(hist)),
-                 np.concatenate([[0], np.cumsum(t)]), np.arange(t.sum()), rng.integers(0, n_rows, t.sum()))
+    hist = rng.permutation(n_hist)[: d.sum()]  # distinct training interactions
+    g = K.Groups(
+        np.concatenate([[0], np.cumsum(d)]),
+        hist,
+        rng.integers(0, n_rows, len(hist)),
+        np.concatenate([[0], np.cumsum(t)]),
+        np.arange(t.sum()),
+        rng.integers(0, n_rows, t.sum()),
+    )
     alpha = rng.standard_normal(n_hist)
     F = rng.standard_normal((n_rows, k))
     a = K.grouped_attributions(g, alpha, F, F, top_k)
-    got = {(int(x), int(y)): (gl, lo) for x, y, gl, lo in zip(a.target, a.train, a.global_importance, a.local_importance)}
+    got = {
+        (int(x), int(y)): (gl, lo) for x, y, gl, lo in zip(a.target, a.train, a.global_importance, a.local_importance)
+    }
     want = {}
     for grp in range(len(d)):
         hs = np.arange(g.hist_ptr[grp], g.hist_ptr[grp + 1])
         for p in range(g.tgt_ptr[grp], g.tgt_ptr[grp + 1]):
             local = F[g.hist_row[hs]] @ F[g.tgt_row[p]]
             imp = alpha[g.hist[hs]] * local
-            keep = np.arange(len(hs)) if top_k == 0 else np.concatenate(
-                [np.argsort(-imp)[:top_k][np.sort(-imp)[:top_k] < 0], np.argsort(imp)[:top_k][np.sort(imp)[:top_k] < 0]])
+            keep = (
+                np.arange(len(hs))
+                if top_k == 0
+                else np.concatenate(
+                    [
+                        np.argsort(-imp)[:top_k][np.sort(-imp)[:top_k] < 0],
+                        np.argsort(imp)[:top_k][np.sort(imp)[:top_k] < 0],
+                    ]
+                )
+            )
             for q in keep:
                 want[(int(g.tgt[p]), int(g.hist[hs[q]]))] = (alpha[g.hist[hs[q]]], local[q])
     assert got.keys() == want.keys() and len(a.target) == len(want)
@@ -233,8 +277,9 @@ def test_norm_ordered_search_is_exact_when_it_stops_early(top_k):
     tt, dd = K._norm_ordered_top_k(X, T, top_k, budget=2000)  # blocks of a few rows: many rounds, early stops
     S = T @ X.T
     got = set(zip(tt.tolist(), dd.tolist()))
-    want = {(u, int(i)) for u in range(len(T)) for i in np.argsort(-S[u])[:top_k]} | \
-        {(u, int(i)) for u in range(len(T)) for i in np.argsort(S[u])[:top_k]}
+    want = {(u, int(i)) for u in range(len(T)) for i in np.argsort(-S[u])[:top_k]} | {
+        (u, int(i)) for u in range(len(T)) for i in np.argsort(S[u])[:top_k]
+    }
     assert got == want and len(tt) == 2 * top_k * len(T)
 
 
@@ -247,8 +292,14 @@ def test_approximate_heavy_item_search_finds_the_exact_top_k_and_reports_exact_v
     monkeypatch.setattr(K, "BLOCK_ELEMENTS", 10_000)  # the group (3000 rows × 40 targets) is heavy
     rng = np.random.default_rng(3)
     n_hist, k = 3000, 8
-    g = K.Groups(np.array([0, n_hist]), np.arange(n_hist), np.arange(n_hist), np.array([0, 40]), np.arange(40),
-                 n_hist + np.arange(40))
+    g = K.Groups(
+        np.array([0, n_hist]),
+        np.arange(n_hist),
+        np.arange(n_hist),
+        np.array([0, 40]),
+        np.arange(40),
+        n_hist + np.arange(40),
+    )
     F = rng.standard_normal((n_hist + 40, k))
     alpha = rng.standard_normal(n_hist)
     exact = K.grouped_attributions(g, alpha, F, F, 5)
@@ -258,8 +309,11 @@ def test_approximate_heavy_item_search_finds_the_exact_top_k_and_reports_exact_v
     assert calls == [n_hist]
     key = lambda a: set(zip(a.target.tolist(), a.train.tolist()))  # noqa: E731
     assert len(key(approx) & key(exact)) >= 0.95 * len(key(exact))
-    np.testing.assert_allclose(approx.importance, alpha[approx.train] * np.einsum(
-        "ij,ij->i", F[n_hist + approx.target], F[approx.train]), rtol=1e-12)
+    np.testing.assert_allclose(
+        approx.importance,
+        alpha[approx.train] * np.einsum("ij,ij->i", F[n_hist + approx.target], F[approx.train]),
+        rtol=1e-12,
+    )
     with pytest.raises(ValueError, match="top_k > 0"):
         K.grouped_attributions(g, alpha, F, F, 0, hnsw_search())
 

@@ -11,9 +11,15 @@ def random_groups(rng, n_groups: int, max_d: int, max_t: int, n_rows: int) -> K.
     d = rng.integers(0, max_d + 1, size=n_groups)
     t = rng.integers(0, max_t + 1, size=n_groups)
     d[0], t[1] = 0, 0  # a group without history, one without targets
-    hist = rng.permutation(int(d.sum()) + 50)[:d.sum()]
-    return K.Groups(np.concatenate([[0], np.cumsum(d)]), hist, rng.integers(0, n_rows, len(hist)),
-                    np.concatenate([[0], np.cumsum(t)]), rng.permutation(int(t.sum())), rng.integers(0, n_rows, t.sum()))
+    hist = rng.permutation(int(d.sum()) + 50)[: d.sum()]
+    return K.Groups(
+        np.concatenate([[0], np.cumsum(d)]),
+        hist,
+        rng.integers(0, n_rows, len(hist)),
+        np.concatenate([[0], np.cumsum(t)]),
+        rng.permutation(int(t.sum())),
+        rng.integers(0, n_rows, t.sum()),
+    )
 
 
 def both_paths(g, alpha, F, top_k):
@@ -21,8 +27,15 @@ def both_paths(g, alpha, F, top_k):
     out = []
     for fused in (False, True):
         a = K.grouped_attributions(g, alpha, F, F, top_k, fused=fused)
-        out.append(({(int(x), int(y)): (gl, lo) for x, y, gl, lo in
-                     zip(a.target, a.train, a.global_importance, a.local_importance)}, len(a.target)))
+        out.append(
+            (
+                {
+                    (int(x), int(y)): (gl, lo)
+                    for x, y, gl, lo in zip(a.target, a.train, a.global_importance, a.local_importance)
+                },
+                len(a.target),
+            )
+        )
     return out
 
 
@@ -80,8 +93,14 @@ def test_fused_equals_numpy_when_a_long_history_takes_its_targets_in_several_pro
     rng = np.random.default_rng(11)
     d, t = 1500, 90
     assert RF._block_targets(d) < t  # several products for this group
-    g = K.Groups(np.array([0, d]), rng.permutation(d), rng.integers(0, 2000, d), np.array([0, t]),
-                 rng.permutation(t), rng.integers(0, 2000, t))
+    g = K.Groups(
+        np.array([0, d]),
+        rng.permutation(d),
+        rng.integers(0, 2000, d),
+        np.array([0, t]),
+        rng.permutation(t),
+        rng.integers(0, 2000, t),
+    )
     F = rng.standard_normal((2000, 16))
     alpha = rng.standard_normal(d)
     assert_same(g, alpha, F, 10)
@@ -146,8 +165,10 @@ def test_compressed_appends_equal_the_scalar_ones(d):
     from dxplain.kernels.simd import HAS_AVX512
 
     if not HAS_AVX512:
-        pytest.skip("numba does not target AVX-512 here (none on this CPU, or NUMBA_CPU_NAME set): "
-                    "the kernel uses the scalar appends only")
+        pytest.skip(
+            "numba does not target AVX-512 here (none on this CPU, or NUMBA_CPU_NAME set): "
+            "the kernel uses the scalar appends only"
+        )
     rng = np.random.default_rng(d)
     x = rng.choice([-2.0, -1.0, 0.0, -0.0, 0.5, 1.0, 3.0, np.inf, -np.inf, np.nan], size=d)
     x *= 1 + rng.integers(0, 2, d) * rng.random(d)
@@ -188,6 +209,11 @@ def test_no_avx512_path_where_numba_does_not_target_it(env):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", "from dxplain.kernels import simd; print(simd.HAS_AVX512)"],
-                         env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "from dxplain.kernels import simd; print(simd.HAS_AVX512)"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "False"

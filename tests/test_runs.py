@@ -81,7 +81,7 @@ def test_keep_deletes_the_oldest_complete_runs_but_never_latest_or_an_unfinished
     import datetime as dt
 
     def run_at(hour, plan, complete=True):
-        run, _ = runs.start_run(tmp_path, plan, now=dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc))
+        run, _ = runs.start_run(tmp_path, plan, now=dt.datetime(2026, 1, 1, hour, tzinfo=dt.UTC))
         if complete:
             e = runs.write_shard(run, 0, pa.table({"x": [hour]}))
             runs.write_manifest(run, {"shards": [e]})
@@ -110,7 +110,7 @@ def test_keep_deletes_the_stores_only_deleted_runs_used(tmp_path):
 
     def run_at(hour, fp, model, complete=True):
         plan = {"data": fp, "model": str(model)}
-        run, _ = runs.start_run(tmp_path, plan, now=dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc))
+        run, _ = runs.start_run(tmp_path, plan, now=dt.datetime(2026, 1, 1, hour, tzinfo=dt.UTC))
         if complete:
             runs.write_manifest(run, {"shards": []})
         return run.name
@@ -120,8 +120,12 @@ def test_keep_deletes_the_stores_only_deleted_runs_used(tmp_path):
     parts = {fp: store(f"partitions/ml-100k-{fp}") for fp in (old, mid, new, pending)}
     imported = store("imported/model.zarr")  # a --model stored elsewhere: never touched
     other = store(f"models/ml-100k-{new}-k8-lam0.0003-s0.zarr")  # the same data, a model no run names
-    names = [run_at(1, old, model[old]), run_at(2, mid, imported), run_at(3, new, model[new]),
-             run_at(4, pending, model[pending], complete=False)]
+    names = [
+        run_at(1, old, model[old]),
+        run_at(2, mid, imported),
+        run_at(3, new, model[new]),
+        run_at(4, pending, model[pending], complete=False),
+    ]
     now = time.time()
     for p in tmp_path.rglob("*"):
         os.utime(p, (now - 7200, now - 7200))
@@ -141,8 +145,9 @@ def test_keep_deletes_no_store_while_a_remaining_runs_plan_cannot_be_read(tmp_pa
     store.mkdir(parents=True)
     names = []
     for hour, data in ((1, fp), (2, "c" * 16)):
-        run, _ = runs.start_run(tmp_path, {"data": data, "model": "elsewhere"},
-                                now=dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc))
+        run, _ = runs.start_run(
+            tmp_path, {"data": data, "model": "elsewhere"}, now=dt.datetime(2026, 1, 1, hour, tzinfo=dt.UTC)
+        )
         runs.write_manifest(run, {"shards": []})
         names.append(run.name)
     legacy = tmp_path / "runs" / "2026-01-01T030000Z-legacy"  # the newest, from before plans were kept
@@ -168,7 +173,7 @@ def test_keep_deletes_the_stores_a_run_recorded_together_or_not_at_all(tmp_path,
         return tmp_path / rel
 
     def run_at(hour, stores):
-        when = dt.datetime(2026, 1, 1, hour, tzinfo=dt.timezone.utc)
+        when = dt.datetime(2026, 1, 1, hour, tzinfo=dt.UTC)
         run, _ = runs.start_run(tmp_path, {"data": str(hour)}, now=when)
         runs.record_stores(run, [str(s) for s in stores])
         runs.write_manifest(run, {"shards": []})
@@ -197,4 +202,3 @@ def test_keep_deletes_the_stores_a_run_recorded_together_or_not_at_all(tmp_path,
     assert deleted == ["partitions/ds-d1", "partitions/ds-p1"] and not D1.exists() and not P1.exists()
     assert failed == ["models/ds-d1-bce.zarr: not allowed"] and M1.exists()
     assert D2.exists() and M2.exists() and shared.exists()
-

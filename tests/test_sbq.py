@@ -5,16 +5,14 @@ import dataclasses
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import random_interactions
 
 from dxplain.explain.prototypes import gradient_embedding, mf_fisher_embedding, prototype_table, select
 from dxplain.interactions import Targets
 from dxplain.kernels import fisher as F
-from dxplain.kernels.sbq import (greedi, greedy, matching_pursuit, mean_embedding, objective_of,
-                                 stochastic_greedy)
+from dxplain.kernels.sbq import greedi, greedy, matching_pursuit, mean_embedding, objective_of, stochastic_greedy
 from dxplain.models.logistic import LogisticRegression
 from dxplain.models.mf import ALSMF
-
-from conftest import random_interactions
 
 
 def brute_force_greedy(Phi, mu, m):
@@ -70,8 +68,9 @@ def test_objective_decreases_and_weights_are_the_projection():
     Phi_S = Phi[sel.index]
     residual = np.ravel(mu) - sel.weights @ Phi_S
     np.testing.assert_allclose(Phi_S @ residual, 0, atol=1e-10)
-    np.testing.assert_allclose(objective_of(Phi, mu, sel.index, sel.weights), sel.objective[-1], rtol=1e-9,
-                               atol=1e-12 * sel.objective[0])
+    np.testing.assert_allclose(
+        objective_of(Phi, mu, sel.index, sel.weights), sel.objective[-1], rtol=1e-9, atol=1e-12 * sel.objective[0]
+    )
     # …and no other weights on the same points do better.
     rng = np.random.default_rng(0)
     for _ in range(5):
@@ -89,8 +88,7 @@ def test_matching_pursuit_objective_is_exact_and_decreasing():
     Phi, mu = problem(n=100, p=10, seed=5)
     sel = matching_pursuit(Phi, mu, 30)
     assert np.all(np.diff(sel.objective) <= 0)
-    np.testing.assert_allclose(objective_of(Phi, mu, sel.index, sel.weights), sel.objective[-1], rtol=1e-8,
-                               atol=1e-12)
+    np.testing.assert_allclose(objective_of(Phi, mu, sel.index, sel.weights), sel.objective[-1], rtol=1e-8, atol=1e-12)
     assert sel.objective[-1] >= greedy(Phi, mu, 10).objective[-1] - 1e-12  # greedy refits; MP does not
 
 
@@ -114,6 +112,7 @@ def test_greedi_returns_a_consistent_selection_no_worse_than_any_part():
 
 
 # ---- Fisher kernels --------------------------------------------------------------------------------------
+
 
 def logistic_problem(seed=0, n=120, p=6):
     rng = np.random.default_rng(seed)
@@ -180,9 +179,10 @@ def test_mf_fisher_kernel_is_block_diagonal_g_F_inverse_g(kind):
 
     def grad(u, i, res):
         g = np.zeros((nu + ni) * k)
-        g[u * k:(u + 1) * k] = res * model.V[i]
-        g[(nu + i) * k:(nu + i + 1) * k] = res * model.U[u]
+        g[u * k : (u + 1) * k] = res * model.V[i]
+        g[(nu + i) * k : (nu + i + 1) * k] = res * model.U[u]
         return g
+
     G = np.array([grad(u, i, rr) for u, i, rr in zip(d.user, d.item, r)])
     GT = np.array([grad(u, i, 1.0) for u, i in zip(T.user, T.item)])
     if kind == "identity":
@@ -193,8 +193,8 @@ def test_mf_fisher_kernel_is_block_diagonal_g_F_inverse_g(kind):
         full = (Gw * w[:, None]).T @ Gw / n
         blocks = np.zeros_like(full)
         for b in range(nu + ni):  # keep the per-user and per-item diagonal blocks only
-            blocks[b * k:(b + 1) * k, b * k:(b + 1) * k] = full[b * k:(b + 1) * k, b * k:(b + 1) * k]
-        tr = [np.trace(blocks[b * k:(b + 1) * k, b * k:(b + 1) * k]) for b in range(nu + ni)]
+            blocks[b * k : (b + 1) * k, b * k : (b + 1) * k] = full[b * k : (b + 1) * k, b * k : (b + 1) * k]
+        tr = [np.trace(blocks[b * k : (b + 1) * k, b * k : (b + 1) * k]) for b in range(nu + ni)]
         delta_u, delta_i = 1e-2 * np.mean(tr[:nu]) / k, 1e-2 * np.mean(tr[nu:]) / k
         damp = np.concatenate([np.full(nu * k, delta_u), np.full(ni * k, delta_i)])
         Finv = np.linalg.inv(blocks + np.diag(damp))
@@ -224,8 +224,12 @@ def test_user_supplied_gradients(fisher):
     rng = np.random.default_rng(9)
     G, G_T = rng.normal(size=(60, 5)), rng.normal(size=(8, 5))
     Phi, Phi_T = gradient_embedding(G, G_T, fisher, rank=5, damping=1e-2)
-    Fm = {"empirical": G.T @ G / 60, "lowrank": G.T @ G / 60, "identity": None,
-          "diagonal": np.diag((G**2).mean(axis=0))}[fisher]
+    Fm = {
+        "empirical": G.T @ G / 60,
+        "lowrank": G.T @ G / 60,
+        "identity": None,
+        "diagonal": np.diag((G**2).mean(axis=0)),
+    }[fisher]
     if Fm is None:
         ref = G @ G_T.T
     else:
@@ -260,6 +264,7 @@ def test_block_rows_select_what_the_csr_rows_select(n_shards):
     # The state holds c_x for exactly the pairs sharing a user or an item with a selected one.
     shards = local_shards(R, mean_embedding(R_T), 25)
     from dxplain.kernels.sbq import greedy_select, inner
+
     sel = greedy_select(shards, 25, inner(mean_embedding(R_T), mean_embedding(R_T)))
     near = np.isin(d.user, d.user[sel.index]) | np.isin(d.item, d.item[sel.index])
     np.testing.assert_array_equal(shards.states[0].touched, np.flatnonzero(near))
@@ -365,8 +370,11 @@ def test_greedy_over_the_parts_reads_the_factors_from_their_blocks_and_holds_nei
     d, model, T = mf_block_problem(seed=11)
     parts = write_partitions(str(tmp_path / "parts"), d, rows_per_part=len(d) // 6)
     mapper, scratch = LocalMapper(), Scratch(parts.root)
-    in_blocks = dataclasses.replace(model, U=Blocks.split(mapper, scratch, model.U, parts.user_cuts),
-                                    V=Blocks.split(mapper, scratch, model.V, parts.item_cuts))
+    in_blocks = dataclasses.replace(
+        model,
+        U=Blocks.split(mapper, scratch, model.U, parts.user_cuts),
+        V=Blocks.split(mapper, scratch, model.V, parts.item_cuts),
+    )
     R, R_T = mf_fisher_rows(model, d, T)
     whole = greedy(R, mean_embedding(R_T), 12)  # every row's embedding, the factors held whole
     sel = select_from_parts(mapper, parts, in_blocks, T, 12)
@@ -384,8 +392,9 @@ def test_greedy_over_the_parts_reads_the_factors_from_their_blocks_and_holds_nei
         per_row = {name for name, v in arrays.items() if v.dtype.kind == "f" and v.shape[:1] == (len(st),)}
         assert per_row <= {"z", "kdiag", "r", "v"}, per_row
         live_scalars = {"z", "kdiag", "r", "v", "live", "open"}
-        assert sum(v.itemsize for name, v in arrays.items()
-                   if v.shape == st.item.shape and name not in live_scalars) == 13, arrays.keys()
+        assert (
+            sum(v.itemsize for name, v in arrays.items() if v.shape == st.item.shape and name not in live_scalars) == 13
+        ), arrays.keys()
         live += len(st.live)
     assert 0 < live < len(d)  # rows sharing no user or item with a target are never scored
 

@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
+from conftest import random_interactions
 
 from dxplain.explain.representer import Preprocessed
 from dxplain.models.mf import ALSMF
 from dxplain.models.softimpute import SoftImpute
-
-from conftest import random_interactions
 
 
 @pytest.fixture(scope="module")

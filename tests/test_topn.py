@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
+from conftest import random_interactions
 
 from dxplain.explain.targets import recommend
 from dxplain.kernels import topn
 from dxplain.kernels.topn import NormOrder, top_n_unseen, top_n_unseen_pruned
-
-from conftest import random_interactions
 
 
 def brute_force(U, V, seen_indptr, seen_items, n):
@@ -15,10 +14,10 @@ def brute_force(U, V, seen_indptr, seen_items, n):
     S = U @ V.T
     items = np.full((len(U), n), -1)
     for u in range(len(U)):
-        S[u, seen_items[seen_indptr[u]:seen_indptr[u + 1]]] = -np.inf
+        S[u, seen_items[seen_indptr[u] : seen_indptr[u + 1]]] = -np.inf
         best = np.lexsort((np.arange(V.shape[0]), -S[u]))[:n]
         best = best[np.isfinite(S[u, best])]
-        items[u, :len(best)] = best
+        items[u, : len(best)] = best
     return items
 
 
@@ -71,7 +70,9 @@ def test_the_scan_stops_once_no_unscanned_item_can_enter(monkeypatch):
     scored = []
     real_merge = topn._merge
     monkeypatch.setattr(topn, "FIRST_ITEM_BLOCK", 64)
-    monkeypatch.setattr(topn, "_merge", lambda bi, bs, S, ids, n: scored.append(S.shape) or real_merge(bi, bs, S, ids, n))
+    monkeypatch.setattr(
+        topn, "_merge", lambda bi, bs, S, ids, n: scored.append(S.shape) or real_merge(bi, bs, S, ids, n)
+    )
     got, _ = top_n_unseen_pruned(U, NormOrder.of(V), np.zeros(7, int), np.zeros(0, int), 10, budget=1 << 20)
     np.testing.assert_array_equal(np.sort(got, axis=1), np.tile(np.arange(5000, 5010), (6, 1)))
     assert scored == [(6, 64)]

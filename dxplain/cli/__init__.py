@@ -17,8 +17,18 @@ import threading
 from .. import progress
 from ..errors import DxplainError
 
-COMMANDS = ("refresh", "explain", "data", "negatives", "prototypes", "evaluate", "gammli", "kolmogorov", "pairwise",
-            "report")
+COMMANDS = (
+    "refresh",
+    "explain",
+    "data",
+    "negatives",
+    "prototypes",
+    "evaluate",
+    "gammli",
+    "kolmogorov",
+    "pairwise",
+    "report",
+)
 # Commands registered by a module of another name; every other command is its module's name.
 MODULE_OF = {"datasets": "data", "train": "data", "import-embeddings": "data"}
 
@@ -27,8 +37,11 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; ``only``: register just that module's commands (a command's options are built
     from its flow's signature, so importing every flow, and Prefect with it, costs seconds a quick
     command like ``explain`` or ``datasets`` should not pay)."""
-    p = argparse.ArgumentParser(prog="dxplain", description="Explain recommendations in terms of the training "
-                                "data behind them. `dxplain COMMAND --help` lists a command's options.")
+    p = argparse.ArgumentParser(
+        prog="dxplain",
+        description="Explain recommendations in terms of the training "
+        "data behind them. `dxplain COMMAND --help` lists a command's options.",
+    )
     _volume_options(p, default=False)
     sub = p.add_subparsers(dest="command", required=True)
     for name in (only,) if only else COMMANDS:
@@ -39,10 +52,12 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def _volume_options(p: argparse.ArgumentParser, default) -> None:
     volume = p.add_mutually_exclusive_group()
-    volume.add_argument("-v", "--verbose", action="store_true", default=default,
-                        help="every step in the log (debug level)")
-    volume.add_argument("-q", "--quiet", action="store_true", default=default,
-                        help="warnings and errors only, no progress line")
+    volume.add_argument(
+        "-v", "--verbose", action="store_true", default=default, help="every step in the log (debug level)"
+    )
+    volume.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="warnings and errors only, no progress line"
+    )
     p.add_argument("--debug", action="store_true", default=default, help="show the traceback of an error")
 
 
@@ -112,11 +127,13 @@ class _Chatter(logging.Filter):
             return False
         if record.exc_info and isinstance(record.exc_info[1], DxplainError):
             return False
-        if msg.startswith("Finished in state Failed") and any(f"{n}:" in record.getMessage()
-                                                              for n in _error_names()):
+        if msg.startswith("Finished in state Failed") and any(f"{n}:" in record.getMessage() for n in _error_names()):
             return False
-        return not (msg.startswith("Finished in state Completed") and record.name == "prefect.task_runs"
-                    or msg.startswith("View at "))
+        return not (
+            msg.startswith("Finished in state Completed")
+            and record.name == "prefect.task_runs"
+            or msg.startswith("View at ")
+        )
 
 
 def set_volume(quiet: bool, verbose: bool) -> None:
@@ -136,8 +153,6 @@ def set_volume(quiet: bool, verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-
-
 INTERRUPT_GRACE_SECONDS = 3.0
 
 
@@ -155,8 +170,10 @@ def _interrupt(signum, frame) -> None:
         _stop_children_and_exit()
     _interrupt.fired = True
     # Not print(): inside a flow Prefect's log_prints would turn it into a task's log record.
-    sys.stderr.write("\ndxplain: interrupted; stopping. Finished work is kept (a trained model, every shard "
-                     "written): run the same command again to resume.\n")
+    sys.stderr.write(
+        "\ndxplain: interrupted; stopping. Finished work is kept (a trained model, every shard "
+        "written): run the same command again to resume.\n"
+    )
     sys.stderr.flush()
     threading.Timer(INTERRUPT_GRACE_SECONDS, _stop_children_and_exit).start()
     raise KeyboardInterrupt

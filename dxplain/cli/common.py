@@ -43,8 +43,13 @@ def param_docs(fn) -> dict[str, str]:
     return out
 
 
-def flow_options(p: argparse.ArgumentParser, flow, names: list[str] | dict[str, str], types_: dict | None = None,
-                 helps: dict[str, str] | None = None) -> None:
+def flow_options(
+    p: argparse.ArgumentParser,
+    flow,
+    names: list[str] | dict[str, str],
+    types_: dict | None = None,
+    helps: dict[str, str] | None = None,
+) -> None:
     """Add a flag per parameter in ``names``: type and default from ``flow``'s signature, help from its
     docstring's ``Parameters`` section (``helps``, or ``names`` given as a name → help dict, override it),
     so a flow documents its options once."""
@@ -61,20 +66,33 @@ def flow_options(p: argparse.ArgumentParser, flow, names: list[str] | dict[str, 
             p.add_argument(*flags, dest=name, action="store_true", default=default, help=text)
             continue
         shown = f" (default {default})" if default not in (None, inspect.Parameter.empty) else ""
-        p.add_argument(*flags, dest=name, type=kind, default=default, help=text + shown,
-                       required=default is inspect.Parameter.empty)
+        p.add_argument(
+            *flags,
+            dest=name,
+            type=kind,
+            default=default,
+            help=text + shown,
+            required=default is inspect.Parameter.empty,
+        )
     p.set_defaults(flow_params=[*(p.get_default("flow_params") or []), *names])
 
 
 def run_options(p: argparse.ArgumentParser, flow, shards: str | None, in_memory: str, out: bool = True) -> None:
     """Where results go and where the work runs: the same for every flow (``out=False`` when the flow
     documents its own ``--out``, e.g. a CLI contract's result folder)."""
-    helps = {"out": "output folder (default dxplain-out, or DXPLAIN_OUT)",
-             "scheduler": "tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)",
-             "workers": "LocalCluster worker processes (default 2, or DXPLAIN_WORKERS)",
-             "shards": shards, "in_memory": f"{in_memory} in this process (no Dask)"}
-    flow_options(p, flow, [n for n in ("out", "scheduler", "workers", "shards", "in_memory")
-                           if helps[n] and (out or n != "out")], helps=helps)
+    helps = {
+        "out": "output folder (default dxplain-out, or DXPLAIN_OUT)",
+        "scheduler": "tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)",
+        "workers": "LocalCluster worker processes (default 2, or DXPLAIN_WORKERS)",
+        "shards": shards,
+        "in_memory": f"{in_memory} in this process (no Dask)",
+    }
+    flow_options(
+        p,
+        flow,
+        [n for n in ("out", "scheduler", "workers", "shards", "in_memory") if helps[n] and (out or n != "out")],
+        helps=helps,
+    )
 
 
 def flow_kwargs(a: argparse.Namespace) -> dict:
@@ -100,8 +118,10 @@ def precheck(kwargs: dict, named_only: bool = False, interactions: bool = False)
             check_interactions(kwargs["dataset"], need_unrated="top_n" in kwargs and not kwargs.get("targets"))
     model = kwargs.get("model") if interactions else None  # a stored factor model (evaluate's is a name)
     if isinstance(model, str) and is_local(model) and not exists(model):
-        raise InputError(f"--model {model}: no such model store; give a folder written by `dxplain train` or "
-                         "`dxplain import-embeddings`, or drop --model to train one")
+        raise InputError(
+            f"--model {model}: no such model store; give a folder written by `dxplain train` or "
+            "`dxplain import-embeddings`, or drop --model to train one"
+        )
     targets = kwargs.get("targets")  # a file of pairs (refresh); evaluate's is a count
     if isinstance(targets, str) and is_local(targets) and not exists(targets):
         raise InputError(f"--targets {targets}: no such file; check the path")

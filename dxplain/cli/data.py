@@ -17,8 +17,9 @@ def _columns(spec: str | None) -> dict | None:
     try:
         return dict(kv.split("=", 1) for kv in spec.split(","))
     except ValueError:
-        raise DxplainError(f"--columns {spec!r}: use dxplain=file pairs, e.g. user=reviewerID,item=asin,"
-                           "rating=overall") from None
+        raise DxplainError(
+            f"--columns {spec!r}: use dxplain=file pairs, e.g. user=reviewerID,item=asin,rating=overall"
+        ) from None
 
 
 def _refuse_existing(a) -> None:
@@ -41,8 +42,9 @@ def _features(path: str | None, what: str):
     if "id" not in table.column_names:
         raise DxplainError(f"--{what} {path}: needs an 'id' column naming the {what[:-1]}; found {table.column_names}")
     if "genres" in table.column_names and table.schema.field("genres").type == "string":
-        table = table.set_column(table.column_names.index("genres"), "genres",
-                                 pc.split_pattern(table.column("genres"), "|"))
+        table = table.set_column(
+            table.column_names.index("genres"), "genres", pc.split_pattern(table.column("genres"), "|")
+        )
     return table
 
 
@@ -58,13 +60,26 @@ def cmd_datasets(a) -> int:
         if a.name not in registry.ALIASES:
             raise DxplainError(f"unknown dataset {a.name!r}; known: movielens-100k")
         ds = registry.resolve_dataset(a.name, settings)
-        print(f"{a.name}: {len(ds.interactions)} interactions, {ds.interactions.n_users} users, "
-              f"{ds.interactions.n_items} items (prepared under {settings.data_home}/datasets)")
+        print(
+            f"{a.name}: {len(ds.interactions)} interactions, {ds.interactions.n_users} users, "
+            f"{ds.interactions.n_items} items (prepared under {settings.data_home}/datasets)"
+        )
     elif a.action == "synth":
         from ..datasets.synthetic import generate
 
-        print(json.dumps(generate(a.out, a.interactions, n_users=a.users, n_items=a.items, seed=a.seed, kind=a.kind,
-                                  implicit=a.implicit)))
+        print(
+            json.dumps(
+                generate(
+                    a.out,
+                    a.interactions,
+                    n_users=a.users,
+                    n_items=a.items,
+                    seed=a.seed,
+                    kind=a.kind,
+                    implicit=a.implicit,
+                )
+            )
+        )
     elif a.action == "import":
         from pathlib import Path
 
@@ -74,10 +89,17 @@ def cmd_datasets(a) -> int:
         if Path(a.path).is_dir() and movielens.layout(Path(a.path)):  # MovieLens files: titles, genres, users
             ds = movielens.prepare(Path(a.path), Path(a.out))
         else:
-            ds = write_dataset(a.out, read_table(a.path, _columns(a.columns)), _features(a.users, "users"),
-                               _features(a.items, "items"), source=a.path)
-        print(f"{a.out}: {len(ds.interactions)} interactions, {ds.interactions.n_users} users, "
-              f"{ds.interactions.n_items} items")
+            ds = write_dataset(
+                a.out,
+                read_table(a.path, _columns(a.columns)),
+                _features(a.users, "users"),
+                _features(a.items, "items"),
+                source=a.path,
+            )
+        print(
+            f"{a.out}: {len(ds.interactions)} interactions, {ds.interactions.n_users} users, "
+            f"{ds.interactions.n_items} items"
+        )
     return 0
 
 
@@ -101,8 +123,9 @@ def cmd_import_embeddings(a) -> int:
     validate({"lam": FACTORS["lam"]}, vars(a))
     _refuse_existing(a)
     ds = resolve_dataset(a.dataset)
-    import_embeddings(a.out, ds.interactions, a.user_factors, a.item_factors, a.user_ids, a.item_ids,
-                      lam=a.lam, mu=a.mu)
+    import_embeddings(
+        a.out, ds.interactions, a.user_factors, a.item_factors, a.user_ids, a.item_ids, lam=a.lam, mu=a.mu
+    )
     print(f"{a.out}: imported factors for {ds.interactions.n_users} users and {ds.interactions.n_items} items")
     return 0
 
@@ -117,27 +140,37 @@ def register(sub) -> None:
     s.add_argument("--users", type=int, help="users (default: interactions ÷ 5; not with --kind amazon)")
     s.add_argument("--items", type=int, help="items (default: interactions ÷ 15)")
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    s.add_argument("--kind", default="zipf", help="zipf (the scaling benchmarks' set), amazon (calibrated to "
-                                                  "Amazon's 2018 reviews: docs/scaling.md, 'Amazon-like data') or "
-                                                  "gammli (GAMMLI's eq. 6 with user_features/item_features.parquet: "
-                                                  "docs/gammli.md)")
+    s.add_argument(
+        "--kind",
+        default="zipf",
+        help="zipf (the scaling benchmarks' set), amazon (calibrated to "
+        "Amazon's 2018 reviews: docs/scaling.md, 'Amazon-like data') or "
+        "gammli (GAMMLI's eq. 6 with user_features/item_features.parquet: "
+        "docs/gammli.md)",
+    )
     s.add_argument("--implicit", action="store_true", help="every interaction a 1 (purchases, clicks)")
     s.add_argument("--out", required=True, help="the dataset folder to write")
     s.add_argument("--force", action="store_true", help="replace an existing --out")
-    im = dsub.add_parser("import", help="import a CSV/Parquet interaction file (or a MovieLens folder: u.data, "
-                                        "ratings.dat) as a prepared dataset")
+    im = dsub.add_parser(
+        "import",
+        help="import a CSV/Parquet interaction file (or a MovieLens folder: u.data, ratings.dat) as a prepared dataset",
+    )
     im.add_argument("path")
     im.add_argument("--out", required=True)
     im.add_argument("--columns", help="column mapping, e.g. user=reviewerID,item=asin,rating=overall")
-    im.add_argument("--items", help="item features (CSV/Parquet with an 'id' column; title, year, genres are "
-                                    "shown in explanations)")
+    im.add_argument(
+        "--items", help="item features (CSV/Parquet with an 'id' column; title, year, genres are shown in explanations)"
+    )
     im.add_argument("--users", help="user features (CSV/Parquet with an 'id' column; age, occupation are shown)")
     im.add_argument("--force", action="store_true", help="replace an existing --out")
     d.set_defaults(func=cmd_datasets)
 
     t = sub.add_parser("train", help="train ALS-MF and store it")
-    t.add_argument("--dataset", default="movielens-100k", help="a dataset name, folder or interaction file "
-                                                                "(default: movielens-100k)")
+    t.add_argument(
+        "--dataset",
+        default="movielens-100k",
+        help="a dataset name, folder or interaction file (default: movielens-100k)",
+    )
     t.add_argument("--out", required=True, help="the model store to write (a .zarr folder)")
     t.add_argument("-k", "--k", type=int, default=DEFAULT_K, help=f"rank (default {DEFAULT_K})")
     t.add_argument("--lam", type=float, help=LAM_HELP)
@@ -146,8 +179,10 @@ def register(sub) -> None:
     t.set_defaults(func=cmd_train)
 
     ie = sub.add_parser("import-embeddings", help="store factors trained elsewhere as a dxplain model")
-    factors = ("{side} factors: a .npy or .zarr array (rows in --{side}-ids order), or a Parquet file with an 'id' "
-               "column and either an 'embedding' list column or one column per factor")
+    factors = (
+        "{side} factors: a .npy or .zarr array (rows in --{side}-ids order), or a Parquet file with an 'id' "
+        "column and either an 'embedding' list column or one column per factor"
+    )
     ie.add_argument("--dataset", required=True, help="the interactions the factors were fitted on")
     ie.add_argument("--user-factors", required=True, help=factors.format(side="user"))
     ie.add_argument("--item-factors", required=True, help=factors.format(side="item"))

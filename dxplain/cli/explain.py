@@ -29,14 +29,18 @@ def print_explanation(run_path: str, user: str, item: str, dataset: str | None, 
         try:
             key[what] = pa.array([value]).cast(dset.schema.field(what).type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise InputError(f"--{what} {value}: the run's {what} ids are {dset.schema.field(what).type}; "
-                             f"give one of them") from exc
-    rows = dset.to_table(filter=(pads.field("user") == key["user"][0].as_py()) &
-                         (pads.field("item") == key["item"][0].as_py()))
+            raise InputError(
+                f"--{what} {value}: the run's {what} ids are {dset.schema.field(what).type}; give one of them"
+            ) from exc
+    rows = dset.to_table(
+        filter=(pads.field("user") == key["user"][0].as_py()) & (pads.field("item") == key["item"][0].as_py())
+    )
     if rows.num_rows == 0:
-        raise InputError(f"--user {user} --item {item}: not explained in {run}; a run explains each user's "
-                         "top-N recommendations (items the user has not rated) or the --targets it was given: "
-                         "pick one of them (`dxplain report` lists them), or refresh with --targets")
+        raise InputError(
+            f"--user {user} --item {item}: not explained in {run}; a run explains each user's "
+            "top-N recommendations (items the user has not rated) or the --targets it was given: "
+            "pick one of them (`dxplain report` lists them), or refresh with --targets"
+        )
     print(format_explanation(rows, items, users, limit=limit, loss=summary.get("loss", "squared")))
 
 

@@ -30,8 +30,10 @@ def cmd_why(a) -> int:
         raise InputError(f"--top {a.top}: give an integer ≥ 1 (typical items shown per event)")
     theta, psi, attrs = read_model(a.model)
     if attrs.get("kind") != "kolmogorov":
-        raise InputError(f"--model {a.model}: a {attrs.get('kind')!r} model, not a Kolmogorov model; give the model/ "
-                         "folder that `dxplain kolmogorov fit` wrote")
+        raise InputError(
+            f"--model {a.model}: a {attrs.get('kind')!r} model, not a Kolmogorov model; give the model/ "
+            "folder that `dxplain kolmogorov fit` wrote"
+        )
     user_ids, item_ids = read_model_ids(a.model)
     u = int(index_of(pa.array([a.user]), user_ids, "user", "--user")[0])
     i = int(index_of(pa.array([a.item]), item_ids, "item", "--item")[0])
@@ -51,11 +53,31 @@ def register(sub) -> None:
     k = sub.add_parser("kolmogorov", help="Kolmogorov models: P[u likes i] = θ_uᵀψ_i, rules and influential items")
     verbs = k.add_subparsers(dest="verb", required=True)
     f = verbs.add_parser("fit", help="fit by IKM; write metrics.json, rules.parquet, influence.parquet, model/")
-    flow_options(f, kolmogorov_fit, [
-        "dataset", "test", "dim", "solver", "iterations", "lam", "mu", "step", "r_min", "r_max", "feedback",
-        "negatives", "like_threshold", "skip_unseen", "check_exhaustive", "max_rules", "seed", "force",
-        "out"
-    ])
+    flow_options(
+        f,
+        kolmogorov_fit,
+        [
+            "dataset",
+            "test",
+            "dim",
+            "solver",
+            "iterations",
+            "lam",
+            "mu",
+            "step",
+            "r_min",
+            "r_max",
+            "feedback",
+            "negatives",
+            "like_threshold",
+            "skip_unseen",
+            "check_exhaustive",
+            "max_rules",
+            "seed",
+            "force",
+            "out",
+        ],
+    )
     run_options(f, kolmogorov_fit, "user and item shards per step (default 2 per worker)", "fit", out=False)
     f.set_defaults(func=cmd_fit)
     w = verbs.add_parser("why", help="spell one prediction p̂_ui = Σ_d θ_ud ψ_id as its elementary events")

@@ -22,9 +22,24 @@ def register(sub) -> None:
     from ..flows.negatives import negatives
 
     n = sub.add_parser("negatives", help="flag likely false negatives in implicit feedback (paper App. C)")
-    flow_options(n, negatives, [
-        "dataset", "percent", "method", "negatives", "neg_weight", "positive_threshold", "k", "lam", "seed",
-        "retrain", "max_sweeps", "newton_steps"
-    ], types_={"positive_threshold": _threshold})
+    flow_options(
+        n,
+        negatives,
+        [
+            "dataset",
+            "percent",
+            "method",
+            "negatives",
+            "neg_weight",
+            "positive_threshold",
+            "k",
+            "lam",
+            "seed",
+            "retrain",
+            "max_sweeps",
+            "newton_steps",
+        ],
+        types_={"positive_threshold": _threshold},
+    )
     run_options(n, negatives, "user shards of the scan (default 4 per worker)", "scan")
     n.set_defaults(func=cmd_negatives)

@@ -26,8 +26,14 @@ def print_prototypes(folder: str, dataset: str, limit: int) -> None:
     prepared = resolve_prepared(dataset)
     items = read_table(str(prepared / "items.parquet")) if prepared else resolve_dataset(dataset, fetch=False).items
     print()
-    print(format_prototypes(pq.read_table(f"{folder}/prototypes.parquet"), pq.read_table(f"{folder}/targets.parquet"),
-                            items, limit=limit))
+    print(
+        format_prototypes(
+            pq.read_table(f"{folder}/prototypes.parquet"),
+            pq.read_table(f"{folder}/targets.parquet"),
+            items,
+            limit=limit,
+        )
+    )
 
 
 def register(sub) -> None:
@@ -36,9 +42,27 @@ def register(sub) -> None:
 
     pr = sub.add_parser("prototypes", help="the m training interactions that explain a set of predictions (SBQ)")
     implicit = ("implicit", "neg_samples", "neg_weight")
-    flow_options(pr, prototypes, [
-        "dataset", "model", "targets", "user", "top_n", "m", "fisher", "variant", "damping", "k", "lam",
-        "seed", "max_sweeps", "newton_steps"
-    ] + list(implicit), helps={n: param_docs(refresh)[n] for n in implicit + ("max_sweeps", "newton_steps")})
+    flow_options(
+        pr,
+        prototypes,
+        [
+            "dataset",
+            "model",
+            "targets",
+            "user",
+            "top_n",
+            "m",
+            "fisher",
+            "variant",
+            "damping",
+            "k",
+            "lam",
+            "seed",
+            "max_sweeps",
+            "newton_steps",
+        ]
+        + list(implicit),
+        helps={n: param_docs(refresh)[n] for n in implicit + ("max_sweeps", "newton_steps")},
+    )
     run_options(pr, prototypes, "candidate shards (default 4 per worker)", "select")
     pr.set_defaults(func=cmd_prototypes)

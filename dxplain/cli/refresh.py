@@ -30,10 +30,33 @@ def register(sub) -> None:
     from ..flows.refresh import refresh
 
     r = sub.add_parser("refresh", help="explain every user's top-N recommendations and publish a run")
-    flow_options(r, refresh, [
-        "dataset", "model", "top_n", "top_k", "targets", "k", "lam", "seed", "max_sweeps", "newton_steps",
-        "implicit", "neg_samples", "neg_weight", "tol", "strict", "keep", "skip_unseen"
-    ])
-    run_options(r, refresh, "user shards (default 4 per worker, or more so that no shard holds over 8M output rows)",
-                "run the shards")
+    flow_options(
+        r,
+        refresh,
+        [
+            "dataset",
+            "model",
+            "top_n",
+            "top_k",
+            "targets",
+            "k",
+            "lam",
+            "seed",
+            "max_sweeps",
+            "newton_steps",
+            "implicit",
+            "neg_samples",
+            "neg_weight",
+            "tol",
+            "strict",
+            "keep",
+            "skip_unseen",
+        ],
+    )
+    run_options(
+        r,
+        refresh,
+        "user shards (default 4 per worker, or more so that no shard holds over 8M output rows)",
+        "run the shards",
+    )
     r.set_defaults(func=cmd_refresh)

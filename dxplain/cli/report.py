@@ -38,10 +38,18 @@ def run_report(run, a) -> str:
     summary = manifest.get("summary", {})
     rows = scan_rows(io_report.run_batches(run, SCAN_COLUMNS))
     users = rows.users()
-    shown = users[:a.users]
+    shown = users[: a.users]
     recs = recommendations(io_report.run_rows_of_users(run, shown), a.reasons)
-    return run_page(PurePosixPath(str(run)).name, summary, manifest.get("shards", []), rows, recs, len(users),
-                    labels(a.dataset or summary.get("dataset")), a.reasons)
+    return run_page(
+        PurePosixPath(str(run)).name,
+        summary,
+        manifest.get("shards", []),
+        rows,
+        recs,
+        len(users),
+        labels(a.dataset or summary.get("dataset")),
+        a.reasons,
+    )
 
 
 def results_report(folder, name: str) -> str:
@@ -66,8 +74,10 @@ def cmd_report(a) -> int:
         try:
             run = runs.resolve_run(source)
         except InputError as exc:
-            raise InputError(f"{exc}; or a result folder of evaluate, negatives, prototypes or gammli fit (with "
-                             "summary.json or metrics.json)") from None
+            raise InputError(
+                f"{exc}; or a result folder of evaluate, negatives, prototypes or gammli fit (with "
+                "summary.json or metrics.json)"
+            ) from None
         name = PurePosixPath(str(run)).name
     out = a.out or str(Path.cwd() / f"report-{name}.html")
     io_report.check_page_out(out, a.force)  # before reading the run: refused at once
@@ -78,8 +88,11 @@ def cmd_report(a) -> int:
 
 def register(sub) -> None:
     r = sub.add_parser("report", help="write one self-contained HTML page of a run or a result folder")
-    r.add_argument("run", help="a run folder, an output folder (follows LATEST), or a result folder of evaluate, "
-                               "negatives, prototypes or gammli fit")
+    r.add_argument(
+        "run",
+        help="a run folder, an output folder (follows LATEST), or a result folder of evaluate, "
+        "negatives, prototypes or gammli fit",
+    )
     r.add_argument("--out", help="the page to write (default report-<folder name>.html here)")
     r.add_argument("--force", action="store_true", help="replace an existing --out")
     r.add_argument("--users", type=int, default=200, help="users listed, the first by id (default 200)")

@@ -51,8 +51,10 @@ def check_dataset(name_or_path: str) -> None:
     """Fail at once on a dataset that is neither a known name nor an existing local path (the cheap check a
     command runs before any flow starts; URLs are checked when read)."""
     if ALIASES.get(name_or_path.lower()) is None and is_local(name_or_path) and not Path(name_or_path).exists():
-        raise InputError(f"--dataset {name_or_path!r}: not a known dataset name ({sorted(set(ALIASES.values()))}) "
-                         "nor an existing path; give a prepared folder, a Parquet/CSV file or a known name")
+        raise InputError(
+            f"--dataset {name_or_path!r}: not a known dataset name ({sorted(set(ALIASES.values()))}) "
+            "nor an existing path; give a prepared folder, a Parquet/CSV file or a known name"
+        )
 
 
 def resolve_dataset(name_or_path: str, settings: Settings | None = None, fetch: bool = True) -> Dataset:
@@ -70,8 +72,10 @@ def resolve_dataset(name_or_path: str, settings: Settings | None = None, fetch: 
     raw_folder = find_raw_movielens(settings)
     if raw_folder is None:
         if not fetch:
-            raise InputError(f"{name}: raw files not found in DXPLAIN_DATA or ../shared/data; "
-                             "run `dxplain datasets fetch movielens-100k`")
+            raise InputError(
+                f"{name}: raw files not found in DXPLAIN_DATA or ../shared/data; "
+                "run `dxplain datasets fetch movielens-100k`"
+            )
         raw_folder = fetch_movielens(settings)
     log.info("preparing %s from %s into %s", name, raw_folder, prepared)
     return movielens.prepare(raw_folder, prepared)

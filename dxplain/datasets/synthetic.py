@@ -54,9 +54,11 @@ def _sample_block(rng, deg, start, item_cdf, n_items, rounds=8) -> np.ndarray:
 AMAZON = {
     # Ni, Li & McAuley (EMNLP 2019), the 2018 release: 233.1M reviews, 43.5M users, 15.2M items, so
     # 5.4 reviews per user and 15.3 per item on average.
-    "per_user_mean": 233.1 / 43.5, "per_item_mean": 233.1 / 15.2,
+    "per_user_mean": 233.1 / 43.5,
+    "per_item_mean": 233.1 / 15.2,
     # Most users write 1-2 reviews: a log-normal degree with median 2 and σ chosen for the mean above.
-    "user_median": 2.0, "user_sigma": 1.35,
+    "user_median": 2.0,
+    "user_sigma": 1.35,
     # The J-shaped star distribution of Amazon reviews (Hu, Pavlou & Zhang 2009; about 60% five stars).
     "ratings": {1: 0.08, 2: 0.05, 3: 0.08, 4: 0.19, 5: 0.60},
 }
@@ -75,7 +77,7 @@ def amazon_degrees(n_interactions: int, n_items: int, rng: np.random.Generator) 
         total += int(d.sum())
     deg = np.concatenate(parts)
     end = int(np.searchsorted(np.cumsum(deg), n_interactions))  # the user whose degree crosses the target
-    deg = deg[:end + 1]
+    deg = deg[: end + 1]
     deg[-1] -= int(deg.sum()) - n_interactions
     return deg if deg[-1] > 0 else deg[:-1]
 
@@ -87,9 +89,20 @@ def j_shaped(latent: np.ndarray) -> np.ndarray:
     return 1.0 + np.searchsorted(cuts, latent, side="right")
 
 
-def generate(out: str | Path, n_interactions: int, n_users: int | None = None, n_items: int | None = None,
-             rank: int = 8, user_exponent: float = 0.6, item_exponent: float = 0.75, noise: float = 0.5,
-             seed: int = 0, block_users: int = 200_000, kind: str = "zipf", implicit: bool = False) -> dict:
+def generate(
+    out: str | Path,
+    n_interactions: int,
+    n_users: int | None = None,
+    n_items: int | None = None,
+    rank: int = 8,
+    user_exponent: float = 0.6,
+    item_exponent: float = 0.75,
+    noise: float = 0.5,
+    seed: int = 0,
+    block_users: int = 200_000,
+    kind: str = "zipf",
+    implicit: bool = False,
+) -> dict:
     """Write a prepared synthetic dataset folder and return its summary.
 
     Defaults follow Amazon's 2018 review data: about 5 ratings per user and 15 per item, and
@@ -103,14 +116,18 @@ def generate(out: str | Path, n_interactions: int, n_users: int | None = None, n
         raise InputError(f"--kind {kind!r}: give one of {', '.join(KINDS)}")
     if kind == "gammli":
         if n_users or n_items or implicit:
-            raise InputError("--kind gammli: users = items = √(10·interactions) (eq. 6's 10% density) and ratings "
-                             "are real; give --interactions (and --seed) only")
+            raise InputError(
+                "--kind gammli: users = items = √(10·interactions) (eq. 6's 10% density) and ratings "
+                "are real; give --interactions (and --seed) only"
+            )
         return _generate_gammli(Path(out), n_interactions, seed)
     rng = np.random.default_rng(seed)
     if kind == "amazon":
         if n_users:
-            raise InputError("--users: the amazon kind draws its users' degrees (median 2, mean about 5); "
-                             "give --interactions (and --items) only")
+            raise InputError(
+                "--users: the amazon kind draws its users' degrees (median 2, mean about 5); "
+                "give --interactions (and --items) only"
+            )
         n_items = n_items or max(10, round(n_interactions / AMAZON["per_item_mean"]))
         deg = amazon_degrees(n_interactions, n_items, rng)
         n_users = len(deg)
@@ -148,14 +165,21 @@ def generate(out: str | Path, n_interactions: int, n_users: int | None = None, n
                 else:
                     y = np.clip(np.rint(3.6 + latent), 1, 5)
                 seen_items[items] = True
-                writer.write_table(pa.table({"user": users, "item": items, "rating": y.astype(np.float32)},
-                                            schema=schema))
+                writer.write_table(
+                    pa.table({"user": users, "item": items, "rating": y.astype(np.float32)}, schema=schema)
+                )
                 written += len(users)
                 log.info("synthetic: users %d-%d, %d interactions so far", start, stop, written)
         pq.write_table(pa.table({"id": np.arange(n_users, dtype=np.int64)}), tmp / "users.parquet")
         pq.write_table(pa.table({"id": np.flatnonzero(seen_items).astype(np.int64)}), tmp / "items.parquet")
-    return {"interactions": written, "users": n_users, "items": int(seen_items.sum()), "path": str(out),
-            "kind": kind, "implicit": implicit}
+    return {
+        "interactions": written,
+        "users": n_users,
+        "items": int(seen_items.sum()),
+        "path": str(out),
+        "kind": kind,
+        "implicit": implicit,
+    }
 
 
 def _generate_gammli(out: Path, n_interactions: int, seed: int) -> dict:
@@ -179,5 +203,11 @@ def _generate_gammli(out: Path, n_interactions: int, seed: int) -> dict:
         pq.write_table(items, tmp / "item_features.parquet")
         pq.write_table(pa.table({"id": np.arange(len(users), dtype=np.int64)}), tmp / "users.parquet")
         pq.write_table(pa.table({"id": np.arange(len(items), dtype=np.int64)}), tmp / "items.parquet")
-    return {"interactions": written, "users": len(users), "items": len(items), "path": str(out), "kind": "gammli",
-            "implicit": False}
+    return {
+        "interactions": written,
+        "users": len(users),
+        "items": len(items),
+        "path": str(out),
+        "kind": "gammli",
+        "implicit": False,
+    }

@@ -95,8 +95,10 @@ def check_reachable(address: str, timeout: float = 3.0) -> None:
     try:
         socket.create_connection((parts.hostname, parts.port or 8786), timeout=timeout).close()
     except (OSError, ValueError) as exc:
-        raise InputError(f"--scheduler {address}: cannot reach the Dask scheduler ({exc}); is it running? "
-                         "deploy/README.md says how to start one, or leave --scheduler out for a LocalCluster") from None
+        raise InputError(
+            f"--scheduler {address}: cannot reach the Dask scheduler ({exc}); is it running? "
+            "deploy/README.md says how to start one, or leave --scheduler out for a LocalCluster"
+        ) from None
 
 
 def tls_security(settings: Settings):
@@ -149,16 +151,31 @@ def connect(settings: Settings, security=None):
     # notebook) would pass its value on: drop it here too. This process's own malloc read it at startup.
     # numba's parallel kernels (kernels/*_fused.py) start one thread per core in every worker unless told
     # otherwise before numba loads: give them the BLAS share, so workers × threads ≤ cores holds for both.
-    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), "MALLOC_TRIM_THRESHOLD_": None,
-               "NUMBA_NUM_THREADS": str(threads)}
+    environ = {
+        **dask.config.get("distributed.nanny.pre-spawn-environ", {}),
+        "MALLOC_TRIM_THRESHOLD_": None,
+        "NUMBA_NUM_THREADS": str(threads),
+    }
     os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
-    log.info("starting a LocalCluster: %d worker processes × %d thread(s), BLAS threads per worker %d",
-             settings.workers, settings.threads_per_worker, threads)
+    log.info(
+        "starting a LocalCluster: %d worker processes × %d thread(s), BLAS threads per worker %d",
+        settings.workers,
+        settings.threads_per_worker,
+        threads,
+    )
     tls = {"security": security, "protocol": "tls://"} if security is not None else {}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), \
-            LocalCluster(n_workers=settings.workers, threads_per_worker=settings.threads_per_worker,
-                      processes=True, dashboard_address=None, silence_logs=logging.WARNING, **tls) as cluster, \
-            Client(cluster, security=security, direct_to_workers=True) as client:
+    with (
+        dask.config.set({"distributed.nanny.pre-spawn-environ": environ}),
+        LocalCluster(
+            n_workers=settings.workers,
+            threads_per_worker=settings.threads_per_worker,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.WARNING,
+            **tls,
+        ) as cluster,
+        Client(cluster, security=security, direct_to_workers=True) as client,
+    ):
         # direct_to_workers: a LocalCluster's scheduler runs in this process, and a scatter through it
         # holds a deserialised copy of the data here (measured: +244 MB of peak RSS for U at 50M, k = 64).
         client.register_plugin(BlasThreads(threads))

@@ -121,9 +121,18 @@ class DaskMapper:
         stamp = f"{time.time_ns()}-{next(_stamp)}"
         args = [tuple(a) for a in args]
         where = self._holders([a[0] for a in args if a and isinstance(a[0], Future)]) if near_first else {}
-        return [self.client.submit(_call_aligned, fn, *a, retries=self.retries, pure=False,
-                                   key=f"dxplain-{name}-{n:05d}-{stamp}", **self._near(where, a))
-                for n, a in enumerate(args)]
+        return [
+            self.client.submit(
+                _call_aligned,
+                fn,
+                *a,
+                retries=self.retries,
+                pure=False,
+                key=f"dxplain-{name}-{n:05d}-{stamp}",
+                **self._near(where, a),
+            )
+            for n, a in enumerate(args)
+        ]
 
     def _holders(self, futures: list) -> dict:
         """The workers holding each of ``futures`` (once computed: a chain's previous step must finish

@@ -43,7 +43,7 @@ def deletion_sets(scores: np.ndarray, sign: int, fractions=FRACTIONS, N: int | N
     N = len(s) if N is None else N
     rows = np.flatnonzero(s > 0)
     order = rows[np.argsort(-s[rows], kind="stable")]
-    return [order[:max(1, int(np.ceil(f * N)))] for f in fractions] if len(order) else []
+    return [order[: max(1, int(np.ceil(f * N)))] for f in fractions] if len(order) else []
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,9 @@ def plan_jobs(methods, n_targets: int, scores_of, fractions=FRACTIONS) -> tuple[
             scores = scores_of(method)
         except Exception as exc:  # noqa: BLE001 - any failure of one explainer must not end the trial
             reason = f"{type(exc).__name__}: {exc}"
-            log.warning("case deletion: %s failed on this trial (%s); its curves are recorded as failed", method,
-                        reason)
+            log.warning(
+                "case deletion: %s failed on this trial (%s); its curves are recorded as failed", method, reason
+            )
             ms[method] = None
             jobs += [Job(t, method, sign, (), reason) for t in range(n_targets) for sign in (1, -1)]
             continue
@@ -93,11 +94,32 @@ def curve_rows(trial: int, jobs: list[Job], curves: list[list[float]], fractions
     for j, c in zip(jobs, curves):
         side = "DEL+" if j.sign > 0 else "DEL-"
         if j.failure is not None:
-            rows.append({"trial": trial, "target": j.target, "method": j.method, "side": side,
-                         "fraction": float("nan"), "k": 0, "delta": float("nan"), "failure": j.failure})
+            rows.append(
+                {
+                    "trial": trial,
+                    "target": j.target,
+                    "method": j.method,
+                    "side": side,
+                    "fraction": float("nan"),
+                    "k": 0,
+                    "delta": float("nan"),
+                    "failure": j.failure,
+                }
+            )
             continue
-        rows += [{"trial": trial, "target": j.target, "method": j.method, "side": side, "fraction": f,
-                  "k": len(s), "delta": d, "failure": None} for f, s, d in zip(fractions, j.sets, c)]
+        rows += [
+            {
+                "trial": trial,
+                "target": j.target,
+                "method": j.method,
+                "side": side,
+                "fraction": f,
+                "k": len(s),
+                "delta": d,
+                "failure": None,
+            }
+            for f, s, d in zip(fractions, j.sets, c)
+        ]
     return rows
 
 
@@ -121,8 +143,13 @@ def deletion_curves(mapper: Mapper, case: Case, jobs: list, base: list[float]) -
     def report(done, _):
         progress.update("evaluate: deletion curves", done, len(jobs), f"{done * len(jobs[0].sets)} retrainings")
         if done % step == 0 or done == len(jobs):
-            log.info("case deletion: %d/%d curves (%d retrainings) in %.1fs", done, len(jobs),
-                     done * len(jobs[0].sets), time.perf_counter() - t0)
+            log.info(
+                "case deletion: %d/%d curves (%d retrainings) in %.1fs",
+                done,
+                len(jobs),
+                done * len(jobs[0].sets),
+                time.perf_counter() - t0,
+            )
 
     return mapper.map(_job_curve, [(case_h, job, base) for job in jobs], name="deletion", report=report)
 

@@ -35,7 +35,7 @@ class SparseCase:
         return self.X_t.shape[0]
 
     @classmethod
-    def fit(cls, X, y, X_t, lam: float, gtol: float = 1e-12) -> "SparseCase":
+    def fit(cls, X, y, X_t, lam: float, gtol: float = 1e-12) -> SparseCase:
         return cls(X, y, X_t, lam, L1Logistic(lam, gtol).fit(X, y), gtol)
 
     def prediction(self, target: int, without: np.ndarray | None = None) -> float:
@@ -66,6 +66,7 @@ def importances(case: SparseCase, method: str, seed: int = 0) -> np.ndarray:
 
 def plan(case: SparseCase, methods=SPARSE_METHODS, seed: int = 0, fractions=FRACTIONS) -> tuple[list[Job], dict]:
     """Every (target, method, sign) deletion curve of a trial, and each method's ms per explained target."""
+
     def scores_of(method):
         scores = importances(case, method, seed)
         return [(None, scores[:, t]) for t in range(case.n_targets)]
@@ -73,8 +74,9 @@ def plan(case: SparseCase, methods=SPARSE_METHODS, seed: int = 0, fractions=FRAC
     return plan_jobs(methods, case.n_targets, scores_of, fractions)
 
 
-def trial_case(X, y, trial: int, n_targets: int, n_lam: float = 1.0, test_share: float = 0.2,
-               gtol: float = 1e-12) -> SparseCase:
+def trial_case(
+    X, y, trial: int, n_targets: int, n_lam: float = 1.0, test_share: float = 0.2, gtol: float = 1e-12
+) -> SparseCase:
     """Trial ``trial``: its own random split, dense features standardised on the training part,
     ``n_targets`` random test points, λ = n_lam / n_train (the paper's n·λ)."""
     rng = np.random.default_rng(trial)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..explain.representer import Preprocessed
 from ..interactions import Interactions, Targets
 from ..kernels.als import Pattern, curvature_grams
 from ..models.mf import ALSMF, MFModel, default_lam
@@ -39,7 +40,6 @@ from ..models.sgd_mf import SGDMF, tracin_cp
 from ..models.softimpute import SoftImpute
 from ..models.two_tower import TwoTower
 from .deletion import FRACTIONS, Job, plan_jobs
-from ..explain.representer import Preprocessed
 
 CF_METHODS = ("representer", "fia", "random")
 SGD_METHODS = ("representer", "fia", "tracin", "random")
@@ -48,8 +48,9 @@ SGD_METHODS = ("representer", "fia", "tracin", "random")
 def normalised(data: Interactions) -> Interactions:
     """Ratings 1…5 mapped to [−1, 1], as in the paper."""
     lo, hi = float(data.rating.min()), float(data.rating.max())
-    return Interactions.from_indices(data.user, data.item, 2 * (data.rating - lo) / (hi - lo) - 1,
-                                     data.user_ids, data.item_ids)
+    return Interactions.from_indices(
+        data.user, data.item, 2 * (data.rating - lo) / (hi - lo) - 1, data.user_ids, data.item_ids
+    )
 
 
 @dataclass
@@ -86,8 +87,9 @@ class MFCase:
         return np.flatnonzero((self.data.user == u) | (self.data.item == j))
 
 
-def cf_importances(case: MFCase, method: str, pre: Preprocessed | None = None, grams=None,
-                   rng: np.random.Generator | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+def cf_importances(
+    case: MFCase, method: str, pre: Preprocessed | None = None, grams=None, rng: np.random.Generator | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per target: (candidate rows, their importance)."""
     d, m = case.data, case.model
     out = []
@@ -96,8 +98,11 @@ def cf_importances(case: MFCase, method: str, pre: Preprocessed | None = None, g
         rows = case.candidates(t)
         own = d.user[rows] == u  # the user's ratings; the rest are the item's
         if method == "representer":
-            s = np.where(own, pre.alpha[rows] * (pre.Vt[d.item[rows]] @ pre.Vt[j]),
-                         pre.alpha[rows] * (pre.Ut[d.user[rows]] @ pre.Ut[u]))
+            s = np.where(
+                own,
+                pre.alpha[rows] * (pre.Vt[d.item[rows]] @ pre.Vt[j]),
+                pre.alpha[rows] * (pre.Ut[d.user[rows]] @ pre.Ut[u]),
+            )
         elif method == "fia":
             HU, HV = grams
             eye = (m.lam or 1e-3 * float(np.trace(HU, axis1=1, axis2=2).mean()) / m.k) * np.eye(m.k)
@@ -115,8 +120,14 @@ def cf_importances(case: MFCase, method: str, pre: Preprocessed | None = None, g
     return out
 
 
-def cf_trial_case(data: Interactions, trial: int, n_targets: int, k: int = 32, model: str = "als",
-                  user_features: np.ndarray | None = None) -> MFCase:
+def cf_trial_case(
+    data: Interactions,
+    trial: int,
+    n_targets: int,
+    k: int = 32,
+    model: str = "als",
+    user_features: np.ndarray | None = None,
+) -> MFCase:
     """Trial ``trial``: its own 90/10 split, the model with seed ``trial``, ``n_targets`` random held-out
     pairs. ALS-MF's λ is the refresh default for the [−1, 1] scale (the same model up to a factor);
     SGD-MF follows App. E (learning rate 2, batches of 3000, 10 epochs); SoftImpute is Mazumder et al.'s
@@ -146,8 +157,11 @@ def cf_plan(case: MFCase, methods=None, seed: int = 0, fractions=FRACTIONS) -> t
 
     def scores_of(method):
         pre = Preprocessed.from_model(m, d) if method == "representer" else None
-        grams = (curvature_grams(m.U, m.V, Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items), len(d))
-                 if method == "fia" else None)
+        grams = (
+            curvature_grams(m.U, m.V, Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items), len(d))
+            if method == "fia"
+            else None
+        )
         return cf_importances(case, method, pre, grams, np.random.default_rng(seed))
 
     return plan_jobs(methods, len(case.targets), scores_of, fractions)

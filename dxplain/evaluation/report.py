@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+
 def curve_aucs(rows: list[dict]) -> dict:
     """{(method, side, trial, target): AUC-DEL of that curve}, the mean of its Δ over the k sequence."""
     from collections import defaultdict
@@ -28,19 +29,27 @@ def auc_del_markdown(rows: list[dict], ms: dict, title: str) -> str:
     """AUC-DEL₊ (lower is better) and AUC-DEL₋ (higher is better) per method, with ms per explanation."""
     table = auc_del(rows)
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    lines = [f"### {title}", "", "| method | AUC-DEL₊ (↓) | AUC-DEL₋ (↑) | curves | ms per explained target |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"### {title}",
+        "",
+        "| method | AUC-DEL₊ (↓) | AUC-DEL₋ (↑) | curves | ms per explained target |",
+        "|---|---|---|---|---|",
+    ]
     for m in methods:
         p, n = table.get((m, "DEL+")), table.get((m, "DEL-"))
         cell = lambda s: f"{s.mean:+.4f} ± {s.half_width:.4f}" if s and s.count else "—"  # noqa: E731
         t = ms.get(m)
-        lines.append(f"| {m} | {cell(p)} | {cell(n)} | {p.count if p else 0} + {n.count if n else 0} | "
-                     f"{'failed' if t is None else f'{t:.3g}'} |")
+        lines.append(
+            f"| {m} | {cell(p)} | {cell(n)} | {p.count if p else 0} + {n.count if n else 0} | "
+            f"{'failed' if t is None else f'{t:.3g}'} |"
+        )
     failures = {}
     for r in rows:
         if r.get("failure"):
             failures.setdefault((r["method"], r["failure"]), set()).add((r["trial"], r["target"]))
-    lines += [""] * bool(failures) + [f"* {m} failed on {len(where)} target(s): {why}" for (m, why), where in failures.items()]
+    lines += [""] * bool(failures) + [
+        f"* {m} failed on {len(where)} target(s): {why}" for (m, why), where in failures.items()
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -48,6 +57,7 @@ def deletion_plot_png(rows: list[dict], title: str) -> bytes | None:
     """Mean DEL± against the share of samples removed, one line per method (None without matplotlib)."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:

@@ -24,8 +24,9 @@ import numpy as np
 from ..errors import InputError
 
 
-def hnsw_search(M: int = 32, ef_construction: int = 80, ef_search: int = 128, oversample: int = 2,
-                augment: bool = False):
+def hnsw_search(
+    M: int = 32, ef_construction: int = 80, ef_search: int = 128, oversample: int = 2, augment: bool = False
+):
     """A ``search(X, T, top_k)`` for ``kernels.representer.streamed_group_attributions``.
 
     Returns (t, m) rows of X with the largest ⟨X, T⟩ and (t, m) with the largest ⟨X, −T⟩, m = oversample·top_k.
@@ -36,8 +37,9 @@ def hnsw_search(M: int = 32, ef_construction: int = 80, ef_search: int = 128, ov
     try:
         import faiss
     except ImportError as e:  # an optional extra
-        raise InputError("approximate heavy-item search needs faiss: pip install 'dxplain[ann]' "
-                         "(or run without --approximate)") from e
+        raise InputError(
+            "approximate heavy-item search needs faiss: pip install 'dxplain[ann]' (or run without --approximate)"
+        ) from e
 
     def search(X: np.ndarray, T: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
         if augment:
@@ -51,9 +53,9 @@ def hnsw_search(M: int = 32, ef_construction: int = 80, ef_search: int = 128, ov
         index.hnsw.efSearch = max(ef_search, oversample * top_k)
         m = min(len(X), oversample * top_k)
         Q = np.zeros((len(T), X.shape[1]), np.float32)
-        Q[:, :T.shape[1]] = T
+        Q[:, : T.shape[1]] = T
         _, hi = index.search(Q, m)
-        Q[:, :T.shape[1]] = -T
+        Q[:, : T.shape[1]] = -T
         _, lo = index.search(Q, m)
         return hi, lo
 

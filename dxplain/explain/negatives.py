@@ -32,11 +32,11 @@ from scipy.special import expit
 
 from .. import progress
 from ..interactions import Interactions
+from ..io import spill
 from ..io.interactions import write_pairs_part
 from ..kernels.bce import DenseTerms, SparseTerms, csr_rows
 from ..kernels.negatives import LowestK, NegativeScore, scan_rows
 from ..kernels.representer import balance_transforms, balance_transforms_from_grams
-from ..io import spill
 from ..mapper import LocalMapper, Mapper
 from ..models.blocks import Blocks, RowSource, block_ranges, take_rows
 from ..models.implicit_mf import ImplicitModel
@@ -56,15 +56,20 @@ def check_all_unobserved(n_users: int, n_items: int, limit: int | None = None) -
     if n_users * n_items > limit:
         from ..errors import InputError
 
-        raise InputError(f"--negatives all: {n_users:,} users × {n_items:,} items = {n_users * n_items:.3g} "
-                         f"pairs, above the {limit:.0e} that training on every unobserved pair allows (each "
-                         "gradient costs users × items × k); use sampled negatives, e.g. --negatives 4 (4 per "
-                         "positive, the paper's setting)")
+        raise InputError(
+            f"--negatives all: {n_users:,} users × {n_items:,} items = {n_users * n_items:.3g} "
+            f"pairs, above the {limit:.0e} that training on every unobserved pair allows (each "
+            "gradient costs users × items × k); use sampled negatives, e.g. --negatives 4 (4 per "
+            "positive, the paper's setting)"
+        )
+
+
 FIA_CHUNK = 1024  # positives per batched 2k×2k solve: (1024, 64, 64) float64 = 32 MB
 
 
-def negative_score(method: str, model: ImplicitModel, terms: DenseTerms | SparseTerms | None, P: Interactions | None,
-                   seed: int = 0) -> NegativeScore:
+def negative_score(
+    method: str, model: ImplicitModel, terms: DenseTerms | SparseTerms | None, P: Interactions | None, seed: int = 0
+) -> NegativeScore:
     """The scoring rule of ``method`` for this model; positives P are the model's training positives
     (FIA needs the terms too). A model in row blocks on the workers is scored by ``part_scores``."""
     if method not in METHODS:
@@ -109,19 +114,25 @@ def fia_directions(model: ImplicitModel, terms: DenseTerms | SparseTerms, P: Int
     xU, xV = np.empty((len(P), k)), np.empty((len(P), k))
     u, i = P.user.astype(np.intp), P.item.astype(np.intp)
     for a in range(0, len(P), FIA_CHUNK):
-        uu, ii = u[a:a + FIA_CHUNK], i[a:a + FIA_CHUNK]
+        uu, ii = u[a : a + FIA_CHUNK], i[a : a + FIA_CHUNK]
         Uu, Vi = U[uu], V[ii]
         sig = expit(np.einsum("nk,nk->n", Uu, Vi))
         d1, d2 = (sig - 1.0) / n, sig * (1.0 - sig) / n  # ℓ', ℓ'' of a positive (y = 1, c = 1), over |D|
         C = d2[:, None, None] * np.einsum("nk,nl->nkl", Vi, Uu) + d1[:, None, None] * eye
         H = np.block([[A[uu] + lam * eye, C], [C.transpose(0, 2, 1), B[ii] + lam * eye]])
         x = np.linalg.solve(H, np.concatenate([Vi, Uu], axis=1)[..., None])[..., 0]
-        xU[a:a + FIA_CHUNK], xV[a:a + FIA_CHUNK] = x[:, :k], x[:, k:]
+        xU[a : a + FIA_CHUNK], xV[a : a + FIA_CHUNK] = x[:, :k], x[:, k:]
     return xU, xV
 
 
-def scan(score: NegativeScore, terms: DenseTerms, K: int, rows: tuple[int, int] | None = None,
-         block_rows: int | None = None, threshold: float = np.inf) -> tuple:
+def scan(
+    score: NegativeScore,
+    terms: DenseTerms,
+    K: int,
+    rows: tuple[int, int] | None = None,
+    block_rows: int | None = None,
+    threshold: float = np.inf,
+) -> tuple:
     """The K lowest-scoring unobserved, non-excluded pairs among users rows[0]:rows[1] (default: all).
 
     Blocks of ``block_rows`` users (default ``scan_rows``, a memory budget) start at rows[0]; ranges
@@ -136,8 +147,14 @@ def scan(score: NegativeScore, terms: DenseTerms, K: int, rows: tuple[int, int] 
     return keep.result()
 
 
-def estimate_threshold(score: NegativeScore, terms: DenseTerms, K: int, block_rows: int | None = None,
-                       sample_share: float = 0.02, margin: float = 1.25) -> float:
+def estimate_threshold(
+    score: NegativeScore,
+    terms: DenseTerms,
+    K: int,
+    block_rows: int | None = None,
+    sample_share: float = 0.02,
+    margin: float = 1.25,
+) -> float:
     """An estimate of a value that at least K negatives reach, from evenly spaced blocks of users.
 
     Without a bound every shard must buffer its own K lowest, and at p = 1% of 1.6·10⁹ pairs that
@@ -165,8 +182,12 @@ def lowest(scan_fn, score: NegativeScore, terms: DenseTerms, K: int, block_rows:
     threshold = estimate_threshold(score, terms, K, block_rows)
     out = scan_fn(threshold)
     if len(out[0]) < K and np.isfinite(threshold):
-        log.warning("only %d of %d negatives scored ≤ the estimated bound %.4g: rescanning without it",
-                    len(out[0]), K, threshold)
+        log.warning(
+            "only %d of %d negatives scored ≤ the estimated bound %.4g: rescanning without it",
+            len(out[0]),
+            K,
+            threshold,
+        )
         out = scan_fn(np.inf)
     return out
 
@@ -197,13 +218,15 @@ def flag_table(terms: SparseTerms, score: NegativeScore, percent: float) -> tupl
 
 def flagged_table(values, users, items, P: Interactions, method: str) -> pa.Table:
     """The output rows: original ids, the score, and the rank (1 = most likely a false negative)."""
-    return pa.table({
-        "user": P.user_ids.take(pa.array(users)),
-        "item": P.item_ids.take(pa.array(items)),
-        "score": np.asarray(values, np.float64),
-        "rank": np.arange(1, len(values) + 1, dtype=np.int64),
-        "method": pa.array([method] * len(values)).dictionary_encode(),
-    })
+    return pa.table(
+        {
+            "user": P.user_ids.take(pa.array(users)),
+            "item": P.item_ids.take(pa.array(items)),
+            "score": np.asarray(values, np.float64),
+            "rank": np.arange(1, len(values) + 1, dtype=np.int64),
+            "method": pa.array([method] * len(values)).dictionary_encode(),
+        }
+    )
 
 
 def shard_ranges(n_users: int, step: int, n_shards: int) -> list[tuple[int, int]]:
@@ -214,8 +237,14 @@ def shard_ranges(n_users: int, step: int, n_shards: int) -> list[tuple[int, int]
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
-def select_lowest(score: NegativeScore, terms: DenseTerms | SparseTerms, percent: float,
-                  mapper: Mapper | None = None, n_shards: int = 1, block_rows: int | None = None) -> tuple:
+def select_lowest(
+    score: NegativeScore,
+    terms: DenseTerms | SparseTerms,
+    percent: float,
+    mapper: Mapper | None = None,
+    n_shards: int = 1,
+    block_rows: int | None = None,
+) -> tuple:
     """The lowest p% of the negatives under ``score``: scanned over all unobserved pairs (DenseTerms),
     in user shards on ``mapper``, or ranked from the explicit list (SparseTerms). Returns (values, users,
     items), lowest first.
@@ -237,8 +266,13 @@ def select_lowest(score: NegativeScore, terms: DenseTerms | SparseTerms, percent
         for done, (s, result) in enumerate(shards, start=1):
             keep.push(*result)
             pairs += (ranges[s][1] - ranges[s][0]) * terms.n_items
-            log.debug("negative scan: shard %d/%d done, %.3g pairs scored (%.3g pairs/s)", done, len(ranges),
-                      pairs, pairs / max(time.perf_counter() - t0, 1e-9))
+            log.debug(
+                "negative scan: shard %d/%d done, %.3g pairs scored (%.3g pairs/s)",
+                done,
+                len(ranges),
+                pairs,
+                pairs / max(time.perf_counter() - t0, 1e-9),
+            )
             progress.update("negatives: scan shards", done, len(ranges), f"{pairs:.3g} pairs scored")
         return keep.result()
 
@@ -288,8 +322,18 @@ class PartScore:
             return NegativeScore("random", None, None, seed=self.seed)
         need = np.unique(items)
         cols = lambda F: None if F is None else take_rows(F, need)  # noqa: E731
-        return NegativeScore(self.kind, _own_rows(self.Us, p), cols(self.Vs), _own_rows(self.A, p), cols(self.B),
-                             coef=self.coef, w=self.w, seed=self.seed, row0=a, items=need)
+        return NegativeScore(
+            self.kind,
+            _own_rows(self.Us, p),
+            cols(self.Vs),
+            _own_rows(self.A, p),
+            cols(self.B),
+            coef=self.coef,
+            w=self.w,
+            seed=self.seed,
+            row0=a,
+            items=need,
+        )
 
     def scores(self, parts, p: int, users: np.ndarray, items: np.ndarray) -> np.ndarray:
         """``at(parts, p, items).pairs(users, items)``, the same values, with the pairs taken in item order
@@ -306,8 +350,9 @@ class PartScore:
         out = np.empty(len(i))
         for b, lo, hi in block_ranges(i, cuts):
             block = lambda F: None if F is None else spill.load(F.paths[b], mmap=True)  # noqa: E731
-            rule = NegativeScore(self.kind, Us, block(self.Vs), A, block(self.B), coef=self.coef, w=self.w,
-                                 seed=self.seed, row0=a)
+            rule = NegativeScore(
+                self.kind, Us, block(self.Vs), A, block(self.B), coef=self.coef, w=self.w, seed=self.seed, row0=a
+            )
             out[order[lo:hi]] = rule.pairs(u[lo:hi], i[lo:hi] - cuts[b])
         return out
 
@@ -326,17 +371,37 @@ def part_scores(method: str, model: ImplicitModel, parts, seed: int = 0) -> Part
         raise ValueError(f"{method!r} needs the model whole; score it with negative_score")
     U, V, w = model.U, model.V, model.neg_weight
     if not (np.array_equal(U.cuts, parts.user_cuts) and np.array_equal(V.cuts, parts.item_cuts)):
-        raise ValueError("the model's blocks are not the parts' rows: load it with FactorModel.load(blocks=(mapper, parts))")
+        raise ValueError(
+            "the model's blocks are not the parts' rows: load it with FactorModel.load(blocks=(mapper, parts))"
+        )
     if method in ("loss", "random"):
         return PartScore(method, U.source, V.source, w=w, seed=seed, keep=(U, V))
     T_U, T_V = balance_transforms_from_grams(U.gram(), V.gram())  # k × r: r < k when the rank collapsed
     Ut = U.map(np.matmul, T_U, name="neg-balance", k=T_U.shape[1])
     Vt = V.map(np.matmul, T_V, name="neg-balance", k=T_V.shape[1])
-    SV, SU = (Blocks.made_by(U.mapper, U.scratch, _positive_sum_part,
-                             [(parts, side, p, F.source) for p in range(len(cuts) - 1)], cuts, F.k, "neg-positive-sums")
-              for side, cuts, F in (("user", parts.user_cuts, Vt), ("item", parts.item_cuts, Ut)))
-    return PartScore("aggregate", Ut.source, Vt.source, SV.source, SU.source, coef=-w / (model.lam * model.n_train),
-                     w=w, seed=seed, keep=(Ut, Vt, SV, SU))
+    SV, SU = (
+        Blocks.made_by(
+            U.mapper,
+            U.scratch,
+            _positive_sum_part,
+            [(parts, side, p, F.source) for p in range(len(cuts) - 1)],
+            cuts,
+            F.k,
+            "neg-positive-sums",
+        )
+        for side, cuts, F in (("user", parts.user_cuts, Vt), ("item", parts.item_cuts, Ut))
+    )
+    return PartScore(
+        "aggregate",
+        Ut.source,
+        Vt.source,
+        SV.source,
+        SU.source,
+        coef=-w / (model.lam * model.n_train),
+        w=w,
+        seed=seed,
+        keep=(Ut, Vt, SV, SU),
+    )
 
 
 def part_negatives(parts, p: int) -> tuple[np.ndarray, np.ndarray]:
@@ -375,8 +440,9 @@ def cleaned_part(score: NegativeScore | PartScore, parts, p: int, last: tuple[fl
     return int((~flagged).sum())
 
 
-def select_lowest_parts(score: NegativeScore | PartScore, parts, n_neg: int, percent: float, mapper: Mapper,
-                        cleaned_folder=None) -> tuple:
+def select_lowest_parts(
+    score: NegativeScore | PartScore, parts, n_neg: int, percent: float, mapper: Mapper, cleaned_folder=None
+) -> tuple:
     """The lowest p% of a BCE training table's negatives (its y = 0 rows), scored where the by-user parts
     are: each part's task returns its K lowest, merged here in O(K) as they finish; the same result as
     ``flag_table`` over the whole list. With ``cleaned_folder``, a second map writes each part's
@@ -393,8 +459,10 @@ def select_lowest_parts(score: NegativeScore | PartScore, parts, n_neg: int, per
     rows = np.diff(np.append(parts.user_part_offsets(), parts.n_interactions))  # each by-user part's
     share = np.minimum(K, np.ceil(K * SHARE_MARGIN * rows / max(1, rows.sum())).astype(np.int64) + SHARE_EXTRA)
     keep, last_sent, again = LowestK(K), {}, []
-    for done, (p, (result, complete)) in enumerate(mapper.imap(
-            lowest_in_part, [(score_h, parts, p, int(share[p])) for p in range(n_parts)], name="neg-parts"), start=1):
+    for done, (p, (result, complete)) in enumerate(
+        mapper.imap(lowest_in_part, [(score_h, parts, p, int(share[p])) for p in range(n_parts)], name="neg-parts"),
+        start=1,
+    ):
         keep.push(*result)
         if not complete and len(result[0]):
             last_sent[p] = (float(result[0][-1]), int(result[1][-1]), int(result[2][-1]))
@@ -406,12 +474,13 @@ def select_lowest_parts(score: NegativeScore | PartScore, parts, n_neg: int, per
     if again:
         log.info("negatives: %d of %d parts asked again for their %d lowest", len(again), n_parts, K)
         for n, (result, _) in mapper.imap(lowest_in_part, [(score_h, parts, p, K) for p in again], name="neg-parts"):
-            keep.push(*(x[share[again[n]]:] for x in result))  # its first share[p] were sent in the first round
+            keep.push(*(x[share[again[n]] :] for x in result))  # its first share[p] were sent in the first round
         values, users, items = keep.result()
     if cleaned_folder is not None and len(values):
         last = (float(values[-1]), int(users[-1]), int(items[-1]))
-        kept = mapper.map(cleaned_part, [(score_h, parts, p, last, cleaned_folder) for p in range(n_parts)],
-                          name="neg-cleaned")
+        kept = mapper.map(
+            cleaned_part, [(score_h, parts, p, last, cleaned_folder) for p in range(n_parts)], name="neg-cleaned"
+        )
         if sum(kept) != n_neg - len(values):
             raise RuntimeError(f"the cleaned parts hold {sum(kept)} negatives, expected {n_neg} − {len(values)}")
     return values, users, items

@@ -20,8 +20,21 @@ from scipy.special import expit
 from .. import progress
 from ..interactions import Interactions, Targets
 from ..kernels import fisher as F
-from ..kernels.sbq import (BlockRows, Selection, as_rows, greedi, greedy, greedy_select, inner,
-                           ShardState, matching_pursuit, n_rows, shard_state, split_rows, stochastic_greedy)
+from ..kernels.sbq import (
+    BlockRows,
+    Selection,
+    ShardState,
+    as_rows,
+    greedi,
+    greedy,
+    greedy_select,
+    inner,
+    matching_pursuit,
+    n_rows,
+    shard_state,
+    split_rows,
+    stochastic_greedy,
+)
 from ..mapper import LocalMapper, Mapper
 from ..models.mf import MFModel
 from .representer import check_explainable, negative_weight
@@ -46,8 +59,9 @@ class Progress:
         progress.update(f"{self.name}: prototypes", self.steps, self.m)
         if self.steps % max(1, self.m // 10) == 0 or self.steps == self.m:
             el = time.perf_counter() - self.t0
-            log.info("%s: %d/%d prototypes chosen in %.1fs (%.3g s/step)", self.name, self.steps, self.m, el,
-                     el / self.steps)
+            log.info(
+                "%s: %d/%d prototypes chosen in %.1fs (%.3g s/step)", self.name, self.steps, self.m, el, el / self.steps
+            )
 
 
 def _best(state: ShardState):
@@ -72,8 +86,9 @@ class MappedShards:
         self.mapper = mapper
         parts = mapper.put([Phi[a:b] for a, b in ranges])
         mu_h = mapper.put(mu, broadcast=True)
-        self.states = mapper.persist(shard_state, [(part, mu_h, m, a) for part, (a, _) in zip(parts, ranges)],
-                                     name="sbq-init")
+        self.states = mapper.persist(
+            shard_state, [(part, mu_h, m, a) for part, (a, _) in zip(parts, ranges)], name="sbq-init"
+        )
 
     def best(self):
         return self.mapper.map(_best, [(st,) for st in self.states], name="sbq-best")
@@ -82,8 +97,16 @@ class MappedShards:
         self.states = self.mapper.persist(_add, [(st, cand, d, beta_t) for st in self.states], name="sbq-add")
 
 
-def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: int = 0, eps: float = 0.01,
-           mapper: Mapper | None = None) -> Selection:
+def select(
+    Phi,
+    mu,
+    m: int,
+    variant: str = "greedy",
+    n_shards: int = 1,
+    seed: int = 0,
+    eps: float = 0.01,
+    mapper: Mapper | None = None,
+) -> Selection:
     """m prototypes among the rows of Φ for the mean embedding μ, the candidates in ``n_shards`` shards
     on ``mapper`` (this process by default).
 
@@ -104,8 +127,14 @@ def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: in
         return greedy_select(Progress(shards, m, "SBQ greedy"), m, inner(mu, mu))
     if variant == "greedi":
         mu_h = mapper.put(mu, broadcast=True)
-        return greedi(Phi, mu, m, max(2, n_shards), seed,
-                      lambda parts: mapper.map(greedy, [(p, mu_h, m) for p in mapper.put(parts)], name="greedi"))
+        return greedi(
+            Phi,
+            mu,
+            m,
+            max(2, n_shards),
+            seed,
+            lambda parts: mapper.map(greedy, [(p, mu_h, m) for p in mapper.put(parts)], name="greedi"),
+        )
     if variant == "stochastic":
         return stochastic_greedy(Phi, mu, m, eps, seed)
     if variant == "mp":
@@ -113,8 +142,9 @@ def select(Phi, mu, m: int, variant: str = "greedy", n_shards: int = 1, seed: in
     raise ValueError(f"unknown SBQ variant {variant!r}; choose one of {VARIANTS}")
 
 
-def sample_scores(model: MFModel, data: Interactions,
-                  s: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+def sample_scores(
+    model: MFModel, data: Interactions, s: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Per training pair, the score's scale r (g = r·∇s) and the expected Fisher weight under the loss.
 
     Squared loss (Gaussian likelihood): r = y − ŷ, expected weight σ̂² (None: ``mf_fisher_blocks`` takes
@@ -134,15 +164,17 @@ def residual_terms(model: MFModel, rating: np.ndarray, s: np.ndarray) -> tuple[n
     return c * (rating - p), c**2 * p * (1 - p)
 
 
-def mf_fisher_embedding(model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical",
-                        damping: float = F.DEFAULT_DAMPING):
+def mf_fisher_embedding(
+    model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical", damping: float = F.DEFAULT_DAMPING
+):
     """``mf_fisher_rows`` as CSR rows in the (users + items)·k space (for the generic SBQ variants)."""
     Phi, Phi_T = mf_fisher_rows(model, data, targets, kind, damping)
     return Phi.to_csr(data.n_users, data.n_items), Phi_T.to_csr(data.n_users, data.n_items)
 
 
-def mf_fisher_rows(model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical",
-                   damping: float = F.DEFAULT_DAMPING) -> tuple[BlockRows, BlockRows]:
+def mf_fisher_rows(
+    model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical", damping: float = F.DEFAULT_DAMPING
+) -> tuple[BlockRows, BlockRows]:
     """Fisher embeddings of every training interaction and of the target pairs, for an MF model, in
     block form (``kernels.sbq.BlockRows``).
 
@@ -158,21 +190,32 @@ def mf_fisher_rows(model: MFModel, data: Interactions, targets: Targets, kind: s
     else:
         FU, FV = F.mf_fisher_blocks(model.U, model.V, data.user, data.item, residual, kind, curvature)
         WU, WV = F.inverse_cholesky(FU, damping), F.inverse_cholesky(FV, damping)
-    Phi = BlockRows(data.user.astype(np.int64), data.item.astype(np.int64),
-                    *F.mf_halves(WU, WV, data.user, data.item, gU, gV))
+    Phi = BlockRows(
+        data.user.astype(np.int64), data.item.astype(np.int64), *F.mf_halves(WU, WV, data.user, data.item, gU, gV)
+    )
     tU, tV = F.mf_scores(model.U, model.V, targets.user, targets.item)
-    Phi_T = BlockRows(targets.user.astype(np.int64), targets.item.astype(np.int64),
-                      *F.mf_halves(WU, WV, targets.user, targets.item, tU, tV))
-    log.info("Fisher embeddings (%s F): %d training pairs, %d targets, (%d users + %d items)·k=%d in %.1fs",
-             kind, len(Phi), len(Phi_T), data.n_users, data.n_items, model.k, time.perf_counter() - t0)
+    Phi_T = BlockRows(
+        targets.user.astype(np.int64),
+        targets.item.astype(np.int64),
+        *F.mf_halves(WU, WV, targets.user, targets.item, tU, tV),
+    )
+    log.info(
+        "Fisher embeddings (%s F): %d training pairs, %d targets, (%d users + %d items)·k=%d in %.1fs",
+        kind,
+        len(Phi),
+        len(Phi_T),
+        data.n_users,
+        data.n_items,
+        model.k,
+        time.perf_counter() - t0,
+    )
     return Phi, Phi_T
 
 
 GRADIENT_FISHER = ("empirical", "diagonal", "lowrank", "identity")
 
 
-def gradient_embedding(G, G_T, fisher: str = "empirical", rank: int | None = None,
-                       damping: float = F.DEFAULT_DAMPING):
+def gradient_embedding(G, G_T, fisher: str = "empirical", rank: int | None = None, damping: float = F.DEFAULT_DAMPING):
     """Fisher embeddings from per-sample gradients computed elsewhere (any model): G (n, p) for the
     training points, G_T for the targets. F is estimated from G: full empirical (p×p Cholesky), its
     diagonal, a rank-``rank`` approximation plus δI (for large p), or the identity."""
@@ -195,14 +238,17 @@ def prototype_table(sel: Selection, data) -> pa.Table:
     objective ‖μ_T − Σwφ‖² (relative to its start) after it was added. ``data``: the training table, or
     its ``io.partitions.Partitions`` (only the chosen rows are read)."""
     idx = sel.index
-    user, item, rating = data.read_rows(idx) if hasattr(data, "read_rows") else (data.user[idx], data.item[idx],
-                                                                                 data.rating[idx])
+    user, item, rating = (
+        data.read_rows(idx) if hasattr(data, "read_rows") else (data.user[idx], data.item[idx], data.rating[idx])
+    )
     start = sel.objective[0] if sel.objective[0] > 0 else 1.0
-    return pa.table({
-        "rank": np.arange(1, len(idx) + 1, dtype=np.int32),
-        "user": data.user_ids.take(pa.array(user)),
-        "item": data.item_ids.take(pa.array(item)),
-        "rating": rating,
-        "weight": sel.weights,
-        "objective": sel.objective[1:len(idx) + 1] / start,
-    })
+    return pa.table(
+        {
+            "rank": np.arange(1, len(idx) + 1, dtype=np.int32),
+            "user": data.user_ids.take(pa.array(user)),
+            "item": data.item_ids.take(pa.array(item)),
+            "rating": rating,
+            "weight": sel.weights,
+            "objective": sel.objective[1 : len(idx) + 1] / start,
+        }
+    )

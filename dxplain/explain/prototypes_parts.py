@@ -85,8 +85,9 @@ class PartShard(ShardState):
     been sent. The factors are not held: the rows of U and V a step needs are read from their row-block
     files (``models.blocks.rows_at``)."""
 
-    def __init__(self, parts, p: int, head, U: RowSource | np.ndarray, V: RowSource | np.ndarray, kind: str,
-                 offset: int):
+    def __init__(
+        self, parts, p: int, head, U: RowSource | np.ndarray, V: RowSource | np.ndarray, kind: str, offset: int
+    ):
         d = parts.read_part("user", p).data
         self.lo, self.U, self.V, self.kind, self.offset, self.head = int(parts.user_cuts[p]), U, V, kind, offset, head
         # The part's rows are sorted by user: a user's rows are indptr[u − lo]:indptr[u − lo + 1] (a number a
@@ -118,7 +119,7 @@ class PartShard(ShardState):
         """The part's rows in item order, PASS_ROWS at a time, with their rows of U and V: a chunk's items
         are a narrow range, so it reads a block or two of V (and this part's block of U)."""
         for a in range(0, len(self.by_item), PASS_ROWS):
-            rows = self.by_item[a:a + PASS_ROWS]
+            rows = self.by_item[a : a + PASS_ROWS]
             yield rows, rows_at(self.U, self.users_of(rows)), rows_at(self.V, self.item[rows])
 
     def sums(self) -> tuple[int, float]:
@@ -128,7 +129,7 @@ class PartShard(ShardState):
             rss += float(r @ r)
         return len(self), rss
 
-    def weighted(self, n: int, sigma2: float) -> "PartShard":
+    def weighted(self, n: int, sigma2: float) -> PartShard:
         new = copy.copy(self)
         new.n, new.sigma2 = n, sigma2
         return new
@@ -184,7 +185,7 @@ class PartShard(ShardState):
         at = np.flatnonzero(hi > lo)
         return at, self._user_side(T.user[at].astype(np.int64), rows_at(self.V, T.item[at]), delta_U)
 
-    def start(self, mu: BlockMean, blocks: ItemBlocks, delta_U: float, m: int) -> "PartShard":
+    def start(self, mu: BlockMean, blocks: ItemBlocks, delta_U: float, m: int) -> PartShard:
         """The state before any selection: live rows are those of a target's user or item."""
         new = copy.copy(self)
         new.mu, new.W_items, new.delta_U = mu, (blocks,), delta_U
@@ -194,13 +195,13 @@ class PartShard(ShardState):
         new.open = np.empty(0, bool)
         rows = np.union1d(self.user_rows(mu.users), self.item_rows(mu.items))
         for a in range(0, len(rows), PASS_ROWS):  # the halves of a popular item's raters, a chunk at a time
-            new.admit(rows[a:a + PASS_ROWS], *new.halves(rows[a:a + PASS_ROWS]))
+            new.admit(rows[a : a + PASS_ROWS], *new.halves(rows[a : a + PASS_ROWS]))
         return new
 
     def n_live(self) -> int:
         return len(self.live)
 
-    def with_items(self, blocks: ItemBlocks) -> "PartShard":
+    def with_items(self, blocks: ItemBlocks) -> PartShard:
         new = copy.copy(self)
         new.W_items = (*self.W_items, blocks)
         return new
@@ -217,8 +218,12 @@ class PartShard(ShardState):
         order = np.argsort(np.concatenate([self.live, rows]), kind="stable")
         merged = lambda old, add: np.concatenate([old, add])[order]  # noqa: E731
         self.live = merged(self.live, rows)
-        self.z, self.kdiag, self.r, self.v = merged(self.z, z), merged(self.kdiag, kdiag), merged(self.r, z), \
-            merged(self.v, kdiag)
+        self.z, self.kdiag, self.r, self.v = (
+            merged(self.z, z),
+            merged(self.kdiag, kdiag),
+            merged(self.r, z),
+            merged(self.v, kdiag),
+        )
         self.open = merged(self.open, kdiag > 0)
 
     def halves(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -241,7 +246,7 @@ class PartShard(ShardState):
         distinct, owner = np.unique(users, return_inverse=True)
         out = np.empty_like(g)
         for c in range(0, len(distinct), USER_BLOCKS):
-            chunk = distinct[c:c + USER_BLOCKS]
+            chunk = distinct[c : c + USER_BLOCKS]
             lo, hi = self._user_bounds(chunk)
             rows, block = _ranges(lo, hi), np.repeat(np.arange(len(chunk)), hi - lo)
             Vj = rows_at(self.V, self.item[rows])
@@ -274,15 +279,16 @@ class PartShard(ShardState):
             return self.Ct[: self.t, pos].copy()
         return np.zeros(self.t)
 
-    def add(self, s: Candidate, d: float, beta_t: float) -> "PartShard":
+    def add(self, s: Candidate, d: float, beta_t: float) -> PartShard:
         """The state after appending s to S (``kernels.sbq.BlockShardState.add``, over live rows): the rows of
         s's user and item turn live, their kernel column is appended to c_x, and r, v are updated."""
         new = copy.copy(self)
         rows = self.neighbours(int(s.phi.user[0]), int(s.phi.item[0]))
         a, b = self.halves(rows)
         new.admit(rows, a, b)
-        touched, Ct, col = touched_column(self.touched, self.Ct, self.t, self.m, rows, self.users_of(rows),
-                                          self.item[rows], a, b, s, d)
+        touched, Ct, col = touched_column(
+            self.touched, self.Ct, self.t, self.m, rows, self.users_of(rows), self.item[rows], a, b, s, d
+        )
         new.t, new.touched, new.Ct = self.t + 1, touched, Ct
         at = np.searchsorted(new.live, touched)  # every touched row is live
         new.r, new.v = new.r.copy(), new.v.copy()
@@ -348,8 +354,9 @@ class PartShards:
         sources = [F.source if isinstance(F, Blocks) else mapper.put(F, broadcast=True) for F in (self.U, self.V)]
         head = dataclasses.replace(model, U=np.empty((0, self.k)), V=np.empty((0, self.k)))  # the loss's terms
         head_h = mapper.put(head, broadcast=True)
-        self.states = mapper.persist(PartShard, [(parts, p, head_h, *sources, kind, int(offsets[p]))
-                                                 for p in range(n_parts)], name="sbq-parts")
+        self.states = mapper.persist(
+            PartShard, [(parts, p, head_h, *sources, kind, int(offsets[p])) for p in range(n_parts)], name="sbq-parts"
+        )
         # Everything the states were built from stays referenced until the selection ends (the factors'
         # files too): a state lost with its worker is recomputed from this lineage.
         self.inputs = [head_h, *sources]
@@ -357,8 +364,9 @@ class PartShards:
         n, rss = sum(c for c, _ in sums), sum(s for _, s in sums)
         if n != parts.n_interactions:
             raise ValueError(f"the parts hold {n} rows, their index {parts.n_interactions}")
-        self.states = mapper.persist(_call, [(st, "weighted", n, rss / n) for st in self.states], name="sbq-weights",
-                                     near_first=True)
+        self.states = mapper.persist(
+            _call, [(st, "weighted", n, rss / n) for st in self.states], name="sbq-weights", near_first=True
+        )
         self.delta_U = self.delta_V = 0.0
         if kind != "identity":
             traces = self._map("traces")
@@ -366,12 +374,19 @@ class PartShards:
             self.delta_V = damping * sum(t for _, t in traces) / self.V.shape[0] / self.k
         self.known: set[int] = set()
         self.user_items: dict[int, np.ndarray] = {}
-        log.info("SBQ over %d by-user parts: %d candidates read and weighted (δ_U = %.3g, δ_V = %.3g) in %.1fs",
-                 n_parts, n, self.delta_U, self.delta_V, time.perf_counter() - t0)
+        log.info(
+            "SBQ over %d by-user parts: %d candidates read and weighted (δ_U = %.3g, δ_V = %.3g) in %.1fs",
+            n_parts,
+            n,
+            self.delta_U,
+            self.delta_V,
+            time.perf_counter() - t0,
+        )
 
     def _map(self, method: str, *args) -> list:
-        return self.mapper.map(_call, [(st, method, *args) for st in self.states], name=f"sbq-{method}",
-                               near_first=True)
+        return self.mapper.map(
+            _call, [(st, method, *args) for st in self.states], name=f"sbq-{method}", near_first=True
+        )
 
     def item_blocks(self, items: np.ndarray) -> ItemBlocks:
         """W_j for ``items`` not sent before: F_j summed over the parts as they finish, inverted here,
@@ -383,17 +398,18 @@ class PartShards:
             return ItemBlocks(np.empty(0, np.int64), np.empty((0, k, k)))
         W = np.empty((len(items), k, k))
         for c in range(0, len(items), ITEM_CHUNK):
-            chunk = items[c:c + ITEM_CHUNK]
+            chunk = items[c : c + ITEM_CHUNK]
             Fj, pending, next_part = np.zeros((len(chunk), k, k)), {}, 0
             # Summed in part order, whatever order the parts finish in: the same rounding on any mapper.
             V_chunk = rows_of(self.V, chunk)
-            for p, part in self.mapper.imap(_call, [(st, "item_grams", chunk, V_chunk) for st in self.states],
-                                            name="sbq-items", near_first=True):
+            for p, part in self.mapper.imap(
+                _call, [(st, "item_grams", chunk, V_chunk) for st in self.states], name="sbq-items", near_first=True
+            ):
                 pending[p] = part
                 while next_part in pending:
                     Fj += pending.pop(next_part)
                     next_part += 1
-            W[c:c + len(chunk)] = F.damped_inverse_factor(Fj, self.delta_V)
+            W[c : c + len(chunk)] = F.damped_inverse_factor(Fj, self.delta_V)
         self.known.update(items.tolist())
         return ItemBlocks(items, W)
 
@@ -413,10 +429,18 @@ class PartShards:
         mu = BlockMean.of(BlockRows(T.user.astype(np.int64), T.item.astype(np.int64), a, b))
         mu_h, blocks_h = self.mapper.put(mu, broadcast=True), self.mapper.put(blocks, broadcast=True)
         self.inputs += [mu_h, blocks_h]
-        self.states = self.mapper.persist(_call, [(st, "start", mu_h, blocks_h, self.delta_U, m) for st in self.states],
-                                          name="sbq-start", near_first=True)
-        log.info("SBQ start: %d live candidates (sharing a user or an item with a target), %d item blocks, %.1fs",
-                 sum(self._map("n_live")), len(self.known), time.perf_counter() - t0)
+        self.states = self.mapper.persist(
+            _call,
+            [(st, "start", mu_h, blocks_h, self.delta_U, m) for st in self.states],
+            name="sbq-start",
+            near_first=True,
+        )
+        log.info(
+            "SBQ start: %d live candidates (sharing a user or an item with a target), %d item blocks, %.1fs",
+            sum(self._map("n_live")),
+            len(self.known),
+            time.perf_counter() - t0,
+        )
         return mu.inner(mu)
 
     def best(self):
@@ -432,12 +456,21 @@ class PartShards:
         self.user_items.clear()
         W_h = self.mapper.put(blocks)  # fetched once by each worker: the tasks run where their states are
         self.inputs.append(W_h)
-        self.states = self.mapper.persist(_add, [(st, W_h, cand, d, beta_t) for st in self.states], name="sbq-add",
-                                          near_first=True)
+        self.states = self.mapper.persist(
+            _add, [(st, W_h, cand, d, beta_t) for st in self.states], name="sbq-add", near_first=True
+        )
 
 
-def select_from_parts(mapper: Mapper, parts, model, targets: Targets, m: int, kind: str = "empirical",
-                      damping: float = F.DEFAULT_DAMPING, offsets: np.ndarray | None = None) -> Selection:
+def select_from_parts(
+    mapper: Mapper,
+    parts,
+    model,
+    targets: Targets,
+    m: int,
+    kind: str = "empirical",
+    damping: float = F.DEFAULT_DAMPING,
+    offsets: np.ndarray | None = None,
+) -> Selection:
     """Greedy SBQ (the paper's Algorithm 1) for ``model``'s targets with the training pairs in ``parts``'s
     by-user parts as candidates, indexed in the training table's (user, item) order. ``offsets``: the
     first row of each by-user part (default: from the parts' files)."""
@@ -448,6 +481,11 @@ def select_from_parts(mapper: Mapper, parts, model, targets: Targets, m: int, ki
     c = shards.start(targets, m)
     m = min(m, parts.n_interactions)
     sel = greedy_select(Progress(shards, m, "SBQ greedy (parts)"), m, c)
-    log.info("SBQ over %d by-user parts: %d prototypes, %d item blocks sent, %.1fs", len(shards.states),
-             len(sel.index), len(shards.known), time.perf_counter() - t0)
+    log.info(
+        "SBQ over %d by-user parts: %d prototypes, %d item blocks sent, %.1fs",
+        len(shards.states),
+        len(sel.index),
+        len(shards.known),
+        time.perf_counter() - t0,
+    )
     return sel

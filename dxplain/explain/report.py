@@ -21,11 +21,11 @@ def _title(items, item_id) -> str:
 
 LEGEND = {
     "squared": "importance = α × sim. α ∝ (rating − the model's fit of it); sim = similarity of the two items "
-               "(users) in the model's space.\n  Positive pushes this score up, so a low rating can push up: "
-               "the model fits it too high (α < 0) on an item unlike this one (sim < 0).",
+    "(users) in the model's space.\n  Positive pushes this score up, so a low rating can push up: "
+    "the model fits it too high (α < 0) on an item unlike this one (sim < 0).",
     "bce": "importance = α × sim. α ∝ (label − σ(the model's score for it)); sim = similarity of the two items "
-           "(users) in the model's space.\n  Positive pushes this score up; a sampled negative (label 0) "
-           "pushes up when its item is unlike this one (sim < 0).",
+    "(users) in the model's space.\n  Positive pushes this score up; a sampled negative (label 0) "
+    "pushes up when its item is unlike this one (sim < 0).",
 }
 
 
@@ -36,12 +36,15 @@ def _side_blocks(part: pa.Table, limit: int) -> list[tuple[str, list[dict]]]:
     down = part.filter(pc.less(imp, 0))
     up = up.take(pc.sort_indices(up, [("importance", "descending")])).slice(0, limit).to_pylist()
     down = down.take(pc.sort_indices(down, [("importance", "ascending")])).slice(0, limit).to_pylist()
-    return [(f"pushing up: {len(up)} of {pc.sum(pc.greater(imp, 0)).as_py() or 0}", up),
-            (f"pushing down: {len(down)} of {pc.sum(pc.less(imp, 0)).as_py() or 0}", down)]
+    return [
+        (f"pushing up: {len(up)} of {pc.sum(pc.greater(imp, 0)).as_py() or 0}", up),
+        (f"pushing down: {len(down)} of {pc.sum(pc.less(imp, 0)).as_py() or 0}", down),
+    ]
 
 
-def format_explanation(rows: pa.Table, items: pa.Table | None = None, users: pa.Table | None = None,
-                       limit: int = 10, loss: str = "squared") -> str:
+def format_explanation(
+    rows: pa.Table, items: pa.Table | None = None, users: pa.Table | None = None, limit: int = 10, loss: str = "squared"
+) -> str:
     """Render one target's attributions (rows of a run filtered to one user and item).
 
     Per side, the ``limit`` attributions that push the score up most and the ``limit`` that push it down
@@ -49,18 +52,28 @@ def format_explanation(rows: pa.Table, items: pa.Table | None = None, users: pa.
     of the rows the run kept (``--top-k`` per sign and side).
     """
     if rows.num_rows == 0:
-        return ("no attributions for this (user, item) in the run: a run explains each user's top-N "
-                "recommendations (items the user has not rated) or the --targets it was given; list the user's "
-                "with `dxplain report`, or run a refresh with --targets")
+        return (
+            "no attributions for this (user, item) in the run: a run explains each user's top-N "
+            "recommendations (items the user has not rated) or the --targets it was given; list the user's "
+            "with `dxplain report`, or run a refresh with --targets"
+        )
     r0 = rows.slice(0, 1).to_pylist()[0]
-    lines = [f"Why user {r0['user']} gets {_title(items, r0['item'])} "
-             f"(rank {r0['rec_rank']}, "
-             + (f"probability σ(score) {r0['prediction']:.3f}" if loss == "bce" else f"predicted rating {r0['prediction']:.2f}")
-             + f", score {r0['score']:+.3f})",
-             "  " + LEGEND.get(loss, LEGEND["squared"])]
+    lines = [
+        f"Why user {r0['user']} gets {_title(items, r0['item'])} "
+        f"(rank {r0['rec_rank']}, "
+        + (
+            f"probability σ(score) {r0['prediction']:.3f}"
+            if loss == "bce"
+            else f"predicted rating {r0['prediction']:.2f}"
+        )
+        + f", score {r0['score']:+.3f})",
+        "  " + LEGEND.get(loss, LEGEND["squared"]),
+    ]
     num = f"{'α':>9} {'sim':>8} {'importance':>11}"
-    for side, heading in (("item", "the user's own ratings (item-based)"),
-                          ("user", "other users of this item (user-based)")):
+    for side, heading in (
+        ("item", "the user's own ratings (item-based)"),
+        ("user", "other users of this item (user-based)"),
+    ):
         part = rows.filter(pc.equal(rows.column("side").cast(pa.string()), side))
         lines.append(f"\n  {heading}: {part.num_rows} kept")
         for label, recs in _side_blocks(part, limit):
@@ -73,15 +86,19 @@ def format_explanation(rows: pa.Table, items: pa.Table | None = None, users: pa.
                 lines.append(f"    {'title':<40} {'rating':>6}  {'genres':<24} {num}")
                 for rec, t, g in zip(recs, titles, genres):
                     g = ", ".join(g) if isinstance(g, list) else (g or "")
-                    lines.append(f"    {str(t or rec['train_item'])[:40]:<40} {rec['rating']:>6.1f}  {g[:23]:<24} "
-                                 + _numbers(rec))
+                    lines.append(
+                        f"    {str(t or rec['train_item'])[:40]:<40} {rec['rating']:>6.1f}  {g[:23]:<24} "
+                        + _numbers(rec)
+                    )
             else:
                 ids = pa.array([r["train_user"] for r in recs])
                 ages, occs = _lookup(users, ids, "age"), _lookup(users, ids, "occupation")
                 lines.append(f"    {'user':<10} {'age':>4} {'occupation':<16} {'rating':>6} {num}")
                 for rec, age, occ in zip(recs, ages, occs):
-                    lines.append(f"    {str(rec['train_user']):<10} {str(age or ''):>4} {str(occ or ''):<16} "
-                                 f"{rec['rating']:>6.1f} " + _numbers(rec))
+                    lines.append(
+                        f"    {str(rec['train_user']):<10} {str(age or ''):>4} {str(occ or ''):<16} "
+                        f"{rec['rating']:>6.1f} " + _numbers(rec)
+                    )
     return "\n".join(lines)
 
 
@@ -98,7 +115,9 @@ def format_prototypes(prototypes: pa.Table, targets: pa.Table, items: pa.Table |
     lines += [f"    {_title(items, t['item'])[:50]:<50} predicted {t['prediction']:.2f}" for t in tl[:limit]]
     lines.append(f"\n  {'#':>3} {'user':<8} {'title':<42} {'rating':>6} {'weight':>9} {'left':>6}")
     for p in prototypes.to_pylist()[:limit]:
-        lines.append(f"  {p['rank']:>3} {str(p['user']):<8} {_title(items, p['item'])[:42]:<42} {p['rating']:>6.1f} "
-                     f"{p['weight']:>+9.3g} {p['objective']:>6.1%}")
+        lines.append(
+            f"  {p['rank']:>3} {str(p['user']):<8} {_title(items, p['item'])[:42]:<42} {p['rating']:>6.1f} "
+            f"{p['weight']:>+9.3g} {p['objective']:>6.1%}"
+        )
     lines.append("  (left: share of ‖μ_T‖² still unexplained after adding that prototype)")
     return "\n".join(lines)

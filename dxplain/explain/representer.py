@@ -18,14 +18,26 @@ from scipy.special import expit
 
 from ..errors import UnsupportedModelError
 from ..interactions import Interactions, Targets, stable_id_order
-from ..kernels import representer as K
 from ..kernels import als
+from ..kernels import representer as K
 from ..kernels.als import pair_scores
 from ..models.base import FactorModel
 
 SIDES = ["item", "user"]
-SCHEMA_FIELDS = ["user", "item", "prediction", "score", "rec_rank", "side", "train_user", "train_item",
-                 "rating", "global_importance", "local_importance", "importance"]
+SCHEMA_FIELDS = [
+    "user",
+    "item",
+    "prediction",
+    "score",
+    "rec_rank",
+    "side",
+    "train_user",
+    "train_item",
+    "rating",
+    "global_importance",
+    "local_importance",
+    "importance",
+]
 
 
 # The losses the representer has a formula for: α = −c·ℓ′(y, s)/(λ|D|) needs ℓ′ (docs/methods.md §1).
@@ -37,18 +49,22 @@ def check_explainable(model: FactorModel, data: Interactions) -> None:
     """Refuse a model whose loss has no representer formula here, or a BCE model explained against data
     other than its training table (positives and the negatives it was trained with)."""
     if model.loss not in LOSSES:
-        raise UnsupportedModelError(f"the model's loss {model.loss!r} has no representer formula in dxplain "
-                                    f"(known: {', '.join(LOSSES)}); it is not explained with another loss's α")
+        raise UnsupportedModelError(
+            f"the model's loss {model.loss!r} has no representer formula in dxplain "
+            f"(known: {', '.join(LOSSES)}); it is not explained with another loss's α"
+        )
     if model.loss == "bce":
         # A streamed table (``interactions.TableSummary``) has its range only: 0/1 at both ends is then the test.
         binary = set(data.rating_range()) <= {0.0, 1.0} and (
-            not hasattr(data, "rating") or bool(np.all((data.rating == 0) | (data.rating == 1))))
+            not hasattr(data, "rating") or bool(np.all((data.rating == 0) | (data.rating == 1)))
+        )
         if not binary or (model.n_train and model.n_train != len(data)):
             raise UnsupportedModelError(
                 f"this BCE model was trained on {model.n_train} terms (positives and negatives), but the data to "
                 f"explain has {len(data)} rows{'' if binary else ' with ratings other than 0/1'}"
                 ": α sums over the model's own training table. Let `dxplain refresh --implicit` train and "
-                "explain the BCE model on its sampled negatives")
+                "explain the BCE model on its sampled negatives"
+            )
 
 
 def negative_weight(model: FactorModel) -> float:
@@ -118,7 +134,7 @@ class Preprocessed:
     loss: str = "squared"  # the model's loss: α and what a prediction means follow it
 
     @classmethod
-    def from_model(cls, model: FactorModel, data: Interactions) -> "Preprocessed":
+    def from_model(cls, model: FactorModel, data: Interactions) -> Preprocessed:
         """Balanced factors and α = −c·ℓ′/(λ|D|) from the model's own loss (refused if unknown)."""
         check_explainable(model, data)
         Ut, Vt = balanced_factors(model)
@@ -127,7 +143,7 @@ class Preprocessed:
         B = item_embedding_rows(alpha, data, 0, data.n_items, Ut)  # as the refresh's tasks form it per part
         return cls(Ut, Vt, alpha, model.mu, A, B, model.loss)
 
-    def factors(self) -> "Preprocessed":
+    def factors(self) -> Preprocessed:
         """What a worker needs besides the part of the data it reads: Ũ, Ṽ and B, O(users + items).
 
         B stays because a target item's raters are read by every shard that has a target on it: with B the
@@ -137,7 +153,7 @@ class Preprocessed:
         """
         return Preprocessed(self.Ut, self.Vt, None, self.mu, None, self.B, self.loss)
 
-    def with_alpha(self, alpha: np.ndarray) -> "Preprocessed":
+    def with_alpha(self, alpha: np.ndarray) -> Preprocessed:
         """These factors with the α of one part of the data (in that part's row order)."""
         return Preprocessed(self.Ut, self.Vt, alpha, self.mu, self.A, self.B, self.loss)
 
@@ -215,14 +231,38 @@ class RepresenterExplainer:
     def rows(self, t: Targets, s: np.ndarray, side: str, a: K.Attributions) -> pa.Table:
         """The output rows of one side's attributions, by target then decreasing importance (``row_order``)."""
         d = self.data
-        return attribution_rows(t, s, self.pre.mu, side, d.user_ids, d.item_ids, a.target, d.user[a.train],
-                                d.item[a.train], d.rating[a.train], a.global_importance, a.local_importance,
-                                self.pre.loss)
+        return attribution_rows(
+            t,
+            s,
+            self.pre.mu,
+            side,
+            d.user_ids,
+            d.item_ids,
+            a.target,
+            d.user[a.train],
+            d.item[a.train],
+            d.rating[a.train],
+            a.global_importance,
+            a.local_importance,
+            self.pre.loss,
+        )
 
 
-def attribution_rows(t: Targets, s: np.ndarray, mu: float, side: str, user_ids: pa.Array, item_ids: pa.Array,
-                     target: np.ndarray, train_user: np.ndarray, train_item: np.ndarray, rating: np.ndarray,
-                     global_importance: np.ndarray, local_importance: np.ndarray, loss: str = "squared") -> pa.Table:
+def attribution_rows(
+    t: Targets,
+    s: np.ndarray,
+    mu: float,
+    side: str,
+    user_ids: pa.Array,
+    item_ids: pa.Array,
+    target: np.ndarray,
+    train_user: np.ndarray,
+    train_item: np.ndarray,
+    rating: np.ndarray,
+    global_importance: np.ndarray,
+    local_importance: np.ndarray,
+    loss: str = "squared",
+) -> pa.Table:
     """One output row per attribution (schema ``SCHEMA_FIELDS``), ordered by ``row_order``; ``prediction``
     is what the score means under the model's ``loss`` (``predictions``).
 
@@ -233,21 +273,23 @@ def attribution_rows(t: Targets, s: np.ndarray, mu: float, side: str, user_ids: 
     importance = global_importance * local_importance
     order = row_order(target, importance)
     tgt, tu, ti = target[order], train_user[order], train_item[order]
-    return pa.table({
-        "user": user_ids.take(pa.array(t.user[tgt])),
-        "item": item_ids.take(pa.array(t.item[tgt])),
-        "prediction": predictions(loss, mu, s[tgt]),
-        "score": s[tgt],
-        "rec_rank": t.rec_rank[tgt],
-        # One shared dictionary for both sides, so tables of either side concatenate and group.
-        "side": pa.DictionaryArray.from_arrays(np.full(len(tgt), SIDES.index(side), np.int8), pa.array(SIDES)),
-        "train_user": user_ids.take(pa.array(tu)),
-        "train_item": item_ids.take(pa.array(ti)),
-        "rating": rating[order],
-        "global_importance": global_importance[order],
-        "local_importance": local_importance[order],
-        "importance": importance[order],
-    })
+    return pa.table(
+        {
+            "user": user_ids.take(pa.array(t.user[tgt])),
+            "item": item_ids.take(pa.array(t.item[tgt])),
+            "prediction": predictions(loss, mu, s[tgt]),
+            "score": s[tgt],
+            "rec_rank": t.rec_rank[tgt],
+            # One shared dictionary for both sides, so tables of either side concatenate and group.
+            "side": pa.DictionaryArray.from_arrays(np.full(len(tgt), SIDES.index(side), np.int8), pa.array(SIDES)),
+            "train_user": user_ids.take(pa.array(tu)),
+            "train_item": item_ids.take(pa.array(ti)),
+            "rating": rating[order],
+            "global_importance": global_importance[order],
+            "local_importance": local_importance[order],
+            "importance": importance[order],
+        }
+    )
 
 
 def row_order(target: np.ndarray, importance: np.ndarray) -> np.ndarray:
@@ -288,7 +330,9 @@ def fidelity(item_sum: np.ndarray, user_sum: np.ndarray, score: np.ndarray) -> d
     out = {}
     for side, total in (("item", item_sum), ("user", user_sum)):
         rel = relative_error(total, score)
-        out[side] = {"median_rel_error": float(np.median(rel)) if len(rel) else None,
-                     "max_rel_error": float(rel.max()) if len(rel) else None,
-                     "rel_error_decades": decade_counts(rel)}
+        out[side] = {
+            "median_rel_error": float(np.median(rel)) if len(rel) else None,
+            "max_rel_error": float(rel.max()) if len(rel) else None,
+            "rel_error_decades": decade_counts(rel),
+        }
     return out

@@ -9,8 +9,15 @@ from ..kernels.representer import BLOCK_ELEMENTS
 from ..kernels.topn import FIRST_ITEM_BLOCK, SCAN_MIN_ITEMS, NormOrder, top_n_merged, top_n_unseen, top_n_unseen_pruned
 
 
-def recommend(U: np.ndarray, V: np.ndarray, data: Interactions, users: np.ndarray, n: int,
-              budget: int = BLOCK_ELEMENTS, dense: bool | None = None) -> Targets:
+def recommend(
+    U: np.ndarray,
+    V: np.ndarray,
+    data: Interactions,
+    users: np.ndarray,
+    n: int,
+    budget: int = BLOCK_ELEMENTS,
+    dense: bool | None = None,
+) -> Targets:
     """Every given user's top-n unseen items by score ⟨U_u, V_j⟩, best first, ties by item index.
 
     Parameters
@@ -38,11 +45,14 @@ def recommend(U: np.ndarray, V: np.ndarray, data: Interactions, users: np.ndarra
     order = None if dense else NormOrder.of(V)
     out_u, out_i, out_r = [], [], []
     for a in range(0, len(users), block):
-        b = users[a:a + block]
+        b = users[a : a + block]
         seen, seen_ptr = data.user_positions(b)
         seen_items = data.item[seen].astype(np.intp)
-        idx, _ = top_n_unseen(U[b], V, seen_ptr, seen_items, n) if dense else \
-            top_n_unseen_pruned(U[b], order, seen_ptr, seen_items, n, budget)
+        idx, _ = (
+            top_n_unseen(U[b], V, seen_ptr, seen_items, n)
+            if dense
+            else top_n_unseen_pruned(U[b], order, seen_ptr, seen_items, n, budget)
+        )
         rank = np.broadcast_to(np.arange(1, n + 1), idx.shape)
         ok = idx >= 0
         out_u.append(np.broadcast_to(b[:, None], idx.shape)[ok])
@@ -65,7 +75,7 @@ def recommend_from_blocks(U, V, data: Interactions, user: int, n: int) -> Target
     seen = np.sort(data.item[data.user == user].astype(np.int64))
     cuts = V.cuts
     at = np.searchsorted(seen, cuts)
-    per_block = PerBlock((int(a), seen[at[p]:at[p + 1]] - a) for p, a in enumerate(cuts[:-1]))
+    per_block = PerBlock((int(a), seen[at[p] : at[p + 1]] - a) for p, a in enumerate(cuts[:-1]))
     found = V.apply(_block_top_n, u, per_block, n, name="top-n")
     idx, _ = top_n_merged(np.concatenate([i for i, _ in found]), np.concatenate([s for _, s in found]), n)
     return Targets.from_pairs(np.full(len(idx), user), idx, np.arange(1, len(idx) + 1))

@@ -28,11 +28,15 @@ from ..params import Interval, OneOf, validate
 from .common import open_mapper, transient
 
 CF_DATASETS = ("movielens-100k",)
+MODEL_TITLES = {"als": "ALS-MF", "sgd": "SGD-MF", "softimpute": "SoftImpute", "two-tower": "two-tower"}
 CF_MODELS = ("als", "softimpute", "sgd", "two-tower")
 CONSTRAINTS = {
-    "dataset": OneOf(*TABULAR, *CF_DATASETS), "model": OneOf(*CF_MODELS),
-    "trials": Interval(int, 1, example=40), "targets": Interval(int, 1, example=40),
-    "n_lam": Interval(float, 0, open_low=True, example=1), "workers": Interval(int, 1, example=2),
+    "dataset": OneOf(*TABULAR, *CF_DATASETS),
+    "model": OneOf(*CF_MODELS),
+    "trials": Interval(int, 1, example=40),
+    "targets": Interval(int, 1, example=40),
+    "n_lam": Interval(float, 0, open_low=True, example=1),
+    "workers": Interval(int, 1, example=2),
 }
 
 
@@ -44,8 +48,21 @@ def code_fingerprint() -> str:
     from ..kernels import als, newton, sparse_representers
     from ..models import mf, sgd_mf, softimpute, sparse_logistic, two_tower
 
-    mods = (tabular, deletion, faithfulness, faithfulness_cf, representer, als, newton, mf, sgd_mf, softimpute,
-            sparse_representers, sparse_logistic, two_tower)
+    mods = (
+        tabular,
+        deletion,
+        faithfulness,
+        faithfulness_cf,
+        representer,
+        als,
+        newton,
+        mf,
+        sgd_mf,
+        softimpute,
+        sparse_representers,
+        sparse_logistic,
+        two_tower,
+    )
     return hashlib.sha256("".join(inspect.getsource(m) for m in mods).encode()).hexdigest()[:16]
 
 
@@ -70,9 +87,17 @@ def evaluate_trial(dataset: str, trial: int, targets: int, n_lam: float, model: 
 
 
 @flow(name="dxplain-evaluate", log_prints=True)
-def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40, n_lam: float = 1.0,
-             model: str = "als", out: str | None = None, scheduler: str | None = None, workers: int | None = None,
-             in_memory: bool = False) -> dict:
+def evaluate(
+    dataset: str = "breast-cancer",
+    trials: int = 40,
+    targets: int = 40,
+    n_lam: float = 1.0,
+    model: str = "als",
+    out: str | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    in_memory: bool = False,
+) -> dict:
     """AUC-DEL± of every explainer over trials × targets, written as CSV, Markdown and PNG.
 
     Parameters
@@ -102,21 +127,33 @@ def evaluate(dataset: str = "breast-cancer", trials: int = 40, targets: int = 40
         results = [run_trial(dataset, t, targets, n_lam, model, code, mapper) for t in range(trials)]
     rows = [r for res in results for r in res["rows"]]
     # A method that failed on a trial has no time there (its curves are recorded as failed, with the reason).
-    ms = {m: (sum(t) / len(t) if (t := [r["ms"][m] for r in results if r["ms"][m] is not None]) else None)
-          for m in results[0]["ms"]}
-    name = f"{dataset} ({ {'als': 'ALS-MF', 'sgd': 'SGD-MF', 'softimpute': 'SoftImpute', 'two-tower': 'two-tower'}[model]})" \
-        if dataset in CF_DATASETS else dataset
+    ms = {
+        m: (sum(t) / len(t) if (t := [r["ms"][m] for r in results if r["ms"][m] is not None]) else None)
+        for m in results[0]["ms"]
+    }
+    name = f"{dataset} ({MODEL_TITLES[model]})" if dataset in CF_DATASETS else dataset
     title = f"{name}, {trials} trials × {targets} targets"
-    summary = {"dataset": dataset, "model": model if dataset in CF_DATASETS else "l1-logistic", "trials": trials,
-               "targets": targets, "n_lam": n_lam, "retrainings": len(rows), "ms_per_explanation": ms,
-               "models": [{k: v for k, v in r.items() if k not in ("rows", "ms")} for r in results],
-               "seconds": round(time.perf_counter() - t0, 1)}
+    summary = {
+        "dataset": dataset,
+        "model": model if dataset in CF_DATASETS else "l1-logistic",
+        "trials": trials,
+        "targets": targets,
+        "n_lam": n_lam,
+        "retrainings": len(rows),
+        "ms_per_explanation": ms,
+        "models": [{k: v for k, v in r.items() if k not in ("rows", "ms")} for r in results],
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     md = auc_del_markdown(rows, ms, title)
     png = deletion_plot_png(rows, title)
-    files = {"deletions.csv": csv_bytes(pa.Table.from_pylist(rows)), "auc_del.md": md,
-             **({"deletion_curves.png": png} if png is not None else {})}
+    files = {
+        "deletions.csv": csv_bytes(pa.Table.from_pylist(rows)),
+        "auc_del.md": md,
+        **({"deletion_curves.png": png} if png is not None else {}),
+    }
     folder = write_results(settings.out, "evaluations", {}, summary, files)
     summary["folder"] = str(folder)
-    get_run_logger().info("evaluation done: %d retrainings in %.1fs → %s\n%s", len(rows), summary["seconds"], folder,
-                          md)
+    get_run_logger().info(
+        "evaluation done: %d retrainings in %.1fs → %s\n%s", len(rows), summary["seconds"], folder, md
+    )
     return summary

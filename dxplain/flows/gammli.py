@@ -25,20 +25,37 @@ from ..gammli.metrics import evaluate_pairs
 from ..gammli.model import GAMMLIModel, index_pairs
 from ..gammli.plots import effect_tables, plot_pngs
 from ..io.checkpoints import Checkpoints, files_signature
-from ..io.features import (check_labels, load_model, parquet_bytes, ratings_chunks, read_features, read_pairs,
-                           read_ratings, read_training_rows, save_model)
+from ..io.features import (
+    check_labels,
+    load_model,
+    parquet_bytes,
+    ratings_chunks,
+    read_features,
+    read_pairs,
+    read_ratings,
+    read_training_rows,
+    save_model,
+)
 from ..io.results import check_out_folder, staged_folder, write_folder, write_into
 from ..params import Interval, OneOf, Satisfies, validate
 from .common import open_mapper
 
 CONSTRAINTS = {
     "task": OneOf("regression", "classification"),
-    "rank": Interval(int, 1, example=3), "K": Interval(int, 1, example=10), "L": Interval(int, 1, example=10),
-    "lam": Interval(float, 0, open_low=True, example=5), "smooth": Interval(float, 0, open_low=True, example=1e-4),
-    "backfit": Interval(int, 0, example=3), "max_sweeps": Interval(int, 1, example=500),
-    "max_pairs": Interval(int, 0, example=10), "val_fraction": Interval(float, 0, 0.9, example=0.1),
-    "grid_rounds": Interval(int, 1, 5), "seed": Interval(int, 0), "top_k": Interval(int, 1, example=10),
-    "workers": Interval(int, 1, example=2), "shards": Interval(int, 1),
+    "rank": Interval(int, 1, example=3),
+    "K": Interval(int, 1, example=10),
+    "L": Interval(int, 1, example=10),
+    "lam": Interval(float, 0, open_low=True, example=5),
+    "smooth": Interval(float, 0, open_low=True, example=1e-4),
+    "backfit": Interval(int, 0, example=3),
+    "max_sweeps": Interval(int, 1, example=500),
+    "max_pairs": Interval(int, 0, example=10),
+    "val_fraction": Interval(float, 0, 0.9, example=0.1),
+    "grid_rounds": Interval(int, 1, 5),
+    "seed": Interval(int, 0),
+    "top_k": Interval(int, 1, example=10),
+    "workers": Interval(int, 1, example=2),
+    "shards": Interval(int, 1),
     "categorical": Satisfies(lambda v: all(c.strip() for c in v.split(",")), "a comma-separated list of columns"),
 }
 
@@ -68,13 +85,33 @@ def read_inputs(dataset, user_features, item_features, test, categorical, task_,
 
 
 @flow(name="dxplain-gammli-fit", log_prints=True)
-def gammli_fit(dataset: str, user_features: str, item_features: str, out: str, test: str | None = None,
-               task: str = "regression", categorical: str | None = None, cold_start_missing: bool = False,
-               rank: int = 3, K: int | None = None, L: int | None = None, lam: float | None = None,
-               smooth: float | None = None, max_pairs: int = 10, val_fraction: float = 0.1, grid_rounds: int = 2,
-               backfit: int = 3, max_sweeps: int = 500,
-               seed: int = 0, top_k: int = 10, force: bool = False, scheduler: str | None = None,
-               workers: int | None = None, shards: int | None = None, in_memory: bool = False) -> dict:
+def gammli_fit(
+    dataset: str,
+    user_features: str,
+    item_features: str,
+    out: str,
+    test: str | None = None,
+    task: str = "regression",
+    categorical: str | None = None,
+    cold_start_missing: bool = False,
+    rank: int = 3,
+    K: int | None = None,
+    L: int | None = None,
+    lam: float | None = None,
+    smooth: float | None = None,
+    max_pairs: int = 10,
+    val_fraction: float = 0.1,
+    grid_rounds: int = 2,
+    backfit: int = 3,
+    max_sweeps: int = 500,
+    seed: int = 0,
+    top_k: int = 10,
+    force: bool = False,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    shards: int | None = None,
+    in_memory: bool = False,
+) -> dict:
     """Fit GAMMLI on ``dataset``; write metrics, the local table and plots on ``test``, and the model."""
     validate(CONSTRAINTS, locals())
     t0 = time.perf_counter()
@@ -86,23 +123,51 @@ def gammli_fit(dataset: str, user_features: str, item_features: str, out: str, t
         if v is not None and v > n:
             raise InputError(f"--{name} {v}: larger than the {n} {side} in the feature table; give at most {n}")
     settings = Settings.from_env(scheduler=scheduler, workers=workers)
-    cfg = Config(task=task, rank=rank, smooth=smooth, max_pairs=max_pairs, val_fraction=val_fraction, K=K, L=L,
-                 lam=lam, grid_rounds=grid_rounds, backfit=backfit, max_sweeps=max_sweeps, seed=seed,
-                 n_parts=shards or 4 * settings.workers)
+    cfg = Config(
+        task=task,
+        rank=rank,
+        smooth=smooth,
+        max_pairs=max_pairs,
+        val_fraction=val_fraction,
+        K=K,
+        L=L,
+        lam=lam,
+        grid_rounds=grid_rounds,
+        backfit=backfit,
+        max_sweeps=max_sweeps,
+        seed=seed,
+        n_parts=shards or 4 * settings.workers,
+    )
     # A rerun of the same inputs and settings resumes after the stages a failed run finished.
-    checkpoints = Checkpoints(out, {"inputs": files_signature(dataset, user_features, item_features),
-                                    "config": dataclasses.asdict(cfg), "categorical": categorical,
-                                    "cold_start_missing": cold_start_missing}, log=logger.info)
+    checkpoints = Checkpoints(
+        out,
+        {
+            "inputs": files_signature(dataset, user_features, item_features),
+            "config": dataclasses.asdict(cfg),
+            "categorical": categorical,
+            "cold_start_missing": cold_start_missing,
+        },
+        log=logger.info,
+    )
     with open_mapper(settings, in_memory) as mapper:
         read = RatingsFile(users, items, task, cold_start_missing, "--dataset")
-        model = fit_gammli_chunks(users, items, read, data["train"], cfg, mapper, log=logger.info, gather=False,
-                                  checkpoints=checkpoints)
+        model = fit_gammli_chunks(
+            users, items, read, data["train"], cfg, mapper, log=logger.info, gather=False, checkpoints=checkpoints
+        )
         tables, files = {}, {}
-        metrics = {"task": task, "n_train": model.info["n_train"], "dropped_train": model.info["dropped_train"],
-                   "K": model.info["K"], "L": model.info["L"], "lam": model.info["lam"], "rank": rank,
-                   "ir": model.info["ir"],
-                   "kept": {"main": model.info["stage1"]["kept"], "interactions": model.info["stage2"]["kept"]},
-                   "seconds": model.info["seconds"], "resumed": model.info["resumed"]}
+        metrics = {
+            "task": task,
+            "n_train": model.info["n_train"],
+            "dropped_train": model.info["dropped_train"],
+            "K": model.info["K"],
+            "L": model.info["L"],
+            "lam": model.info["lam"],
+            "rank": rank,
+            "ir": model.info["ir"],
+            "kept": {"main": model.info["stage1"]["kept"], "interactions": model.info["stage2"]["kept"]},
+            "seconds": model.info["seconds"],
+            "resumed": model.info["resumed"],
+        }
         if "test" in data:
             te = data["test"]
             metrics.update(evaluate_pairs(model, te["u"], te["i"], te["y"]))
@@ -115,8 +180,7 @@ def gammli_fit(dataset: str, user_features: str, item_features: str, out: str, t
         files["plots/ir.json"] = json.dumps(model.info["ir"], indent=1)
         # The workers write the training residuals into the staged folder; the rest is written from here.
         with staged_folder(out, force) as staged:
-            n_parts = write_training_residuals(mapper, model.train_parts, model.U, model.V, model.lam,
-                                               staged / "model")
+            n_parts = write_training_residuals(mapper, model.train_parts, model.U, model.V, model.lam, staged / "model")
             metrics["peak_rss_mib"] = model.info["peak_rss_mib"] = mapper.peak_rss_mib()
             arrays, meta = model.to_arrays()
             meta["train_parts"] = n_parts
@@ -130,8 +194,9 @@ def gammli_fit(dataset: str, user_features: str, item_features: str, out: str, t
 
 
 @flow(name="dxplain-gammli-explain", log_prints=True)
-def gammli_explain(model: str, pairs: str, out: str, top_k: int = 10, cold_start_missing: bool = False,
-                   force: bool = False) -> dict:
+def gammli_explain(
+    model: str, pairs: str, out: str, top_k: int = 10, cold_start_missing: bool = False, force: bool = False
+) -> dict:
     """The local table and the latent part's training-data attributions for any (user, item) pairs."""
     validate(CONSTRAINTS, locals())
     check_out_folder(out, force)

@@ -14,9 +14,9 @@ from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
 from ..datasets import resolve_dataset
+from ..interactions import Interactions
 from ..io import kolmogorov as kio
 from ..io.atomic import is_local
-from ..interactions import Interactions
 from ..io.results import check_out_folder
 from ..kolmogorov import report
 from ..kolmogorov.data import FEEDBACK, check_options, probabilities
@@ -25,12 +25,21 @@ from ..params import Interval, OneOf, validate
 from .common import open_mapper
 
 CONSTRAINTS = {
-    "dim": Interval(int, 2, example=8), "solver": OneOf(*SOLVERS), "iterations": Interval(int, 1, example=5),
-    "lam": Interval(float, 0, example=1), "mu": Interval(float, 0, example=0.5), "step": OneOf(*STEPS),
-    "r_min": Interval(float, example=1), "r_max": Interval(float, 0, open_low=True, example=5),
-    "feedback": OneOf(*FEEDBACK), "negatives": Interval(int, 1, example=1), "like_threshold": Interval(float),
-    "max_rules": Interval(int, 0, example=2_000_000), "seed": Interval(int, 0),
-    "workers": Interval(int, 1, example=2), "shards": Interval(int, 1),
+    "dim": Interval(int, 2, example=8),
+    "solver": OneOf(*SOLVERS),
+    "iterations": Interval(int, 1, example=5),
+    "lam": Interval(float, 0, example=1),
+    "mu": Interval(float, 0, example=0.5),
+    "step": OneOf(*STEPS),
+    "r_min": Interval(float, example=1),
+    "r_max": Interval(float, 0, open_low=True, example=5),
+    "feedback": OneOf(*FEEDBACK),
+    "negatives": Interval(int, 1, example=1),
+    "like_threshold": Interval(float),
+    "max_rules": Interval(int, 0, example=2_000_000),
+    "seed": Interval(int, 0),
+    "workers": Interval(int, 1, example=2),
+    "shards": Interval(int, 1),
 }
 LAM_GRID, MU_GRID = (0.0, 1.0, 4.0), (0.0, 0.5, 2.0)
 
@@ -46,12 +55,31 @@ def load(dataset: str, feedback: str, like_threshold: float, settings: Settings)
 
 
 @flow(name="dxplain-kolmogorov-fit", log_prints=True)
-def kolmogorov_fit(dataset: str, dim: int, out: str, test: str | None = None, solver: str = "sdr",
-                   iterations: int = 5, lam: float | None = None, mu: float | None = None, step: str = "pairwise",
-                   r_min: float = 1.0, r_max: float = 5.0, feedback: str = "explicit", negatives: int = 1,
-                   like_threshold: float = 4.0, skip_unseen: bool = False, check_exhaustive: bool = False,
-                   max_rules: int = 2_000_000, seed: int = 0, force: bool = False, scheduler: str | None = None,
-                   workers: int | None = None, shards: int | None = None, in_memory: bool = False) -> dict:
+def kolmogorov_fit(
+    dataset: str,
+    dim: int,
+    out: str,
+    test: str | None = None,
+    solver: str = "sdr",
+    iterations: int = 5,
+    lam: float | None = None,
+    mu: float | None = None,
+    step: str = "pairwise",
+    r_min: float = 1.0,
+    r_max: float = 5.0,
+    feedback: str = "explicit",
+    negatives: int = 1,
+    like_threshold: float = 4.0,
+    skip_unseen: bool = False,
+    check_exhaustive: bool = False,
+    max_rules: int = 2_000_000,
+    seed: int = 0,
+    force: bool = False,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    shards: int | None = None,
+    in_memory: bool = False,
+) -> dict:
     """Fit P[u likes i] = θ_uᵀψ_i by IKM; write metrics.json, rules.parquet, influence.parquet, model/.
 
     Parameters
@@ -114,36 +142,85 @@ def kolmogorov_fit(dataset: str, dim: int, out: str, test: str | None = None, so
             kio.check_ratings(ty, r_min, r_max, str(test))
     P = probabilities(train, feedback, r_max, like_threshold, negatives, seed)
     fit_opts = dict(solver=solver, step=step, seed=seed)
-    metrics = {"dataset": dataset, "dim": dim, "solver": solver, "iterations": iterations, "feedback": feedback,
-               "n_train": len(P)}
+    metrics = {
+        "dataset": dataset,
+        "dim": dim,
+        "solver": solver,
+        "iterations": iterations,
+        "feedback": feedback,
+        "n_train": len(P),
+    }
     with open_mapper(settings, in_memory) as mapper:
         if lam is None or mu is None:
-            lam, mu, grid = select_regularisers(P, dim, (lam,) if lam is not None else LAM_GRID,
-                                                (mu,) if mu is not None else MU_GRID, mapper=mapper,
-                                                shards=shards, **fit_opts)
+            lam, mu, grid = select_regularisers(
+                P,
+                dim,
+                (lam,) if lam is not None else LAM_GRID,
+                (mu,) if mu is not None else MU_GRID,
+                mapper=mapper,
+                shards=shards,
+                **fit_opts,
+            )
             metrics["validation"] = grid
-            logger.info("λ = %g, μ = %g chosen on a 10%% validation split (RMSE of p %.4f)", lam, mu,
-                        min(g["rmse_p"] for g in grid))
-        m = fit_ikm(P, dim, iterations, lam=lam, mu=mu, check=check_exhaustive and solver == "sdr", mapper=mapper,
-                    shards=shards, log=logger.info, **fit_opts)
+            logger.info(
+                "λ = %g, μ = %g chosen on a 10%% validation split (RMSE of p %.4f)",
+                lam,
+                mu,
+                min(g["rmse_p"] for g in grid),
+            )
+        m = fit_ikm(
+            P,
+            dim,
+            iterations,
+            lam=lam,
+            mu=mu,
+            check=check_exhaustive and solver == "sdr",
+            mapper=mapper,
+            shards=shards,
+            log=logger.info,
+            **fit_opts,
+        )
         metrics["peak_rss_mib"] = mapper.peak_rss_mib()
-    metrics.update(lam=lam, mu=mu, train_objective=m.info["train_objective"], trace=m.info["trace"],
-                   fit_seconds=m.info["seconds"])
+    metrics.update(
+        lam=lam, mu=mu, train_objective=m.info["train_objective"], trace=m.info["trace"], fit_seconds=m.info["seconds"]
+    )
     for key in ("sdr_vs_exhaustive_error", "sdr_rounded_vs_exhaustive_error"):
         if key in m.info:
             metrics[key] = m.info[key]
     if test is not None:
         held = Interactions.from_indices(tu, ti, ty, train.user_ids, train.item_ids)
-        metrics.update(n_test=len(held), skipped_unseen=int(skipped),
-                       **report.test_metrics(m, held, feedback, r_max, like_threshold))
+        metrics.update(
+            n_test=len(held),
+            skipped_unseen=int(skipped),
+            **report.test_metrics(m, held, feedback, r_max, like_threshold),
+        )
         metrics["rule_check"] = report.held_out_rules(m, train, held, like_threshold, seed, max_rules)
     rules, metrics["rules_total"] = report.rules_table(m, train, ds.items, like_threshold, max_rules)
     tables = {"rules": rules, "influence": report.influence_table(m, train, ds.items)}
-    metrics.update(rules=rules.num_rows, maximal=int(tables["influence"].column("maximal").to_numpy().sum()),
-                   seconds=round(time.perf_counter() - t0, 2))
-    meta = {"kind": "kolmogorov", "loss": "squared", "lam": lam, "mu": mu, "n_train": len(P), "r_max": r_max,
-            "r_min": r_min, "feedback": feedback, "solver": solver, "info": {"train_objective": m.info["train_objective"]}}
+    metrics.update(
+        rules=rules.num_rows,
+        maximal=int(tables["influence"].column("maximal").to_numpy().sum()),
+        seconds=round(time.perf_counter() - t0, 2),
+    )
+    meta = {
+        "kind": "kolmogorov",
+        "loss": "squared",
+        "lam": lam,
+        "mu": mu,
+        "n_train": len(P),
+        "r_max": r_max,
+        "r_min": r_min,
+        "feedback": feedback,
+        "solver": solver,
+        "info": {"train_objective": m.info["train_objective"]},
+    }
     kio.write_fit(out, m.theta, m.psi, meta, train, tables, metrics, force)
-    logger.info("Kolmogorov model D=%d written to %s (%d rules, %d maximal items) in %.1fs", dim, out,
-                metrics["rules"], metrics["maximal"], metrics["seconds"])
+    logger.info(
+        "Kolmogorov model D=%d written to %s (%d rules, %d maximal items) in %.1fs",
+        dim,
+        out,
+        metrics["rules"],
+        metrics["maximal"],
+        metrics["seconds"],
+    )
     return {**metrics, "out": out}

@@ -25,22 +25,33 @@ from ..io.interactions import pairs_table, read_negatives
 from ..io.results import finish_results, staged_results
 from ..kernels.bce import DenseTerms, SparseTerms
 from ..models.base import FactorModel
-from ..models.implicit_mf import (DEFAULT_NEG_WEIGHT, ImplicitMF, ImplicitModel, dense_terms, positive_pairs,
-                                  sample_negatives, sparse_terms, training_table)
+from ..models.implicit_mf import (
+    DEFAULT_NEG_WEIGHT,
+    ImplicitMF,
+    ImplicitModel,
+    dense_terms,
+    positive_pairs,
+    sample_negatives,
+    sparse_terms,
+    training_table,
+)
 from ..params import FACTORS, Interval, OneOf, Satisfies, validate
-from .common import (Training, load_data, load_training, open_mapper, partition, stage, train_implicit,
-                     warn_if_capped)
+from .common import Training, load_data, load_training, open_mapper, partition, stage, train_implicit, warn_if_capped
 
 CONSTRAINTS = {
     "percent": Interval(float, 0, 100, open_low=True, example=1),
     "method": OneOf(*N.METHODS),
-    "negatives": Satisfies(lambda v: v == "all" or v.isdigit() or Path(v).exists(),
-                           "'all' (every unobserved pair), a number of samples per positive (e.g. 4), or a "
-                           "Parquet/CSV file of (user, item) negatives"),
+    "negatives": Satisfies(
+        lambda v: v == "all" or v.isdigit() or Path(v).exists(),
+        "'all' (every unobserved pair), a number of samples per positive (e.g. 4), or a "
+        "Parquet/CSV file of (user, item) negatives",
+    ),
     "neg_weight": Interval(float, 0, open_low=True, example=0.05),
     **FACTORS,
-    "workers": Interval(int, 1, example=2), "shards": Interval(int, 1),
-    "max_sweeps": Interval(int, 1, example=30), "newton_steps": Interval(int, 0),
+    "workers": Interval(int, 1, example=2),
+    "shards": Interval(int, 1),
+    "max_sweeps": Interval(int, 1, example=30),
+    "newton_steps": Interval(int, 0),
 }
 
 
@@ -53,8 +64,18 @@ def build_terms(P, negatives: str, neg_weight: float, seed: int, excluded=None) 
 
 
 @task(cache_policy=NO_CACHE)
-def train(trainer: ImplicitMF, path, data, n_pos: int, n_neg: int, terms=None, mapper=None, parted=None,
-          reuse: bool = False, blocks: bool = False):
+def train(
+    trainer: ImplicitMF,
+    path,
+    data,
+    n_pos: int,
+    n_neg: int,
+    terms=None,
+    mapper=None,
+    parted=None,
+    reuse: bool = False,
+    blocks: bool = False,
+):
     """The BCE model stored at ``path`` when ``reuse`` and it is there; else trained and stored: over
     ``parted`` = (training table, its parts) on the mapper when given (sampled negatives), else on
     ``terms`` in this process (every unobserved pair, or a listed set). ``data`` gives the ids it is
@@ -72,9 +93,18 @@ def train(trainer: ImplicitMF, path, data, n_pos: int, n_neg: int, terms=None, m
         steps = f"{m.info['sweeps']} alternating sweeps over {len(parted[1].user_cuts) - 1} parts"
     m.save(path, data)
     warn_if_capped(trainer, m)
-    logger.info("trained implicit MF k=%d λ=%g on |P|=%d, |N|=%d: ‖∇f‖=%.1e after %s + %d Newton steps "
-                "in %.1fs → %s", trainer.k, m.lam, n_pos, n_neg, m.grad_norm, steps,
-                m.info["newton_iters"], m.info["seconds"], path)
+    logger.info(
+        "trained implicit MF k=%d λ=%g on |P|=%d, |N|=%d: ‖∇f‖=%.1e after %s + %d Newton steps in %.1fs → %s",
+        trainer.k,
+        m.lam,
+        n_pos,
+        n_neg,
+        m.grad_norm,
+        steps,
+        m.info["newton_iters"],
+        m.info["seconds"],
+        path,
+    )
     return m
 
 
@@ -91,12 +121,24 @@ def flag_negatives(method: str, m, terms, P, percent: float, seed: int, n_shards
 
 @task(cache_policy=NO_CACHE)
 def flag_in_parts(method: str, m, terms, P, percent: float, seed: int, parts, mapper, cleaned):
-    return N.select_lowest_parts(N.negative_score(method, m, terms, P, seed), parts, terms.n_neg, percent, mapper,
-                                 cleaned)
+    return N.select_lowest_parts(
+        N.negative_score(method, m, terms, P, seed), parts, terms.n_neg, percent, mapper, cleaned
+    )
 
 
-def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive: int, trainer: ImplicitMF,
-                          tags: dict, method: str, percent: float, tmp, seconds: dict, peaks: dict) -> tuple[dict, dict]:
+def flag_sampled_in_parts(
+    dataset: str,
+    settings: Settings,
+    mapper,
+    per_positive: int,
+    trainer: ImplicitMF,
+    tags: dict,
+    method: str,
+    percent: float,
+    tmp,
+    seconds: dict,
+    peaks: dict,
+) -> tuple[dict, dict]:
     """The sampled-negatives run with nothing whole in this process: the interactions scanned and parted
     by tasks, each by-user part's negatives sampled and written by a task (``load_training``), D = P ∪ N
     parted, trained over its parts, scored where its by-user parts are (the representer's sums over the
@@ -113,25 +155,49 @@ def flag_sampled_in_parts(dataset: str, settings: Settings, mapper, per_positive
         m = train(trainer, path, D, n_pos, len(D) - n_pos, mapper=mapper, parted=(D, parts), reuse=True, blocks=True)
     with stage(seconds, "flag", peaks):
         scores = N.part_scores(method, m, parts, trainer.seed)
-        values, users, items = N.select_lowest_parts(scores, parts, len(D) - n_pos, percent, mapper,
-                                                     tmp / "cleaned-negatives.parquet")
-    return {"method": method, "percent": percent, "negatives": str(per_positive),
-            "neg_weight": trainer.neg_weight, "positives": n_pos, "negatives_total": len(D) - n_pos, "flagged": len(values),
-            "model": str(path), "grad_norm": m.grad_norm, "lam": m.lam, "solver": m.info.get("solver", "lbfgs"),
-            "converged": bool(m.grad_norm <= trainer.rtol * m.lam), "sweeps": m.info.get("sweeps"),
-            "newton_iters": m.info.get("newton_iters"), "users": D.n_users,
-            "items": D.n_items, "sampled_by": "tasks"}, {"flagged": N.flagged_table(values, users, items, D, method)}
+        values, users, items = N.select_lowest_parts(
+            scores, parts, len(D) - n_pos, percent, mapper, tmp / "cleaned-negatives.parquet"
+        )
+    return {
+        "method": method,
+        "percent": percent,
+        "negatives": str(per_positive),
+        "neg_weight": trainer.neg_weight,
+        "positives": n_pos,
+        "negatives_total": len(D) - n_pos,
+        "flagged": len(values),
+        "model": str(path),
+        "grad_norm": m.grad_norm,
+        "lam": m.lam,
+        "solver": m.info.get("solver", "lbfgs"),
+        "converged": bool(m.grad_norm <= trainer.rtol * m.lam),
+        "sweeps": m.info.get("sweeps"),
+        "newton_iters": m.info.get("newton_iters"),
+        "users": D.n_users,
+        "items": D.n_items,
+        "sampled_by": "tasks",
+    }, {"flagged": N.flagged_table(values, users, items, D, method)}
 
 
-def load_whole(dataset: str, settings: Settings, positive_threshold: float | None, negatives: str, neg_weight: float,
-               seed: int, seconds: dict, peaks: dict) -> tuple:
+def load_whole(
+    dataset: str,
+    settings: Settings,
+    positive_threshold: float | None,
+    negatives: str,
+    neg_weight: float,
+    seed: int,
+    seconds: dict,
+    peaks: dict,
+) -> tuple:
     """(dataset, positives P, training terms) loaded and built in this process; bad input fails here."""
     with stage(seconds, "load", peaks):
         ds = load_data(dataset, settings)
         P = positive_pairs(ds.interactions, positive_threshold)
     if len(P) == 0:
-        raise InputError(f"no interaction has rating ≥ {positive_threshold}; lower --positive-threshold "
-                         "or pass --positive-threshold none to treat every interaction as a positive")
+        raise InputError(
+            f"no interaction has rating ≥ {positive_threshold}; lower --positive-threshold "
+            "or pass --positive-threshold none to treat every interaction as a positive"
+        )
     if negatives == "all":
         N.check_all_unobserved(P.n_users, P.n_items)
     with stage(seconds, "sample", peaks):
@@ -139,17 +205,30 @@ def load_whole(dataset: str, settings: Settings, positive_threshold: float | Non
     return ds, P, terms
 
 
-def flag_whole(whole: tuple, settings: Settings, mapper, negatives: str, trainer: ImplicitMF, tags: dict,
-               method: str, percent: float, shards: int | None, retrain: bool, tmp, seconds: dict,
-               peaks: dict) -> tuple[dict, dict]:
+def flag_whole(
+    whole: tuple,
+    settings: Settings,
+    mapper,
+    negatives: str,
+    trainer: ImplicitMF,
+    tags: dict,
+    method: str,
+    percent: float,
+    shards: int | None,
+    retrain: bool,
+    tmp,
+    seconds: dict,
+    peaks: dict,
+) -> tuple[dict, dict]:
     """The run on a table held here: trained here (every unobserved pair, a list) or over the parts of
     D = P ∪ N (sampled), scored over user shards or where D's by-user parts are; retrained if asked.
     Its summary and the tables to write."""
     ds, P, terms = whole
     seed, neg_weight = trainer.seed, trainer.neg_weight
     reusable = negatives == "all" or negatives.isdigit()  # a supplied file may change under the same name
-    base_path = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
-                                       n=negatives if reusable else "file", s=seed)
+    base_path = model_store.model_path(
+        settings.out, ds.name, P.fingerprint(), **tags, n=negatives if reusable else "file", s=seed
+    )
     sampled = negatives.isdigit()
     with stage(seconds, "partition", peaks):
         # Sampled negatives: trained, scored and cleaned where the training table's parts are.
@@ -158,39 +237,74 @@ def flag_whole(whole: tuple, settings: Settings, mapper, negatives: str, trainer
         m = train(trainer, base_path, P, terms.n_pos, terms.n_neg, terms, mapper, parted, reuse=reusable)
     with stage(seconds, "flag", peaks):
         if sampled:
-            values, users, items = flag_in_parts(method, m, terms, P, percent, seed, parted[1], mapper,
-                                                 tmp / "cleaned-negatives.parquet")
+            values, users, items = flag_in_parts(
+                method, m, terms, P, percent, seed, parted[1], mapper, tmp / "cleaned-negatives.parquet"
+            )
         else:
-            values, users, items = flag_negatives(method, m, terms, P, percent, seed,
-                                                  shards or 4 * settings.workers, mapper)
-    summary = {"method": method, "percent": percent, "negatives": negatives,
-               "neg_weight": neg_weight, "positives": len(P), "negatives_total": terms.n_neg,
-               "flagged": len(values), "model": str(base_path), "grad_norm": m.grad_norm, "lam": m.lam,
-               "solver": m.info.get("solver", "lbfgs"), "converged": bool(m.grad_norm <= trainer.rtol * m.lam),
-               "sweeps": m.info.get("sweeps"), "newton_iters": m.info.get("newton_iters")}
+            values, users, items = flag_negatives(
+                method, m, terms, P, percent, seed, shards or 4 * settings.workers, mapper
+            )
+    summary = {
+        "method": method,
+        "percent": percent,
+        "negatives": negatives,
+        "neg_weight": neg_weight,
+        "positives": len(P),
+        "negatives_total": terms.n_neg,
+        "flagged": len(values),
+        "model": str(base_path),
+        "grad_norm": m.grad_norm,
+        "lam": m.lam,
+        "solver": m.info.get("solver", "lbfgs"),
+        "converged": bool(m.grad_norm <= trainer.rtol * m.lam),
+        "sweeps": m.info.get("sweeps"),
+        "newton_iters": m.info.get("newton_iters"),
+    }
     tables = {"flagged": N.flagged_table(values, users, items, P, method)}
     if isinstance(terms, SparseTerms) and not sampled:  # a listed set; all-unobserved: "all but flagged"
-        tables["cleaned-negatives"] = pairs_table(P, *sparse_terms(P, *terms.negatives(), neg_weight,
-                                                                    (users, items)).negatives())
+        tables["cleaned-negatives"] = pairs_table(
+            P, *sparse_terms(P, *terms.negatives(), neg_weight, (users, items)).negatives()
+        )
     if retrain:
         with stage(seconds, "retrain", peaks):
             terms2 = build_terms(P, negatives, neg_weight, seed, excluded=(users, items))
-            path2 = model_store.model_path(settings.out, ds.name, P.fingerprint(), **tags,
-                                           cleaned=f"-{method}-p{percent:g}", s=seed)
-            m2 = train(trainer, path2, P, terms2.n_pos, terms2.n_neg, terms2, mapper,
-                       parted_table(ds.name, P, terms2, settings.out, mapper) if sampled else None)
-        summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm,
-                                "negatives": terms2.n_neg}
+            path2 = model_store.model_path(
+                settings.out, ds.name, P.fingerprint(), **tags, cleaned=f"-{method}-p{percent:g}", s=seed
+            )
+            m2 = train(
+                trainer,
+                path2,
+                P,
+                terms2.n_pos,
+                terms2.n_neg,
+                terms2,
+                mapper,
+                parted_table(ds.name, P, terms2, settings.out, mapper) if sampled else None,
+            )
+        summary["retrained"] = {"objective": m2.info["objective"], "grad_norm": m2.grad_norm, "negatives": terms2.n_neg}
     return summary, tables
 
 
 @flow(name="dxplain-negatives", log_prints=True)
-def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str = "representer",
-              negatives: str = "all", neg_weight: float = DEFAULT_NEG_WEIGHT, positive_threshold: float | None = 4.0,
-              k: int = 32, lam: float | None = None, seed: int = 0, out: str | None = None,
-              scheduler: str | None = None, workers: int | None = None, shards: int | None = None,
-              retrain: bool = False, in_memory: bool = False, max_sweeps: int | None = None,
-              newton_steps: int | None = None) -> dict:
+def negatives(
+    dataset: str = "movielens-100k",
+    percent: float = 1.0,
+    method: str = "representer",
+    negatives: str = "all",
+    neg_weight: float = DEFAULT_NEG_WEIGHT,
+    positive_threshold: float | None = 4.0,
+    k: int = 32,
+    lam: float | None = None,
+    seed: int = 0,
+    out: str | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    shards: int | None = None,
+    retrain: bool = False,
+    in_memory: bool = False,
+    max_sweeps: int | None = None,
+    newton_steps: int | None = None,
+) -> dict:
     """Flag the p% negatives most likely to be false negatives; write them (and a cleaned set); retrain if asked.
 
     Parameters
@@ -231,25 +345,53 @@ def negatives(dataset: str = "movielens-100k", percent: float = 1.0, method: str
     budget = {name: v for name, v in (("max_iter", max_sweeps), ("polish_iters", newton_steps)) if v is not None}
     trainer = ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, seed=seed, **budget)
     # A capped model is stored under its own name, never reused as an uncapped one.
-    tags = {"implicit-k": k, "lam": "default" if lam is None else lam, "w": neg_weight, "sweeps": max_sweeps,
-            "newton": newton_steps}
+    tags = {
+        "implicit-k": k,
+        "lam": "default" if lam is None else lam,
+        "w": neg_weight,
+        "sweeps": max_sweeps,
+        "newton": newton_steps,
+    }
     # Every interaction a positive, sampled negatives, a prepared dataset: nothing whole in this process.
-    in_parts = (negatives.isdigit() and positive_threshold is None and method != "fia" and not retrain
-                and resolve_prepared(dataset, settings) is not None)
+    in_parts = (
+        negatives.isdigit()
+        and positive_threshold is None
+        and method != "fia"
+        and not retrain
+        and resolve_prepared(dataset, settings) is not None
+    )
     # Otherwise the table is loaded here first, so that bad input fails before a cluster starts.
-    whole = None if in_parts else load_whole(dataset, settings, positive_threshold, negatives, neg_weight, seed,
-                                             seconds, peaks)
+    whole = (
+        None
+        if in_parts
+        else load_whole(dataset, settings, positive_threshold, negatives, neg_weight, seed, seconds, peaks)
+    )
     with open_mapper(settings, in_memory) as mapper, staged_results(settings.out, "negatives") as (tmp, folder):
         if in_parts:
-            summary, tables = flag_sampled_in_parts(dataset, settings, mapper, int(negatives), trainer, tags, method,
-                                                    percent, tmp, seconds, peaks)
+            summary, tables = flag_sampled_in_parts(
+                dataset, settings, mapper, int(negatives), trainer, tags, method, percent, tmp, seconds, peaks
+            )
         else:
-            summary, tables = flag_whole(whole, settings, mapper, negatives, trainer, tags, method, percent, shards,
-                                         retrain, tmp, seconds, peaks)
-        summary = {"dataset": dataset, **summary, "stage_seconds": seconds, "peak_rss_mib": mapper.peak_rss_mib(),
-                   "flow_peak_rss_mib_after_stage": peaks, "seconds": round(time.perf_counter() - t0, 2)}
+            summary, tables = flag_whole(
+                whole, settings, mapper, negatives, trainer, tags, method, percent, shards, retrain, tmp, seconds, peaks
+            )
+        summary = {
+            "dataset": dataset,
+            **summary,
+            "stage_seconds": seconds,
+            "peak_rss_mib": mapper.peak_rss_mib(),
+            "flow_peak_rss_mib_after_stage": peaks,
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
         finish_results(tmp, folder, tables, summary)
     summary["folder"] = str(folder)
-    logger.info("negatives done: %s flagged %d of %d negatives (%.3g%%) in %.1fs → %s", method, summary["flagged"],
-                summary["negatives_total"], percent, summary["seconds"], folder)
+    logger.info(
+        "negatives done: %s flagged %d of %d negatives (%.3g%%) in %.1fs → %s",
+        method,
+        summary["flagged"],
+        summary["negatives_total"],
+        percent,
+        summary["seconds"],
+        folder,
+    )
     return summary

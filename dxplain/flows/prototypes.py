@@ -1,6 +1,7 @@
 """Prototypes: the m training interactions that together explain a set of predictions (SBQ, Fisher kernel).
 
-load interactions (a prepared dataset by tasks) → by-user and by-item parts → train (or load) the MF model (a prepared dataset's in row-block files) → targets (a supplied list,
+load interactions (a prepared dataset by tasks) → by-user and by-item parts → train (or load) the MF model
+(a prepared dataset's in row-block files) → targets (a supplied list,
 or one user's top-N) → SBQ selection: exact greedy with the by-user parts as candidate shards, each
 computing its Fisher embeddings where it is (``explain.prototypes_parts``), or the other variants on the
 embeddings of the whole table → write prototypes.parquet, targets.parquet and summary.json.
@@ -19,7 +20,9 @@ from ..config import Settings
 from ..errors import InputError
 from ..explain.prototypes import VARIANTS, mf_fisher_rows, prototype_table, select
 from ..explain.prototypes_parts import select_from_parts
+from ..explain.representer import check_explainable, predictions
 from ..explain.targets import recommend, recommend_from_blocks
+from ..interactions import Interactions
 from ..io.atomic import is_local
 from ..io.interactions import index_of, read_targets
 from ..io.results import write_results
@@ -27,17 +30,21 @@ from ..kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
 from ..kernels.sbq import mean_embedding
 from ..models.mf import DEFAULT_K
 from ..params import FACTORS, Interval, OneOf, validate
-from ..explain.representer import check_explainable, predictions
-from ..interactions import Interactions
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
 CONSTRAINTS = {
-    "m": Interval(int, 1, example=10), "fisher": OneOf(*FISHER_KINDS), "variant": OneOf(*VARIANTS),
-    **FACTORS, "top_n": Interval(int, 1, example=10), "damping": Interval(float, 0),
+    "m": Interval(int, 1, example=10),
+    "fisher": OneOf(*FISHER_KINDS),
+    "variant": OneOf(*VARIANTS),
+    **FACTORS,
+    "top_n": Interval(int, 1, example=10),
+    "damping": Interval(float, 0),
     "workers": Interval(int, 1, example=2),
-    "shards": Interval(int, 1), "neg_samples": Interval(int, 1, example=4),
+    "shards": Interval(int, 1),
+    "neg_samples": Interval(int, 1, example=4),
     "neg_weight": Interval(float, 0, open_low=True, example=1),
-    "max_sweeps": Interval(int, 1, example=8), "newton_steps": Interval(int, 0),
+    "max_sweeps": Interval(int, 1, example=8),
+    "newton_steps": Interval(int, 0),
 }
 
 
@@ -68,13 +75,30 @@ def choose_prototypes(Phi, mu, m: int, variant: str, n_shards: int, seed: int, m
 
 
 @flow(name="dxplain-prototypes", log_prints=True)
-def prototypes(dataset: str = "movielens-100k", model: str | None = None, targets: str | None = None,
-               user: str | None = None, top_n: int = 10, m: int = 10, fisher: str = "empirical",
-               variant: str = "greedy", damping: float = DEFAULT_DAMPING, out: str | None = None,
-               scheduler: str | None = None, workers: int | None = None, shards: int | None = None,
-               k: int = DEFAULT_K, lam: float | None = None, seed: int = 0, in_memory: bool = False,
-               implicit: bool = False, neg_samples: int = 4, neg_weight: float = 1.0, max_sweeps: int | None = None,
-               newton_steps: int | None = None) -> dict:
+def prototypes(
+    dataset: str = "movielens-100k",
+    model: str | None = None,
+    targets: str | None = None,
+    user: str | None = None,
+    top_n: int = 10,
+    m: int = 10,
+    fisher: str = "empirical",
+    variant: str = "greedy",
+    damping: float = DEFAULT_DAMPING,
+    out: str | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    shards: int | None = None,
+    k: int = DEFAULT_K,
+    lam: float | None = None,
+    seed: int = 0,
+    in_memory: bool = False,
+    implicit: bool = False,
+    neg_samples: int = 4,
+    neg_weight: float = 1.0,
+    max_sweeps: int | None = None,
+    newton_steps: int | None = None,
+) -> dict:
     """Select m training interactions whose Fisher embeddings, weighted, best match the targets' mean.
 
     Implicit feedback (``implicit``, or a single rating value) trains the BCE model the refresh explains
@@ -115,8 +139,10 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
     """
     validate(CONSTRAINTS, locals())
     if (targets is None) == (user is None):
-        raise InputError("say what to explain: --targets FILE (a Parquet/CSV list of (user, item)) or --user ID "
-                         "(that user's top-N recommendations), not both")
+        raise InputError(
+            "say what to explain: --targets FILE (a Parquet/CSV list of (user, item)) or --user ID "
+            "(that user's top-N recommendations), not both"
+        )
     t0, seconds, peaks = time.perf_counter(), {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     with open_mapper(settings, in_memory) as mapper:
@@ -132,10 +158,24 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
             # A prepared dataset's factors stay in row-block files beside the parts (a folder the workers
             # share): never whole here.
             blocks = not isinstance(data, Interactions) and is_local(parts.root)
-            budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
-                      if v is not None}
-            mf, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, parts,
-                                           budget, implicit=training.implicit, neg_weight=neg_weight, blocks=blocks)
+            budget = {
+                name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps)) if v is not None
+            }
+            mf, model_path = train_or_load(
+                training.name,
+                data,
+                model,
+                settings.out,
+                k,
+                lam,
+                seed,
+                mapper,
+                parts,
+                budget,
+                implicit=training.implicit,
+                neg_weight=neg_weight,
+                blocks=blocks,
+            )
         T = supplied if supplied is not None else top_n_of(parts, mf, u, top_n)
         with stage(seconds, "select", peaks):
             if variant == "greedy":
@@ -144,22 +184,46 @@ def prototypes(dataset: str = "movielens-100k", model: str | None = None, target
             else:  # the other variants take every row's embedding, built here (the model whole too)
                 whole = data if isinstance(data, Interactions) else parts.read_users(0, data.n_users).data
                 Phi, Phi_T = embed(mf.whole(), whole, T, fisher, damping)
-                sel = choose_prototypes(Phi, mean_embedding(Phi_T), m, variant, shards or 4 * settings.workers, seed,
-                                        mapper)
+                sel = choose_prototypes(
+                    Phi, mean_embedding(Phi_T), m, variant, shards or 4 * settings.workers, seed, mapper
+                )
         memory = mapper.peak_rss_mib()
     table = prototype_table(sel, parts)
-    target_table = pa.table({"user": data.user_ids.take(pa.array(T.user)), "item": data.item_ids.take(pa.array(T.item)),
-                             "prediction": predictions(mf.loss, 0.0, mf.predict(T.user, T.item))})
-    summary = {"dataset": dataset, "model": model_path, "loss": mf.loss, "targets": len(T),
-               "candidates": parts.n_interactions, "m": m,
-               "selected": len(sel.index), "fisher": fisher, "variant": variant, "damping": damping,
-               "objective_start": float(sel.objective[0]), "objective_end": float(sel.objective[-1]),
-               "explained_share": sel.reduction / sel.objective[0] if sel.objective[0] > 0 else 0.0,
-               "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "peak_rss_mib": memory,
-               "flow_peak_rss_mib_after_stage": peaks}
+    target_table = pa.table(
+        {
+            "user": data.user_ids.take(pa.array(T.user)),
+            "item": data.item_ids.take(pa.array(T.item)),
+            "prediction": predictions(mf.loss, 0.0, mf.predict(T.user, T.item)),
+        }
+    )
+    summary = {
+        "dataset": dataset,
+        "model": model_path,
+        "loss": mf.loss,
+        "targets": len(T),
+        "candidates": parts.n_interactions,
+        "m": m,
+        "selected": len(sel.index),
+        "fisher": fisher,
+        "variant": variant,
+        "damping": damping,
+        "objective_start": float(sel.objective[0]),
+        "objective_end": float(sel.objective[-1]),
+        "explained_share": sel.reduction / sel.objective[0] if sel.objective[0] > 0 else 0.0,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "stage_seconds": seconds,
+        "peak_rss_mib": memory,
+        "flow_peak_rss_mib_after_stage": peaks,
+    }
     folder = write_results(settings.out, "prototypes", {"prototypes": table, "targets": target_table}, summary)
     summary["folder"] = str(folder)
-    get_run_logger().info("prototypes done: %d of %d training pairs explain %d targets (%.1f%% of ‖μ_T‖² matched) "
-                          "in %.1fs → %s", len(sel.index), parts.n_interactions, len(T), 100 * summary["explained_share"],
-                          summary["seconds"], folder)
+    get_run_logger().info(
+        "prototypes done: %d of %d training pairs explain %d targets (%.1f%% of ‖μ_T‖² matched) in %.1fs → %s",
+        len(sel.index),
+        parts.n_interactions,
+        len(T),
+        100 * summary["explained_share"],
+        summary["seconds"],
+        folder,
+    )
     return summary

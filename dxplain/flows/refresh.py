@@ -26,11 +26,16 @@ from ..refresh import RefreshJob, run_passes, shard_count, shard_users, summariz
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
 CONSTRAINTS = {
-    **FACTORS, "top_n": Interval(int, 1, example=10), "top_k": Interval(int, 0, example=10),
+    **FACTORS,
+    "top_n": Interval(int, 1, example=10),
+    "top_k": Interval(int, 0, example=10),
     "workers": Interval(int, 1, example=2),
-    "shards": Interval(int, 1), "max_sweeps": Interval(int, 1, example=60), "newton_steps": Interval(int, 0),
+    "shards": Interval(int, 1),
+    "max_sweeps": Interval(int, 1, example=60),
+    "newton_steps": Interval(int, 0),
     "neg_samples": Interval(int, 1, example=4),
-    "neg_weight": Interval(float, 0, open_low=True, example=1), "tol": Interval(float, 0, open_low=True, example=1e-4),
+    "neg_weight": Interval(float, 0, open_low=True, example=1),
+    "tol": Interval(float, 0, open_low=True, example=1e-4),
     "keep": Interval(int, 1, example=7),
 }
 
@@ -40,9 +45,11 @@ def preprocess(m, data, parts, top_n: int, top_k: int, targets, mapper) -> Refre
     """Balanced factors here; α and B by tasks over the parts, α written beside them for the shards to read."""
     logger = get_run_logger()
     if m.lam is None:
-        logger.warning("the model has no λ (imported factors): global importance omits the factor "
-                       "1/(λ|D|), so importances are relative — their ranking and signs are unchanged, "
-                       "but they do not sum to the score")
+        logger.warning(
+            "the model has no λ (imported factors): global importance omits the factor "
+            "1/(λ|D|), so importances are relative — their ranking and signs are unchanged, "
+            "but they do not sum to the score"
+        )
     check_explainable(m, data)
     return RefreshJob.from_model(m, parts, mapper, data.item_degree(), top_n=top_n, top_k=top_k, targets=targets)
 
@@ -57,20 +64,26 @@ def check_result(summary: dict, tol: float, strict: bool) -> None:
     """Refuse a run that explains nothing; say (and with ``strict`` refuse) one whose attributions miss the
     score by more than ``tol``, relative. Runs before ``publish``: a refused run never moves LATEST."""
     if summary["targets"] == 0 or summary["attributions"] == 0:
-        raise DegenerateError(f"the run explained nothing ({summary['targets']} targets, {summary['attributions']} "
-                              f"attributions), so it is not published and LATEST stays where it was; check the "
-                              f"targets, or the data (users with no unseen item have no recommendation)")
+        raise DegenerateError(
+            f"the run explained nothing ({summary['targets']} targets, {summary['attributions']} "
+            f"attributions), so it is not published and LATEST stays where it was; check the "
+            f"targets, or the data (users with no unseen item have no recommendation)"
+        )
     worst = max(summary["fidelity_max_rel_error"].values())  # not None: some target was explained
     summary["fidelity_tol"], summary["fidelity_ok"] = tol, bool(worst <= tol)
     if worst > tol:
         if summary["grad_norm"] is not None:
             why = f"the model is not stationary enough (‖∇f‖ = {summary['grad_norm']:.1e})"
         elif summary["lam"] is None:
-            why = ("the imported factors have no λ, so importances are relative and are not meant to sum to the "
-                   "score; import them with the --lam and --mu they were fitted with")
+            why = (
+                "the imported factors have no λ, so importances are relative and are not meant to sum to the "
+                "score; import them with the --lam and --mu they were fitted with"
+            )
         else:
-            why = ("the imported factors are not a stationary point of their objective on this data (exact "
-                   "attributions need the λ, μ and data they were fitted with, to convergence), or train here")
+            why = (
+                "the imported factors are not a stationary point of their objective on this data (exact "
+                "attributions need the λ, μ and data they were fitted with, to convergence), or train here"
+            )
         message = f"fidelity: attributions miss the score by up to {worst:.1e} (relative), above --tol {tol:g}; {why}"
         if strict:
             raise DegenerateError(message + ": --strict refuses to publish it")
@@ -86,13 +99,30 @@ def publish(out: str, run_dir: str, entries: list[dict], meta: dict) -> dict:
 
 
 @flow(name="dxplain-refresh", log_prints=True)
-def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str | None = None,
-            scheduler: str | None = None, workers: int | None = None, top_n: int = 10, top_k: int = 10,
-            targets: str | None = None, shards: int | None = None, k: int = DEFAULT_K, lam: float | None = None,
-            seed: int = 0, in_memory: bool = False, max_sweeps: int | None = None,
-            newton_steps: int | None = None, implicit: bool = False, neg_samples: int = 4,
-            neg_weight: float = 1.0, tol: float = 1e-4, strict: bool = False, keep: int | None = None,
-            skip_unseen: bool = False) -> dict:
+def refresh(
+    dataset: str = "movielens-100k",
+    model: str | None = None,
+    out: str | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    top_n: int = 10,
+    top_k: int = 10,
+    targets: str | None = None,
+    shards: int | None = None,
+    k: int = DEFAULT_K,
+    lam: float | None = None,
+    seed: int = 0,
+    in_memory: bool = False,
+    max_sweeps: int | None = None,
+    newton_steps: int | None = None,
+    implicit: bool = False,
+    neg_samples: int = 4,
+    neg_weight: float = 1.0,
+    tol: float = 1e-4,
+    strict: bool = False,
+    keep: int | None = None,
+    skip_unseen: bool = False,
+) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run.
 
     Parameters
@@ -160,8 +190,12 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
             # Bad input fails before any training.
             supplied, unseen = read_targets(targets, data, skip_unseen) if targets else (None, 0)
             if unseen:
-                get_run_logger().warning("--skip-unseen: %d target pair(s) name users or items the training data "
-                                         "lacks; explaining the other %d", unseen, len(supplied))
+                get_run_logger().warning(
+                    "--skip-unseen: %d target pair(s) name users or items the training data "
+                    "lacks; explaining the other %d",
+                    unseen,
+                    len(supplied),
+                )
             if model:  # fitted on these data: checked before training and the parts are written (an implicit
                 # prepared dataset's positives are parted, and its negatives sampled, while loading)
                 model_store.read_model(model, data, factors=False)
@@ -170,17 +204,37 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         with stage(seconds, "partition", peaks, at_end):
             parts = partition(training, settings.out, mapper)
         with stage(seconds, "train", peaks, at_end):
-            budget = {name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps))
-                      if v is not None}
-            m, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, parts,
-                                          budget, implicit, neg_weight, fidelity_tol=tol)
+            budget = {
+                name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps)) if v is not None
+            }
+            m, model_path = train_or_load(
+                training.name,
+                data,
+                model,
+                settings.out,
+                k,
+                lam,
+                seed,
+                mapper,
+                parts,
+                budget,
+                implicit,
+                neg_weight,
+                fidelity_tol=tol,
+            )
             mapper.release_memory()  # what training freed, before the explanation's working set
         with stage(seconds, "preprocess", peaks, at_end):
             job = preprocess(m, data, parts, top_n, top_k, supplied, mapper)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
-        plan = {"data": data.fingerprint(), "model": model_path, "grad_norm": m.grad_norm,
-                "top_n": top_n, "top_k": top_k, "shards": n_shards,
-                "targets": runs.sha256_file(targets) if targets else None}
+        plan = {
+            "data": data.fingerprint(),
+            "model": model_path,
+            "grad_norm": m.grad_norm,
+            "top_n": top_n,
+            "top_k": top_k,
+            "shards": n_shards,
+            "targets": runs.sha256_file(targets) if targets else None,
+        }
         run_dir, resumed = runs.start_run(settings.out, plan)
         # What --keep may delete with this run once it is pruned: never a model given with --model.
         runs.record_stores(run_dir, [parts.root, training.source, None if model else model_path])
@@ -189,33 +243,64 @@ def refresh(dataset: str = "movielens-100k", model: str | None = None, out: str 
         with stage(seconds, "recommend_explain_write", peaks, at_end):  # targets, attributions, shard files
             entries, passes = explain_all(job, data, n_shards, str(run_dir), mapper)
         memory = mapper.peak_rss_mib()
-    summary = {"run": str(run_dir), "dataset": dataset, "model": model_path, **summarize(entries, passes),
-               "seconds": round(time.perf_counter() - t0, 2), "stage_seconds": seconds, "peak_rss_mib": memory,
-               "flow_peak_rss_mib_after_stage": peaks, "worker_peak_rss_mib_after_stage": worker_peaks,
-               "grad_norm": m.grad_norm, "loss": m.loss, "prediction": PREDICTION[m.loss],
-               "lam": m.lam, "lam_known": m.lam is not None, "top_n": top_n, "top_k": top_k,
-               "targets_skipped_unseen": unseen}
+    summary = {
+        "run": str(run_dir),
+        "dataset": dataset,
+        "model": model_path,
+        **summarize(entries, passes),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "stage_seconds": seconds,
+        "peak_rss_mib": memory,
+        "flow_peak_rss_mib_after_stage": peaks,
+        "worker_peak_rss_mib_after_stage": worker_peaks,
+        "grad_norm": m.grad_norm,
+        "loss": m.loss,
+        "prediction": PREDICTION[m.loss],
+        "lam": m.lam,
+        "lam_known": m.lam is not None,
+        "top_n": top_n,
+        "top_k": top_k,
+        "targets_skipped_unseen": unseen,
+    }
     check_result(summary, tol, strict)
     with stage(seconds, "publish", peaks):
         publish(settings.out, str(run_dir), entries, {"summary": summary})
     if keep is not None:
-        summary["pruned_runs"], summary["pruned_stores"], failed = runs.prune(settings.out, keep, training.name,
-                                                                               started)
-        get_run_logger().info("--keep %d: deleted %d older run(s), and %d store(s) only they used%s", keep,
-                              len(summary["pruned_runs"]), len(summary["pruned_stores"]),
-                              "".join(f"\n  {s}" for s in summary["pruned_stores"]))
+        summary["pruned_runs"], summary["pruned_stores"], failed = runs.prune(
+            settings.out, keep, training.name, started
+        )
+        get_run_logger().info(
+            "--keep %d: deleted %d older run(s), and %d store(s) only they used%s",
+            keep,
+            len(summary["pruned_runs"]),
+            len(summary["pruned_stores"]),
+            "".join(f"\n  {s}" for s in summary["pruned_stores"]),
+        )
         if failed:
-            get_run_logger().warning("--keep: %d store(s) could not be deleted (delete them by hand):%s", len(failed),
-                                     "".join(f"\n  {s}" for s in failed))
+            get_run_logger().warning(
+                "--keep: %d store(s) could not be deleted (delete them by hand):%s",
+                len(failed),
+                "".join(f"\n  {s}" for s in failed),
+            )
     get_run_logger().info(
         "refresh done: %d users, %d targets, %d attributions from %d scored pairs in %.1fs (%s; %d "
         "attributions/s in tasks); "
         "fidelity rel. error item median %.1e, p99 < %.0e, max %.1e; user median %.1e, p99 < %.0e, max %.1e "
         "(tol %g); peak RSS MiB %s; LATEST → %s",
-        summary["users"], summary["targets"],
-        summary["attributions"], summary["pairs_scored"], summary["seconds"], ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
+        summary["users"],
+        summary["targets"],
+        summary["attributions"],
+        summary["pairs_scored"],
+        summary["seconds"],
+        ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
         summary["attributions_per_second"],
-        *(summary[f"fidelity_{stat}"][side] for side in ("item", "user")
-          for stat in ("median_rel_error", "p99_rel_error_below", "max_rel_error")), tol,
-        {"flow": memory["flow"], "workers": sorted(memory["workers"].values())}, run_dir)
+        *(
+            summary[f"fidelity_{stat}"][side]
+            for side in ("item", "user")
+            for stat in ("median_rel_error", "p99_rel_error_below", "max_rel_error")
+        ),
+        tol,
+        {"flow": memory["flow"], "workers": sorted(memory["workers"].values())},
+        run_dir,
+    )
     return summary

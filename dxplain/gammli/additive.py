@@ -64,10 +64,10 @@ def _normal_equations(part, groups, coefs, base, task, use, rhs_only=False):
         step = max(1, GRAM_BYTES // (8 * n_cols))
         acc = None
         for a in range(0, max(len(y), 1), step):
-            uc, ic = u[a:a + step], i[a:a + step]
+            uc, ic = u[a : a + step], i[a : a + step]
             X = np.hstack([t.columns(uc, ic) for t in terms])
             f = X @ c
-            w, r = working(task, y[a:a + step], off[a:a + step] + f)
+            w, r = working(task, y[a : a + step], off[a : a + step] + f)
             if rhs_only:
                 sums = (0.0, X.T @ (f + r), 0.0)
             else:
@@ -108,8 +108,9 @@ def penalty_weight(smooth: float | tuple[float, float], t: Term) -> float:
     return smooth
 
 
-def fit_groups(mapper, parts, groups: list[list[Term]], base, task: str, smooth, use: str = "fit",
-               grams: list | None = None) -> tuple[list[Additive], list[np.ndarray]]:
+def fit_groups(
+    mapper, parts, groups: list[list[Term]], base, task: str, smooth, use: str = "fit", grams: list | None = None
+) -> tuple[list[Additive], list[np.ndarray]]:
     """Fit each group of terms jointly (groups independently of each other) on the residual of ``base``.
 
     Returns the fitted groups and, per group, D(h) of each of its terms over the ``use`` rows. ``smooth``
@@ -121,8 +122,12 @@ def fit_groups(mapper, parts, groups: list[list[Term]], base, task: str, smooth,
     coefs = [np.zeros(sum(t.size for t in g)) for g in groups]
     reuse = task == "regression" and bool(grams)
     for _ in range(IRLS_MAX):
-        sums, n = reduce_in_order(mapper.imap(_normal_equations, [(p, groups_h, coefs, base_h, task, use, reuse)
-                                                                  for p in parts], name="gammli-gram"), _add)
+        sums, n = reduce_in_order(
+            mapper.imap(
+                _normal_equations, [(p, groups_h, coefs, base_h, task, use, reuse) for p in parts], name="gammli-gram"
+            ),
+            _add,
+        )
         if reuse:
             sums = [(Gw, b, G1) for (Gw, G1), (_, b, _) in zip(grams, sums)]
         elif grams is not None and task == "regression":
@@ -132,8 +137,9 @@ def fit_groups(mapper, parts, groups: list[list[Term]], base, task: str, smooth,
             for g, (_, _, G1) in zip(groups, sums):
                 bl = _blocks(g)
                 Zs.append(sla.block_diag(*[G.null_space_of(t.constraints(G1[s, s])) for t, s in zip(g, bl)]))
-                Ps.append(sla.block_diag(*[penalty_weight(smooth, t) * n * t.P for t in g])
-                          + RIDGE * n * np.eye(G1.shape[0]))
+                Ps.append(
+                    sla.block_diag(*[penalty_weight(smooth, t) * n * t.P for t in g]) + RIDGE * n * np.eye(G1.shape[0])
+                )
         new = [G.penalised_solve(Gw, b, P, Z) for (Gw, b, _), P, Z in zip(sums, Ps, Zs)]
         step = max((float(np.max(np.abs(a - b))) for a, b in zip(new, coefs) if a.size), default=0.0)
         coefs = new
@@ -150,8 +156,7 @@ def fit_groups(mapper, parts, groups: list[list[Term]], base, task: str, smooth,
 def _prefix_losses(part, base, ordered, task):
     """Validation loss of base + the first s ordered terms, for s = 0..len(ordered): sums and count."""
     u, i, y = rows(part, "val")
-    eta = base.eta(u, i)[:, None] + np.cumsum(np.column_stack([np.zeros(len(u)), ordered.contributions(u, i)]),
-                                              axis=1)
+    eta = base.eta(u, i)[:, None] + np.cumsum(np.column_stack([np.zeros(len(u)), ordered.contributions(u, i)]), axis=1)
     if task == "regression":
         loss = ((y[:, None] - eta) ** 2).sum(axis=0)
     else:
@@ -162,16 +167,26 @@ def _prefix_losses(part, base, ordered, task):
 def choose_prefix(mapper, parts, base: Additive, ordered: Additive, task: str) -> tuple[int, np.ndarray]:
     """s minimising the mean validation loss of base + the first s terms (the smallest s within 1e-6 of it)."""
     base_h, ordered_h = put_one(mapper, base, broadcast=True), put_one(mapper, ordered, broadcast=True)
-    total, n = reduce_in_order(mapper.imap(_prefix_losses, [(p, base_h, ordered_h, task) for p in parts],
-                                           name="gammli-prefix"), lambda a, b: (a[0] + b[0], a[1] + b[1]))
+    total, n = reduce_in_order(
+        mapper.imap(_prefix_losses, [(p, base_h, ordered_h, task) for p in parts], name="gammli-prefix"),
+        lambda a, b: (a[0] + b[0], a[1] + b[1]),
+    )
     if n == 0:
         raise InputError("the validation split is empty; raise --val-fraction (e.g. 0.1) or give more interactions")
     mean = total / n
     return int(np.flatnonzero(mean <= mean.min() * (1 + 1e-6) + 1e-12)[0]), mean
 
 
-def select_terms(mapper, parts, candidates: list[Term], base: Additive, task: str, smooth: float,
-                 intercept: Term | None = None, grams: list | None = None) -> dict:
+def select_terms(
+    mapper,
+    parts,
+    candidates: list[Term],
+    base: Additive,
+    task: str,
+    smooth: float,
+    intercept: Term | None = None,
+    grams: list | None = None,
+) -> dict:
     """Fit the candidates jointly, rank them by D(h), keep the best prefix on validation, refit the kept ones.
 
     With ``intercept`` it is fitted with them and always kept (stage 1). ``grams``: as in ``fit_groups``, for the
@@ -180,19 +195,24 @@ def select_terms(mapper, parts, candidates: list[Term], base: Additive, task: st
     """
     lead = [intercept] if intercept is not None else []
     (joint,), (D,) = fit_groups(mapper, parts, [lead + candidates], base, task, smooth, grams=grams)
-    D = D[len(lead):]
+    D = D[len(lead) :]
     order = np.argsort(-D, kind="stable")
-    head = Additive(joint.terms[:len(lead)], joint.coefs[:len(lead)])
+    head = Additive(joint.terms[: len(lead)], joint.coefs[: len(lead)])
     ordered = Additive([joint.terms[len(lead) + k] for k in order], [joint.coefs[len(lead) + k] for k in order])
     s, val = choose_prefix(mapper, parts, base.plus(head), ordered, task)
     kept = ordered.terms[:s]
     fitted = fit_groups(mapper, parts, [lead + kept], base, task, smooth)[0][0] if lead + kept else Additive()
-    return {"fitted": fitted, "ranking": {candidates[k].name: float(D[k]) for k in order},
-            "kept": [t.name for t in kept], "val_loss": val.tolist()}
+    return {
+        "fitted": fitted,
+        "ranking": {candidates[k].name: float(D[k]) for k in order},
+        "kept": [t.name for t in kept],
+        "val_loss": val.tolist(),
+    }
 
 
-def screen_pairs(mapper, parts, pairs: list[Term], base: Additive, task: str, smooth: float,
-                 max_pairs: int) -> tuple[list[Term], dict]:
+def screen_pairs(
+    mapper, parts, pairs: list[Term], base: Additive, task: str, smooth: float, max_pairs: int
+) -> tuple[list[Term], dict]:
     """Fit every pair alone on the residual of ``base`` (one pass for all), keep the ``max_pairs`` largest D."""
     if not pairs or max_pairs == 0:
         return [], {}

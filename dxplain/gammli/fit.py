@@ -57,6 +57,7 @@ class Config:
 SMOOTH_GRID = (1e-5, 1e-4, 1e-3, 1e-2)
 # The share of the validation rows that belong to users held out whole (``validation_rows``).
 COLD_SHARE = 0.5
+NO_CHECKPOINTS = NoCheckpoints()  # stateless: one instance serves every call
 
 
 def make_parts(u, i, y, val, n_users: int, n_items: int, n_parts: int) -> dict[str, list]:
@@ -71,7 +72,7 @@ def make_parts(u, i, y, val, n_users: int, n_items: int, n_parts: int) -> dict[s
         cuts = np.unique(cuts)
         parts = []
         for lo, hi in zip(cuts[:-1], cuts[1:]):
-            sel = order[indptr[lo]:indptr[hi]]
+            sel = order[indptr[lo] : indptr[hi]]
             parts.append(({"u": u[sel], "i": i[sel], "y": y[sel], "val": val[sel]}, int(lo), int(hi)))
         out[side] = parts
     return out
@@ -138,8 +139,10 @@ def _split(rows, start, held_out, cuts, share, seed) -> dict:
     out = {}
     for side, own in (("user", rows["u"]), ("item", rows["i"])):
         part = np.searchsorted(cuts[side], own, side="right") - 1
-        out[side] = [{"u": rows["u"][sel], "i": rows["i"][sel], "y": rows["y"][sel], "val": val[sel]}
-                     for sel in (np.flatnonzero(part == p) for p in range(len(cuts[side]) - 1))]
+        out[side] = [
+            {"u": rows["u"][sel], "i": rows["i"][sel], "y": rows["y"][sel], "val": val[sel]}
+            for sel in (np.flatnonzero(part == p) for p in range(len(cuts[side]) - 1))
+        ]
     return out
 
 
@@ -154,8 +157,9 @@ def _part(pieces, side) -> dict:
     return {k: v[order] for k, v in cols.items()}
 
 
-def build_parts(mapper, read, chunks: list, n_users: int, n_items: int, n_parts: int, val_fraction: float,
-                seed: int) -> tuple[dict, dict]:
+def build_parts(
+    mapper, read, chunks: list, n_users: int, n_items: int, n_parts: int, val_fraction: float, seed: int
+) -> tuple[dict, dict]:
     """``make_parts`` over the validation flags of ``validation_rows``, built on the workers from ``chunks``
     of a table that ``read`` reads: the caller's process never holds the table, only per-entity counts.
 
@@ -171,8 +175,10 @@ def build_parts(mapper, read, chunks: list, n_users: int, n_items: int, n_parts:
     cu, ci = sum(c[1] for c in counts), sum(c[2] for c in counts)
     n = int(cu.sum())
     if n == 0:
-        raise InputError("no rating of the training table has both a user and an item with features; check that "
-                         "the ratings' ids match the feature tables' 'user' and 'item' columns")
+        raise InputError(
+            "no rating of the training table has both a user and an item with features; check that "
+            "the ratings' ids match the feature tables' 'user' and 'item' columns"
+        )
     cuts = {}
     for side, count in (("user", cu), ("item", ci)):
         indptr = np.concatenate([[0], np.cumsum(count)])
@@ -185,8 +191,9 @@ def build_parts(mapper, read, chunks: list, n_users: int, n_items: int, n_parts:
     held_out = np.random.Generator(bits).random(n_users) < val_fraction * COLD_SHARE
     starts = np.concatenate([[0], np.cumsum(n_read)[:-1]]).astype(int)
     held_h = put_one(mapper, held_out, broadcast=True)
-    split = mapper.persist(_split, [(r, int(s), held_h, cuts, val_fraction, seed) for r, s in zip(loaded, starts)],
-                           name="gammli-split")
+    split = mapper.persist(
+        _split, [(r, int(s), held_h, cuts, val_fraction, seed) for r, s in zip(loaded, starts)], name="gammli-split"
+    )
     sides = {}
     for side in ("user", "item"):
         sides[side] = []
@@ -214,40 +221,81 @@ def select(mapper, parts, intercept: Term, mains, pairs, Xu, Xi, n_rows, cfg: Co
     settings (names and numbers only, so a rerun can resume after it)."""
     t = time.perf_counter()
     g1, g2 = [], []  # squared loss: each stage's Gram, shared by its smoothing choice and its joint fit
-    sm1 = cfg.smooth if cfg.smooth is not None else choose_smooth(mapper, parts, [intercept] + mains, Additive(),
-                                                                  cfg.task, g1)
+    sm1 = (
+        cfg.smooth
+        if cfg.smooth is not None
+        else choose_smooth(mapper, parts, [intercept] + mains, Additive(), cfg.task, g1)
+    )
     s1 = select_terms(mapper, parts, mains, Additive(), cfg.task, sm1, intercept=intercept, grams=g1)
     seconds["stage1"] = time.perf_counter() - t
     log(f"stage 1 (smooth {sm1:g}): kept {len(s1['kept'])} of {len(mains)} main effects: {s1['kept']}")
 
     t = time.perf_counter()
     candidates, screened = screen_pairs(mapper, parts, pairs, s1["fitted"], cfg.task, sm1, cfg.max_pairs)
-    sm2 = sm1 if cfg.smooth is not None or not candidates else choose_smooth(mapper, parts, candidates,
-                                                                             s1["fitted"], cfg.task, g2)
-    s2 = (select_terms(mapper, parts, candidates, s1["fitted"], cfg.task, sm2, grams=g2) if candidates
-          else {"fitted": Additive(), "ranking": {}, "kept": [], "val_loss": []})
+    sm2 = (
+        sm1
+        if cfg.smooth is not None or not candidates
+        else choose_smooth(mapper, parts, candidates, s1["fitted"], cfg.task, g2)
+    )
+    s2 = (
+        select_terms(mapper, parts, candidates, s1["fitted"], cfg.task, sm2, grams=g2)
+        if candidates
+        else {"fitted": Additive(), "ranking": {}, "kept": [], "val_loss": []}
+    )
     seconds["stage2"] = time.perf_counter() - t
     log(f"stage 2 (smooth {sm2:g}): kept {len(s2['kept'])} of {len(pairs)} interactions: {s2['kept']}")
 
     t = time.perf_counter()
     table = grid_table(mapper, parts, n_rows)
-    grid = grid_search(mapper, table, s1["fitted"].plus(s2["fitted"]), Xu, Xi, cfg.task, cfg.rank, cfg.seed,
-                       cfg.grid_rounds, cfg.K, cfg.L, cfg.lam)
+    grid = grid_search(
+        mapper,
+        table,
+        s1["fitted"].plus(s2["fitted"]),
+        Xu,
+        Xi,
+        cfg.task,
+        cfg.rank,
+        cfg.seed,
+        cfg.grid_rounds,
+        cfg.K,
+        cfg.L,
+        cfg.lam,
+    )
     del table
     seconds["grid"] = time.perf_counter() - t
-    return {"smooth": [sm1, sm2], "stage1": {k: s1[k] for k in ("ranking", "kept", "val_loss")},
-            "stage2": {"screened": screened, **{k: s2[k] for k in ("ranking", "kept", "val_loss")}},
-            "grid": {"K": int(grid["K"]), "L": int(grid["L"]), "lam": float(grid["lam"]), "grid": grid["grid"]}}
+    return {
+        "smooth": [sm1, sm2],
+        "stage1": {k: s1[k] for k in ("ranking", "kept", "val_loss")},
+        "stage2": {"screened": screened, **{k: s2[k] for k in ("ranking", "kept", "val_loss")}},
+        "grid": {"K": int(grid["K"]), "L": int(grid["L"]), "lam": float(grid["lam"]), "grid": grid["grid"]},
+    }
 
 
-def fit_gammli(users: FeatureTable, items: FeatureTable, u: np.ndarray, i: np.ndarray, y: np.ndarray,
-               cfg: Config = Config(), mapper=None, log=print) -> GAMMLIModel:
+def fit_gammli(
+    users: FeatureTable,
+    items: FeatureTable,
+    u: np.ndarray,
+    i: np.ndarray,
+    y: np.ndarray,
+    cfg: Config = Config(),
+    mapper=None,
+    log=print,
+) -> GAMMLIModel:
     """Fit GAMMLI to ratings/labels ``y`` of the pairs (u, i) (rows of the feature tables)."""
     return fit_gammli_chunks(users, items, Rows(u, i, y), [None], cfg, mapper, log)
 
 
-def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: list, cfg: Config = Config(),
-                      mapper=None, log=print, gather: bool = True, checkpoints=NoCheckpoints()) -> GAMMLIModel:
+def fit_gammli_chunks(
+    users: FeatureTable,
+    items: FeatureTable,
+    read,
+    chunks: list,
+    cfg: Config = Config(),
+    mapper=None,
+    log=print,
+    gather: bool = True,
+    checkpoints=NO_CHECKPOINTS,
+) -> GAMMLIModel:
     """Fit GAMMLI to the table that ``read(chunk)`` gives as (u, i, y) chunk by chunk (``RatingsFile`` reads
     a file's chunks on the workers); rows whose user or item has no features are left out.
 
@@ -260,11 +308,14 @@ def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: li
     fu, fi = encode_features(users), encode_features(items)
     mains, pairs = candidate_terms(users, items, fu, fi)
     t = time.perf_counter()
-    sides, rows_info = build_parts(mapper, read, chunks, len(users), len(items), cfg.n_parts, cfg.val_fraction,
-                                   cfg.seed)
+    sides, rows_info = build_parts(
+        mapper, read, chunks, len(users), len(items), cfg.n_parts, cfg.val_fraction, cfg.seed
+    )
     seconds["parts"] = time.perf_counter() - t
-    log(f"parts: {rows_info['n']:,} training rows in {len(chunks)} chunk(s), {len(sides['user'])} user and "
-        f"{len(sides['item'])} item parts ({rows_info['n_read'] - rows_info['n']:,} rows without features left out)")
+    log(
+        f"parts: {rows_info['n']:,} training rows in {len(chunks)} chunk(s), {len(sides['user'])} user and "
+        f"{len(sides['item'])} item parts ({rows_info['n_read'] - rows_info['n']:,} rows without features left out)"
+    )
     parts = [p for p, _, _ in sides["user"]]
     intercept = Term(INTERCEPT, "intercept")
     Xu, Xi = cluster_matrix(users, fu), cluster_matrix(items, fi)  # what the K-means clusters are made of
@@ -292,9 +343,26 @@ def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: li
     t = time.perf_counter()
     _, gu = clusters(Xu, K, cfg.seed)
     _, gi = clusters(Xi, L, cfg.seed)
-    additive, D_back, lat, backfit_sweeps = fit_backfitted(mapper, parts, sides, additive, smooth, cfg.task, "all", gu,
-                                                           gi, K, L, lam, cfg.rank, cfg.seed, cfg.backfit, cfg.tol,
-                                                           cfg.max_sweeps, grams)
+    additive, D_back, lat, backfit_sweeps = fit_backfitted(
+        mapper,
+        parts,
+        sides,
+        additive,
+        smooth,
+        cfg.task,
+        "all",
+        gu,
+        gi,
+        K,
+        L,
+        lam,
+        cfg.rank,
+        cfg.seed,
+        cfg.backfit,
+        cfg.tol,
+        cfg.max_sweeps,
+        grams,
+    )
     D_add = D_add if D_back is None else D_back
     if backfit_sweeps:
         log(f"backfitting: {cfg.backfit} rounds, {backfit_sweeps} warm sweeps")
@@ -308,13 +376,44 @@ def fit_gammli_chunks(users: FeatureTable, items: FeatureTable, read, chunks: li
     total = sum(D.values()) or 1.0
     ir = {k: v / total for k, v in sorted(D.items(), key=lambda kv: -kv[1])}
     seconds = {k: round(v, 3) for k, v in seconds.items()} | {"total": round(time.perf_counter() - t0, 3)}
-    info = {"K": K, "L": L, "lam": lam, "rank": cfg.rank, "smooth": {"main": sm1, "interaction": sm2}, "ir": ir,
-            "seconds": seconds,
-            "stage1": s1, "stage2": s2, "grid": grid["grid"], "sweeps": lat["sweeps"], "backfit_sweeps": backfit_sweeps,
-            "relative_change": lat["change"], "resumed": resumed,
-            "n_train": rows_info["n"], "dropped_train": rows_info["n_read"] - rows_info["n"],
-            "n_val": rows_info["n_val"], "flow_peak_rss_mib": peak_rss_mib()}
+    info = {
+        "K": K,
+        "L": L,
+        "lam": lam,
+        "rank": cfg.rank,
+        "smooth": {"main": sm1, "interaction": sm2},
+        "ir": ir,
+        "seconds": seconds,
+        "stage1": s1,
+        "stage2": s2,
+        "grid": grid["grid"],
+        "sweeps": lat["sweeps"],
+        "backfit_sweeps": backfit_sweeps,
+        "relative_change": lat["change"],
+        "resumed": resumed,
+        "n_train": rows_info["n"],
+        "dropped_train": rows_info["n_read"] - rows_info["n"],
+        "n_val": rows_info["n_val"],
+        "flow_peak_rss_mib": peak_rss_mib(),
+    }
     seen_u, seen_i = rows_info["seen_u"], rows_info["seen_i"]
-    return GAMMLIModel(cfg.task, users, items, {"user": fu, "item": fi}, additive, lat["U"], lat["V"],
-                       lat["U_group"], lat["V_group"], gu, gi, lam, RIDGE_SHARE * lam, train, seen_u, seen_i,
-                       info, train_parts=None if gather else user_parts)
+    return GAMMLIModel(
+        cfg.task,
+        users,
+        items,
+        {"user": fu, "item": fi},
+        additive,
+        lat["U"],
+        lat["V"],
+        lat["U_group"],
+        lat["V_group"],
+        gu,
+        gi,
+        lam,
+        RIDGE_SHARE * lam,
+        train,
+        seen_u,
+        seen_i,
+        info,
+        train_parts=None if gather else user_parts,
+    )

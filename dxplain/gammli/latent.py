@@ -33,6 +33,7 @@ from .additive import fit_groups, put_one, reduce_in_order, rows
 # attained: on the classification simulation the factors drifted to U → 0, V → ∞ without converging.
 RIDGE_SHARE = 0.01
 
+
 def residual(task: str, y: np.ndarray, eta: np.ndarray) -> np.ndarray:
     """What stage 3 fits: y − η (squared loss) or the boosting residual 2(y − σ(η)) (logistic)."""
     return y - eta if task == "regression" else 2.0 * (y - G.sigmoid(eta))
@@ -45,31 +46,54 @@ def latent_part(part: dict, side: str, lo: int, hi: int, base, task: str, use: s
     order = np.lexsort((other, own))
     u, i, y, own, other = u[order], i[order], y[order], own[order], other[order]
     indptr = np.searchsorted(own - lo, np.arange(hi - lo + 1)).astype(np.int64)
-    return {"indptr": indptr, "cols": other.astype(np.int64), "m": residual(task, y, base.eta(u, i)),
-            "w": np.ones(len(u)), "lo": lo, "hi": hi}
+    return {
+        "indptr": indptr,
+        "cols": other.astype(np.int64),
+        "m": residual(task, y, base.eta(u, i)),
+        "w": np.ones(len(u)),
+        "lo": lo,
+        "hi": hi,
+    }
 
 
 def _moments(p, F, lam, groups, n_groups):
-    return G.group_moments(p["indptr"], p["cols"], p["m"], p["w"], F, lam, RIDGE_SHARE * lam,
-                           groups[p["lo"]:p["hi"]], n_groups)
+    return G.group_moments(
+        p["indptr"], p["cols"], p["m"], p["w"], F, lam, RIDGE_SHARE * lam, groups[p["lo"] : p["hi"]], n_groups
+    )
 
 
 def _rows(p, F, lam, groups, means):
-    return G.group_rows(p["indptr"], p["cols"], p["m"], p["w"], F, lam, RIDGE_SHARE * lam, groups[p["lo"]:p["hi"]],
-                        means)
+    return G.group_rows(
+        p["indptr"], p["cols"], p["m"], p["w"], F, lam, RIDGE_SHARE * lam, groups[p["lo"] : p["hi"]], means
+    )
 
 
 def half_step(mapper, parts, F: np.ndarray, lam: float, groups_h, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
     """The exact minimiser over one side's factors given the other side's ``F``; and its cluster means."""
     F_h = put_one(mapper, F)
-    S, t, counts = reduce_in_order(mapper.imap(_moments, [(p, F_h, lam, groups_h, n_groups) for p in parts],
-                                               name="gammli-moments"), lambda a, b: tuple(x + y for x, y in zip(a, b)))
+    S, t, counts = reduce_in_order(
+        mapper.imap(_moments, [(p, F_h, lam, groups_h, n_groups) for p in parts], name="gammli-moments"),
+        lambda a, b: tuple(x + y for x, y in zip(a, b)),
+    )
     means = G.group_means(S, t, counts, lam)
     return np.vstack(mapper.map(_rows, [(p, F_h, lam, groups_h, means) for p in parts], name="gammli-rows")), means
 
 
-def group_als(mapper, user_parts, item_parts, gu: np.ndarray, gi: np.ndarray, K: int, L: int, lam: float,
-              rank: int, seed: int = 0, tol: float = 1e-10, max_sweeps: int = 500, init=None) -> dict:
+def group_als(
+    mapper,
+    user_parts,
+    item_parts,
+    gu: np.ndarray,
+    gi: np.ndarray,
+    K: int,
+    L: int,
+    lam: float,
+    rank: int,
+    seed: int = 0,
+    tol: float = 1e-10,
+    max_sweeps: int = 500,
+    init=None,
+) -> dict:
     """Alternate exact half-steps (items, then users) until the largest factor change is ≤ tol·scale."""
     rng = np.random.default_rng(seed)
     U = rng.normal(scale=0.1, size=(len(gu), rank)) if init is None else init[0]
@@ -87,13 +111,18 @@ def group_als(mapper, user_parts, item_parts, gu: np.ndarray, gi: np.ndarray, K:
     return {"U": U, "V": V, "U_group": Ut, "V_group": Vt, "sweeps": sweeps, "change": float(change / scale)}
 
 
-def fit_latent(mapper, parts_by_side: dict, base, task, use, gu, gi, K, L, lam, rank, seed=0, tol=1e-10,
-               max_sweeps=500, init=None) -> dict:
+def fit_latent(
+    mapper, parts_by_side: dict, base, task, use, gu, gi, K, L, lam, rank, seed=0, tol=1e-10, max_sweeps=500, init=None
+) -> dict:
     """Stage 3 on the residuals of ``base`` over ``use`` rows; ``parts_by_side[side]`` = [(part, lo, hi)].
     Returns the factors, the cluster means, and the persisted parts (for the training residuals)."""
     base_h = put_one(mapper, base, broadcast=True)
-    lp = {side: mapper.persist(latent_part, [(p, side, lo, hi, base_h, task, use) for p, lo, hi in ps],
-                               name=f"gammli-latent-{side}") for side, ps in parts_by_side.items()}
+    lp = {
+        side: mapper.persist(
+            latent_part, [(p, side, lo, hi, base_h, task, use) for p, lo, hi in ps], name=f"gammli-latent-{side}"
+        )
+        for side, ps in parts_by_side.items()
+    }
     fit = group_als(mapper, lp["user"], lp["item"], gu, gi, K, L, lam, rank, seed, tol, max_sweeps, init)
     fit["parts"] = lp
     return fit
@@ -116,8 +145,26 @@ class LatentOffset:
         return np.einsum("nk,nk->n", self.U[u], self.V[i])
 
 
-def fit_backfitted(mapper, parts, parts_by_side: dict, additive, smooth, task, use, gu, gi, K, L, lam, rank, seed,
-                   rounds: int, tol: float, max_sweeps: int, grams: list | None = None) -> tuple:
+def fit_backfitted(
+    mapper,
+    parts,
+    parts_by_side: dict,
+    additive,
+    smooth,
+    task,
+    use,
+    gu,
+    gi,
+    K,
+    L,
+    lam,
+    rank,
+    seed,
+    rounds: int,
+    tol: float,
+    max_sweeps: int,
+    grams: list | None = None,
+) -> tuple:
     """Stage 3 after ``rounds`` of backfitting; (additive, its D per term or None if unchanged, latent fit,
     the rounds' sweeps).
 
@@ -131,11 +178,26 @@ def fit_backfitted(mapper, parts, parts_by_side: dict, additive, smooth, task, u
     for r in range(rounds + 1):
         last = r == rounds
         if lat is not None:
-            (additive,), (D,) = fit_groups(mapper, parts, [additive.terms], LatentOffset(lat["U"], lat["V"]), task,
-                                           smooth, use=use, grams=grams)
-        lat = fit_latent(mapper, parts_by_side, additive, task, use, gu, gi, K, L, lam, rank, seed,
-                         tol if last else BACKFIT_TOL, max_sweeps if last else min(BACKFIT_SWEEPS, max_sweeps),
-                         init=None if lat is None else (lat["U"], lat["V"]))
+            (additive,), (D,) = fit_groups(
+                mapper, parts, [additive.terms], LatentOffset(lat["U"], lat["V"]), task, smooth, use=use, grams=grams
+            )
+        lat = fit_latent(
+            mapper,
+            parts_by_side,
+            additive,
+            task,
+            use,
+            gu,
+            gi,
+            K,
+            L,
+            lam,
+            rank,
+            seed,
+            tol if last else BACKFIT_TOL,
+            max_sweeps if last else min(BACKFIT_SWEEPS, max_sweeps),
+            init=None if lat is None else (lat["U"], lat["V"]),
+        )
         if not last:
             sweeps.append(lat["sweeps"])
     return additive, D, lat, sweeps
@@ -167,8 +229,13 @@ def write_training_residuals(mapper, user_parts, U, V, lam, folder) -> int:
     """``training_residuals`` written by the tasks that hold the parts, one file each (``io.features``); the
     number of files."""
     UV_h = put_one(mapper, (U, V), broadcast=True)
-    return len(mapper.map(_write_residuals, [(p, UV_h, lam, str(folder), n) for n, p in enumerate(user_parts)],
-                          name="gammli-write-residuals"))
+    return len(
+        mapper.map(
+            _write_residuals,
+            [(p, UV_h, lam, str(folder), n) for n, p in enumerate(user_parts)],
+            name="gammli-write-residuals",
+        )
+    )
 
 
 def _latent_moments(p, UV):
@@ -190,6 +257,7 @@ def latent_variance(mapper, user_parts, U, V) -> float:
     """The sample variance of ⟨U_u, V_i⟩ over the training rows (the latent part's D in the IR), reduced
     over the parts rather than gathered."""
     UV_h = put_one(mapper, (U, V), broadcast=True)
-    n, _, m2 = reduce_in_order(mapper.imap(_latent_moments, [(p, UV_h) for p in user_parts],
-                                           name="gammli-latent-moments"), _merge_moments)
+    n, _, m2 = reduce_in_order(
+        mapper.imap(_latent_moments, [(p, UV_h) for p in user_parts], name="gammli-latent-moments"), _merge_moments
+    )
     return float(m2 / max(n - 1, 1))

@@ -24,8 +24,12 @@ def evaluate_pairs(model, u, i, y) -> dict:
     main = scores(model.task, y, eta)
     if model.task == "classification":
         main.pop("rmse")
-    out = {**main, "n_test": int(len(y)), "n_cold": int(cold.sum()),
-           "rmse_cold": scores(model.task, y[cold], eta[cold]).get("rmse")}
+    out = {
+        **main,
+        "n_test": int(len(y)),
+        "n_cold": int(cold.sum()),
+        "rmse_cold": scores(model.task, y[cold], eta[cold]).get("rmse"),
+    }
     out["warm"] = scores(model.task, y[~cold], eta[~cold])
     out["cold"] = scores(model.task, y[cold], eta[cold])
     return out

@@ -31,8 +31,7 @@ INTERCEPT, LATENT = "intercept", "latent"
 
 def entity_bases(ft: FeatureTable, features: list[Feature], n_basis: int) -> dict[str, np.ndarray]:
     """Basis rows of every entity per feature, plus the all-zero row of an entity without features."""
-    return {f.label: np.vstack([f.basis(column(ft, f), n_basis), np.zeros((1, f.size(n_basis)))])
-            for f in features}
+    return {f.label: np.vstack([f.basis(column(ft, f), n_basis), np.zeros((1, f.size(n_basis)))]) for f in features}
 
 
 def candidate_terms(users: FeatureTable, items: FeatureTable, fu: list[Feature], fi: list[Feature]):
@@ -53,9 +52,11 @@ def index_pairs(users: FeatureTable, items: FeatureTable, user_ids, item_ids, co
         missing = idx < 0
         if missing.any() and not cold_start_missing:
             first = ids[int(np.flatnonzero(missing)[0])].as_py()
-            raise InputError(f"{int(missing.sum())} pair(s) have a {side} without a row in the {side} feature "
-                             f"table (first: {first!r}); add its features, or pass --cold-start-missing to "
-                             "score it as cold with no features")
+            raise InputError(
+                f"{int(missing.sum())} pair(s) have a {side} without a row in the {side} feature "
+                f"table (first: {first!r}); add its features, or pass --cold-start-missing to "
+                "score it as cold with no features"
+            )
         out.append(np.where(missing, len(ft), idx))
     return out[0], out[1]
 
@@ -115,9 +116,15 @@ class GAMMLIModel:
         pred = self.predict(u, i)
         n, T = C.shape
         rep = pa.array(np.repeat(np.arange(n), T))
-        return pa.table({"user": user_ids.take(rep), "item": item_ids.take(rep),
-                         "term": pa.array(np.tile(np.array(names, dtype=object), n).tolist(), pa.string()),
-                         "contribution": C.ravel(), "prediction": np.repeat(pred, T)})
+        return pa.table(
+            {
+                "user": user_ids.take(rep),
+                "item": item_ids.take(rep),
+                "term": pa.array(np.tile(np.array(names, dtype=object), n).tolist(), pa.string()),
+                "contribution": C.ravel(),
+                "prediction": np.repeat(pred, T),
+            }
+        )
 
     # ---- training-data attributions ---------------------------------------------------------------------
     def latent_attributions(self, u, i, top_k: int = 10) -> tuple[dict, dict]:
@@ -131,8 +138,10 @@ class GAMMLIModel:
         gu, gi = np.append(self.gu, -1), np.append(self.gi, -1)
         diag = self.lam + self.mu
         shrink = self.lam / diag
-        summary = {k: np.zeros(len(u)) for k in ("latent", "user_prior", "user_attributions", "item_prior",
-                                                  "item_attributions")}
+        summary = {
+            k: np.zeros(len(u))
+            for k in ("latent", "user_prior", "user_attributions", "item_prior", "item_attributions")
+        }
         top = {k: [] for k in ("pair", "side", "rank", "train_user", "train_item", "residual", "attribution")}
         for n, (a, b) in enumerate(zip(u, i)):
             summary["latent"][n] = U[a] @ V[b]
@@ -140,9 +149,11 @@ class GAMMLIModel:
             Vt = self.V_group[gi[b]] if gi[b] >= 0 else np.zeros(V.shape[1])
             summary["user_prior"][n], summary["item_prior"][n] = shrink * (Ut @ V[b]), shrink * (U[a] @ Vt)
             rows_u = np.arange(uptr[a], uptr[a + 1])
-            rows_i = iorder[iptr[b]:iptr[b + 1]]
-            for side, rr, att in (("user", rows_u, e[rows_u] * (V[ti[rows_u]] @ V[b]) / diag),
-                                  ("item", rows_i, e[rows_i] * (U[tu[rows_i]] @ U[a]) / diag)):
+            rows_i = iorder[iptr[b] : iptr[b + 1]]
+            for side, rr, att in (
+                ("user", rows_u, e[rows_u] * (V[ti[rows_u]] @ V[b]) / diag),
+                ("item", rows_i, e[rows_i] * (U[tu[rows_i]] @ U[a]) / diag),
+            ):
                 summary[f"{side}_attributions"][n] = att.sum()
                 best = np.argsort(-np.abs(att), kind="stable")[:top_k]
                 top["pair"] += [n] * len(best)
@@ -158,33 +169,53 @@ class GAMMLIModel:
         s, t = self.latent_attributions(u, i, top_k)
         latent = pa.table({"user": user_ids, "item": item_ids, **s})
         pair = pa.array(np.asarray(t["pair"], dtype=np.int64))
-        attributions = pa.table({
-            "user": user_ids.take(pair), "item": item_ids.take(pair), "side": pa.array(t["side"], pa.string()),
-            "rank": pa.array(t["rank"], pa.int32()),
-            "train_user": self.users.ids.take(pa.array(np.asarray(t["train_user"], dtype=np.int64))),
-            "train_item": self.items.ids.take(pa.array(np.asarray(t["train_item"], dtype=np.int64))),
-            "residual": pa.array(t["residual"], pa.float64()), "attribution": pa.array(t["attribution"], pa.float64())})
+        attributions = pa.table(
+            {
+                "user": user_ids.take(pair),
+                "item": item_ids.take(pair),
+                "side": pa.array(t["side"], pa.string()),
+                "rank": pa.array(t["rank"], pa.int32()),
+                "train_user": self.users.ids.take(pa.array(np.asarray(t["train_user"], dtype=np.int64))),
+                "train_item": self.items.ids.take(pa.array(np.asarray(t["train_item"], dtype=np.int64))),
+                "residual": pa.array(t["residual"], pa.float64()),
+                "attribution": pa.array(t["attribution"], pa.float64()),
+            }
+        )
         return {"latent": latent, "attributions": attributions}
 
     # ---- storage ---------------------------------------------------------------------------------------
     def to_arrays(self) -> tuple[dict, dict]:
         """(arrays, meta) for ``io.features.save_model``; the training residuals go in the arrays when they
         were gathered (else the flow writes them as ``train/`` parts and sets ``meta["train_parts"]``)."""
-        arrays = {"U": self.U, "V": self.V, "U_group": self.U_group, "V_group": self.V_group, "gu": self.gu,
-                  "gi": self.gi, "seen_u": self.seen_u, "seen_i": self.seen_i}
+        arrays = {
+            "U": self.U,
+            "V": self.V,
+            "U_group": self.U_group,
+            "V_group": self.V_group,
+            "gu": self.gu,
+            "gi": self.gi,
+            "seen_u": self.seen_u,
+            "seen_i": self.seen_i,
+        }
         if self.train is not None:
             arrays.update({f"train_{k}": v for k, v in self.train.items()})
         terms = []
         for n, (t, c) in enumerate(zip(self.additive.terms, self.additive.coefs)):
             arrays[f"coef_{n}"] = c
             terms.append({"name": t.name, "kind": t.kind})
-        meta = {"task": self.task, "lam": self.lam, "mu": self.mu, "terms": terms, "info": self.info,
-                "features": {s: [f.to_json() for f in fs] for s, fs in self.features.items()},
-                "categorical": {"user": list(self.users.categorical), "item": list(self.items.categorical)}}
+        meta = {
+            "task": self.task,
+            "lam": self.lam,
+            "mu": self.mu,
+            "terms": terms,
+            "info": self.info,
+            "features": {s: [f.to_json() for f in fs] for s, fs in self.features.items()},
+            "categorical": {"user": list(self.users.categorical), "item": list(self.items.categorical)},
+        }
         return arrays, meta
 
     @classmethod
-    def from_arrays(cls, arrays: dict, meta: dict, users: FeatureTable, items: FeatureTable) -> "GAMMLIModel":
+    def from_arrays(cls, arrays: dict, meta: dict, users: FeatureTable, items: FeatureTable) -> GAMMLIModel:
         features = {s: [Feature.from_json(d) for d in fs] for s, fs in meta["features"].items()}
         mains, pairs = candidate_terms(users, items, features["user"], features["item"])
         by_name = {t.name: t for t in mains + pairs}
@@ -192,8 +223,25 @@ class GAMMLIModel:
         terms = [by_name[t["name"]] for t in meta["terms"]]
         additive = Additive(terms, [arrays[f"coef_{n}"] for n in range(len(terms))])
         # The residuals are read per set of pairs (``io.features.read_training_rows``) unless kept inline.
-        train = ({"u": arrays["train_u"], "i": arrays["train_i"], "e": arrays["train_e"]} if "train_u" in arrays
-                 else None)
-        return cls(meta["task"], users, items, features, additive, arrays["U"], arrays["V"], arrays["U_group"],
-                   arrays["V_group"], arrays["gu"], arrays["gi"], meta["lam"], meta["mu"], train, arrays["seen_u"],
-                   arrays["seen_i"], meta["info"])
+        train = (
+            {"u": arrays["train_u"], "i": arrays["train_i"], "e": arrays["train_e"]} if "train_u" in arrays else None
+        )
+        return cls(
+            meta["task"],
+            users,
+            items,
+            features,
+            additive,
+            arrays["U"],
+            arrays["V"],
+            arrays["U_group"],
+            arrays["V_group"],
+            arrays["gu"],
+            arrays["gi"],
+            meta["lam"],
+            meta["mu"],
+            train,
+            arrays["seen_u"],
+            arrays["seen_i"],
+            meta["info"],
+        )

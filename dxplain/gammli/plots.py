@@ -31,8 +31,9 @@ def _points(f: Feature, n: int) -> tuple[list[str], np.ndarray]:
 
 
 def effect_tables(model: GAMMLIModel) -> dict[str, pa.Table]:
-    feats = {f.label: (f, model.users if f.side == "user" else model.items)
-             for fs in model.features.values() for f in fs}
+    feats = {
+        f.label: (f, model.users if f.side == "user" else model.items) for fs in model.features.values() for f in fs
+    }
     shapes = {k: [] for k in ("term", "x", "x_value", "value", "density")}
     inter = {k: [] for k in ("term", "x", "z", "value")}
     for t, c in zip(model.additive.terms, model.additive.coefs):
@@ -61,15 +62,34 @@ def effect_tables(model: GAMMLIModel) -> dict[str, pa.Table]:
             inter["value"] += H.ravel().tolist()
     M = model.U_group @ model.V_group.T
     K, L = M.shape
-    groups = pa.table({"user_group": np.repeat(np.arange(K), L), "item_group": np.tile(np.arange(L), K),
-                       "value": M.ravel(), "user_group_size": np.repeat(np.bincount(model.gu, minlength=K), L),
-                       "item_group_size": np.tile(np.bincount(model.gi, minlength=L), K)})
-    return {"shapes": pa.table(shapes, schema=pa.schema([("term", pa.string()), ("x", pa.string()),
-                                                          ("x_value", pa.float64()), ("value", pa.float64()),
-                                                          ("density", pa.float64())])),
-            "interactions": pa.table(inter, schema=pa.schema([("term", pa.string()), ("x", pa.string()),
-                                                              ("z", pa.string()), ("value", pa.float64())])),
-            "groups": groups}
+    groups = pa.table(
+        {
+            "user_group": np.repeat(np.arange(K), L),
+            "item_group": np.tile(np.arange(L), K),
+            "value": M.ravel(),
+            "user_group_size": np.repeat(np.bincount(model.gu, minlength=K), L),
+            "item_group_size": np.tile(np.bincount(model.gi, minlength=L), K),
+        }
+    )
+    return {
+        "shapes": pa.table(
+            shapes,
+            schema=pa.schema(
+                [
+                    ("term", pa.string()),
+                    ("x", pa.string()),
+                    ("x_value", pa.float64()),
+                    ("value", pa.float64()),
+                    ("density", pa.float64()),
+                ]
+            ),
+        ),
+        "interactions": pa.table(
+            inter,
+            schema=pa.schema([("term", pa.string()), ("x", pa.string()), ("z", pa.string()), ("value", pa.float64())]),
+        ),
+        "groups": groups,
+    }
 
 
 def _png(fig, plt) -> bytes:
@@ -93,6 +113,7 @@ def plot_pngs(tables: dict[str, pa.Table], ir: dict[str, float]) -> dict[str, by
     """File name → PNG bytes: one per main effect and interaction, the IR bars and the group heatmap."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -124,8 +145,8 @@ def plot_pngs(tables: dict[str, pa.Table], ir: dict[str, float]) -> dict[str, by
         fig.colorbar(im, ax=ax)
         a, b = term.split(" x ")
         ax.set(title=f"{term} (IR {100 * ir.get(term, 0):.1f}%)", ylabel=a, xlabel=b)
-        ax.set_yticks(range(0, len(xs), max(1, len(xs) // 6)), xs[::max(1, len(xs) // 6)], fontsize=6)
-        ax.set_xticks(range(0, len(zs), max(1, len(zs) // 6)), zs[::max(1, len(zs) // 6)], fontsize=6)
+        ax.set_yticks(range(0, len(xs), max(1, len(xs) // 6)), xs[:: max(1, len(xs) // 6)], fontsize=6)
+        ax.set_xticks(range(0, len(zs), max(1, len(zs) // 6)), zs[:: max(1, len(zs) // 6)], fontsize=6)
         out[f"interaction_{_safe(term)}.png"] = _png(fig, plt)
     fig, ax = plt.subplots(figsize=(6, 0.3 * len(ir) + 1))
     names = list(ir)[::-1]

@@ -70,8 +70,20 @@ def _axis(lo, hi, center, log_step, integer):
     return sorted(set(float(v) for v in vals))
 
 
-def grid_search(mapper, table, base, Xu, Xi, task: str, rank: int, seed: int = 0, rounds: int = 2,
-                K: int | None = None, L: int | None = None, lam: float | None = None) -> dict:
+def grid_search(
+    mapper,
+    table,
+    base,
+    Xu,
+    Xi,
+    task: str,
+    rank: int,
+    seed: int = 0,
+    rounds: int = 2,
+    K: int | None = None,
+    L: int | None = None,
+    lam: float | None = None,
+) -> dict:
     """Best (K, L, λ) by validation loss over ``rounds`` coarse-to-fine rounds; a given value is held fixed."""
     if not mapper.map(n_validation, [(table,)], name="gammli-grid-val")[0]:
         raise InputError("the validation split is empty; raise --val-fraction (e.g. 0.1) or give more interactions")
@@ -81,20 +93,35 @@ def grid_search(mapper, table, base, Xu, Xi, task: str, rank: int, seed: int = 0
             raise InputError(f"--{name} {v}: larger than the {n} {side} in the feature table; give at most {n}")
     hi_k, hi_l = min(K_MAX, nu), min(K_MAX, ni)
     center = {"K": np.sqrt(2 * hi_k), "L": np.sqrt(2 * hi_l), "lam": np.sqrt(LAM_RANGE[0] * LAM_RANGE[1])}
-    step = {"K": np.log(hi_k / 2) / 2 if hi_k > 2 else 0.0, "L": np.log(hi_l / 2) / 2 if hi_l > 2 else 0.0,
-            "lam": np.log(LAM_RANGE[1] / LAM_RANGE[0]) / 2}
-    h = {"table": table, "base": put_one(mapper, base, broadcast=True),
-         "Xu": put_one(mapper, Xu, broadcast=True), "Xi": put_one(mapper, Xi, broadcast=True)}
+    step = {
+        "K": np.log(hi_k / 2) / 2 if hi_k > 2 else 0.0,
+        "L": np.log(hi_l / 2) / 2 if hi_l > 2 else 0.0,
+        "lam": np.log(LAM_RANGE[1] / LAM_RANGE[0]) / 2,
+    }
+    h = {
+        "table": table,
+        "base": put_one(mapper, base, broadcast=True),
+        "Xu": put_one(mapper, Xu, broadcast=True),
+        "Xi": put_one(mapper, Xi, broadcast=True),
+    }
     history, best = [], None
     for _ in range(rounds):
         Ks = [K] if K else _axis(min(2, hi_k), hi_k, center["K"], step["K"], True)
         Ls = [L] if L else _axis(min(2, hi_l), hi_l, center["L"], step["L"], True)
         lams = [lam] if lam else _axis(*LAM_RANGE, center["lam"], step["lam"], False)
-        points = [p for p in itertools.product(Ks, Ls, lams) if (int(p[0]), int(p[1]), p[2]) not in
-                  {(h_["K"], h_["L"], h_["lam"]) for h_ in history}]
-        losses = mapper.map(_grid_point, [(h["table"], h["base"], h["Xu"], h["Xi"], int(k), int(l), lm, rank, seed,
-                                           task, GRID_SWEEPS) for k, l, lm in points],
-                           name="gammli-grid")
+        points = [
+            p
+            for p in itertools.product(Ks, Ls, lams)
+            if (int(p[0]), int(p[1]), p[2]) not in {(h_["K"], h_["L"], h_["lam"]) for h_ in history}
+        ]
+        losses = mapper.map(
+            _grid_point,
+            [
+                (h["table"], h["base"], h["Xu"], h["Xi"], int(k), int(l), lm, rank, seed, task, GRID_SWEEPS)
+                for k, l, lm in points
+            ],
+            name="gammli-grid",
+        )
         history += [{"K": int(k), "L": int(l), "lam": lm, "val_loss": v} for (k, l, lm), v in zip(points, losses)]
         best = min(history, key=lambda r: (r["val_loss"], r["K"], r["L"], r["lam"]))
         center = {"K": best["K"], "L": best["L"], "lam": best["lam"]}

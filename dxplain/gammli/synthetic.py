@@ -35,15 +35,26 @@ def entities(rng, n_users: int, n_items: int, groups: int = 10) -> dict:
     """Features x, z in [0, 1], latent vectors u, v in [−1, 1] and the blob of every user and item."""
     A, gu = _blobs(rng, n_users, groups)
     B, gi = _blobs(rng, n_items, groups)
-    return {"x": _scale(A[:, :5], 0, 1), "uu": _scale(A[:, 5:], -1, 1), "z": _scale(B[:, :5], 0, 1),
-            "vv": _scale(B[:, 5:], -1, 1), "user_groups": gu, "item_groups": gi}
+    return {
+        "x": _scale(A[:, :5], 0, 1),
+        "uu": _scale(A[:, 5:], -1, 1),
+        "z": _scale(B[:, :5], 0, 1),
+        "vv": _scale(B[:, 5:], -1, 1),
+        "user_groups": gu,
+        "item_groups": gi,
+    }
 
 
 def noiseless(e: dict, u: np.ndarray, i: np.ndarray) -> np.ndarray:
     """f of eq. 6 at the pairs (u, i)."""
     x, z = e["x"], e["z"]
-    return (5 * x[u, 0] + 5 * z[i, 0] ** 2 + 0.5 * np.exp(-4 * (z[i, 1] + x[u, 2]) + 4)
-            + 5 * np.sin(2 * np.pi * x[u, 1] * z[i, 2]) + 3 * np.einsum("nk,nk->n", e["uu"][u], e["vv"][i]))
+    return (
+        5 * x[u, 0]
+        + 5 * z[i, 0] ** 2
+        + 0.5 * np.exp(-4 * (z[i, 1] + x[u, 2]) + 4)
+        + 5 * np.sin(2 * np.pi * x[u, 1] * z[i, 2])
+        + 3 * np.einsum("nk,nk->n", e["uu"][u], e["vv"][i])
+    )
 
 
 def feature_tables(e: dict) -> tuple[pa.Table, pa.Table]:
@@ -53,8 +64,14 @@ def feature_tables(e: dict) -> tuple[pa.Table, pa.Table]:
     return users, items
 
 
-def eq6(n_users: int = 1000, n_items: int = 1000, missing: float = 0.9, groups: int = 10, seed: int = 0,
-        n_obs: int | None = None) -> dict:
+def eq6(
+    n_users: int = 1000,
+    n_items: int = 1000,
+    missing: float = 0.9,
+    groups: int = 10,
+    seed: int = 0,
+    n_obs: int | None = None,
+) -> dict:
     """Feature tables (pyarrow: ``user``/``item`` + x1..x5 / z1..z5) and arrays u, i, y, f, label, groups."""
     rng = np.random.default_rng(seed)
     e = entities(rng, n_users, n_items, groups)
@@ -68,8 +85,17 @@ def eq6(n_users: int = 1000, n_items: int = 1000, missing: float = 0.9, groups: 
     f = noiseless(e, u, i)
     y = f + rng.normal(size=len(f))
     users, items = feature_tables(e)
-    return {"users": users, "items": items, "u": u, "i": i, "y": y, "f": f, "label": (y > 0.5).astype(float),
-            "user_groups": e["user_groups"], "item_groups": e["item_groups"]}
+    return {
+        "users": users,
+        "items": items,
+        "u": u,
+        "i": i,
+        "y": y,
+        "f": f,
+        "label": (y > 0.5).astype(float),
+        "user_groups": e["user_groups"],
+        "item_groups": e["item_groups"],
+    }
 
 
 def eq6_blocks(n_obs: int, seed: int = 0, block_users: int = 2000, groups: int = 10):

@@ -55,11 +55,17 @@ class Feature:
         return G.difference_penalty(d) if self.kind == "spline" else np.eye(d)
 
     def to_json(self) -> dict:
-        return {"side": self.side, "name": self.name, "kind": self.kind, "lo": self.lo, "hi": self.hi,
-                "levels": list(self.levels)}
+        return {
+            "side": self.side,
+            "name": self.name,
+            "kind": self.kind,
+            "lo": self.lo,
+            "hi": self.hi,
+            "levels": list(self.levels),
+        }
 
     @classmethod
-    def from_json(cls, d: dict) -> "Feature":
+    def from_json(cls, d: dict) -> Feature:
         return cls(d["side"], d["name"], d["kind"], d["lo"], d["hi"], tuple(d["levels"]))
 
 
@@ -164,5 +170,5 @@ class Additive:
     def eta(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
         return self.contributions(u, i).sum(axis=1)
 
-    def plus(self, other: "Additive") -> "Additive":
+    def plus(self, other: Additive) -> Additive:
         return Additive(self.terms + other.terms, self.coefs + other.coefs)

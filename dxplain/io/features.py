@@ -54,13 +54,14 @@ def _is_categorical_type(t: pa.DataType) -> bool:
     return pa.types.is_dictionary(t) or pa.types.is_boolean(t)
 
 
-def features_from_table(table: pa.Table, side: str, categorical: tuple[str, ...] = (), source: str = "") -> FeatureTable:
+def features_from_table(
+    table: pa.Table, side: str, categorical: tuple[str, ...] = (), source: str = ""
+) -> FeatureTable:
     """Validate a feature table and split it into numeric and categorical columns (names in ``categorical``
     that are not columns of this table are left to the caller: they may be the other side's)."""
     source = source or f"{side} features"
     if side not in table.column_names:
-        raise InputError(f"{source}: no {side!r} column (found {table.column_names}); name the key column "
-                         f"{side!r}")
+        raise InputError(f"{source}: no {side!r} column (found {table.column_names}); name the key column {side!r}")
     if table.num_rows == 0:
         raise InputError(f"{source}: the table has no rows; give one row per {side}")
     ids = table.column(side).combine_chunks()
@@ -76,19 +77,25 @@ def features_from_table(table: pa.Table, side: str, categorical: tuple[str, ...]
         t = col.type
         if name in categorical or _is_categorical_type(t):
             if col.null_count:
-                raise InputError(f"{source}: column {name!r} has {col.null_count} missing value(s); fill them "
-                                 "(e.g. with a level 'unknown')")
+                raise InputError(
+                    f"{source}: column {name!r} has {col.null_count} missing value(s); fill them "
+                    "(e.g. with a level 'unknown')"
+                )
             cats[name] = np.array([str(v) for v in col.to_pylist()], dtype=object)
             continue
         if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
-            raise InputError(f"{source}: column {name!r} has type {t}, which is not numeric; declare it with "
-                             f"--categorical {name} or convert it to numbers")
+            raise InputError(
+                f"{source}: column {name!r} has type {t}, which is not numeric; declare it with "
+                f"--categorical {name} or convert it to numbers"
+            )
         x = col.to_numpy(zero_copy_only=False).astype(np.float64)
         bad = ~np.isfinite(x)
         if bad.any():
             first = int(np.flatnonzero(bad)[0])
-            raise InputError(f"{source}: column {name!r} has {int(bad.sum())} NaN, infinite or missing value(s) "
-                             f"(first for {side} {ids[first].as_py()!r}); fill or drop them")
+            raise InputError(
+                f"{source}: column {name!r} has {int(bad.sum())} NaN, infinite or missing value(s) "
+                f"(first for {side} {ids[first].as_py()!r}); fill or drop them"
+            )
         numeric[name] = x
     if not numeric and not cats:
         raise InputError(f"{source}: no feature columns besides {side!r}; give at least one")
@@ -111,8 +118,9 @@ def read_pairs(path: str) -> pa.Table:
     return table
 
 
-def save_model(path: str | Path, arrays: dict[str, np.ndarray], meta: dict, users: FeatureTable,
-               items: FeatureTable) -> dict[str, bytes]:
+def save_model(
+    path: str | Path, arrays: dict[str, np.ndarray], meta: dict, users: FeatureTable, items: FeatureTable
+) -> dict[str, bytes]:
     """The model folder's files as name → bytes (written whole with the rest of ``--out``)."""
     import io
 
@@ -141,18 +149,24 @@ def load_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict, FeatureTa
     when the model kept them in its arrays (``train_u``, ``train_i``, ``train_e``)."""
     path = Path(path)
     if not (path / "meta.json").exists() or not (path / "arrays.npz").exists():
-        raise InputError(f"--model {path}: not a GAMMLI model folder (no meta.json/arrays.npz); give the "
-                         "model/ folder that `dxplain gammli fit --out O` wrote (O/model)")
+        raise InputError(
+            f"--model {path}: not a GAMMLI model folder (no meta.json/arrays.npz); give the "
+            "model/ folder that `dxplain gammli fit --out O` wrote (O/model)"
+        )
     meta = json.loads((path / "meta.json").read_text())
     with np.load(path / "arrays.npz", allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     if "train_u" not in arrays:
         parts = _training_parts(path)
         if len(parts) != meta.get("train_parts"):
-            raise InputError(f"--model {path}: train/ holds {len(parts)} residual parts, the model has "
-                             f"{meta.get('train_parts')}; the folder is incomplete, fit it again")
-    fts = [features_from_table(pq.read_table(path / f"{s}_features.parquet"), s,
-                               tuple(meta["categorical"][s])) for s in ("user", "item")]
+            raise InputError(
+                f"--model {path}: train/ holds {len(parts)} residual parts, the model has "
+                f"{meta.get('train_parts')}; the folder is incomplete, fit it again"
+            )
+    fts = [
+        features_from_table(pq.read_table(path / f"{s}_features.parquet"), s, tuple(meta["categorical"][s]))
+        for s in ("user", "item")
+    ]
     return arrays, meta, fts[0], fts[1]
 
 
@@ -183,8 +197,10 @@ def rows_of(ft: FeatureTable, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
         try:
             ids = ids.cast(ft.ids.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise InputError(f"{ft.side} ids of type {ids.type} do not match the {ft.side} feature table's "
-                             f"{ft.ids.type}; use the same id type in both files") from exc
+            raise InputError(
+                f"{ft.side} ids of type {ids.type} do not match the {ft.side} feature table's "
+                f"{ft.ids.type}; use the same id type in both files"
+            ) from exc
     idx = pc.index_in(ids, value_set=ft.ids)
     return idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
@@ -219,9 +235,12 @@ def ratings_chunks(path: str, what: str = "--dataset", rows: int = ROWS_PER_CHUN
     if not fs.exists(p):
         raise InputError(f"{what} {path}: no such file or folder; check the path")
     if fs.isdir(p):  # a folder of parts, in path order like pyarrow's dataset discovery
-        names = sorted(f[len(p.rstrip("/")) + 1:] for f in fs.find(p)
-                       if PurePosixPath(f).suffix in (".parquet", ".pq")
-                       and not any(c.startswith(("_", ".")) for c in f[len(p):].split("/")))  # as pyarrow skips
+        names = sorted(
+            f[len(p.rstrip("/")) + 1 :]
+            for f in fs.find(p)
+            if PurePosixPath(f).suffix in (".parquet", ".pq")
+            and not any(c.startswith(("_", ".")) for c in f[len(p) :].split("/"))
+        )  # as pyarrow skips
         if not names:
             raise InputError(f"{what} {path}: the folder holds no Parquet file; give a Parquet file or folder")
         files = [str(join(path, *n.split("/"))) for n in names]
@@ -264,8 +283,11 @@ def read_ratings_chunk(chunk: RatingsChunk, what: str = "--dataset") -> tuple[pa
             table = f.schema_arrow.empty_table()
         else:
             table = f.read_row_groups(list(chunk.row_groups), columns=["user", "item", "rating"])
-    source = f"{what} {chunk.path} (row groups {chunk.row_groups[0]}–{chunk.row_groups[-1]})" if chunk.row_groups \
+    source = (
+        f"{what} {chunk.path} (row groups {chunk.row_groups[0]}–{chunk.row_groups[-1]})"
+        if chunk.row_groups
         else f"{what} {chunk.path}"
+    )
     if missing or table.num_rows:
         _check_columns(table, source)
         y = _ratings(table, source)
@@ -279,13 +301,33 @@ def check_labels(y: np.ndarray, source: str) -> None:
     """Classification labels must be 0 or 1."""
     bad = (y != 0) & (y != 1)
     if bad.any():
-        raise InputError(f"{source}: {int(bad.sum())} label(s) are not 0 or 1 (first: {y[np.flatnonzero(bad)[0]]:g}) "
-                         "but --task classification needs 0/1 labels; binarise the ratings or use --task regression")
+        raise InputError(
+            f"{source}: {int(bad.sum())} label(s) are not 0 or 1 (first: {y[np.flatnonzero(bad)[0]]:g}) "
+            "but --task classification needs 0/1 labels; binarise the ratings or use --task regression"
+        )
 
 
-ML100K_GENRES = ("unknown", "action", "adventure", "animation", "children", "comedy", "crime", "documentary",
-                 "drama", "fantasy", "film_noir", "horror", "musical", "mystery", "romance", "scifi", "thriller",
-                 "war", "western")
+ML100K_GENRES = (
+    "unknown",
+    "action",
+    "adventure",
+    "animation",
+    "children",
+    "comedy",
+    "crime",
+    "documentary",
+    "drama",
+    "fantasy",
+    "film_noir",
+    "horror",
+    "musical",
+    "mystery",
+    "romance",
+    "scifi",
+    "thriller",
+    "war",
+    "western",
+)
 
 
 def movielens_feature_tables(src: str | Path) -> tuple[pa.Table, pa.Table, pa.Table]:
@@ -299,9 +341,14 @@ def movielens_feature_tables(src: str | Path) -> tuple[pa.Table, pa.Table, pa.Ta
     if missing:
         raise InputError(f"{src}: missing {missing}; give the GroupLens ml-100k folder (u.user, u.item, u.data)")
     users = [ln.split("|") for ln in (src / "u.user").read_text(encoding="latin-1").splitlines() if ln]
-    user_table = pa.table({"user": [int(r[0]) for r in users], "age": [float(r[1]) for r in users],
-                           "gender": pa.array([r[2] for r in users]).dictionary_encode(),
-                           "occupation": pa.array([r[3] for r in users]).dictionary_encode()})
+    user_table = pa.table(
+        {
+            "user": [int(r[0]) for r in users],
+            "age": [float(r[1]) for r in users],
+            "gender": pa.array([r[2] for r in users]).dictionary_encode(),
+            "occupation": pa.array([r[3] for r in users]).dictionary_encode(),
+        }
+    )
     items = [ln.split("|") for ln in (src / "u.item").read_text(encoding="latin-1").splitlines() if ln]
     year = np.array([float(r[2][-4:]) if r[2] else np.nan for r in items])
     year[np.isnan(year)] = np.nanmedian(year)

@@ -65,26 +65,34 @@ def read_table(path: Location, columns: dict[str, str] | None = None, delimiter:
             suffix = PurePosixPath(p).suffix
             delim = delimiter or ("\t" if suffix in (".tsv", ".inter", ".data") else ",")
             # Only empty cells are missing: "nan"/"inf" must reach the rating check as numbers.
-            table = pacsv.read_csv(p if arrow_fs is None else arrow_fs.open_input_stream(p),
-                                   parse_options=pacsv.ParseOptions(delimiter=delim),
-                                   convert_options=pacsv.ConvertOptions(null_values=[""]))
+            table = pacsv.read_csv(
+                p if arrow_fs is None else arrow_fs.open_input_stream(p),
+                parse_options=pacsv.ParseOptions(delimiter=delim),
+                convert_options=pacsv.ConvertOptions(null_values=[""]),
+            )
     except InputError:
         raise
     except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError(f"{path}: cannot be read as a table ({exc}); give a Parquet file or a CSV with a header") from exc
+        raise InputError(
+            f"{path}: cannot be read as a table ({exc}); give a Parquet file or a CSV with a header"
+        ) from exc
     if columns:
         missing = [src for src in columns.values() if src not in table.column_names]
         if missing:
-            raise InputError(f"{path}: column mapping names {missing}, which the file lacks; "
-                             f"its columns are {table.column_names}")
+            raise InputError(
+                f"{path}: column mapping names {missing}, which the file lacks; its columns are {table.column_names}"
+            )
         rename = {src: dst for dst, src in columns.items()}
         table = table.rename_columns([rename.get(c, c) for c in table.column_names])
     return table
 
 
 # Words that name a column's role in common exports (RecBole's user_id:token, Amazon's reviewerID/asin/overall).
-_ROLE_WORDS = {"user": ("user", "reviewer", "customer"), "item": ("item", "asin", "movie", "product", "book"),
-               "rating": ("rating", "overall", "score", "stars")}
+_ROLE_WORDS = {
+    "user": ("user", "reviewer", "customer"),
+    "item": ("item", "asin", "movie", "product", "book"),
+    "rating": ("rating", "overall", "score", "stars"),
+}
 
 
 def suggest_columns(names: list[str]) -> str:
@@ -102,9 +110,11 @@ def suggest_columns(names: list[str]) -> str:
 def _check_schema(schema: pa.Schema, rows: int, source: str) -> None:
     missing = [c for c in REQUIRED if c not in schema.names]
     if missing:
-        raise InputError(f"{source}: missing column(s) {missing}; found {schema.names}. Rename them, or "
-                         "import the file with a mapping: dxplain datasets import FILE --out DIR "
-                         f"--columns {suggest_columns(schema.names)}")
+        raise InputError(
+            f"{source}: missing column(s) {missing}; found {schema.names}. Rename them, or "
+            "import the file with a mapping: dxplain datasets import FILE --out DIR "
+            f"--columns {suggest_columns(schema.names)}"
+        )
     if rows == 0:
         raise InputError(f"{source}: the table has no rows; it needs at least one interaction")
     for c in ("user", "item"):
@@ -133,9 +143,11 @@ def _ratings(table: pa.Table, source: str) -> np.ndarray:
     bad = ~np.isfinite(y)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{source}: {int(bad.sum())} rating(s) are NaN or infinite (first at row {first}: "
-                         f"user={table.column('user')[first].as_py()!r}, item={table.column('item')[first].as_py()!r}, "
-                         f"rating={y[first]}); drop or fix them")
+        raise InputError(
+            f"{source}: {int(bad.sum())} rating(s) are NaN or infinite (first at row {first}: "
+            f"user={table.column('user')[first].as_py()!r}, item={table.column('item')[first].as_py()!r}, "
+            f"rating={y[first]}); drop or fix them"
+        )
     return y
 
 
@@ -162,14 +174,15 @@ def check_interactions(path: Location, need_unrated: bool = False) -> None:
     _check_columns(table, str(source))
     _ratings(table, str(source))
     if need_unrated:
-        _check_unrated(table.num_rows, *(pc.count_distinct(table.column(c)).as_py() for c in ("user", "item")),
-                       source)
+        _check_unrated(table.num_rows, *(pc.count_distinct(table.column(c)).as_py() for c in ("user", "item")), source)
 
 
 def _check_unrated(rows: int, n_users: int, n_items: int, source) -> None:
     if rows >= n_users * n_items:
-        raise InputError(f"{source}: its {n_users} user(s) rated all {n_items} item(s), so there is nothing "
-                         "to recommend and explain; give a dataset with unrated pairs, or --targets")
+        raise InputError(
+            f"{source}: its {n_users} user(s) rated all {n_items} item(s), so there is nothing "
+            "to recommend and explain; give a dataset with unrated pairs, or --targets"
+        )
 
 
 def parquet_files(path: Location) -> list[str]:
@@ -179,8 +192,12 @@ def parquet_files(path: Location) -> list[str]:
     if not fs.isdir(p):
         return [p]
     root = p.rstrip("/")
-    return sorted(f for f in fs.find(p) if f.endswith((".parquet", ".pq"))
-                  and not any(part.startswith(("_", ".")) for part in f[len(root):].strip("/").split("/")))
+    return sorted(
+        f
+        for f in fs.find(p)
+        if f.endswith((".parquet", ".pq"))
+        and not any(part.startswith(("_", ".")) for part in f[len(root) :].strip("/").split("/"))
+    )
 
 
 def _parquet_shape(path: Location) -> tuple[pa.Schema, int]:
@@ -201,11 +218,15 @@ def _sorted_unique(col: pa.ChunkedArray) -> pa.Array:
     return uniq.take(pc.sort_indices(uniq))
 
 
-UNKNOWN_IDS = "{n} row(s) name {what}(s) unknown to the dataset, e.g. {examples}; use ids that appear in the training interactions"
+UNKNOWN_IDS = (
+    "{n} row(s) name {what}(s) unknown to the dataset, e.g. {examples}; "
+    "use ids that appear in the training interactions"
+)
 
 
-def index_of(ids: pa.ChunkedArray | pa.Array, vocabulary: pa.Array, what: str, source: str,
-             missing: str = UNKNOWN_IDS) -> np.ndarray:
+def index_of(
+    ids: pa.ChunkedArray | pa.Array, vocabulary: pa.Array, what: str, source: str, missing: str = UNKNOWN_IDS
+) -> np.ndarray:
     """Map original ids to indices in ``vocabulary``; ids not in it are an error naming them (``missing``)."""
     ids = _as_type_of(ids, vocabulary, what, source)
     idx = _index_in(ids, vocabulary)
@@ -222,8 +243,9 @@ def _as_type_of(ids, vocabulary: pa.Array, what: str, source: str):
     try:
         return ids.cast(vocabulary.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise InputError(f"{source}: {what} ids of type {ids.type} do not match the dataset's "
-                         f"{vocabulary.type}") from exc
+        raise InputError(
+            f"{source}: {what} ids of type {ids.type} do not match the dataset's {vocabulary.type}"
+        ) from exc
 
 
 VALUE_SET_CHUNK = 1 << 20  # ids per hash table when a few ids are looked up in a large vocabulary
@@ -298,12 +320,12 @@ def _fixed_width(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(numpy 'S' array of the strings' UTF-8 bytes, byte lengths), copied from Arrow's buffers."""
     strings = strings.cast(pa.large_string()) if pa.types.is_string(strings.type) else strings
     n = len(strings)
-    offsets = np.frombuffer(strings.buffers()[1], np.int64)[strings.offset:strings.offset + n + 1]
+    offsets = np.frombuffer(strings.buffers()[1], np.int64)[strings.offset : strings.offset + n + 1]
     data = np.frombuffer(strings.buffers()[2], np.uint8) if strings.buffers()[2] is not None else np.zeros(0, np.uint8)
     lengths = np.diff(offsets)
     width = max(1, int(lengths.max()) if n else 1)
     out = np.zeros((n, width), np.uint8)
-    out[np.arange(width) < lengths[:, None]] = data[offsets[0]:offsets[-1]]  # row by row: the bytes in order
+    out[np.arange(width) < lengths[:, None]] = data[offsets[0] : offsets[-1]]  # row by row: the bytes in order
     return out.view(f"S{width}").ravel(), lengths
 
 
@@ -322,9 +344,11 @@ def interactions_from_table(table: pa.Table, source: str = "interactions") -> tu
     del key  # one |D|-sized temporary at a time: the load is the flow's largest peak (docs/scaling.md)
     if len(dup):
         row = int(order[dup[0]])
-        raise InputError(f"{source}: {len(dup)} duplicate (user, item) pair(s), e.g. user="
-                         f"{table.column('user')[row].as_py()!r}, item={table.column('item')[row].as_py()!r}; "
-                         "keep one rating per pair (e.g. the latest) before importing")
+        raise InputError(
+            f"{source}: {len(dup)} duplicate (user, item) pair(s), e.g. user="
+            f"{table.column('user')[row].as_py()!r}, item={table.column('item')[row].as_py()!r}; "
+            "keep one rating per pair (e.g. the latest) before importing"
+        )
     ts = table.column("timestamp").to_numpy().astype(np.int64)[order] if "timestamp" in table.column_names else None
     inter = Interactions(u[order], i[order], y[order], user_ids, item_ids, ts)
     return inter, user_ids, item_ids
@@ -343,8 +367,13 @@ def _id_table(ids: pa.Array, features: pa.Table | None) -> pa.Table:
     return base
 
 
-def write_dataset(folder: str | Path, table: pa.Table, user_features: pa.Table | None = None,
-                  item_features: pa.Table | None = None, source: str = "interactions") -> Dataset:
+def write_dataset(
+    folder: str | Path,
+    table: pa.Table,
+    user_features: pa.Table | None = None,
+    item_features: pa.Table | None = None,
+    source: str = "interactions",
+) -> Dataset:
     """Validate ``table`` and write a prepared dataset folder atomically."""
     inter, user_ids, item_ids = interactions_from_table(table, source)
     users = _id_table(user_ids, user_features)
@@ -352,8 +381,9 @@ def write_dataset(folder: str | Path, table: pa.Table, user_features: pa.Table |
     folder = Path(folder)
     with atomic_path(folder) as tmp:
         tmp.mkdir(parents=True)
-        pq.write_table(table.select([c for c in (*REQUIRED, "timestamp") if c in table.column_names]),
-                       tmp / "interactions.parquet")
+        pq.write_table(
+            table.select([c for c in (*REQUIRED, "timestamp") if c in table.column_names]), tmp / "interactions.parquet"
+        )
         pq.write_table(users, tmp / "users.parquet")
         pq.write_table(items, tmp / "items.parquet")
     return Dataset(inter, users, items, folder.name)
@@ -366,11 +396,19 @@ def read_dataset(path: Location, columns: dict[str, str] | None = None) -> Datas
     if fs.isdir(p) and fs.exists(f"{p}/interactions.parquet"):
         table = read_table(join(path, "interactions.parquet"), columns)
         inter, user_ids, item_ids = interactions_from_table(table, str(join(path, "interactions.parquet")))
-        users = read_table(join(path, "users.parquet")) if fs.exists(f"{p}/users.parquet") else pa.table({"id": user_ids})
-        items = read_table(join(path, "items.parquet")) if fs.exists(f"{p}/items.parquet") else pa.table({"id": item_ids})
-        if not users.column("id").combine_chunks().equals(user_ids) or not items.column("id").combine_chunks().equals(item_ids):
-            raise InputError(f"{path}: users.parquet/items.parquet do not list the ids of interactions.parquet in "
-                             "sorted order; re-create the dataset with `dxplain datasets import`")
+        users = (
+            read_table(join(path, "users.parquet")) if fs.exists(f"{p}/users.parquet") else pa.table({"id": user_ids})
+        )
+        items = (
+            read_table(join(path, "items.parquet")) if fs.exists(f"{p}/items.parquet") else pa.table({"id": item_ids})
+        )
+        if not users.column("id").combine_chunks().equals(user_ids) or not items.column("id").combine_chunks().equals(
+            item_ids
+        ):
+            raise InputError(
+                f"{path}: users.parquet/items.parquet do not list the ids of interactions.parquet in "
+                "sorted order; re-create the dataset with `dxplain datasets import`"
+            )
         return Dataset(inter, users, items, name)
     table = read_table(path, columns)
     inter, user_ids, item_ids = interactions_from_table(table, str(path))
@@ -384,8 +422,10 @@ def read_catalogue(path: Location) -> tuple[pa.Table | None, pa.Table | None]:
     fs, p = filesystem(path)
     if not (fs.isdir(p) and fs.exists(f"{p}/interactions.parquet")):
         return None, None
-    return tuple(read_table(join(path, f"{what}.parquet")) if fs.exists(f"{p}/{what}.parquet") else None
-                 for what in ("users", "items"))
+    return tuple(
+        read_table(join(path, f"{what}.parquet")) if fs.exists(f"{p}/{what}.parquet") else None
+        for what in ("users", "items")
+    )
 
 
 def read_id_column(path: Location, fix: str = "") -> pa.Array:
@@ -401,8 +441,9 @@ def read_id_column(path: Location, fix: str = "") -> pa.Array:
         with fs.open(p, "rb") as fh:
             f = pq.ParquetFile(fh)
             if "id" not in f.schema_arrow.names:
-                raise InputError(f"{path}: needs a column 'id'; found {f.schema_arrow.names}"
-                                 + (f"; {fix}" if fix else ""))
+                raise InputError(
+                    f"{path}: needs a column 'id'; found {f.schema_arrow.names}" + (f"; {fix}" if fix else "")
+                )
             col = f.read(columns=["id"]).column("id")
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{path}: cannot be read as Parquet ({exc}); {fix or 'give a Parquet file'}") from exc
@@ -427,20 +468,25 @@ def read_targets(path: Location, data: Interactions, skip_unseen: bool | None = 
     table = read_table(path)
     missing = [c for c in ("user", "item") if c not in table.column_names]
     if missing:
-        raise InputError(f"{path}: a targets file needs columns user and item; missing {missing}, found "
-                         f"{table.column_names}")
+        raise InputError(
+            f"{path}: a targets file needs columns user and item; missing {missing}, found {table.column_names}"
+        )
     if table.num_rows == 0:
         raise InputError(f"{path}: the targets file has no rows; list at least one (user, item) pair")
     sides = (("user", data.user_ids), ("item", data.item_ids))
     skipped = 0
     if skip_unseen:  # each id looked up once; the pairs naming an unseen one dropped
-        u, i = (_index_in(_as_type_of(table.column(side), vocabulary, side, str(path)), vocabulary)
-                for side, vocabulary in sides)
+        u, i = (
+            _index_in(_as_type_of(table.column(side), vocabulary, side, str(path)), vocabulary)
+            for side, vocabulary in sides
+        )
         seen = (u >= 0) & (i >= 0)
         skipped, table = int((~seen).sum()), table.filter(pa.array(seen))
         if table.num_rows == 0:
-            raise InputError(f"{path}: every target names a user or item the training data lacks, so nothing "
-                             "is left to explain; list pairs of its users and items")
+            raise InputError(
+                f"{path}: every target names a user or item the training data lacks, so nothing "
+                "is left to explain; list pairs of its users and items"
+            )
         u, i = u[seen].astype(np.int32), i[seen].astype(np.int32)
     else:
         found, problems = {}, []
@@ -471,8 +517,10 @@ def read_negatives(path: str | Path, P: Interactions) -> tuple[np.ndarray, np.nd
     bad = np.isin(key, P.user.astype(np.int64) * P.n_items + P.item)
     if bad.any():
         n = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{path}: ({P.user_ids[t.user[n]]}, {P.item_ids[t.item[n]]}) is a positive interaction, "
-                         f"not a negative ({int(bad.sum())} such pairs); remove positives from the negatives list")
+        raise InputError(
+            f"{path}: ({P.user_ids[t.user[n]]}, {P.item_ids[t.item[n]]}) is a positive interaction, "
+            f"not a negative ({int(bad.sum())} such pairs); remove positives from the negatives list"
+        )
     order = np.argsort(key)
     return t.user[order].astype(np.int64), t.item[order].astype(np.int64)
 
@@ -489,8 +537,15 @@ def clear_dataset(folder: Location) -> None:
         fs.rm(path, recursive=True)
 
 
-def write_pairs_part(folder: Location, p: int, user_ids: pa.Array, item_ids: pa.Array, u: np.ndarray,
-                     i: np.ndarray, rating: np.ndarray | None = None) -> None:
+def write_pairs_part(
+    folder: Location,
+    p: int,
+    user_ids: pa.Array,
+    item_ids: pa.Array,
+    u: np.ndarray,
+    i: np.ndarray,
+    rating: np.ndarray | None = None,
+) -> None:
     """(user, item) pairs in original ids (and their ``rating``, when given) as ``<folder>/part-<p>.parquet``,
     one file of a Parquet dataset (written whole, then moved into place)."""
     columns = {"user": user_ids.take(pa.array(u)), "item": item_ids.take(pa.array(i))}

@@ -27,8 +27,10 @@ from .interactions import Dataset, interactions_from_table, read_table
 from .model_store import write_model
 from .results import check_out_folder
 
-UNSEEN = ("{n} test row(s) name {what}(s) absent from the training data, e.g. {examples}; a Kolmogorov model "
-          "has no factor for them: drop those rows or pass --skip-unseen")
+UNSEEN = (
+    "{n} test row(s) name {what}(s) absent from the training data, e.g. {examples}; a Kolmogorov model "
+    "has no factor for them: drop those rows or pass --skip-unseen"
+)
 
 
 def read_table_for(path: str, feedback: str, like: float = 1.0) -> Dataset:
@@ -42,9 +44,11 @@ def read_table_for(path: str, feedback: str, like: float = 1.0) -> Dataset:
     table = read_table(source)
     if "rating" not in table.column_names:
         if feedback == "explicit":
-            raise InputError(f"{source}: no 'rating' column (columns: {table.column_names}); explicit mode "
-                             "needs ratings: add a rating column, or pass --feedback implicit to read every "
-                             "pair as a like")
+            raise InputError(
+                f"{source}: no 'rating' column (columns: {table.column_names}); explicit mode "
+                "needs ratings: add a rating column, or pass --feedback implicit to read every "
+                "pair as a like"
+            )
         table = table.append_column("rating", pa.array(np.full(table.num_rows, float(like))))
     inter, user_ids, item_ids = interactions_from_table(table, source)
     items = pa.table({"id": item_ids})
@@ -57,8 +61,10 @@ def check_ratings(y: np.ndarray, r_min: float, r_max: float, source: str) -> Non
     """Ratings must lie in [R_min, R_max]: p = rating / R_max must be a probability."""
     bad = (y < r_min) | (y > r_max)
     if bad.any():
-        raise InputError(f"{source}: {int(bad.sum())} rating(s) outside [R_min, R_max] = [{r_min:g}, {r_max:g}] "
-                         f"(e.g. {y[bad][0]:g}); pass --r-min/--r-max that cover the scale, or fix the ratings")
+        raise InputError(
+            f"{source}: {int(bad.sum())} rating(s) outside [R_min, R_max] = [{r_min:g}, {r_max:g}] "
+            f"(e.g. {y[bad][0]:g}); pass --r-min/--r-max that cover the scale, or fix the ratings"
+        )
 
 
 def read_test(path: str, train: Interactions, skip_unseen: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -74,13 +80,16 @@ def read_test(path: str, train: Interactions, skip_unseen: bool) -> tuple[np.nda
         raise InputError(f"{path}: the test file has no rows; give at least one (user, item, rating)")
     skipped = 0
     if skip_unseen:
-        keep = pc.and_(pc.is_in(table.column("user").cast(train.user_ids.type), value_set=train.user_ids),
-                       pc.is_in(table.column("item").cast(train.item_ids.type), value_set=train.item_ids))
+        keep = pc.and_(
+            pc.is_in(table.column("user").cast(train.user_ids.type), value_set=train.user_ids),
+            pc.is_in(table.column("item").cast(train.item_ids.type), value_set=train.item_ids),
+        )
         skipped = table.num_rows - pc.sum(keep.cast(pa.int64())).as_py()
         table = table.filter(keep)
         if table.num_rows == 0:
-            raise InputError(f"{path}: every test row names an unseen user or item; test on pairs of the "
-                             "training users and items")
+            raise InputError(
+                f"{path}: every test row names an unseen user or item; test on pairs of the training users and items"
+            )
     from .interactions import index_of
 
     u = index_of(table.column("user"), train.user_ids, "user", path, UNSEEN)
@@ -92,8 +101,16 @@ def read_test(path: str, train: Interactions, skip_unseen: bool) -> tuple[np.nda
     return u, i, y, skipped
 
 
-def write_fit(out: str | os.PathLike, theta: np.ndarray, psi: np.ndarray, meta: dict, data: Interactions,
-              tables: dict[str, pa.Table], metrics: dict, force: bool = False) -> Path:
+def write_fit(
+    out: str | os.PathLike,
+    theta: np.ndarray,
+    psi: np.ndarray,
+    meta: dict,
+    data: Interactions,
+    tables: dict[str, pa.Table],
+    metrics: dict,
+    force: bool = False,
+) -> Path:
     """The fit folder (module docstring), written whole then renamed into place."""
     out = Path(out)
     check_out_folder(out, force)

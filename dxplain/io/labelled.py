@@ -15,9 +15,9 @@ from .interactions import read_table
 
 @dataclass
 class LabelledTable:
-    X: np.ndarray          # (n, D) float64
-    y: np.ndarray          # (n,) the label column as read
-    features: list[str]    # the D feature names, in file order
+    X: np.ndarray  # (n, D) float64
+    y: np.ndarray  # (n,) the label column as read
+    features: list[str]  # the D feature names, in file order
     source: str
 
 
@@ -29,13 +29,24 @@ def read_labelled(path: Location, label: str) -> LabelledTable:
     """
     table = read_table(path)
     if label not in table.column_names:
-        raise InputError(f"{path}: no label column {label!r}; its columns are {table.column_names}; give --label "
-                         "with one of them")
-    names = [c for c in table.column_names if c != label and (pa.types.is_integer(table.schema.field(c).type)
-             or pa.types.is_floating(table.schema.field(c).type) or pa.types.is_boolean(table.schema.field(c).type))]
+        raise InputError(
+            f"{path}: no label column {label!r}; its columns are {table.column_names}; give --label with one of them"
+        )
+    names = [
+        c
+        for c in table.column_names
+        if c != label
+        and (
+            pa.types.is_integer(table.schema.field(c).type)
+            or pa.types.is_floating(table.schema.field(c).type)
+            or pa.types.is_boolean(table.schema.field(c).type)
+        )
+    ]
     if not names:
-        raise InputError(f"{path}: no numeric feature column besides {label!r} (columns {table.column_names}); "
-                         "give a table with numeric features")
+        raise InputError(
+            f"{path}: no numeric feature column besides {label!r} (columns {table.column_names}); "
+            "give a table with numeric features"
+        )
     y_col = table.column(label)
     if y_col.null_count:
         raise InputError(f"{path}: label column {label!r} has {y_col.null_count} missing values; drop those rows")
@@ -43,6 +54,8 @@ def read_labelled(path: Location, label: str) -> LabelledTable:
     bad = ~np.isfinite(X)
     if bad.any():
         r, c = np.argwhere(bad)[0]
-        raise InputError(f"{path}: {int(bad.sum())} NaN, infinite or missing feature values (first: column "
-                         f"{names[c]!r}, row {r}, value {X[r, c]}); drop or impute them before explaining")
+        raise InputError(
+            f"{path}: {int(bad.sum())} NaN, infinite or missing feature values (first: column "
+            f"{names[c]!r}, row {r}, value {X[r, c]}); drop or impute them before explaining"
+        )
     return LabelledTable(X, y_col.to_numpy(zero_copy_only=False), names, str(path))

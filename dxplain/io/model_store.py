@@ -22,7 +22,8 @@ import zarr
 from .. import __version__
 from ..errors import InputError
 from ..interactions import Interactions
-from .atomic import Location, atomic_dir, exists as _exists, join
+from .atomic import Location, atomic_dir, join
+from .atomic import exists as _exists
 from .interactions import index_of, read_id_column
 
 ROW_CHUNK = 65536
@@ -53,7 +54,7 @@ def _same_ids(arr, ids) -> bool:
     for a in range(0, len(ids), IDS_SLICE):
         mine = ids.slice(a, IDS_SLICE)
         mine = mine.combine_chunks() if isinstance(mine, pa.ChunkedArray) else mine
-        if not _ids_from_values(arr[a:a + IDS_SLICE]).cast(pa.string()).equals(mine.cast(pa.string())):
+        if not _ids_from_values(arr[a : a + IDS_SLICE]).cast(pa.string()).equals(mine.cast(pa.string())):
             return False
     return True
 
@@ -85,13 +86,16 @@ def write_model(path: Location, U, V, meta: dict, data: Interactions) -> Locatio
             if isinstance(F, np.ndarray):
                 g.create_array(name, data=F, chunks=(min(ROW_CHUNK, max(1, len(F))), F.shape[1]))
                 continue
-            z = g.create_array(name, shape=F.shape, dtype="float64", chunks=(min(ROW_CHUNK, max(1, F.shape[0])), F.shape[1]))
+            z = g.create_array(
+                name, shape=F.shape, dtype="float64", chunks=(min(ROW_CHUNK, max(1, F.shape[0])), F.shape[1])
+            )
             for a, block in F.rows():  # in row order, one writer: a chunk two blocks share is written whole
-                z[a:a + len(block)] = block
+                z[a : a + len(block)] = block
         g.create_array("user_ids", data=_ids_to_zarr(data.user_ids))
         g.create_array("item_ids", data=_ids_to_zarr(data.item_ids))
-        g.attrs.update({**meta, "k": int(U.shape[1]), "fingerprint": data.fingerprint(),
-                        "dxplain_version": __version__})
+        g.attrs.update(
+            {**meta, "k": int(U.shape[1]), "fingerprint": data.fingerprint(), "dxplain_version": __version__}
+        )
     return path
 
 
@@ -109,8 +113,10 @@ def read_model_ids(path: Location) -> tuple[pa.Array, pa.Array]:
 def model_attrs(path: Location) -> dict:
     path = join(path)
     if not exists(path):
-        raise InputError(f"{path}: not a dxplain model store (no zarr.json); train one with `dxplain train` "
-                         "or create one with `dxplain import-embeddings`")
+        raise InputError(
+            f"{path}: not a dxplain model store (no zarr.json); train one with `dxplain train` "
+            "or create one with `dxplain import-embeddings`"
+        )
     return dict(zarr.open_group(str(path), mode="r").attrs)
 
 
@@ -122,12 +128,15 @@ def read_model(path: Location, data: Interactions | None = None, factors: bool =
     g = zarr.open_group(str(path), mode="r")
     if data is not None:
         if attrs.get("fingerprint") not in (None, data.fingerprint()):
-            raise InputError(f"{path}: the model was fitted on other data (fingerprint {attrs['fingerprint']}, "
-                             f"dataset has {data.fingerprint()}); retrain it, or drop --model to train afresh")
+            raise InputError(
+                f"{path}: the model was fitted on other data (fingerprint {attrs['fingerprint']}, "
+                f"dataset has {data.fingerprint()}); retrain it, or drop --model to train afresh"
+            )
         for side, ids in (("user", data.user_ids), ("item", data.item_ids)):
             if not _same_ids(g[f"{side}_ids"], ids):
-                raise InputError(f"{path}: its {side} ids differ from the dataset's; re-import the embeddings "
-                                 "against this dataset")
+                raise InputError(
+                    f"{path}: its {side} ids differ from the dataset's; re-import the embeddings against this dataset"
+                )
     attrs = {"mu": 0.0, "loss": "squared", "kind": "imported", "info": {}, **attrs}
     attrs["mu"], attrs["n_train"] = float(attrs["mu"]), int(attrs.get("n_train", 0))
     if not factors:
@@ -136,6 +145,7 @@ def read_model(path: Location, data: Interactions | None = None, factors: bool =
 
 
 # --- import of factors trained elsewhere ------------------------------------------------------------
+
 
 def _read_ids(path: Path) -> pa.Array:
     if path.suffix in (".parquet", ".pq"):
@@ -167,8 +177,10 @@ def read_factor_file(path: str | Path, ids_path: str | Path | None) -> tuple[np.
         raise InputError(f"{path}: unknown factor format; use .npy, .parquet or .zarr")
     if ids is None:
         if ids_path is None:
-            raise InputError(f"{path}: .npy/.zarr factors need their id list (--user-ids/--item-ids: "
-                             "Parquet with column 'id', or a text file with one id per line)")
+            raise InputError(
+                f"{path}: .npy/.zarr factors need their id list (--user-ids/--item-ids: "
+                "Parquet with column 'id', or a text file with one id per line)"
+            )
         ids = _read_ids(Path(ids_path))
     if F.ndim != 2 or not np.issubdtype(F.dtype, np.number):
         raise InputError(f"{path}: factors must be a 2-D numeric array; got shape {F.shape}, dtype {F.dtype}")
@@ -185,21 +197,44 @@ def align_factors(F: np.ndarray, ids: pa.Array, wanted: pa.Array, side: str, sou
 
     if len(pc.unique(ids)) != len(ids):
         raise InputError(f"{source}: the {side} id list has duplicates; each id must appear once")
-    pos = index_of(wanted, ids, side, source, missing="{n} dataset {what}(s) have no embedding, e.g. {examples}; "
-                   "export embeddings for every user and item of the training data")
+    pos = index_of(
+        wanted,
+        ids,
+        side,
+        source,
+        missing="{n} dataset {what}(s) have no embedding, e.g. {examples}; "
+        "export embeddings for every user and item of the training data",
+    )
     return F[pos]
 
 
-def import_embeddings(out: str | Path, data: Interactions, user_factors, item_factors, user_ids=None,
-                      item_ids=None, lam: float | None = None, mu: float = 0.0) -> Path:
+def import_embeddings(
+    out: str | Path,
+    data: Interactions,
+    user_factors,
+    item_factors,
+    user_ids=None,
+    item_ids=None,
+    lam: float | None = None,
+    mu: float = 0.0,
+) -> Path:
     """Store external factors as a dxplain model aligned to ``data``'s ids (λ unknown unless given)."""
     U, uids = read_factor_file(user_factors, user_ids)
     V, iids = read_factor_file(item_factors, item_ids)
     if U.shape[1] != V.shape[1]:
-        raise InputError(f"user factors have k={U.shape[1]} columns but item factors k={V.shape[1]}; "
-                         "both towers must end in the same embedding size")
+        raise InputError(
+            f"user factors have k={U.shape[1]} columns but item factors k={V.shape[1]}; "
+            "both towers must end in the same embedding size"
+        )
     U = align_factors(U, uids, data.user_ids, "user", str(user_factors))
     V = align_factors(V, iids, data.item_ids, "item", str(item_factors))
-    meta = {"kind": "imported", "loss": "squared", "lam": lam, "mu": mu, "n_train": len(data), "grad_norm": None,
-            "info": {"source": [str(user_factors), str(item_factors)]}}
+    meta = {
+        "kind": "imported",
+        "loss": "squared",
+        "lam": lam,
+        "mu": mu,
+        "n_train": len(data),
+        "grad_norm": None,
+        "info": {"source": [str(user_factors), str(item_factors)]},
+    }
     return write_model(out, U, V, meta, data)

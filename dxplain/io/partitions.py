@@ -73,8 +73,16 @@ class Partitions:
         # arguments, and the id lists are 104 MB at 50M Amazon-like interactions, 13 GB over 125 tasks.
         # A worker reads them once from the store (``_ids_of``) and keeps them for every later task.
         if self.key is not None and is_local(self.root):
-            return _by_reference, (self.root, self.user_cuts, self.item_cuts, len(self.user_ids), len(self.item_ids),
-                                   self.n_interactions, self.with_alpha, self.key)
+            return _by_reference, (
+                self.root,
+                self.user_cuts,
+                self.item_cuts,
+                len(self.user_ids),
+                len(self.item_ids),
+                self.n_interactions,
+                self.with_alpha,
+                self.key,
+            )
         return object.__reduce__(self)
 
     def item_parts(self, items: np.ndarray) -> np.ndarray:
@@ -142,8 +150,9 @@ class Partitions:
         return Part(data, col.get("alpha"))
 
 
-def _by_reference(root, user_cuts, item_cuts, n_users: int, n_items: int, n_interactions: int,
-                  with_alpha: bool, key: str) -> Partitions:
+def _by_reference(
+    root, user_cuts, item_cuts, n_users: int, n_items: int, n_interactions: int, with_alpha: bool, key: str
+) -> Partitions:
     user_ids, item_ids = _ids_of(str(root), key, n_users, n_items)
     return Partitions(root, user_cuts, item_cuts, user_ids, item_ids, n_interactions, with_alpha, key)
 
@@ -155,8 +164,10 @@ def _ids_of(root: str, key: str, n_users: int, n_items: int) -> tuple[pa.Array, 
 
     ids = tuple(read_id_column(join(root, f"{side}_ids.parquet")) for side in ("user", "item"))
     if (len(ids[0]), len(ids[1])) != (n_users, n_items):
-        raise RuntimeError(f"{root}: its id lists hold {len(ids[0])} users and {len(ids[1])} items, the parts "
-                           f"{n_users} and {n_items}: the store was rewritten under a running job")
+        raise RuntimeError(
+            f"{root}: its id lists hold {len(ids[0])} users and {len(ids[1])} items, the parts "
+            f"{n_users} and {n_items}: the store was rewritten under a running job"
+        )
     return ids
 
 
@@ -201,25 +212,40 @@ def write_partitions(root: Location, data: Interactions, rows_per_part: int | No
         # The module's value read at call time (None), so a test can set smaller parts for a whole flow.
         n_parts = max(1, -(-len(data) // max(1, rows_per_part or ROWS_PER_PART)))
         user_cuts, item_cuts = equal_cuts(data.user_indptr, n_parts), equal_cuts(data.item_indptr, n_parts)
+
         def columns(rows):
             return {"user": data.user[rows], "item": data.item[rows], "rating": data.rating[rows]}
 
         _write_parts(root, data, user_cuts, item_cuts, columns)
         _write_ids(root, data.user_ids, data.item_ids)
-        index = {"key": key, "n_interactions": len(data), "n_users": data.n_users, "n_items": data.n_items,
-                 "user_cuts": user_cuts.tolist(), "item_cuts": item_cuts.tolist()}
+        index = {
+            "key": key,
+            "n_interactions": len(data),
+            "n_users": data.n_users,
+            "n_items": data.n_items,
+            "user_cuts": user_cuts.tolist(),
+            "item_cuts": item_cuts.tolist(),
+        }
         write_text_atomic(join(root, "index.json"), json.dumps(index))
     else:
         _write_ids(root, data.user_ids, data.item_ids, replace=False)  # a store from before they were kept
-    return Partitions(root, np.asarray(index["user_cuts"], np.int64), np.asarray(index["item_cuts"], np.int64),
-                      data.user_ids, data.item_ids, int(index["n_interactions"]), key=key)
+    return Partitions(
+        root,
+        np.asarray(index["user_cuts"], np.int64),
+        np.asarray(index["item_cuts"], np.int64),
+        data.user_ids,
+        data.item_ids,
+        int(index["n_interactions"]),
+        key=key,
+    )
 
 
 def write_alpha(parts: Partitions, data: Interactions, alpha: np.ndarray, key: str) -> Partitions:
     """Write (or reuse, for the same ``key``) α beside the parts, in their row order; parts that read it back."""
     if len(alpha) != len(data) or len(data) != parts.n_interactions:
-        raise ValueError(f"alpha has {len(alpha)} values for {len(data)} interactions in a store of "
-                         f"{parts.n_interactions}")
+        raise ValueError(
+            f"alpha has {len(alpha)} values for {len(data)} interactions in a store of {parts.n_interactions}"
+        )
     root = join(parts.root, "alpha")
     if _reusable(join(root, "index.json"), key) is None:
         _write_parts(root, data, parts.user_cuts, parts.item_cuts, lambda rows: {"alpha": alpha[rows]})
@@ -271,7 +297,7 @@ def _write_parts(root: Location, data: Interactions, user_cuts: np.ndarray, item
     for p, (a, b) in enumerate(itertools.pairwise(user_cuts)):
         _write(join(root, "user", _name(p)), columns(np.arange(data.user_indptr[a], data.user_indptr[b])))
     for p, (a, b) in enumerate(itertools.pairwise(item_cuts)):
-        rows = np.sort(data.item_order[data.item_indptr[a]:data.item_indptr[b]])  # back to (user, item) order
+        rows = np.sort(data.item_order[data.item_indptr[a] : data.item_indptr[b]])  # back to (user, item) order
         _write(join(root, "item", _name(p)), columns(rows))
 
 
@@ -293,7 +319,7 @@ def source_chunks(path: Location, rows_per_chunk: int = ROWS_PER_CHUNK) -> list[
     fs, p = filesystem(path)
     chunks = []
     for f in parquet_files(path):
-        loc = join(path, f[len(p):].lstrip("/")) if fs.isdir(p) else path
+        loc = join(path, f[len(p) :].lstrip("/")) if fs.isdir(p) else path
         with fs.open(f, "rb") as fh:
             meta = pq.ParquetFile(fh).metadata
         groups, rows = [], 0
@@ -321,8 +347,10 @@ def _read_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> tuple[n
         if t.column(c).null_count:
             raise InputError(f"{source}: {t.column(c).null_count} row(s) have no {c} id; drop or fill them")
     y = _ratings(t, source)
-    missing = ("{n} row(s) name {what}(s) missing from the dataset's users.parquet/items.parquet, e.g. {examples}; "
-               "re-create the dataset with `dxplain datasets import`")
+    missing = (
+        "{n} row(s) name {what}(s) missing from the dataset's users.parquet/items.parquet, e.g. {examples}; "
+        "re-create the dataset with `dxplain datasets import`"
+    )
     u = index_of(t.column("user"), user_ids, "user", source, missing)
     i = index_of(t.column("item"), item_ids, "item", source, missing)
     return u, i, y
@@ -332,35 +360,48 @@ def scan_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> RowStats
     return RowStats.of(*_read_chunk(chunk, user_ids, item_ids), len(user_ids), len(item_ids), compact=True)
 
 
-def scan_source(mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array,
-                rows_per_chunk: int = ROWS_PER_CHUNK) -> TableSummary:
+def scan_source(
+    mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array, rows_per_chunk: int = ROWS_PER_CHUNK
+) -> TableSummary:
     """Validate a prepared dataset's interactions by tasks over chunks of its row groups and summarise
     them (``TableSummary``): the flow holds O(users + items). ``user_ids`` and ``item_ids`` are the
     dataset's users.parquet and items.parquet ids, which must be sorted and each have an interaction."""
     folder = str(path).rsplit("/", 1)[0]  # the dataset: its users.parquet and items.parquet are named below
     for what, ids in (("users", user_ids), ("items", item_ids)):
         if len(ids) > 1 and not pc.all(pc.greater(ids[1:], ids[:-1])).as_py():
-            raise InputError(f"{folder}: {what}.parquet does not list its ids in sorted order without repeats; "
-                             "re-create the dataset with `dxplain datasets import`")
+            raise InputError(
+                f"{folder}: {what}.parquet does not list its ids in sorted order without repeats; "
+                "re-create the dataset with `dxplain datasets import`"
+            )
     chunks = source_chunks(path, rows_per_chunk)
     if not chunks:
         raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
     users_h, items_h = mapper.put(user_ids, broadcast=True), mapper.put(item_ids, broadcast=True)
     # Summed as they finish: the flow holds one chunk's counts at a time.
-    stats = RowStats.total(c for _, c in mapper.imap(scan_chunk, [(chunk, users_h, items_h) for chunk in chunks],
-                                                     name="load-scan"))
+    stats = RowStats.total(
+        c for _, c in mapper.imap(scan_chunk, [(chunk, users_h, items_h) for chunk in chunks], name="load-scan")
+    )
     if stats is None or not stats.user_counts.sum():
         raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
     for what, counts, ids in (("user", stats.user_counts, user_ids), ("item", stats.item_counts, item_ids)):
         if not counts.all():
-            raise InputError(f"{folder}: {what}s.parquet lists {int((counts == 0).sum())} {what}(s) with no interaction, "
-                             f"e.g. {ids[int(np.argmin(counts))].as_py()!r}; re-create the dataset with "
-                             "`dxplain datasets import`")
+            raise InputError(
+                f"{folder}: {what}s.parquet lists {int((counts == 0).sum())} {what}(s) with no interaction, "
+                f"e.g. {ids[int(np.argmin(counts))].as_py()!r}; re-create the dataset with "
+                "`dxplain datasets import`"
+            )
     return TableSummary(user_ids, item_ids, stats)
 
 
-def bucket_chunk(chunk: Chunk, c: int, user_ids: pa.Array, item_ids: pa.Array, root: Location,
-                 user_cuts: np.ndarray, item_cuts: np.ndarray) -> np.ndarray:
+def bucket_chunk(
+    chunk: Chunk,
+    c: int,
+    user_ids: pa.Array,
+    item_ids: pa.Array,
+    root: Location,
+    user_cuts: np.ndarray,
+    item_cuts: np.ndarray,
+) -> np.ndarray:
     """Write chunk c's rows into one bucket file per part they belong to, for each side; the rows'
     digest, which the caller checks against the scan's (the source must not change in between)."""
     u, i, y = _read_chunk(chunk, user_ids, item_ids)
@@ -369,9 +410,11 @@ def bucket_chunk(chunk: Chunk, c: int, user_ids: pa.Array, item_ids: pa.Array, r
         order = stable_id_order(part)
         edges = np.searchsorted(part[order], np.arange(len(cuts)))
         for p in np.flatnonzero(np.diff(edges)):
-            rows = order[edges[p]:edges[p + 1]]
-            _write(join(root, "_buckets", side, f"{p:05d}", f"{c:05d}.parquet"),
-                   {"user": u[rows], "item": i[rows], "rating": y[rows]})
+            rows = order[edges[p] : edges[p + 1]]
+            _write(
+                join(root, "_buckets", side, f"{p:05d}", f"{c:05d}.parquet"),
+                {"user": u[rows], "item": i[rows], "rating": y[rows]},
+            )
     return row_digest(u, i, y)
 
 
@@ -391,15 +434,23 @@ def assemble_part(root: Location, side: str, p: int, user_ids: pa.Array, item_id
     dup = np.flatnonzero(key[1:] == key[:-1])
     if len(dup):
         row = order[dup[0]]
-        raise InputError(f"{source}: {len(dup)} duplicate (user, item) pair(s), e.g. user="
-                         f"{user_ids[int(u[row])].as_py()!r}, item={item_ids[int(i[row])].as_py()!r}; keep one rating "
-                         "per pair (e.g. the latest) before importing")
+        raise InputError(
+            f"{source}: {len(dup)} duplicate (user, item) pair(s), e.g. user="
+            f"{user_ids[int(u[row])].as_py()!r}, item={item_ids[int(i[row])].as_py()!r}; keep one rating "
+            "per pair (e.g. the latest) before importing"
+        )
     _write(join(root, side, _name(p)), {"user": u[order], "item": i[order], "rating": y[order]})
     return len(order)
 
 
-def stream_partitions(mapper, path: Location, summary: TableSummary, root: Location,
-                      rows_per_part: int | None = None, rows_per_chunk: int = ROWS_PER_CHUNK) -> Partitions:
+def stream_partitions(
+    mapper,
+    path: Location,
+    summary: TableSummary,
+    root: Location,
+    rows_per_part: int | None = None,
+    rows_per_chunk: int = ROWS_PER_CHUNK,
+) -> Partitions:
     """Write (or reuse) the by-user and by-item parts of the table at ``path`` by tasks (``bucket_chunk``,
     then ``assemble_part``), its rows never in this process: the same files ``write_partitions`` writes
     for the table read whole. On an error nothing is left that a reader would trust, nor any bucket."""
@@ -408,26 +459,44 @@ def stream_partitions(mapper, path: Location, summary: TableSummary, root: Locat
     if index is None:
         n = len(summary)
         n_parts = max(1, -(-n // max(1, rows_per_part or ROWS_PER_PART)))
-        user_cuts, item_cuts = (equal_cuts(np.concatenate([[0], np.cumsum(counts)]), n_parts)
-                                for counts in (summary.user_degree(), summary.item_degree()))
+        user_cuts, item_cuts = (
+            equal_cuts(np.concatenate([[0], np.cumsum(counts)]), n_parts)
+            for counts in (summary.user_degree(), summary.item_degree())
+        )
         users_h, items_h = mapper.put(summary.user_ids, broadcast=True), mapper.put(summary.item_ids, broadcast=True)
         fs, root_path = filesystem(root)
         if fs.exists(f"{root_path}/_buckets"):  # an interrupted run's: its chunks may have been cut otherwise
             fs.rm(f"{root_path}/_buckets", recursive=True)
         try:
-            digests = mapper.map(bucket_chunk, [(chunk, c, users_h, items_h, root, user_cuts, item_cuts) for c, chunk
-                                                in enumerate(source_chunks(path, rows_per_chunk))], name="load-bucket")
+            digests = mapper.map(
+                bucket_chunk,
+                [
+                    (chunk, c, users_h, items_h, root, user_cuts, item_cuts)
+                    for c, chunk in enumerate(source_chunks(path, rows_per_chunk))
+                ],
+                name="load-bucket",
+            )
             with np.errstate(over="ignore"):
                 digest = np.sum(digests, axis=0, dtype=np.uint64)
             if not np.array_equal(digest, summary.stats.digest):
-                raise InputError(f"{path}: the interactions changed while they were read (their digest differs "
-                                 "from the scan's); run again once the dataset is no longer being written")
-            counts = mapper.map(assemble_part, [(root, side, p, users_h, items_h, str(path)) for side, cuts in
-                                                (("user", user_cuts), ("item", item_cuts)) for p in range(len(cuts) - 1)],
-                                name="load-assemble")
+                raise InputError(
+                    f"{path}: the interactions changed while they were read (their digest differs "
+                    "from the scan's); run again once the dataset is no longer being written"
+                )
+            counts = mapper.map(
+                assemble_part,
+                [
+                    (root, side, p, users_h, items_h, str(path))
+                    for side, cuts in (("user", user_cuts), ("item", item_cuts))
+                    for p in range(len(cuts) - 1)
+                ],
+                name="load-assemble",
+            )
             if sum(counts) != 2 * n:
-                raise InputError(f"{path}: the parts hold {sum(counts)} rows for 2 × {n} interactions; the "
-                                 "interactions changed while they were read; run again")
+                raise InputError(
+                    f"{path}: the parts hold {sum(counts)} rows for 2 × {n} interactions; the "
+                    "interactions changed while they were read; run again"
+                )
         except BaseException:
             if fs.exists(root_path):
                 fs.rm(root_path, recursive=True)
@@ -435,10 +504,23 @@ def stream_partitions(mapper, path: Location, summary: TableSummary, root: Locat
         if fs.exists(f"{root_path}/_buckets"):
             fs.rm(f"{root_path}/_buckets", recursive=True)
         _write_ids(root, summary.user_ids, summary.item_ids)
-        index = {"key": key, "n_interactions": n, "n_users": summary.n_users, "n_items": summary.n_items,
-                 "user_cuts": user_cuts.tolist(), "item_cuts": item_cuts.tolist()}
+        index = {
+            "key": key,
+            "n_interactions": n,
+            "n_users": summary.n_users,
+            "n_items": summary.n_items,
+            "user_cuts": user_cuts.tolist(),
+            "item_cuts": item_cuts.tolist(),
+        }
         write_text_atomic(join(root, "index.json"), json.dumps(index))
     else:
         _write_ids(root, summary.user_ids, summary.item_ids, replace=False)
-    return Partitions(root, np.asarray(index["user_cuts"], np.int64), np.asarray(index["item_cuts"], np.int64),
-                      summary.user_ids, summary.item_ids, int(index["n_interactions"]), key=key)
+    return Partitions(
+        root,
+        np.asarray(index["user_cuts"], np.int64),
+        np.asarray(index["item_cuts"], np.int64),
+        summary.user_ids,
+        summary.item_ids,
+        int(index["n_interactions"]),
+        key=key,
+    )

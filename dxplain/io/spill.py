@@ -47,7 +47,10 @@ class SpillList:
         self.files.append(path)
 
     def pop(self, index: int = -1) -> None:
-        """Drop an item (its file is deleted); returns nothing, unlike ``list.pop``: reading it back would cost a read."""
+        """Drop an item (its file is deleted).
+
+        Returns nothing, unlike ``list.pop``: reading it back would cost a read.
+        """
         self.files.pop(index).unlink()
 
     def __len__(self) -> int:
@@ -97,8 +100,10 @@ def scratch_folder(root) -> Path:
     """A fresh private folder under ``root``, a local folder the workers share (they read their parts from
     there), for the files tasks pass each other."""
     if not is_local(root):
-        raise ValueError(f"{root}: factors kept in block files need a local (or network-mounted) folder the "
-                         "workers share; use a local --out")
+        raise ValueError(
+            f"{root}: factors kept in block files need a local (or network-mounted) folder the "
+            "workers share; use a local --out"
+        )
     base = Path(str(root).removeprefix("file://"))
     base.mkdir(parents=True, exist_ok=True)
     _remove_orphans(base, SCRATCH_PREFIX)

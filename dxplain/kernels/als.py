@@ -28,9 +28,17 @@ BLOCK_ELEMENTS = 1 << 23
 FUSED = True
 
 
-def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.ndarray,
-                     ridge: float, rows: np.ndarray | None = None, fused: bool | None = None,
-                     sw: np.ndarray | None = None, gradient_scale: float | None = None):
+def ridge_solve_rows(
+    indptr: np.ndarray,
+    cols: np.ndarray,
+    y: np.ndarray,
+    F: np.ndarray,
+    ridge: float,
+    rows: np.ndarray | None = None,
+    fused: bool | None = None,
+    sw: np.ndarray | None = None,
+    gradient_scale: float | None = None,
+):
     """X_r = (F_{C_r}ᵀ F_{C_r} + ridge·I)^{-1} F_{C_r}ᵀ y_{C_r} for each row r (CSR over ``cols``).
 
     With ``sw`` (one square-root weight per entry) the rows of F_{C_r} are scaled by it first: weighted
@@ -62,10 +70,19 @@ def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.
 
         from .als_fused import ridge_solve_rows_fused  # numba compiles (or loads its cache) on first use
 
-        ridge_solve_rows_fused(np.asarray(indptr, np.int64), np.asarray(cols, np.int64), np.asarray(y, np.float64),
-                               np.ascontiguousarray(F, np.float64), float(ridge), rows.astype(np.int64),
-                               get_num_threads(), X, np.empty(0) if sw is None else np.asarray(sw, np.float64),
-                               float(gradient_scale or 0.0), Gx)
+        ridge_solve_rows_fused(
+            np.asarray(indptr, np.int64),
+            np.asarray(cols, np.int64),
+            np.asarray(y, np.float64),
+            np.ascontiguousarray(F, np.float64),
+            float(ridge),
+            rows.astype(np.int64),
+            get_num_threads(),
+            X,
+            np.empty(0) if sw is None else np.asarray(sw, np.float64),
+            float(gradient_scale or 0.0),
+            Gx,
+        )
         return X if gradient_scale is None else (X, Gx)
     deg = indptr[rows + 1] - indptr[rows]
     cols = cols.astype(np.intp)  # int32 fancy indexing is ~10x slower than intp (measured)
@@ -80,7 +97,7 @@ def ridge_solve_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.
         offs = np.arange(d)
         step = max(1, BLOCK_ELEMENTS // (d * k))
         for a in range(0, len(members), step):
-            batch = members[a:a + step]
+            batch = members[a : a + step]
             valid = offs[None, :] < deg[batch][:, None]
             pos = np.where(valid, indptr[rows[batch]][:, None] + offs[None, :], 0)
             G = F_pad[np.where(valid, cols[pos], len(F))]  # (B, d, k)
@@ -116,8 +133,17 @@ def degree_gram(F: np.ndarray, degree: np.ndarray) -> np.ndarray:
     return (F * degree[:, None]).T @ F
 
 
-def ridge_cg_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.ndarray, ridge: float,
-                  X0: np.ndarray, steps: int, Q: np.ndarray | None = None, fused: bool | None = None) -> np.ndarray:
+def ridge_cg_rows(
+    indptr: np.ndarray,
+    cols: np.ndarray,
+    y: np.ndarray,
+    F: np.ndarray,
+    ridge: float,
+    X0: np.ndarray,
+    steps: int,
+    Q: np.ndarray | None = None,
+    fused: bool | None = None,
+) -> np.ndarray:
     """``steps`` warm-started conjugate-gradient steps on each row's system of ``ridge_solve_rows`` (from X0's
     row), for the rows with at least k entries; shorter rows are solved exactly through their d×d dual system
     and rows without entries get 0.
@@ -141,8 +167,7 @@ def ridge_cg_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.nda
     (n_rows, k) array.
     """
     if steps < 1:
-        raise ValueError(f"steps={steps}: a CG half-step takes at least one step (an exact solve is "
-                         "ridge_solve_rows)")
+        raise ValueError(f"steps={steps}: a CG half-step takes at least one step (an exact solve is ridge_solve_rows)")
     m, k = len(indptr) - 1, F.shape[1]
     F = np.asarray(F, np.float64)
     if Q is None:
@@ -154,8 +179,17 @@ def ridge_cg_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F: np.nda
         from .als_fused import ridge_cg_rows_fused
 
         X = np.empty((m, k))
-        ridge_cg_rows_fused(np.asarray(indptr, np.int64), np.asarray(cols, np.int64), np.asarray(y, np.float64),
-                            F, float(ridge), X0, int(steps), get_num_threads(), X)
+        ridge_cg_rows_fused(
+            np.asarray(indptr, np.int64),
+            np.asarray(cols, np.int64),
+            np.asarray(y, np.float64),
+            F,
+            float(ridge),
+            X0,
+            int(steps),
+            get_num_threads(),
+            X,
+        )
         return X @ Q.T
     deg = np.diff(indptr)
     P = Pattern.of_rows(indptr, cols, len(F))
@@ -202,7 +236,7 @@ def pair_scores(U: np.ndarray, V: np.ndarray, u: np.ndarray, i: np.ndarray, chun
     return out
 
 
-def pattern_scores(U: np.ndarray, V: np.ndarray, P: "Pattern", fused: bool | None = None) -> np.ndarray:
+def pattern_scores(U: np.ndarray, V: np.ndarray, P: Pattern, fused: bool | None = None) -> np.ndarray:
     """s_n = ⟨U_{u_n}, V_{i_n}⟩ over the pattern's pairs: the compiled kernel (``als_fused``, default
     ``FUSED``) for the training loop, or ``pair_scores``, its reference."""
     if not (FUSED if fused is None else fused):
@@ -223,7 +257,7 @@ class Pattern:
         self.indptr, self.shape = indptr, (n_users, n_items)
 
     @classmethod
-    def of_rows(cls, indptr: np.ndarray, cols: np.ndarray, n_cols: int) -> "Pattern":
+    def of_rows(cls, indptr: np.ndarray, cols: np.ndarray, n_cols: int) -> Pattern:
         """The pattern of a CSR slice of rows (a part's users or items against every column)."""
         m = len(indptr) - 1
         return cls(np.repeat(np.arange(m), np.diff(indptr)), cols, indptr, m, n_cols)
@@ -244,8 +278,16 @@ def gradient(U, V, P: Pattern, y, lam, r=None) -> tuple[np.ndarray, np.ndarray]:
     return -(2.0 / n) * (R @ V) + lam * U, -(2.0 / n) * (R.T @ U) + lam * V
 
 
-def gradient_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F_rows: np.ndarray, F_cols: np.ndarray,
-                  n: int, lam: float, fused: bool | None = None) -> tuple[np.ndarray, float]:
+def gradient_rows(
+    indptr: np.ndarray,
+    cols: np.ndarray,
+    y: np.ndarray,
+    F_rows: np.ndarray,
+    F_cols: np.ndarray,
+    n: int,
+    lam: float,
+    fused: bool | None = None,
+) -> tuple[np.ndarray, float]:
     """Rows of ``gradient`` from a CSR slice that holds those rows' whole sums, and its Σ r².
 
     With rows = users (``F_rows`` = U's rows, ``F_cols`` = V) they are ∇_U f's rows, −(2/|D|) R V + λU;
@@ -256,17 +298,34 @@ def gradient_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F_rows: n
         from .als_fused import gradient_rows_fused
 
         G, rss = np.empty(F_rows.shape), np.empty(len(indptr) - 1)
-        gradient_rows_fused(np.asarray(indptr, np.int64), np.asarray(cols, np.int64), np.asarray(y, np.float64),
-                            np.ascontiguousarray(F_rows, np.float64), np.ascontiguousarray(F_cols, np.float64),
-                            -2.0 / n, float(lam), G, rss)
+        gradient_rows_fused(
+            np.asarray(indptr, np.int64),
+            np.asarray(cols, np.int64),
+            np.asarray(y, np.float64),
+            np.ascontiguousarray(F_rows, np.float64),
+            np.ascontiguousarray(F_cols, np.float64),
+            -2.0 / n,
+            float(lam),
+            G,
+            rss,
+        )
         return G, float(np.sum(rss))
     P = Pattern.of_rows(indptr, cols, len(F_cols))
     r = y - pattern_scores(F_rows, F_cols, P)
     return -(2.0 / n) * (P.matrix(r) @ F_cols) + lam * F_rows, float(r @ r)
 
 
-def hessian_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, F_rows: np.ndarray, F_cols: np.ndarray,
-                 dF_rows: np.ndarray, dF_cols: np.ndarray, n: int, lam: float) -> np.ndarray:
+def hessian_rows(
+    indptr: np.ndarray,
+    cols: np.ndarray,
+    y: np.ndarray,
+    F_rows: np.ndarray,
+    F_cols: np.ndarray,
+    dF_rows: np.ndarray,
+    dF_cols: np.ndarray,
+    n: int,
+    lam: float,
+) -> np.ndarray:
     """Rows of ``hessian_vector`` from a CSR slice that holds those rows' whole sums (as ``gradient_rows``):
     users' rows of H_U with (F, dF) = (U, dU) on the rows and (V, dV) on the columns, items' rows of H_V
     with the roles swapped."""
@@ -336,16 +395,17 @@ def min_norm(G_U: np.ndarray, T_U: np.ndarray) -> float:
 BOUND_CHUNK = 1 << 14
 
 
-def bound_rows(F: np.ndarray, g: np.ndarray, T_own: np.ndarray, T_other: np.ndarray, lam: float,
-               floor: float = 0.0) -> float:
+def bound_rows(
+    F: np.ndarray, g: np.ndarray, T_own: np.ndarray, T_other: np.ndarray, lam: float, floor: float = 0.0
+) -> float:
     """One side's ε of ``identity_bound`` over some of its rows (F's rows, their gradient rows g): the
     bound of a set of rows is the max over its parts, so parts on workers send one number each. A row's
     norm counts as at least ``floor`` (``min_norm``); rows of norm 0 with it 0 are left out."""
     D = lam * (T_own - T_other)
     worst = 0.0
     for a in range(0, len(F), BOUND_CHUNK):
-        f = F[a:a + BOUND_CHUNK]
-        G = g[a:a + BOUND_CHUNK] @ T_other
+        f = F[a : a + BOUND_CHUNK]
+        G = g[a : a + BOUND_CHUNK] @ T_other
         G += f @ D
         P = f @ T_own
         norm = np.maximum(np.sqrt(np.einsum("ij,ij->i", P, P)), floor)
@@ -367,8 +427,7 @@ def hessian_vector(U, V, dU, dV, P: Pattern, r, lam) -> tuple[np.ndarray, np.nda
     n = len(r)
     S = P.matrix(pattern_scores(dU, V, P) + pattern_scores(U, dV, P))
     R = P.matrix(r)
-    return ((2.0 / n) * (S @ V - R @ dV) + lam * dU,
-            (2.0 / n) * (S.T @ U - R.T @ dU) + lam * dV)
+    return ((2.0 / n) * (S @ V - R @ dV) + lam * dU, (2.0 / n) * (S.T @ U - R.T @ dU) + lam * dV)
 
 
 def curvature_grams(U, V, P: Pattern, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -113,7 +113,7 @@ def _gather_transposed(F, cols, a, d, Gt):
             g[j], g[j + 1], g[j + 2], g[j + 3] = r0[c], r1[c], r2[c], r3[c]
             g[j + 4], g[j + 5], g[j + 6], g[j + 7] = r4[c], r5[c], r6[c], r7[c]
         j += 8
-    for j in range(j, d):
+    for j in range(j, d):  # noqa: B020 (the scalar tail continues from the unrolled loop's j)
         r = F[cols[a + j]]
         for c in range(k):
             Gt[c, j] = r[c]
@@ -216,10 +216,10 @@ def _dual_solve(F, cols, sw, y, a, d, ridge, G, A, b, z, out):
     dp = -(-d // 4) * 4
     G[d:dp] = 0.0
     if sw.shape[0] > 0:
-        gather_scaled_rows(F, cols, a, d, sw[a:a + d], G)
+        gather_scaled_rows(F, cols, a, d, sw[a : a + d], G)
     else:
         gather_rows(F, cols, a, d, G)
-    b[:d] = y[a:a + d]
+    b[:d] = y[a : a + d]
     _gram_upper(G, dp, k, A)
     for j in range(d):
         A[j, j] += ridge
@@ -277,7 +277,7 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw, sc
                 if weighted:
                     _scale_columns(Gt, sw, a, d, k)
                 _gram_upper(Gt, kp, d, A)
-                y_r = y[a:a + d]
+                y_r = y[a : a + d]
                 for c in range(k):
                     b[c] = _dot(Gt[c], y_r, d)
                     A[c, c] += ridge
@@ -289,7 +289,7 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw, sc
             else:
                 _dual_solve(F, cols, sw, y, a, d, ridge, G, A, b, x, X[n])
                 if residual:
-                    _dual_residual(G, d, k, y[a:a + d], ridge, X[n], scale, Gx[n])
+                    _dual_residual(G, d, k, y[a : a + d], ridge, X[n], scale, Gx[n])
 
 
 @njit(nogil=True, cache=True, parallel=True, fastmath=True)

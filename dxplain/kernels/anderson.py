@@ -118,5 +118,9 @@ def dot(a: np.ndarray, b: np.ndarray) -> float:
     """⟨a, b⟩ accumulated in float64 over blocks (float32 inputs would otherwise be summed in float32)."""
     a, b = np.ravel(a), np.ravel(b)
     step = 1 << 20
-    return float(sum(np.dot(a[s:s + step].astype(np.float64), b[s:s + step].astype(np.float64))
-                     for s in range(0, len(a), step)))
+    return float(
+        sum(
+            np.dot(a[s : s + step].astype(np.float64), b[s : s + step].astype(np.float64))
+            for s in range(0, len(a), step)
+        )
+    )

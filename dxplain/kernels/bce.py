@@ -36,7 +36,7 @@ BLOCK_ELEMENTS = 1 << 22
 def csr_rows(indptr: np.ndarray, cols: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
     """(local row, column) of the CSR entries of rows a:b."""
     lo, hi = indptr[a], indptr[b]
-    rows = np.repeat(np.arange(b - a), np.diff(indptr[a:b + 1]))
+    rows = np.repeat(np.arange(b - a), np.diff(indptr[a : b + 1]))
     return rows, cols[lo:hi]
 
 
@@ -147,7 +147,7 @@ class SparseTerms:
     w: float
 
     @classmethod
-    def from_pairs(cls, n_users, n_items, pos_u, pos_i, neg_u, neg_i, w) -> "SparseTerms":
+    def from_pairs(cls, n_users, n_items, pos_u, pos_i, neg_u, neg_i, w) -> SparseTerms:
         u = np.concatenate([pos_u, neg_u]).astype(np.intp)
         i = np.concatenate([pos_i, neg_i]).astype(np.intp)
         y = np.concatenate([np.ones(len(pos_u)), np.zeros(len(neg_u))])
@@ -201,10 +201,10 @@ class SparseTerms:
         A = np.zeros((len(U), k, k))
         B = np.zeros((len(V), k, k))
         for a in range(0, len(self.u), chunk):
-            u, i = self.u[a:a + chunk], self.i[a:a + chunk]
+            u, i = self.u[a : a + chunk], self.i[a : a + chunk]
             Uu, Vi = U[u], V[i]
             sig = expit(np.einsum("nk,nk->n", Uu, Vi))
-            W = (self.c[a:a + chunk] * sig * (1.0 - sig) / n)[:, None, None]
+            W = (self.c[a : a + chunk] * sig * (1.0 - sig) / n)[:, None, None]
             np.add.at(A, u, W * np.einsum("nk,nl->nkl", Vi, Vi))
             np.add.at(B, i, W * np.einsum("nk,nl->nkl", Uu, Uu))
         return A, B
@@ -228,8 +228,16 @@ def _row_objective(P: Pattern, s, y, c, X, ridge) -> np.ndarray:
     return np.bincount(P.u, terms, minlength=len(X)) + ridge * np.einsum("rk,rk->r", X, X)
 
 
-def newton_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, w: float, F: np.ndarray, ridge: float,
-                X0: np.ndarray | None = None, steps: int | None = None) -> tuple[np.ndarray, int]:
+def newton_rows(
+    indptr: np.ndarray,
+    cols: np.ndarray,
+    y: np.ndarray,
+    w: float,
+    F: np.ndarray,
+    ridge: float,
+    X0: np.ndarray | None = None,
+    steps: int | None = None,
+) -> tuple[np.ndarray, int]:
     """Each row's minimiser of Σ_{j∈C_r} c_j ℓ(y_j, ⟨x, F_j⟩) + ridge‖x‖²: one BCE half-step.
 
     The row problems are strictly convex (ridge > 0), so damped Newton converges from any start, here
@@ -276,8 +284,9 @@ def newton_rows(indptr: np.ndarray, cols: np.ndarray, y: np.ndarray, w: float, F
         objective[active] = after
         taken += 1
     if steps is None and taken == NEWTON_MAX:
-        log.warning("BCE half-step: %d rows still above rounding before the last of %d Newton steps", len(active),
-                    NEWTON_MAX)
+        log.warning(
+            "BCE half-step: %d rows still above rounding before the last of %d Newton steps", len(active), NEWTON_MAX
+        )
     return X, taken
 
 
@@ -306,4 +315,6 @@ def curvature_rows(indptr, cols, y, w: float, F_rows, F_cols, n: int) -> np.ndar
     k = F_cols.shape[1]
     P = Pattern.of_rows(indptr, cols, len(F_cols))
     sig = expit(pattern_scores(F_rows, F_cols, P))
-    return (P.matrix(c * sig * (1.0 - sig) / n) @ np.einsum("ik,il->ikl", F_cols, F_cols).reshape(len(F_cols), k * k)).reshape(-1, k, k)
+    return (
+        P.matrix(c * sig * (1.0 - sig) / n) @ np.einsum("ik,il->ikl", F_cols, F_cols).reshape(len(F_cols), k * k)
+    ).reshape(-1, k, k)

@@ -35,6 +35,7 @@ def _damped(F: np.ndarray, damping: float) -> np.ndarray:
 
 # ---- full F (logistic regression, user-supplied gradients) --------------------------------------------------
 
+
 def whiten_full(F: np.ndarray, damping: float = DEFAULT_DAMPING):
     """Return φ(G) = G L⁻ᵀ for F + δI = LLᵀ (Cholesky)."""
     L = np.linalg.cholesky(_damped(F, damping))
@@ -62,10 +63,12 @@ def whiten_lowrank(G_fit: np.ndarray, rank: int, damping: float = DEFAULT_DAMPIN
         G = np.asarray(G, dtype=np.float64)
         P = G @ Q
         return b * G + (P * (a - b)) @ Q.T
+
     return phi
 
 
 # ---- logistic regression -----------------------------------------------------------------------------------
+
 
 def with_intercept(X: np.ndarray) -> np.ndarray:
     return np.hstack([np.asarray(X, dtype=np.float64), np.ones((len(X), 1))])
@@ -106,6 +109,7 @@ def self_influence(G: np.ndarray, H: np.ndarray) -> np.ndarray:
 
 # ---- matrix factorisation ----------------------------------------------------------------------------------
 
+
 def mf_scores(U, V, users, items, residual=None) -> tuple[np.ndarray, np.ndarray]:
     """User and item blocks of g for pairs (users, items): r·V_j and r·U_i, r the residual y − ŷ
     (Gaussian log-likelihood up to 1/σ²). ``residual=None`` gives ∇ŷ itself, for targets that have no
@@ -124,8 +128,9 @@ def _block_grams(M: sp.csr_array, g_other: np.ndarray) -> np.ndarray:
     return np.asarray(M @ np.einsum("ik,il->ikl", g_other, g_other).reshape(len(g_other), k * k)).reshape(-1, k, k)
 
 
-def mf_fisher_blocks(U, V, users, items, residual, kind: str,
-                     curvature: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def mf_fisher_blocks(
+    U, V, users, items, residual, kind: str, curvature: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-user and per-item k×k blocks of F over the training pairs (the off-diagonal user–item
     blocks are dropped: F is taken block-diagonal, docs/methods.md §2).
 
@@ -167,8 +172,9 @@ def owner_grams(owner: np.ndarray, X: np.ndarray, w: np.ndarray, n_owners: int) 
     return out.reshape(n_owners, k, k)
 
 
-def fisher_weights(kind: str, residual: np.ndarray, curvature: np.ndarray | None, n: int,
-                   sigma2: float | None = None) -> np.ndarray:
+def fisher_weights(
+    kind: str, residual: np.ndarray, curvature: np.ndarray | None, n: int, sigma2: float | None = None
+) -> np.ndarray:
     """Per-pair weights of ∇s∇sᵀ in F, as ``mf_fisher_blocks`` uses them: r²/n (empirical), or the
     loss's E_y[r²]/n (expected: ``curvature`` per pair, else the Gaussian σ̂² = mean r² over all pairs)."""
     if kind == "empirical":
@@ -179,7 +185,7 @@ def fisher_weights(kind: str, residual: np.ndarray, curvature: np.ndarray | None
 def apply_blocks(W: np.ndarray, owner: np.ndarray, g: np.ndarray) -> np.ndarray:
     out = np.empty_like(g)
     for a in range(0, len(g), CHUNK_ROWS):
-        out[a:a + CHUNK_ROWS] = np.einsum("nij,nj->ni", W[owner[a:a + CHUNK_ROWS]], g[a:a + CHUNK_ROWS])
+        out[a : a + CHUNK_ROWS] = np.einsum("nij,nj->ni", W[owner[a : a + CHUNK_ROWS]], g[a : a + CHUNK_ROWS])
     return out
 
 

@@ -147,7 +147,10 @@ def nearest(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 
 
 def _row_systems(indptr, cols, m, w, F, lam):
-    """A_u = Σ_j w_uj F_j F_jᵀ + λI (λ here is the whole diagonal, λ + μ of eq. 4′) and b_u = Σ_j w_uj m_uj F_j for every CSR row u: (n, r, r), (n, r)."""
+    """A_u = Σ_j w_uj F_j F_jᵀ + λI and b_u = Σ_j w_uj m_uj F_j for every CSR row u: (n, r, r), (n, r).
+
+    λ here is the whole diagonal, λ + μ of eq. 4′.
+    """
     n, r = len(indptr) - 1, F.shape[1]
     A = np.zeros((n, r, r))
     b = np.zeros((n, r))
@@ -180,7 +183,7 @@ def group_moments(indptr, cols, m, w, F, lam, mu, groups, n_groups):
 def group_means(S, t, counts, lam) -> np.ndarray:
     """Ū_k from the stationarity of the U half-step, where U_u = A_u⁻¹(b_u + λŪ_k) and Ū_k = mean_{u∈k} U_u:
 
-        Ū_k = (n_k I − λ S_k)⁻¹ t_k        (0 for a cluster with no rows; A_u includes μ)
+    Ū_k = (n_k I − λ S_k)⁻¹ t_k        (0 for a cluster with no rows; A_u includes μ)
     """
     r = t.shape[1]
     out = np.zeros_like(t)
@@ -195,4 +198,3 @@ def group_rows(indptr, cols, m, w, F, lam, mu, groups, means) -> np.ndarray:
     Ũ = cluster means of U itself: λ‖(I−C)U‖² (C the cluster-averaging projector) has gradient 2λ(U − CU)."""
     A, b = _row_systems(indptr, cols, m, w, F, lam + mu)
     return np.linalg.solve(A, (b + lam * means[groups])[:, :, None])[:, :, 0]
-

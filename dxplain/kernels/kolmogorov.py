@@ -20,6 +20,7 @@ EXHAUSTIVE_CAP = 16  # 2^16 candidate vectors per item; 2^17 doubles the time an
 
 # --- sufficient statistics (e.1, e.2) from a sparse block ------------------------------------------
 
+
 def from_triu(T: np.ndarray, D: int) -> np.ndarray:
     """(n, D(D+1)/2) upper triangles → (n, D, D) symmetric matrices."""
     a, b = np.triu_indices(D)
@@ -44,19 +45,27 @@ def block_stats(B, F: np.ndarray, budget: int = 1 << 23) -> tuple[np.ndarray, np
     T = np.empty((B.shape[0], len(a)))
     step = max(1, budget // max(1, len(F)))
     for lo in range(0, len(a), step):
-        T[:, lo:lo + step] = pattern @ (F[:, a[lo:lo + step]] * F[:, b[lo:lo + step]])
+        T[:, lo : lo + step] = pattern @ (F[:, a[lo : lo + step]] * F[:, b[lo : lo + step]])
     return from_triu(T, D), np.asarray(B @ F)
 
 
 # --- θ-step (Q₁): Frank–Wolfe over the simplex (Table 1) ---------------------------------------------
+
 
 def theta_objective(Q: np.ndarray, r: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """f(θ) = θᵀQθ − 2θᵀr per row (Q already holds λI)."""
     return np.einsum("nd,nde,ne->n", theta, Q, theta) - 2 * np.einsum("nd,nd->n", theta, r)
 
 
-def frank_wolfe(Q: np.ndarray, r: np.ndarray, theta0: np.ndarray, lam: float = 0.0, step: str = "pairwise",
-                tol: float = 1e-12, max_iter: int = 5000) -> tuple[np.ndarray, dict]:
+def frank_wolfe(
+    Q: np.ndarray,
+    r: np.ndarray,
+    theta0: np.ndarray,
+    lam: float = 0.0,
+    step: str = "pairwise",
+    tol: float = 1e-12,
+    max_iter: int = 5000,
+) -> tuple[np.ndarray, dict]:
     """Minimise f(θ_u) = θᵀ(Q_u + λI)θ − 2θᵀr_u over the simplex for every row, from ``theta0``.
 
     ``step``:
@@ -132,6 +141,7 @@ def frank_wolfe(Q: np.ndarray, r: np.ndarray, theta0: np.ndarray, lam: float = 0
 
 
 # --- ψ-step (Q₂) ------------------------------------------------------------------------------------
+
 
 def psi_objective(S: np.ndarray, c: np.ndarray, psi: np.ndarray) -> np.ndarray:
     """g(ψ) = ψᵀSψ − 2cᵀψ; ``psi`` is (n, D) or (n, M, D) candidates per row."""
@@ -214,8 +224,9 @@ def diag_matrix(y: np.ndarray) -> np.ndarray:
     return out
 
 
-def barrier_sdp(C: np.ndarray, tol: float = 1e-7, sigma: float = 0.2,
-                max_newton: int = 400) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def barrier_sdp(
+    C: np.ndarray, tol: float = 1e-7, sigma: float = 0.2, max_newton: int = 400
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Solve min tr(CX) s.t. X ⪰ 0, diag X = 1 for every row of ``C`` (n, m, m), to a certified ``tol``.
 
     A dual barrier method: the dual is max 1ᵀy s.t. M = C − Diag y ⪰ 0, and Newton's method on
@@ -234,8 +245,10 @@ def barrier_sdp(C: np.ndarray, tol: float = 1e-7, sigma: float = 0.2,
     Returns X̂ (n, m, m), the value tr(CX̂), the certified gap and the Newton steps per row.
     """
     if tol < TOL_FLOOR:
-        raise ValueError(f"barrier_sdp: tol={tol:g} is below what double precision certifies here "
-                         f"({TOL_FLOOR:g}); ask for ≥ {TOL_FLOOR:g}")
+        raise ValueError(
+            f"barrier_sdp: tol={tol:g} is below what double precision certifies here "
+            f"({TOL_FLOOR:g}); ask for ≥ {TOL_FLOOR:g}"
+        )
     C = np.ascontiguousarray(C, np.float64)
     n, m, _ = C.shape
     y, mu = barrier_start(C)
@@ -275,8 +288,9 @@ def psd_factor(X: np.ndarray) -> np.ndarray:
     return Q * np.sqrt(np.clip(w, 0.0, None))[:, None, :]
 
 
-def round_psi(V: np.ndarray, S: np.ndarray, c: np.ndarray, draws: int, rng: np.random.Generator,
-              keep: int = 1) -> np.ndarray:
+def round_psi(
+    V: np.ndarray, S: np.ndarray, c: np.ndarray, draws: int, rng: np.random.Generator, keep: int = 1
+) -> np.ndarray:
     """Table 2's randomisation: x = sign(Vg) for Gaussian g, ψ = (x_{1:D}·x_{D+1} + 1)/2; the ``keep``
     best of ``draws`` candidates per row, (n, keep, D), best first."""
     n, m, rank = V.shape
@@ -319,8 +333,15 @@ def local_search(S: np.ndarray, c: np.ndarray, psi: np.ndarray, max_passes: int 
     return psi
 
 
-def sdr_psi(S: np.ndarray, c: np.ndarray, incumbent: np.ndarray | None, rng: np.random.Generator,
-            draws: int = 128, polish: int = 4, tol: float = 1e-7) -> tuple[np.ndarray, dict]:
+def sdr_psi(
+    S: np.ndarray,
+    c: np.ndarray,
+    incumbent: np.ndarray | None,
+    rng: np.random.Generator,
+    draws: int = 128,
+    polish: int = 4,
+    tol: float = 1e-7,
+) -> tuple[np.ndarray, dict]:
     """The ψ-step by SDR + randomisation (Table 2): solve (6) for all rows (``barrier_sdp``, to ``tol``
     relative, certified), round from a factor of its X, keep the
     best of the rounded candidates and the ``incumbent`` (so the step never raises g).
@@ -336,8 +357,15 @@ def sdr_psi(S: np.ndarray, c: np.ndarray, incumbent: np.ndarray | None, rng: np.
     return psi, {"sdp_value": value + sdr_constant(S, c), "sdp_gap": gap, "newton_steps": steps, "rounded": rounded}
 
 
-def psi_from_relaxation(V: np.ndarray, S: np.ndarray, c: np.ndarray, incumbent: np.ndarray | None,
-                        rng: np.random.Generator, draws: int = 128, polish: int = 4) -> tuple[np.ndarray, np.ndarray]:
+def psi_from_relaxation(
+    V: np.ndarray,
+    S: np.ndarray,
+    c: np.ndarray,
+    incumbent: np.ndarray | None,
+    rng: np.random.Generator,
+    draws: int = 128,
+    polish: int = 4,
+) -> tuple[np.ndarray, np.ndarray]:
     """ψ from a factor V of the SDR solution X = VVᵀ (any solver's): (best ψ, best rounded candidate)."""
     cands = round_psi(V, S, c, draws, rng, keep=max(1, polish))
     rounded = cands[:, 0]

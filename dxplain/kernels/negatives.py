@@ -139,7 +139,7 @@ class LowestK:
             kth = np.partition(v, self.K - 1)[self.K - 1]
             less = np.flatnonzero(v < kth)
             eq = np.flatnonzero(v == kth)
-            eq = eq[np.lexsort((c[eq], r[eq]))][:self.K - len(less)]
+            eq = eq[np.lexsort((c[eq], r[eq]))][: self.K - len(less)]
             keep = np.concatenate([less, eq])
             v, r, c = v[keep], r[keep], c[keep]
             self.threshold = kth

@@ -57,9 +57,17 @@ def pcg(hessp: Callable, g: np.ndarray, precond: Callable, rtol: float, maxiter:
     return p, maxiter, False
 
 
-def newton_pcg(fun_grad: Callable, hessp: Callable, blocks_at: Callable, x: np.ndarray, tol: float,
-               mu0: float, maxiter: int = 100, cg_maxiter: int = 250,
-               callback: Callable[[int, float], None] | None = None) -> tuple[np.ndarray, float, int, int]:
+def newton_pcg(
+    fun_grad: Callable,
+    hessp: Callable,
+    blocks_at: Callable,
+    x: np.ndarray,
+    tol: float,
+    mu0: float,
+    maxiter: int = 100,
+    cg_maxiter: int = 250,
+    callback: Callable[[int, float], None] | None = None,
+) -> tuple[np.ndarray, float, int, int]:
     """Minimise f from x until ‖∇f‖ ≤ tol, by Levenberg–Marquardt-damped Newton steps (H + μI) p = −g.
 
     Factor models are non-convex and their Hessian is singular along the rotations U→UR, V→VR, so
@@ -108,8 +116,16 @@ def newton_pcg(fun_grad: Callable, hessp: Callable, blocks_at: Callable, x: np.n
         if moved:
             x, f, g = x + t * p, f_new, g_new
             gnorm = float(np.linalg.norm(g))
-        log.debug("Newton step %d: ‖∇f‖=%.2e, step %.2g%s, %d CG products%s, μ=%.1e", steps, gnorm, t,
-                  "" if moved else " refused (no decrease)", n, " (negative curvature met)" if negative else "", mu)
+        log.debug(
+            "Newton step %d: ‖∇f‖=%.2e, step %.2g%s, %d CG products%s, μ=%.1e",
+            steps,
+            gnorm,
+            t,
+            "" if moved else " refused (no decrease)",
+            n,
+            " (negative curvature met)" if negative else "",
+            mu,
+        )
         if callback is not None:
             callback(steps, gnorm)
     return x, gnorm, steps, products

@@ -45,7 +45,7 @@ def regularised_covariance(R: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
 
 def coalition_masks(D: int) -> np.ndarray:
     """Every coalition as a boolean row: row t has feature d iff bit d of t is set, shape (2^D, D)."""
-    t = np.arange(2 ** D, dtype=np.int64)
+    t = np.arange(2**D, dtype=np.int64)
     return ((t[:, None] >> np.arange(D)) & 1).astype(bool)
 
 
@@ -56,7 +56,7 @@ def shapley_weights(D: int) -> np.ndarray:
 
 def shapley_from_values(v: np.ndarray, D: int) -> np.ndarray:
     """φ_d = Σ_{T ∌ d} w(|T|) (v(T ∪ {d}) − v(T)) (eq. 8) from v indexed by coalition bitmask."""
-    t = np.arange(2 ** D, dtype=np.int64)
+    t = np.arange(2**D, dtype=np.int64)
     size = np.bitwise_count(t.astype(np.uint64)).astype(np.int64)
     w = shapley_weights(D)
     phi = np.empty(D)
@@ -75,8 +75,8 @@ def masked_q(Delta: np.ndarray, Omega: np.ndarray, masks: np.ndarray) -> np.ndar
     """
     m = masks.astype(float)
     P = Omega[None] * m[:, :, None] * m[:, None, :] + np.eye(len(Omega))[None] * (1 - m)[:, None, :]
-    Linv = np.linalg.inv(np.linalg.cholesky(P))                      # (C, D, D), lower
-    Z = Linv @ (m[:, :, None] * Delta.T[None])                        # (C, D, K) whitened differences
+    Linv = np.linalg.inv(np.linalg.cholesky(P))  # (C, D, D), lower
+    Z = Linv @ (m[:, :, None] * Delta.T[None])  # (C, D, K) whitened differences
     return np.einsum("cdk,cdk->ck", Z, Z) / m.sum(1)[:, None]
 
 
@@ -93,7 +93,7 @@ def whitened_q(W: np.ndarray, r_norms: np.ndarray, Rc: np.ndarray, xc: np.ndarra
     reference rows R centred on the reference mean (so the expansion loses no precision worth the name)
     and ``r_norms[c, k] = ‖W_c r_k‖² / |T|`` precomputed: one (C, D) × (D, K) product and one pass per pair
     (these (C, K) passes are most of a pair's cost)."""
-    u = W @ xc                                                   # (C, D)
+    u = W @ xc  # (C, D)
     Px = np.einsum("cde,cd->ce", W, u) * (-2.0 / size)[:, None]  # −2 W_cᵀ W_c x / |T|
     Q = Px @ Rc.T
     Q += r_norms
@@ -114,7 +114,7 @@ def prefix_q(Delta: np.ndarray, Omega: np.ndarray, order: np.ndarray) -> np.ndar
     entries of L⁻¹Δ depend only on that block, so Q_t = Σ_{s ≤ t} (L⁻¹Δ)_s² / t for all t at once.
     """
     L = np.linalg.cholesky(Omega[np.ix_(order, order)])
-    Z = sla.solve_triangular(L, Delta[:, order].T, lower=True, check_finite=False)   # (D, K)
+    Z = sla.solve_triangular(L, Delta[:, order].T, lower=True, check_finite=False)  # (D, K)
     return np.cumsum(Z * Z, axis=0) / np.arange(1, len(order) + 1)[:, None]
 
 
@@ -125,8 +125,14 @@ def neighbour_weights(Q: np.ndarray, sigma: float) -> np.ndarray:
     return np.exp(w, out=w)
 
 
-def k1_by_mass(ws_i: np.ndarray, ws_j: np.ndarray, eta: float, S_i: np.ndarray | None = None,
-               S_j: np.ndarray | None = None, complete: bool = True) -> np.ndarray:
+def k1_by_mass(
+    ws_i: np.ndarray,
+    ws_j: np.ndarray,
+    eta: float,
+    S_i: np.ndarray | None = None,
+    S_j: np.ndarray | None = None,
+    complete: bool = True,
+) -> np.ndarray:
     """Eq. 7: the smallest L with (Σ_{≤L} w_i)(Σ_{≤L} w_j) / (S_i S_j) ≥ η, from the leading weights in
     decreasing order (C, L_i) and (C, L_j) and the totals S (default: the rows' sums). A shorter side
     counts as complete beyond its length. With ``complete=False`` (only a prefix of the weights given)
@@ -149,12 +155,15 @@ def leading_neighbours(w: np.ndarray, k0: int) -> tuple[np.ndarray, np.ndarray, 
     if k0 >= K:
         o = np.argsort(-w, axis=1, kind="stable")
         return o, np.take_along_axis(w, o, 1), np.full(C, -np.inf)
-    part = np.argpartition(w, K - k0 - 1, axis=1)        # the k0 largest last, the next largest before them
-    top = np.sort(part[:, K - k0:], axis=1)               # by column, so a stable sort breaks ties by column
+    part = np.argpartition(w, K - k0 - 1, axis=1)  # the k0 largest last, the next largest before them
+    top = np.sort(part[:, K - k0 :], axis=1)  # by column, so a stable sort breaks ties by column
     wt = np.take_along_axis(w, top, 1)
-    o = np.argsort(-wt, axis=1, kind="stable")             # (half the time of a lexsort on (column, −w))
-    return (np.take_along_axis(top, o, 1), np.take_along_axis(wt, o, 1),
-            np.take_along_axis(w, part[:, K - k0 - 1:K - k0], 1)[:, 0])
+    o = np.argsort(-wt, axis=1, kind="stable")  # (half the time of a lexsort on (column, −w))
+    return (
+        np.take_along_axis(top, o, 1),
+        np.take_along_axis(wt, o, 1),
+        np.take_along_axis(w, part[:, K - k0 - 1 : K - k0], 1)[:, 0],
+    )
 
 
 def ordered_neighbours(wi: np.ndarray, wj: np.ndarray, eta: float, k1: int | None, k0: int = 64, grow: int = 4):
@@ -175,7 +184,11 @@ def ordered_neighbours(wi: np.ndarray, wj: np.ndarray, eta: float, k1: int | Non
         oi, ws_i, next_i = leading_neighbours(ai, width)
         oj, ws_j, next_j = leading_neighbours(bi, width)
         full = oi.shape[1] == Ki and oj.shape[1] == Kj
-        K = np.full(len(todo), k1) if k1 is not None else k1_by_mass(ws_i, ws_j, eta, ai.sum(1), bi.sum(1), complete=full)
+        K = (
+            np.full(len(todo), k1)
+            if k1 is not None
+            else k1_by_mass(ws_i, ws_j, eta, ai.sum(1), bi.sum(1), complete=full)
+        )
         if full:
             settled = np.ones(len(todo), bool)
         else:
@@ -204,14 +217,27 @@ def expectation(zeta, A: np.ndarray, p: np.ndarray, B: np.ndarray, q: np.ndarray
         return fast(A, p, B, q)
     C, Ka, D = A.shape
     Kb = B.shape[1]
-    s = zeta(np.broadcast_to(A[:, :, None, :], (C, Ka, Kb, D)).reshape(-1, D),
-             np.broadcast_to(B[:, None, :, :], (C, Ka, Kb, D)).reshape(-1, D)).reshape(C, Ka, Kb)
+    s = zeta(
+        np.broadcast_to(A[:, :, None, :], (C, Ka, Kb, D)).reshape(-1, D),
+        np.broadcast_to(B[:, None, :, :], (C, Ka, Kb, D)).reshape(-1, D),
+    ).reshape(C, Ka, Kb)
     return np.einsum("cab,ca,cb->c", s, p, q)
 
 
-def coalition_values(zeta, xi: np.ndarray, xj: np.ndarray, Ri: np.ndarray, Rj: np.ndarray, masks: np.ndarray,
-                     Qi: np.ndarray, Qj: np.ndarray, sigma: float, eta: float, k1: int | None = None,
-                     budget: int = 1 << 22) -> np.ndarray:
+def coalition_values(
+    zeta,
+    xi: np.ndarray,
+    xj: np.ndarray,
+    Ri: np.ndarray,
+    Rj: np.ndarray,
+    masks: np.ndarray,
+    Qi: np.ndarray,
+    Qj: np.ndarray,
+    sigma: float,
+    eta: float,
+    k1: int | None = None,
+    budget: int = 1 << 22,
+) -> np.ndarray:
     """v(T) of eq. 6 for the non-empty coalitions ``masks`` (C, D), given their distances Q (C, K).
 
     Coalitions are processed in chunks grouped by K₁ (so padding to a chunk's largest K₁ wastes little),
@@ -223,11 +249,11 @@ def coalition_values(zeta, xi: np.ndarray, xj: np.ndarray, Ri: np.ndarray, Rj: n
     v = np.empty(len(masks))
     by_k1 = np.argsort(K1, kind="stable")
     sorted_k1 = K1[by_k1]
-    cost = masks.shape[1] * (sorted_k1 ** 2 if pair_cost else 2 * sorted_k1)   # floats per coalition
+    cost = masks.shape[1] * (sorted_k1**2 if pair_cost else 2 * sorted_k1)  # floats per coalition
     start = 0
     while start < len(by_k1):
         n = max(1, budget // int(cost[start]))
-        while n > 1 and n * int(cost[min(len(cost), start + n) - 1]) > budget:   # sorted: the last is the largest
+        while n > 1 and n * int(cost[min(len(cost), start + n) - 1]) > budget:  # sorted: the last is the largest
             n = max(1, budget // int(cost[min(len(cost), start + n) - 1]))
         stop = min(len(by_k1), start + n)
         # and K₁ at most doubles within a chunk, so padding at most doubles its work (K₁ spans 20–220 here)
@@ -246,7 +272,7 @@ def _chunk_values(zeta, xi, xj, Ri, Rj, m, oi, oj, wi, wj, K1, k):
     q = np.where(keep_b, wj[:, :kb], 0.0)
     p /= p.sum(1, keepdims=True)
     q /= q.sum(1, keepdims=True)
-    A = np.where(m[:, None, :], xi[None, None, :], Ri[oi[:, :ka]])   # [x_k'^T̄, x_i^T]
+    A = np.where(m[:, None, :], xi[None, None, :], Ri[oi[:, :ka]])  # [x_k'^T̄, x_i^T]
     B = np.where(m[:, None, :], xj[None, None, :], Rj[oj[:, :kb]])
     return expectation(zeta, A, p, B, q)
 
@@ -255,12 +281,13 @@ def base_value(zeta, Ri: np.ndarray, Rj: np.ndarray, budget: int = 1 << 22) -> f
     """v(∅): the mean of ζ over every reference pair (all weights equal when nothing is known)."""
     Ki, D = Ri.shape
     if getattr(zeta, "expectation", None) is not None:
-        return float(zeta.expectation(Ri[None], np.full((1, Ki), 1 / Ki), Rj[None],
-                                      np.full((1, len(Rj)), 1 / len(Rj)))[0])
+        return float(
+            zeta.expectation(Ri[None], np.full((1, Ki), 1 / Ki), Rj[None], np.full((1, len(Rj)), 1 / len(Rj)))[0]
+        )
     rows = max(1, budget // (D * len(Rj)))
     total = 0.0
     for a in range(0, Ki, rows):
-        A = Ri[a:a + rows]
+        A = Ri[a : a + rows]
         total += zeta(np.repeat(A, len(Rj), axis=0), np.tile(Rj, (len(A), 1))).sum()
     return total / (Ki * len(Rj))
 
@@ -270,17 +297,18 @@ def bernoulli_matrix(M: int, D: int, rng: np.random.Generator) -> np.ndarray:
     return np.where(rng.random((M, D)) < 0.5, -1.0, 1.0) / math.sqrt(M)
 
 
-def fista_lasso(A: np.ndarray, r: np.ndarray, lam: float, x0: np.ndarray | None = None, iters: int = 2000,
-                tol: float = 1e-10) -> np.ndarray:
+def fista_lasso(
+    A: np.ndarray, r: np.ndarray, lam: float, x0: np.ndarray | None = None, iters: int = 2000, tol: float = 1e-10
+) -> np.ndarray:
     """argmin_x ½‖A x − r‖² + λ‖x‖₁ by FISTA (Beck & Teboulle 2009), step 1/‖A‖₂²; stops when an
     iterate moves less than ``tol`` (relative), checked every 10 steps."""
-    G, Atr = A.T @ A, A.T @ r                  # the gradient Aᵀ(A y − r) = G y − Aᵀr in D×D
+    G, Atr = A.T @ A, A.T @ r  # the gradient Aᵀ(A y − r) = G y − Aᵀr in D×D
     step = 1.0 / max(np.linalg.eigvalsh(G)[-1], 1e-300)
     x = np.zeros(A.shape[1]) if x0 is None else x0.copy()
     y, t, thresh = x.copy(), 1.0, step * lam
     for n in range(iters):
         g = y - step * (G @ y - Atr)
-        x_new = np.sign(g) * np.maximum(np.abs(g) - thresh, 0.0)   # soft threshold
+        x_new = np.sign(g) * np.maximum(np.abs(g) - thresh, 0.0)  # soft threshold
         t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
         y = x_new + ((t - 1) / t_new) * (x_new - x)
         if n % 10 == 9 and np.linalg.norm(x_new - x) <= tol * max(1.0, np.linalg.norm(x_new)):
@@ -305,7 +333,7 @@ def l1_recovery(A: np.ndarray, r: np.ndarray, eps: float, steps: int = 12) -> tu
             lo, best, best_lam = mid, x, math.exp(mid)
         else:
             hi = mid
-    if best is None:   # ε below what any λ tried reaches: the smallest λ's solution
+    if best is None:  # ε below what any λ tried reaches: the smallest λ's solution
         best_lam = math.exp(lo)
         best = fista_lasso(A, r, best_lam, x0=x)
     return best, best_lam

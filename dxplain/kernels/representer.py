@@ -43,7 +43,9 @@ def balance_transforms(U: np.ndarray, V: np.ndarray, rtol: float = 1e-12) -> tup
     return balance_transforms_from_grams(U.T @ U, V.T @ V, rtol)
 
 
-def balance_transforms_from_grams(G_U: np.ndarray, G_V: np.ndarray, rtol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
+def balance_transforms_from_grams(
+    G_U: np.ndarray, G_V: np.ndarray, rtol: float = 1e-12
+) -> tuple[np.ndarray, np.ndarray]:
     """``balance_transforms`` from the Grams UᵀU and VᵀV alone: factors kept in row blocks elsewhere
     (``models.blocks``) send k×k sums, not rows."""
 
@@ -101,12 +103,16 @@ class Attributions:
         return self.global_importance * self.local_importance
 
     @staticmethod
-    def concat(parts: list["Attributions"]) -> "Attributions":
+    def concat(parts: list[Attributions]) -> Attributions:
         if not parts:
             e = np.empty(0)
             return Attributions(e.astype(np.int64), e.astype(np.int64), e, e)
-        return Attributions(*(np.concatenate([getattr(p, f) for p in parts])
-                              for f in ("target", "train", "global_importance", "local_importance")))
+        return Attributions(
+            *(
+                np.concatenate([getattr(p, f) for p in parts])
+                for f in ("target", "train", "global_importance", "local_importance")
+            )
+        )
 
 
 def split_heavy_groups(g: Groups, budget: int | None = None) -> Groups:
@@ -124,7 +130,11 @@ def split_heavy_groups(g: Groups, budget: int | None = None) -> Groups:
     starts = g.tgt_ptr[gid] + piece * per[gid]
     stops = np.minimum(starts + per[gid], g.tgt_ptr[gid + 1])
     tgt_idx = np.concatenate([np.arange(a, b) for a, b in zip(starts, stops)]) if len(gid) else np.empty(0, np.int64)
-    hist_idx = np.concatenate([np.arange(g.hist_ptr[x], g.hist_ptr[x + 1]) for x in gid]) if len(gid) else np.empty(0, np.int64)
+    hist_idx = (
+        np.concatenate([np.arange(g.hist_ptr[x], g.hist_ptr[x + 1]) for x in gid])
+        if len(gid)
+        else np.empty(0, np.int64)
+    )
     new_hist_ptr = np.concatenate([[0], np.cumsum(d[gid])])
     new_tgt_ptr = np.concatenate([[0], np.cumsum(stops - starts)])
     return Groups(new_hist_ptr, g.hist[hist_idx], g.hist_row[hist_idx], new_tgt_ptr, g.tgt[tgt_idx], g.tgt_row[tgt_idx])
@@ -155,8 +165,8 @@ def _select_flat(x: np.ndarray, value, top_k: int, d_real: int | None = None) ->
 
     ``x`` is the (B, t, d) importance, C-ordered: a float32 copy (then ``value(flat)`` returns the
     exact float64 values) or the float64 values themselves. Rounding to float32 is monotone, so a
-    float32 threshold that is ≤ the float32 k-th largest passes every true top-k entry; only rows with float32 ties get more than k
-    candidates, and only those are ranked, in float64 — the result is exact. Short rows take their
+    float32 threshold that is ≤ the float32 k-th largest passes every true top-k entry; only rows with float32
+    ties get more than k candidates, and only those are ranked, in float64 — the result is exact. Short rows take their
     threshold from a float32 sort (vectorised, ~1 ns an element here; an index-returning
     ``argpartition`` with two kth was 15x slower). Long rows (heavy items) take it by pruning over
     the first ``d_real`` entries, which are real (not padding) in every row. Zeros (padding
@@ -175,8 +185,9 @@ def _select_flat(x: np.ndarray, value, top_k: int, d_real: int | None = None) ->
     tau_lo = np.minimum(tau_lo, -tiny)[..., None]  # only negatives qualify
     flat = np.flatnonzero((x >= tau_hi) | (x <= tau_lo))  # one pass; τ_lo < 0 < τ_hi keeps sides apart
     positive = x.reshape(-1)[flat] > 0
-    return np.concatenate([_best_per_row(flat[positive], value, d, k, -1.0),
-                           _best_per_row(flat[~positive], value, d, k, 1.0)])
+    return np.concatenate(
+        [_best_per_row(flat[positive], value, d, k, -1.0), _best_per_row(flat[~positive], value, d, k, 1.0)]
+    )
 
 
 def _pruning_thresholds(x: np.ndarray, k: int, d_real: int) -> tuple[np.ndarray, np.ndarray]:
@@ -237,12 +248,26 @@ def without_groups(g: Groups, drop: np.ndarray) -> Groups:
     keep[drop] = False
     h = np.repeat(keep, np.diff(g.hist_ptr))
     t = np.repeat(keep, np.diff(g.tgt_ptr))
-    return Groups(np.concatenate([[0], np.cumsum(np.diff(g.hist_ptr)[keep])]), g.hist[h], g.hist_row[h],
-                  np.concatenate([[0], np.cumsum(np.diff(g.tgt_ptr)[keep])]), g.tgt[t], g.tgt_row[t])
+    return Groups(
+        np.concatenate([[0], np.cumsum(np.diff(g.hist_ptr)[keep])]),
+        g.hist[h],
+        g.hist_row[h],
+        np.concatenate([[0], np.cumsum(np.diff(g.tgt_ptr)[keep])]),
+        g.tgt[t],
+        g.tgt_row[t],
+    )
 
 
-def streamed_group_attributions(g: Groups, x: int, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray,
-                                top_k: int, search=None, budget: int | None = None) -> Attributions:
+def streamed_group_attributions(
+    g: Groups,
+    x: int,
+    alpha: np.ndarray,
+    F_hist: np.ndarray,
+    F_tgt: np.ndarray,
+    top_k: int,
+    search=None,
+    budget: int | None = None,
+) -> Attributions:
     """Top_k positive and negative attributions of one heavy group (say an item with 10⁵ raters).
 
     The α-scaled history X = α ⊙ F_hist[hist] is gathered once and searched exactly in blocks within
@@ -269,8 +294,9 @@ def streamed_group_attributions(g: Groups, x: int, alpha: np.ndarray, F_hist: np
     return Attributions(g.tgt[p[tt]], g.hist[h[dd]], a_h[dd], local)
 
 
-def _exact_rerank(X: np.ndarray, T: np.ndarray, found: tuple[np.ndarray, np.ndarray],
-                  top_k: int) -> tuple[np.ndarray, np.ndarray]:
+def _exact_rerank(
+    X: np.ndarray, T: np.ndarray, found: tuple[np.ndarray, np.ndarray], top_k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(target, row) pairs of each target's top_k of each sign among an approximate search's candidates
     (``found``: (t, m) rows for T and for −T, −1 for none), ranked by their exact ⟨X_i, T_u⟩."""
     d = len(X)
@@ -284,8 +310,9 @@ def _exact_rerank(X: np.ndarray, T: np.ndarray, found: tuple[np.ndarray, np.ndar
     def exact(f):
         return value[np.searchsorted(flat, f)]
 
-    keep = np.concatenate([_best_per_row(flat[value > 0], exact, d, top_k, -1.0),
-                           _best_per_row(flat[value < 0], exact, d, top_k, 1.0)])
+    keep = np.concatenate(
+        [_best_per_row(flat[value > 0], exact, d, top_k, -1.0), _best_per_row(flat[value < 0], exact, d, top_k, 1.0)]
+    )
     return keep // d, keep % d
 
 
@@ -344,18 +371,18 @@ def buckets(g: Groups, k: int, budget: int | None = None):
     d_all, t_all = np.diff(g.hist_ptr), np.diff(g.tgt_ptr)
     live = np.flatnonzero((d_all > 0) & (t_all > 0))
     # History lengths in √2 steps (≤ 41% padding, which argpartition would pay for); targets in powers of 2.
-    level = np.ceil(2 * np.log2(np.maximum(d_all, 1))).astype(np.int64) * 64 + \
-        np.ceil(np.log2(np.maximum(t_all, 1))).astype(np.int64)
+    level = np.ceil(2 * np.log2(np.maximum(d_all, 1))).astype(np.int64) * 64 + np.ceil(
+        np.log2(np.maximum(t_all, 1))
+    ).astype(np.int64)
     for lv in np.unique(level[live]):
         members = live[level[live] == lv]
         d, t = int(d_all[members].max()), int(t_all[members].max())
         step = max(1, budget // (d * max(k, t)))
         for a in range(0, len(members), step):
-            yield members[a:a + step], d, t
+            yield members[a : a + step], d, t
 
 
-def fused_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray,
-                       top_k: int) -> Attributions:
+def fused_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray, top_k: int) -> Attributions:
     """``grouped_attributions`` (top_k > 0, no heavy groups) by the compiled score-and-select kernel
     (``representer_fused``): the same attributions, without the padded stacks and their memory passes."""
     from .representer_fused import fused_group_top_k  # numba compiles (or loads its cache) on first use
@@ -369,8 +396,15 @@ def fused_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: 
     return Attributions(*(x[:n] for x in out))
 
 
-def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt: np.ndarray,
-                         top_k: int, search=None, fused: bool | None = None) -> Attributions:
+def grouped_attributions(
+    g: Groups,
+    alpha: np.ndarray,
+    F_hist: np.ndarray,
+    F_tgt: np.ndarray,
+    top_k: int,
+    search=None,
+    fused: bool | None = None,
+) -> Attributions:
     """Score every group's history against its targets: I = α ⊙ (F_tgt[tgt] F_hist[hist]ᵀ).
 
     Groups are bucketed by (history, targets) length and each bucket is one stacked matmul: for
@@ -443,6 +477,7 @@ def grouped_attributions(g: Groups, alpha: np.ndarray, F_hist: np.ndarray, F_tgt
             # same bits whatever the batch, but doubled the user side's time (random row gathers).
             local = _local_at(L, bb, tt, dd)
         bd = bb * d + dd
-        parts.append(Attributions(g.tgt[tpos.reshape(-1)[bb * t + tt]], g.hist[hpos.reshape(-1)[bd]],
-                                  a_b.reshape(-1)[bd], local))
+        parts.append(
+            Attributions(g.tgt[tpos.reshape(-1)[bb * t + tt]], g.hist[hpos.reshape(-1)[bd]], a_b.reshape(-1)[bd], local)
+        )
     return Attributions.concat(parts)

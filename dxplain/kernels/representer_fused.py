@@ -89,32 +89,75 @@ def _sorted16(x):
     x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
     x8, x9, x10, x11, x12, x13, x14, x15 = x[8], x[9], x[10], x[11], x[12], x[13], x[14], x[15]
 
-    x0, x13 = _cx(x0, x13); x1, x12 = _cx(x1, x12); x2, x15 = _cx(x2, x15); x3, x14 = _cx(x3, x14)
-    x4, x8 = _cx(x4, x8); x5, x6 = _cx(x5, x6); x7, x11 = _cx(x7, x11); x9, x10 = _cx(x9, x10)
+    x0, x13 = _cx(x0, x13)
+    x1, x12 = _cx(x1, x12)
+    x2, x15 = _cx(x2, x15)
+    x3, x14 = _cx(x3, x14)
+    x4, x8 = _cx(x4, x8)
+    x5, x6 = _cx(x5, x6)
+    x7, x11 = _cx(x7, x11)
+    x9, x10 = _cx(x9, x10)
 
-    x0, x5 = _cx(x0, x5); x1, x7 = _cx(x1, x7); x2, x9 = _cx(x2, x9); x3, x4 = _cx(x3, x4); x6, x13 = _cx(x6, x13)
-    x8, x14 = _cx(x8, x14); x10, x15 = _cx(x10, x15); x11, x12 = _cx(x11, x12)
-
-    x0, x1 = _cx(x0, x1); x2, x3 = _cx(x2, x3); x4, x5 = _cx(x4, x5); x6, x8 = _cx(x6, x8); x7, x9 = _cx(x7, x9)
-    x10, x11 = _cx(x10, x11); x12, x13 = _cx(x12, x13); x14, x15 = _cx(x14, x15)
-
-    x0, x2 = _cx(x0, x2); x1, x3 = _cx(x1, x3); x4, x10 = _cx(x4, x10); x5, x11 = _cx(x5, x11); x6, x7 = _cx(x6, x7)
-    x8, x9 = _cx(x8, x9); x12, x14 = _cx(x12, x14); x13, x15 = _cx(x13, x15)
-
-    x1, x2 = _cx(x1, x2); x3, x12 = _cx(x3, x12); x4, x6 = _cx(x4, x6); x5, x7 = _cx(x5, x7); x8, x10 = _cx(x8, x10)
-    x9, x11 = _cx(x9, x11); x13, x14 = _cx(x13, x14)
-
-    x1, x4 = _cx(x1, x4); x2, x6 = _cx(x2, x6); x5, x8 = _cx(x5, x8); x7, x10 = _cx(x7, x10); x9, x13 = _cx(x9, x13)
-    x11, x14 = _cx(x11, x14)
-
-    x2, x4 = _cx(x2, x4); x3, x6 = _cx(x3, x6); x9, x12 = _cx(x9, x12); x11, x13 = _cx(x11, x13)
-
-    x3, x5 = _cx(x3, x5); x6, x8 = _cx(x6, x8); x7, x9 = _cx(x7, x9); x10, x12 = _cx(x10, x12)
-
-    x3, x4 = _cx(x3, x4); x5, x6 = _cx(x5, x6); x7, x8 = _cx(x7, x8); x9, x10 = _cx(x9, x10)
+    x0, x5 = _cx(x0, x5)
+    x1, x7 = _cx(x1, x7)
+    x2, x9 = _cx(x2, x9)
+    x3, x4 = _cx(x3, x4)
+    x6, x13 = _cx(x6, x13)
+    x8, x14 = _cx(x8, x14)
+    x10, x15 = _cx(x10, x15)
     x11, x12 = _cx(x11, x12)
 
-    x6, x7 = _cx(x6, x7); x8, x9 = _cx(x8, x9)
+    x0, x1 = _cx(x0, x1)
+    x2, x3 = _cx(x2, x3)
+    x4, x5 = _cx(x4, x5)
+    x6, x8 = _cx(x6, x8)
+    x7, x9 = _cx(x7, x9)
+    x10, x11 = _cx(x10, x11)
+    x12, x13 = _cx(x12, x13)
+    x14, x15 = _cx(x14, x15)
+
+    x0, x2 = _cx(x0, x2)
+    x1, x3 = _cx(x1, x3)
+    x4, x10 = _cx(x4, x10)
+    x5, x11 = _cx(x5, x11)
+    x6, x7 = _cx(x6, x7)
+    x8, x9 = _cx(x8, x9)
+    x12, x14 = _cx(x12, x14)
+    x13, x15 = _cx(x13, x15)
+
+    x1, x2 = _cx(x1, x2)
+    x3, x12 = _cx(x3, x12)
+    x4, x6 = _cx(x4, x6)
+    x5, x7 = _cx(x5, x7)
+    x8, x10 = _cx(x8, x10)
+    x9, x11 = _cx(x9, x11)
+    x13, x14 = _cx(x13, x14)
+
+    x1, x4 = _cx(x1, x4)
+    x2, x6 = _cx(x2, x6)
+    x5, x8 = _cx(x5, x8)
+    x7, x10 = _cx(x7, x10)
+    x9, x13 = _cx(x9, x13)
+    x11, x14 = _cx(x11, x14)
+
+    x2, x4 = _cx(x2, x4)
+    x3, x6 = _cx(x3, x6)
+    x9, x12 = _cx(x9, x12)
+    x11, x13 = _cx(x11, x13)
+
+    x3, x5 = _cx(x3, x5)
+    x6, x8 = _cx(x6, x8)
+    x7, x9 = _cx(x7, x9)
+    x10, x12 = _cx(x10, x12)
+
+    x3, x4 = _cx(x3, x4)
+    x5, x6 = _cx(x5, x6)
+    x7, x8 = _cx(x7, x8)
+    x9, x10 = _cx(x9, x10)
+    x11, x12 = _cx(x11, x12)
+
+    x6, x7 = _cx(x6, x7)
+    x8, x9 = _cx(x8, x9)
     return x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15
 
 
@@ -186,7 +229,7 @@ def _best(pos, val, m, k, sign, keep, w):
         return m
     if m > SCAN_MAX:
         order = np.argsort(-w[:m], kind="mergesort")[:k]
-        keep[:len(order)] = pos[:m][np.sort(order)]
+        keep[: len(order)] = pos[:m][np.sort(order)]
         return len(order)
     if m <= 16:  # the k-th largest by the sorting network, then one pass keeps what beats or ties it
         for a in range(m, 16):
@@ -264,8 +307,22 @@ def _block_targets(d):
 
 
 @njit(nogil=True, cache=True)
-def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_hist, F_tgt, top_k,
-                      out_target, out_train, out_alpha, out_local):
+def fused_group_top_k(
+    hist_ptr,
+    hist,
+    hist_row,
+    tgt_ptr,
+    tgt,
+    tgt_row,
+    alpha,
+    F_hist,
+    F_tgt,
+    top_k,
+    out_target,
+    out_train,
+    out_alpha,
+    out_local,
+):
     """Top_k positive and negative attributions of every (group, target), written to the ``out_*`` arrays.
 
     Parameters
@@ -318,7 +375,7 @@ def fused_group_top_k(hist_ptr, hist, hist_row, tgt_ptr, tgt, tgt_row, alpha, F_
         for q0 in range(tgt_ptr[g], tgt_ptr[g + 1], step):
             nq = min(step, tgt_ptr[g + 1] - q0)
             gather_rows(F_tgt, tgt_row, q0, nq, T)
-            I = I_buf[:nq * d].reshape((nq, d))  # (nq, d) importances, into a reused buffer
+            I = I_buf[: nq * d].reshape((nq, d))  # (nq, d) importances, into a reused buffer
             np.dot(T[:nq], H[:d].T, I)
             for j in range(nq):
                 I_t = I[j]

@@ -86,7 +86,7 @@ class BlockRows:
     def __len__(self) -> int:
         return len(self.user)
 
-    def __getitem__(self, rows) -> "BlockRows":
+    def __getitem__(self, rows) -> BlockRows:
         rows = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows)
         return BlockRows(self.user[rows], self.item[rows], self.a[rows], self.b[rows])
 
@@ -96,8 +96,10 @@ class BlockRows:
     def to_csr(self, n_users: int, n_items: int) -> sp.csr_array:
         n, k = self.a.shape
         cols = np.concatenate([block_columns(self.user, k), block_columns(n_users + self.item, k)], axis=1)
-        return sp.csr_array((np.concatenate([self.a, self.b], axis=1).ravel(), cols.ravel(),
-                             np.arange(0, 2 * k * n + 1, 2 * k)), shape=(n, (n_users + n_items) * k))
+        return sp.csr_array(
+            (np.concatenate([self.a, self.b], axis=1).ravel(), cols.ravel(), np.arange(0, 2 * k * n + 1, 2 * k)),
+            shape=(n, (n_users + n_items) * k),
+        )
 
 
 def block_columns(block: np.ndarray, k: int) -> np.ndarray:
@@ -115,7 +117,7 @@ class BlockMean:
     V: np.ndarray
 
     @classmethod
-    def of(cls, T: BlockRows) -> "BlockMean":
+    def of(cls, T: BlockRows) -> BlockMean:
         n = len(T)
         users, iu = np.unique(T.user, return_inverse=True)
         items, ii = np.unique(T.item, return_inverse=True)
@@ -128,10 +130,12 @@ class BlockMean:
         """μ as a (1, p) row of the space of ``BlockRows.to_csr``."""
         k = self.U.shape[1]
         cols = np.concatenate([block_columns(self.users, k).ravel(), block_columns(n_users + self.items, k).ravel()])
-        return sp.csr_array((np.concatenate([self.U.ravel(), self.V.ravel()]), (np.zeros(len(cols), np.int64), cols)),
-                            shape=(1, (n_users + n_items) * k))
+        return sp.csr_array(
+            (np.concatenate([self.U.ravel(), self.V.ravel()]), (np.zeros(len(cols), np.int64), cols)),
+            shape=(1, (n_users + n_items) * k),
+        )
 
-    def inner(self, other: "BlockMean") -> float:
+    def inner(self, other: BlockMean) -> float:
         _, i, j = np.intersect1d(self.users, other.users, assume_unique=True, return_indices=True)
         _, p, q = np.intersect1d(self.items, other.items, assume_unique=True, return_indices=True)
         return float(np.vdot(self.U[i], other.U[j]) + np.vdot(self.V[p], other.V[q]))
@@ -231,8 +235,14 @@ class ShardState:
             return None
         gain = np.where(ok, self.r**2 / np.where(ok, self.v, 1.0), -np.inf)
         x = int(np.argmax(gain))  # argmax returns the first maximum: ties go to the lowest index
-        return Candidate(index=self.offset + self._row_of(x), gain=float(gain[x]), phi=self._row(x), c=self._c(x),
-                         v=float(self.v[x]), r=float(self.r[x]))
+        return Candidate(
+            index=self.offset + self._row_of(x),
+            gain=float(gain[x]),
+            phi=self._row(x),
+            c=self._c(x),
+            v=float(self.v[x]),
+            r=float(self.r[x]),
+        )
 
     def _row_of(self, x: int) -> int:
         """The local row at position x of r, v (every row here; a subclass may keep only some, ascending)."""
@@ -244,7 +254,7 @@ class ShardState:
     def _c(self, x: int) -> np.ndarray:
         return self.Ct[: self.t, x].copy()
 
-    def add(self, s: Candidate, d: float, beta_t: float) -> "ShardState":
+    def add(self, s: Candidate, d: float, beta_t: float) -> ShardState:
         """The state after appending s to S: the new entry of L⁻¹k_S· for every candidate, then r, v.
 
         Returns a new state (r, v and the open mask are copied, O(n)); only row t of the shared buffer
@@ -292,7 +302,7 @@ class BlockShardState(ShardState):
         """(a, b) of these local rows."""
         return self.Phi.a[rows], self.Phi.b[rows]
 
-    def admit(self, new: "BlockShardState", rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    def admit(self, new: BlockShardState, rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
         """Give ``new`` (the next state, its r and v already copied) z and k_xx of ``rows``, whose halves
         are ``a``, ``b``: here every row's are known from the start."""
 
@@ -312,7 +322,7 @@ class BlockShardState(ShardState):
         i0, i1 = np.searchsorted(self.item_sorted, [item, item + 1])
         return np.union1d(self.by_user[u0:u1], self.by_item[i0:i1])
 
-    def add(self, s: Candidate, d: float, beta_t: float) -> "BlockShardState":
+    def add(self, s: Candidate, d: float, beta_t: float) -> BlockShardState:
         """As ``ShardState.add``, over the touched rows and s's neighbours only. The touched rows and their
         c_x are copied into the new state (O(touched·m)), so replaying a step gives the same values."""
         new = copy.copy(self)
@@ -320,8 +330,9 @@ class BlockShardState(ShardState):
         rows = self.neighbours(int(s.phi.user[0]), int(s.phi.item[0]))
         a, b = self.halves(rows)
         self.admit(new, rows, a, b)
-        touched, Ct, col = touched_column(self.touched, self.Ct, self.t, self.m, rows, self.user[rows],
-                                          self.item[rows], a, b, s, d)
+        touched, Ct, col = touched_column(
+            self.touched, self.Ct, self.t, self.m, rows, self.user[rows], self.item[rows], a, b, s, d
+        )
         new.t, new.touched, new.Ct = self.t + 1, touched, Ct
         new.r[touched] -= col * beta_t
         new.v[touched] -= col**2
@@ -332,8 +343,19 @@ class BlockShardState(ShardState):
         return new
 
 
-def touched_column(touched: np.ndarray, Ct: np.ndarray, t: int, m: int, rows: np.ndarray, users: np.ndarray,
-                   items: np.ndarray, a: np.ndarray, b: np.ndarray, s: Candidate, d: float):
+def touched_column(
+    touched: np.ndarray,
+    Ct: np.ndarray,
+    t: int,
+    m: int,
+    rows: np.ndarray,
+    users: np.ndarray,
+    items: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    s: Candidate,
+    d: float,
+):
     """Step t's entry of c_x = L⁻¹k_Sx once s joins S, for the touched rows: the earlier touched ones and
     ``rows`` (s's neighbours: their ``users``, ``items`` and halves ``a``, ``b``). Returns the new touched
     rows (sorted), their (m, touched) c buffer with row t written, and that row."""

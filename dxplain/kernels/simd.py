@@ -103,13 +103,15 @@ def compress_positions8(typingctx, x, i, tau_hi, tau_lo, c_hi, m_hi, c_lo, m_lo)
     if not HAS_AVX512:
         raise errors.TypingError("compress_positions8 needs numba to target AVX-512 (simd.HAS_AVX512 is False)")
     _check_rows("compress_positions8", x=(x, types.float64), c_hi=(c_hi, types.int64), c_lo=(c_lo, types.int64))
-    sig = types.UniTuple(types.int64, 2)(x, types.int64, types.float64, types.float64, c_hi, types.int64,
-                                         c_lo, types.int64)
+    sig = types.UniTuple(types.int64, 2)(
+        x, types.int64, types.float64, types.float64, c_hi, types.int64, c_lo, types.int64
+    )
 
     def codegen(context, builder, signature, args):
         x_v, i_v, th, tl, ch_v, mh, cl_v, ml = args
-        x_a, ch_a, cl_a = (context.make_array(signature.args[n])(context, builder, a)
-                           for n, a in ((0, x_v), (4, ch_v), (6, cl_v)))
+        x_a, ch_a, cl_a = (
+            context.make_array(signature.args[n])(context, builder, a) for n, a in ((0, x_v), (4, ch_v), (6, cl_v))
+        )
         vd, vi, vb = ir.VectorType(ir.DoubleType(), 8), ir.VectorType(_I64, 8), ir.VectorType(ir.IntType(1), 8)
         v = builder.load(_vector_at(builder, x_a, i_v, vd), align=8)
         positions = builder.add(_splat(builder, i_v, vi), ir.Constant(vi, list(range(8))))

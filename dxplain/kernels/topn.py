@@ -29,7 +29,7 @@ def _float32_margin(k: int) -> float:
     A float32 dot product of length k is within about k·2⁻²⁴·Σ|u_i v_i| ≤ k·2⁻²⁴·‖u‖‖v‖ of the exact
     one (Higham, Thm 3.5), and rounding the factors to float32 adds 2·2⁻²⁴·‖u‖‖v‖; twice the sum, to be safe.
     """
-    return (2.0 * k + 4.0) * 2.0 ** -24
+    return (2.0 * k + 4.0) * 2.0**-24
 
 
 # First item block of the scan; blocks double from here while users remain (within the budget).
@@ -58,7 +58,7 @@ class NormOrder:
     V_bound: np.ndarray  # (n_items, w + 1) float32, rows in norm order: [v Q_P, ‖v Q_R‖]
 
     @classmethod
-    def of(cls, V: np.ndarray) -> "NormOrder":
+    def of(cls, V: np.ndarray) -> NormOrder:
         norms = np.sqrt(np.einsum("ij,ij->i", V, V, dtype=np.float64))
         item = np.argsort(-norms, kind="stable")
         rank = np.empty_like(item)
@@ -66,8 +66,15 @@ class NormOrder:
         k = V.shape[1]
         Q = np.linalg.eigh(V.T @ V)[1][:, ::-1]  # eigenvalues ascending: leading directions first
         w = min(k, max(8, k // PARTIAL_SHARE))
-        return cls(np.ascontiguousarray(V[item], dtype=np.float32), norms[item], item, rank, Q, w,
-                   _bound_factors(V[item], Q, w))
+        return cls(
+            np.ascontiguousarray(V[item], dtype=np.float32),
+            norms[item],
+            item,
+            rank,
+            Q,
+            w,
+            _bound_factors(V[item], Q, w),
+        )
 
     def user_bound(self, U: np.ndarray) -> np.ndarray:
         """[u Q_P, ‖u Q_R‖] per user, so that ⟨user_bound, V_bound⟩ = ⟨u_P, v_P⟩ + ‖u_R‖‖v_R‖ ≥ ⟨u, v⟩."""
@@ -77,8 +84,9 @@ class NormOrder:
 def _bound_factors(F: np.ndarray, Q: np.ndarray, w: int) -> np.ndarray:
     """Rows [f Q_P, ‖f Q_R‖] in float32: the leading w coordinates in the basis Q, then the norm of the rest."""
     R = F @ Q
-    return np.ascontiguousarray(np.hstack([R[:, :w], np.linalg.norm(R[:, w:], axis=1, keepdims=True)]),
-                                dtype=np.float32)
+    return np.ascontiguousarray(
+        np.hstack([R[:, :w], np.linalg.norm(R[:, w:], axis=1, keepdims=True)]), dtype=np.float32
+    )
 
 
 def _top_n_rows(S: np.ndarray, ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,7 +99,7 @@ def _top_n_rows(S: np.ndarray, ids: np.ndarray, n: int) -> tuple[np.ndarray, np.
     a, m = S.shape
     ids = np.broadcast_to(ids, S.shape)
     if m > n:
-        part = np.argpartition(S, m - n, axis=1)[:, m - n:]
+        part = np.argpartition(S, m - n, axis=1)[:, m - n :]
         vals = np.take_along_axis(S, part, axis=1)
         tau = vals.min(axis=1, keepdims=True)
         tied = np.isfinite(tau[:, 0]) & ((S == tau).sum(axis=1) > (vals == tau).sum(axis=1))
@@ -111,8 +119,9 @@ def _top_n_rows(S: np.ndarray, ids: np.ndarray, n: int) -> tuple[np.ndarray, np.
     return sel, vals
 
 
-def top_n_unseen(U_block: np.ndarray, V: np.ndarray, seen_indptr: np.ndarray, seen_items: np.ndarray,
-                 n: int) -> tuple[np.ndarray, np.ndarray]:
+def top_n_unseen(
+    U_block: np.ndarray, V: np.ndarray, seen_indptr: np.ndarray, seen_items: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-n items by ⟨U_i, V_j⟩ among items the block's users have not rated, best first (the reference).
 
     Parameters
@@ -148,8 +157,15 @@ def top_n_merged(ids: np.ndarray, scores: np.ndarray, n: int) -> tuple[np.ndarra
     return sel[0][ok], vals[0][ok]
 
 
-def top_n_unseen_pruned(U_block: np.ndarray, order: NormOrder, seen_indptr: np.ndarray, seen_items: np.ndarray,
-                        n: int, budget: int, stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+def top_n_unseen_pruned(
+    U_block: np.ndarray,
+    order: NormOrder,
+    seen_indptr: np.ndarray,
+    seen_items: np.ndarray,
+    n: int,
+    budget: int,
+    stats: dict | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """``top_n_unseen`` by a scan of the items that scores exactly only what may enter a user's top-n.
 
     Items are scanned in blocks of decreasing ‖V_j‖ (``order``), from ``FIRST_ITEM_BLOCK`` doubling, within
@@ -210,7 +226,8 @@ def top_n_unseen_pruned(U_block: np.ndarray, order: NormOrder, seen_indptr: np.n
             counts["candidates"] += len(s)
             entering = s >= tau[cand_row]
             best_i[users], best_s[users] = _merge_candidates(
-                best_i[users], best_s[users], cand_row[entering], s[entering], ids[cand_col[entering]], n)
+                best_i[users], best_s[users], cand_row[entering], s[entering], ids[cand_col[entering]], n
+            )
         start = stop
         if start < n_items:
             done = best_s[active, -1] > (unorm[active] + slack[active]) * order.norms[start]
@@ -222,8 +239,9 @@ def top_n_unseen_pruned(U_block: np.ndarray, order: NormOrder, seen_indptr: np.n
     return best_i, best_s.astype(np.float64)
 
 
-def _merge(best_i: np.ndarray, best_s: np.ndarray, S: np.ndarray, ids: np.ndarray,
-           n: int) -> tuple[np.ndarray, np.ndarray]:
+def _merge(
+    best_i: np.ndarray, best_s: np.ndarray, S: np.ndarray, ids: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The running top-n (a, n) merged with a block's scores S (a, r) of items ``ids``.
 
     Only entries at least a lower bound on the merged n-th best can enter: the running n-th best, or for
@@ -240,8 +258,9 @@ def _merge(best_i: np.ndarray, best_s: np.ndarray, S: np.ndarray, ids: np.ndarra
     return _merge_candidates(best_i, best_s, row, S.reshape(-1)[flat], ids[col], n)
 
 
-def _merge_candidates(best_i: np.ndarray, best_s: np.ndarray, row: np.ndarray, score: np.ndarray,
-                      item: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _merge_candidates(
+    best_i: np.ndarray, best_s: np.ndarray, row: np.ndarray, score: np.ndarray, item: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The running top-n (a, n) with candidates (row, score, item) added: per row the n best by score,
     then by item index; the placeholders (-inf, -1) sort last."""
     rows = np.unique(row)

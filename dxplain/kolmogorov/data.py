@@ -19,14 +19,17 @@ def check_options(dim: int, solver: str, check_exhaustive: bool, r_min: float, r
     if dim < 2:
         raise InputError(f"--dim {dim}: a Kolmogorov model needs D ≥ 2 elementary events; give e.g. --dim 8")
     if (solver == "exhaustive" or check_exhaustive) and dim > EXHAUSTIVE_CAP:
-        raise InputError(f"--dim {dim}: exhaustive search is capped at D ≤ {EXHAUSTIVE_CAP} (2^D vectors per item); "
-                         f"use --solver sdr without --check-exhaustive for D = {dim}, or a smaller --dim")
+        raise InputError(
+            f"--dim {dim}: exhaustive search is capped at D ≤ {EXHAUSTIVE_CAP} (2^D vectors per item); "
+            f"use --solver sdr without --check-exhaustive for D = {dim}, or a smaller --dim"
+        )
     if not r_min < r_max:
         raise InputError(f"--r-min {r_min:g} --r-max {r_max:g}: R_min must be below R_max (ml-100k: 1 and 5)")
 
 
-def probabilities(data: Interactions, feedback: str, r_max: float, like_threshold: float, negatives: int,
-                  seed: int) -> Interactions:
+def probabilities(
+    data: Interactions, feedback: str, r_max: float, like_threshold: float, negatives: int, seed: int
+) -> Interactions:
     """The training pairs with p_ui in ``rating``.
 
     * explicit: every rated pair, p = rating / R_max (the paper's choice);

@@ -50,6 +50,7 @@ class KolmogorovModel:
 
 # --- tasks (module level so Dask can ship them) -------------------------------------------------------
 
+
 def _rows(P, lo: int, hi: int):
     """Rows lo:hi of a CSR matrix: one shard's block, kept on the worker for every iteration."""
     return P[lo:hi]
@@ -67,8 +68,18 @@ def _slices(n: int, size: int):
     return [slice(a, min(a + size, n)) for a in range(0, n, size)] or [slice(0, 0)]
 
 
-def psi_task(block, Theta: np.ndarray, Psi: np.ndarray | None, mu: float, solver: str, seed: int, it: int,
-             lo: int, check: bool, rows: int | None = None) -> dict:
+def psi_task(
+    block,
+    Theta: np.ndarray,
+    Psi: np.ndarray | None,
+    mu: float,
+    solver: str,
+    seed: int,
+    it: int,
+    lo: int,
+    check: bool,
+    rows: int | None = None,
+) -> dict:
     """(Q₂) for the item shard from row ``lo``: ψ, Σ g_i, and (``check``) how often SDR misses the exhaustive
     optimum. ``Psi`` is the previous ψ of every item (the incumbents; None at first), broadcast like Θ, so
     no task carries its slice in the graph. Solved ``rows`` items at a time."""
@@ -77,7 +88,7 @@ def psi_task(block, Theta: np.ndarray, Psi: np.ndarray | None, mu: float, solver
     for sl in _slices(block.shape[0], rows or PSI_ROWS):
         S, v = K.block_stats(block[sl], Theta)
         c = v - mu / 2
-        psi0 = None if Psi is None else Psi[lo + sl.start:lo + sl.stop]
+        psi0 = None if Psi is None else Psi[lo + sl.start : lo + sl.stop]
         if solver == "exhaustive":
             p, gp = K.exhaustive_psi(S, c)
         else:
@@ -99,8 +110,9 @@ def psi_task(block, Theta: np.ndarray, Psi: np.ndarray | None, mu: float, solver
     return out
 
 
-def theta_task(block, Psi: np.ndarray, Theta: np.ndarray, lo: int, lam: float, step: str, fw_iters: int,
-               rows: int | None = None) -> dict:
+def theta_task(
+    block, Psi: np.ndarray, Theta: np.ndarray, lo: int, lam: float, step: str, fw_iters: int, rows: int | None = None
+) -> dict:
     """(Q₁) for the user shard from row ``lo``: θ from Frank–Wolfe started at the current θ, and Σ f_u.
     ``Theta`` is every user's θ, already broadcast for the ψ-step: slicing it here keeps θ⁰ out of the
     task graph (at 10M interactions the slices were 61 MiB per task). Solved ``rows`` users at a time."""
@@ -108,7 +120,7 @@ def theta_task(block, Psi: np.ndarray, Theta: np.ndarray, lo: int, lam: float, s
     theta, f, iterations = [], 0.0, 0
     for sl in _slices(block.shape[0], rows or THETA_ROWS):
         Q, r = K.block_stats(block[sl], Psi)
-        t, info = K.frank_wolfe(Q, r, Theta[lo + sl.start:lo + sl.stop], lam=lam, step=step, max_iter=fw_iters)
+        t, info = K.frank_wolfe(Q, r, Theta[lo + sl.start : lo + sl.stop], lam=lam, step=step, max_iter=fw_iters)
         theta.append(t)
         f += float(info["objective"].sum())
         iterations = max(iterations, int(info["iterations"]))
@@ -117,9 +129,22 @@ def theta_task(block, Psi: np.ndarray, Theta: np.ndarray, lo: int, lam: float, s
 
 # --- the fit ----------------------------------------------------------------------------------------
 
-def fit_ikm(data: Interactions, dim: int, iterations: int = 5, solver: str = "sdr", lam: float = 0.0,
-            mu: float = 0.0, step: str = "pairwise", fw_iters: int = 2000, seed: int = 0, check: bool = False,
-            mapper: Mapper | None = None, shards: int | None = None, log=None) -> KolmogorovModel:
+
+def fit_ikm(
+    data: Interactions,
+    dim: int,
+    iterations: int = 5,
+    solver: str = "sdr",
+    lam: float = 0.0,
+    mu: float = 0.0,
+    step: str = "pairwise",
+    fw_iters: int = 2000,
+    seed: int = 0,
+    check: bool = False,
+    mapper: Mapper | None = None,
+    shards: int | None = None,
+    log=None,
+) -> KolmogorovModel:
     """Fit a Kolmogorov model to ``data`` whose ``rating`` holds p_ui ∈ [0, 1].
 
     Parameters
@@ -155,8 +180,11 @@ def fit_ikm(data: Interactions, dim: int, iterations: int = 5, solver: str = "sd
     trace, objective, errors = [], [], {"errors": 0, "errors_rounded": 0, "items": 0}
     for it in range(iterations):
         Th = mapper.put(theta, broadcast=True)
-        res = mapper.map(psi_task, [(blk, Th, Ps, mu, solver, seed, it, int(a), check)
-                                    for blk, a in zip(iblocks, icuts[:-1])], f"km-psi-{it}")
+        res = mapper.map(
+            psi_task,
+            [(blk, Th, Ps, mu, solver, seed, it, int(a), check) for blk, a in zip(iblocks, icuts[:-1])],
+            f"km-psi-{it}",
+        )
         psi = np.concatenate([r["psi"] for r in res])
         trace.append(sum(r["g"] for r in res) + pp + lam * float(np.sum(theta * theta)))
         if check:
@@ -164,15 +192,24 @@ def fit_ikm(data: Interactions, dim: int, iterations: int = 5, solver: str = "sd
                 errors[key] += sum(r[key] for r in res)
             errors["items"] += data.n_items
         Ps = mapper.put(psi, broadcast=True)
-        res = mapper.map(theta_task, [(blk, Ps, Th, int(a), lam, step, fw_iters)
-                                      for blk, a in zip(ublocks, ucuts[:-1])], f"km-theta-{it}")
+        res = mapper.map(
+            theta_task,
+            [(blk, Ps, Th, int(a), lam, step, fw_iters) for blk, a in zip(ublocks, ucuts[:-1])],
+            f"km-theta-{it}",
+        )
         theta = np.concatenate([r["theta"] for r in res])
         trace.append(sum(r["f"] for r in res) + pp + mu * float(psi.sum()))
         objective.append(trace[-1])
         if log:
             log(f"IKM iteration {it + 1}/{iterations}: E = {trace[-1]:.6g} (after ψ-step {trace[-2]:.6g})")
-    info = {"train_objective": objective, "trace": trace, "seconds": round(time.perf_counter() - t0, 2),
-            "solver": solver, "step": step, "shards": [len(ucuts) - 1, len(icuts) - 1]}
+    info = {
+        "train_objective": objective,
+        "trace": trace,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "solver": solver,
+        "step": step,
+        "shards": [len(ucuts) - 1, len(icuts) - 1],
+    }
     if check and solver == "sdr":
         info["sdr_vs_exhaustive_error"] = errors["errors"] / max(1, errors["items"])
         info["sdr_rounded_vs_exhaustive_error"] = errors["errors_rounded"] / max(1, errors["items"])
@@ -185,8 +222,17 @@ def split_pairs(data: Interactions, fraction: float, seed: int) -> tuple[np.ndar
     return ~held, held
 
 
-def select_regularisers(data: Interactions, dim: int, lams, mus, iterations: int = 3, seed: int = 0,
-                        mapper: Mapper | None = None, shards: int | None = None, **kw) -> tuple[float, float, list]:
+def select_regularisers(
+    data: Interactions,
+    dim: int,
+    lams,
+    mus,
+    iterations: int = 3,
+    seed: int = 0,
+    mapper: Mapper | None = None,
+    shards: int | None = None,
+    **kw,
+) -> tuple[float, float, list]:
     """λ and μ from a coarse grid by RMSE of p on a 10% validation split of the training pairs (App. A.7)."""
     tr, va = split_pairs(data, 0.1, seed + 1)
     sub = data.subset(tr)
@@ -195,6 +241,6 @@ def select_regularisers(data: Interactions, dim: int, lams, mus, iterations: int
         for mu in mus:
             m = fit_ikm(sub, dim, iterations, lam=lam, mu=mu, seed=seed, mapper=mapper, shards=shards, **kw)
             err = m.predict(data.user[va], data.item[va]) - data.rating[va]
-            scores.append({"lam": lam, "mu": mu, "rmse_p": float(np.sqrt(np.mean(err ** 2)))})
+            scores.append({"lam": lam, "mu": mu, "rmse_p": float(np.sqrt(np.mean(err**2)))})
     best = min(scores, key=lambda s: s["rmse_p"])
     return best["lam"], best["mu"], scores

@@ -17,14 +17,20 @@ def _titled(table: pa.Table, items: pa.Table, column: str, index: np.ndarray) ->
     return table
 
 
-def rules_table(m: KolmogorovModel, train: Interactions, items: pa.Table, like_threshold: float,
-                max_rules: int = 2_000_000) -> tuple[pa.Table, int]:
+def rules_table(
+    m: KolmogorovModel, train: Interactions, items: pa.Table, like_threshold: float, max_rules: int = 2_000_000
+) -> tuple[pa.Table, int]:
     """``antecedent``, ``consequent`` (original item ids), ``support`` (training users liking both), titles;
     and the number of rules in the model (more than the table holds when capped at ``max_rules``)."""
     r = R.mine_rules(m.psi, train, like_threshold, max_rules)
     ids = train.item_ids
-    t = pa.table({"antecedent": ids.take(pa.array(r["antecedent"])), "consequent": ids.take(pa.array(r["consequent"])),
-                  "support": pa.array(r["support"])})
+    t = pa.table(
+        {
+            "antecedent": ids.take(pa.array(r["antecedent"])),
+            "consequent": ids.take(pa.array(r["consequent"])),
+            "support": pa.array(r["support"]),
+        }
+    )
     t = _titled(t, items, "antecedent", r["antecedent"])
     return _titled(t, items, "consequent", r["consequent"]), r["total"]
 
@@ -45,12 +51,20 @@ def test_metrics(m: KolmogorovModel, held: Interactions, feedback: str, r_max: f
     """``nrmse`` = RMSE of p̂ against rating / R_max (the paper's KM NRMSE) or the 0/1 like; ``rmse_stars`` =
     RMSE of R_max·p̂ against the rating (explicit only)."""
     pred = m.predict(held.user, held.item)
-    return {"nrmse": rmse(pred, test_targets(held.rating, feedback, r_max, like_threshold)),
-            "rmse_stars": rmse(r_max * pred, held.rating) if feedback == "explicit" else None}
+    return {
+        "nrmse": rmse(pred, test_targets(held.rating, feedback, r_max, like_threshold)),
+        "rmse_stars": rmse(r_max * pred, held.rating) if feedback == "explicit" else None,
+    }
 
 
-def held_out_rules(m: KolmogorovModel, train: Interactions, held: Interactions, like_threshold: float,
-                   seed: int, max_rules: int = 2_000_000) -> dict:
+def held_out_rules(
+    m: KolmogorovModel,
+    train: Interactions,
+    held: Interactions,
+    like_threshold: float,
+    seed: int,
+    max_rules: int = 2_000_000,
+) -> dict:
     """Held-out precision of the mined rules (users who like i also like j) against random item pairs of
     the same popularity deciles; both directions, since the probability model implies "likes j ⇒ likes i"
     when supp ψ_j ⊆ supp ψ_i."""
@@ -60,12 +74,24 @@ def held_out_rules(m: KolmogorovModel, train: Interactions, held: Interactions, 
     if len(i) == 0:
         return {"rules": 0}
     ri, rj = R.popularity_matched(i, j, popularity, seed)
-    return {"rules": int(len(i)), "mined": R.rule_precision(i, j, held, like_threshold),
-            "random_same_popularity": R.rule_precision(ri, rj, held, like_threshold)}
+    return {
+        "rules": int(len(i)),
+        "mined": R.rule_precision(i, j, held, like_threshold),
+        "random_same_popularity": R.rule_precision(ri, rj, held, like_threshold),
+    }
 
 
-def format_why(user, item, theta_u: np.ndarray, psi: np.ndarray, i: int, item_ids: pa.Array,
-               items: pa.Table | None = None, popularity: np.ndarray | None = None, top: int = 3) -> str:
+def format_why(
+    user,
+    item,
+    theta_u: np.ndarray,
+    psi: np.ndarray,
+    i: int,
+    item_ids: pa.Array,
+    items: pa.Table | None = None,
+    popularity: np.ndarray | None = None,
+    top: int = 3,
+) -> str:
     """A readable ``rules.why``: p̂_ui and the elementary events that carry it, each with its share θ_ud
     and its most typical items (titled where ``items`` has titles)."""
     from .rules import why
@@ -80,11 +106,15 @@ def format_why(user, item, theta_u: np.ndarray, psi: np.ndarray, i: int, item_id
 
     events = why(theta_u, psi, i, popularity, top)
     p = float(theta_u @ psi[i].astype(np.float64))
-    lines = [f"p̂(user {user} likes {name(i)}) = {p:.3f}, the sum of θ over the {len(events)} elementary "
-             f"event(s) in which {name(i)} is liked:"]
+    lines = [
+        f"p̂(user {user} likes {name(i)}) = {p:.3f}, the sum of θ over the {len(events)} elementary "
+        f"event(s) in which {name(i)} is liked:"
+    ]
     for e in events:
-        lines.append(f"  event {e['event']:>2}  θ = {e['share']:.3f}  typical items: "
-                     + "; ".join(name(j) for j in e["typical_items"]))
+        lines.append(
+            f"  event {e['event']:>2}  θ = {e['share']:.3f}  typical items: "
+            + "; ".join(name(j) for j in e["typical_items"])
+        )
     if not events:
         lines.append("  none: the user puts no probability on an event in which this item is liked")
     return "\n".join(lines)

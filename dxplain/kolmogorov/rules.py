@@ -44,8 +44,8 @@ def subset_sums(unique: np.ndarray, counts: np.ndarray, D: int) -> np.ndarray:
         return f[unique]
     out = np.empty(len(unique), np.int64)
     for lo in range(0, len(unique), SUBSET_CHUNK):
-        a = unique[lo:lo + SUBSET_CHUNK]
-        out[lo:lo + SUBSET_CHUNK] = ((unique[None, :] & ~a[:, None]) == 0) @ counts
+        a = unique[lo : lo + SUBSET_CHUNK]
+        out[lo : lo + SUBSET_CHUNK] = ((unique[None, :] & ~a[:, None]) == 0) @ counts
     return out
 
 
@@ -121,21 +121,23 @@ def capped_antecedents(psi: np.ndarray, popularity: np.ndarray, max_rules: int) 
 def likes(data: Interactions, threshold: float) -> sp.csr_array:
     """Items × users 0/1 matrix of ratings ≥ ``threshold``."""
     keep = data.rating >= threshold
-    return sp.csr_array((np.ones(int(keep.sum())), (data.item[keep], data.user[keep])),
-                        shape=(data.n_items, data.n_users))
+    return sp.csr_array(
+        (np.ones(int(keep.sum())), (data.item[keep], data.user[keep])), shape=(data.n_items, data.n_users)
+    )
 
 
 def co_likes(L: sp.csr_array, i: np.ndarray, j: np.ndarray, chunk: int = 200_000) -> np.ndarray:
     """Users who like both i and j, per pair (row-wise sparse dot products, in chunks)."""
     out = np.zeros(len(i), np.int64)
     for lo in range(0, len(i), chunk):
-        a, b = i[lo:lo + chunk], j[lo:lo + chunk]
-        out[lo:lo + chunk] = np.asarray(L[a].multiply(L[b]).sum(axis=1)).ravel()
+        a, b = i[lo : lo + chunk], j[lo : lo + chunk]
+        out[lo : lo + chunk] = np.asarray(L[a].multiply(L[b]).sum(axis=1)).ravel()
     return out
 
 
-def mine_rules(psi: np.ndarray, train: Interactions, like_threshold: float,
-               max_rules: int = 2_000_000) -> dict[str, np.ndarray]:
+def mine_rules(
+    psi: np.ndarray, train: Interactions, like_threshold: float, max_rules: int = 2_000_000
+) -> dict[str, np.ndarray]:
     """Every rule (antecedent i, consequent j) with a_ij = 1, with ``support`` = training users who like
     both (rating ≥ ``like_threshold``), sorted by support (descending), then antecedent, consequent.
 
@@ -147,8 +149,12 @@ def mine_rules(psi: np.ndarray, train: Interactions, like_threshold: float,
     i, j = A.row.astype(np.int64), A.col.astype(np.int64)
     support = co_likes(likes(train, like_threshold), i, j)
     order = np.lexsort((j, i, -support))
-    return {"antecedent": i[order], "consequent": j[order], "support": support[order],
-            "total": int(rules_per_item(psi).sum())}
+    return {
+        "antecedent": i[order],
+        "consequent": j[order],
+        "support": support[order],
+        "total": int(rules_per_item(psi).sum()),
+    }
 
 
 def rule_precision(i: np.ndarray, j: np.ndarray, held: Interactions, like_threshold: float) -> dict:
@@ -156,12 +162,16 @@ def rule_precision(i: np.ndarray, j: np.ndarray, held: Interactions, like_thresh
     L = likes(held, like_threshold)
     both = co_likes(L, i, j)
     n_i, n_j = np.asarray(L.sum(axis=1)).ravel()[i], np.asarray(L.sum(axis=1)).ravel()[j]
-    return {"pairs_with_support": int(np.sum(n_i > 0)),
-            "precision_i_to_j": float(both.sum() / max(1, n_i.sum())),
-            "precision_j_to_i": float(both.sum() / max(1, n_j.sum()))}
+    return {
+        "pairs_with_support": int(np.sum(n_i > 0)),
+        "precision_i_to_j": float(both.sum() / max(1, n_i.sum())),
+        "precision_j_to_i": float(both.sum() / max(1, n_j.sum())),
+    }
 
 
-def popularity_matched(i: np.ndarray, j: np.ndarray, popularity: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def popularity_matched(
+    i: np.ndarray, j: np.ndarray, popularity: np.ndarray, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Random pairs with the same popularity profile: each item replaced by a random item of the same
     popularity decile (so a baseline pair is as popular as the rule pair it stands for)."""
     rng = np.random.default_rng(seed)

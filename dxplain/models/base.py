@@ -47,7 +47,7 @@ class FactorModel:
         at = np.arange(len(u))  # factors in row-block files (``models.blocks``): only these rows are read
         return self.mu + pair_scores(self.U.take(u), self.V.take(i), at, at)
 
-    def whole(self) -> "FactorModel":
+    def whole(self) -> FactorModel:
         """This model with its factors as arrays here: gathered from their row-block files, if kept so."""
         return self if isinstance(self.U, np.ndarray) else replace(self, U=self.U.gather(), V=self.V.gather())
 
@@ -58,6 +58,7 @@ class FactorModel:
 
         Squared loss on ratings of a single value is a cause (centring makes every target 0); a λ large
         enough that the optimum is UVᵀ = 0 is the other, and ALS only approaches that zero."""
+
         def longest_row(F):
             if not isinstance(F, np.ndarray):
                 return F.max_row_norm()
@@ -72,13 +73,18 @@ class FactorModel:
         if self.kind == "imported" or self.lam is None:
             why = "check the factor files and their scale (were they exported from the model that scores?)"
         elif len(data) and lo == hi:
-            why = (f"the data has a single rating value ({lo:g}), which centring turns into "
-                   "all-zero targets: use --implicit (BCE with sampled negatives; refresh and prototypes detect "
-                   "such data by themselves)")
+            why = (
+                f"the data has a single rating value ({lo:g}), which centring turns into "
+                "all-zero targets: use --implicit (BCE with sampled negatives; refresh and prototypes detect "
+                "such data by themselves)"
+            )
         else:
             why = f"λ = {self.lam:g} outweighs the data: lower --lam"
-        state = "are all zero" if scale == 0 else (f"shrank to nearly zero (every |score| ≤ {scale:.1e}, for "
-                                                   f"ratings from {lo:g} to {hi:g})")
+        state = (
+            "are all zero"
+            if scale == 0
+            else (f"shrank to nearly zero (every |score| ≤ {scale:.1e}, for ratings from {lo:g} to {hi:g})")
+        )
         fitted = "" if self.kind == "imported" else "fitted "
         raise DegenerateError(f"the {fitted}{self.kind} factors {state}: {why}")
 
@@ -86,8 +92,9 @@ class FactorModel:
         """What the store writes beside U and V."""
         meta = {name: getattr(self, name) for name in _META}
         meta["regulariser"] = "l2"  # (λ/2)(‖U‖² + ‖V‖²): what the representer's 1/(λ|D|) assumes
-        meta["objective_scaling"] = getattr(self, "objective_scaling",
-                                            "(1/|D|) Σ (y − μ − ⟨U_i,V_j⟩)² + (λ/2)(‖U‖² + ‖V‖²)")
+        meta["objective_scaling"] = getattr(
+            self, "objective_scaling", "(1/|D|) Σ (y − μ − ⟨U_i,V_j⟩)² + (λ/2)(‖U‖² + ‖V‖²)"
+        )
         return meta
 
     def save(self, path, data):
@@ -97,7 +104,7 @@ class FactorModel:
         return model_store.write_model(path, self.U, self.V, self.metadata(), data)
 
     @classmethod
-    def load(cls, path, data=None, blocks: tuple | None = None) -> "FactorModel":
+    def load(cls, path, data=None, blocks: tuple | None = None) -> FactorModel:
         """Read a stored model; with ``data``, check it was fitted on exactly these interactions and ids.
         ``blocks=(mapper, parts)`` leaves the factors in row-block files beside the parts, each block
         read by a task (``models.blocks.Blocks``), never whole here."""

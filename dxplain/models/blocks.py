@@ -75,8 +75,10 @@ class Blocks:
         return self
 
     def __reduce__(self):
-        raise TypeError("Blocks stay in the flow's process, which owns their files: send a task "
-                        "``.source`` (the file names) or ``.refs``")
+        raise TypeError(
+            "Blocks stay in the flow's process, which owns their files: send a task "
+            "``.source`` (the file names) or ``.refs``"
+        )
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -90,15 +92,20 @@ class Blocks:
         return PerBlock(Ref(p) for p in self.paths)
 
     @property
-    def source(self) -> "RowSource":
+    def source(self) -> RowSource:
         """What a task needs to read any rows of this matrix (``take_rows``)."""
         return RowSource(self.paths, self.cuts, self.k)
 
     def _args(self, others) -> list:
-        return [(Ref(path), *(o.refs[p] if isinstance(o, Blocks) else o[p] if isinstance(o, PerBlock) else o
-                              for o in others)) for p, path in enumerate(self.paths)]
+        return [
+            (
+                Ref(path),
+                *(o.refs[p] if isinstance(o, Blocks) else o[p] if isinstance(o, PerBlock) else o for o in others),
+            )
+            for p, path in enumerate(self.paths)
+        ]
 
-    def map(self, fn, *others, name: str, k: int | None = None) -> "Blocks":
+    def map(self, fn, *others, name: str, k: int | None = None) -> Blocks:
         """Blocks of ``fn(block, others…)``, a task per block writing its result: of an argument that is
         ``Blocks`` or ``PerBlock`` each task takes its block's entry, any other is passed to every task.
         ``k``: the result's columns, when not this matrix's (a k × r transform)."""
@@ -124,7 +131,7 @@ class Blocks:
         """The longest row's norm, over the blocks."""
         return float(np.sqrt(max(self.apply(_max_row_sqnorm, name="blocks-max-row"))))
 
-    def vdot(self, other: "Blocks | None" = None) -> float:
+    def vdot(self, other: Blocks | None = None) -> float:
         """⟨self, other⟩ (⟨self, self⟩ by default), summed in float64 over the blocks."""
         return float(self.reduce(_vdot, self if other is None else other, name="blocks-dot"))
 
@@ -145,30 +152,30 @@ class Blocks:
         """The whole matrix in this process: for tests and small models."""
         out = np.empty(self.shape)
         for a, block in self.rows():
-            out[a:a + len(block)] = block
+            out[a : a + len(block)] = block
         return out
 
     @classmethod
-    def made_by(cls, mapper, scratch: Scratch, fn, args: list, cuts, k: int, name: str) -> "Blocks":
+    def made_by(cls, mapper, scratch: Scratch, fn, args: list, cuts, k: int, name: str) -> Blocks:
         """Blocks whose block p is ``fn(*args[p])``, written by its task."""
         outs = scratch.names(name, len(args))
         paths = mapper.map(_write_result, [(fn, out, *a) for out, a in zip(outs, args)], name=name)
         return cls(mapper, scratch, tuple(paths), np.asarray(cuts), int(k))
 
     @classmethod
-    def random(cls, mapper, scratch: Scratch, cuts: np.ndarray, k: int, seed: int, side: int) -> "Blocks":
+    def random(cls, mapper, scratch: Scratch, cuts: np.ndarray, k: int, seed: int, side: int) -> Blocks:
         """N(0, 0.1²) entries, block p drawn from the seed (seed, side, p): the same for the same cuts."""
         args = [(seed, side, p, int(cuts[p + 1] - cuts[p]), k) for p in range(len(cuts) - 1)]
         return cls.made_by(mapper, scratch, _normal, args, cuts, k, "init")
 
     @classmethod
-    def from_store(cls, mapper, scratch: Scratch, path, side: str, cuts: np.ndarray, k: int) -> "Blocks":
+    def from_store(cls, mapper, scratch: Scratch, path, side: str, cuts: np.ndarray, k: int) -> Blocks:
         """A stored model's user or item factors (``io.model_store``), each block read by its task."""
         args = [(path, side, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
         return cls.made_by(mapper, scratch, model_store.read_factor_rows, args, cuts, k, f"stored-{side}")
 
     @classmethod
-    def split(cls, mapper, scratch: Scratch, F: np.ndarray, cuts: np.ndarray) -> "Blocks":
+    def split(cls, mapper, scratch: Scratch, F: np.ndarray, cuts: np.ndarray) -> Blocks:
         """Blocks of a matrix held here (a given start, a test), written from here."""
         outs = scratch.names("given", len(cuts) - 1)
         paths = [spill.save_file(out, F[a:b]) for out, a, b in zip(outs, cuts[:-1], cuts[1:])]
@@ -220,8 +227,9 @@ def rows_at(source: RowSource | np.ndarray, index) -> np.ndarray:
 def checked_cuts(F, cuts: np.ndarray):
     """``F`` (``Blocks`` or an array), refused if it is blocks cut elsewhere than ``cuts``."""
     if isinstance(F, Blocks) and not np.array_equal(F.cuts, np.asarray(cuts)):
-        raise ValueError(f"the factor's blocks are cut at {len(F.cuts) - 1} other row ranges than the parts' "
-                         f"{len(cuts) - 1}")
+        raise ValueError(
+            f"the factor's blocks are cut at {len(F.cuts) - 1} other row ranges than the parts' {len(cuts) - 1}"
+        )
     return F
 
 

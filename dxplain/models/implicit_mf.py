@@ -46,12 +46,20 @@ class ImplicitModel(FactorModel):
     objective_scaling = "(1/|D|) Σ c_ij (softplus(s_ij) − y_ij s_ij) + (λ/2)(‖U‖² + ‖V‖²), c = 1 on P, w on N"
 
     @classmethod
-    def from_stored(cls, m) -> "ImplicitModel":
+    def from_stored(cls, m) -> ImplicitModel:
         """From the model store's generic factor model (``FactorModel.load``)."""
         if m.kind != "implicit-mf":
             raise ValueError(f"the stored model is a {m.kind!r} model, not an implicit-feedback BCE model")
-        return cls(U=m.U, V=m.V, lam=m.lam, n_train=m.n_train, neg_weight=m.info["neg_weight"],
-                   negatives=m.info["negatives"], grad_norm=m.grad_norm, info=m.info)
+        return cls(
+            U=m.U,
+            V=m.V,
+            lam=m.lam,
+            n_train=m.n_train,
+            neg_weight=m.info["neg_weight"],
+            negatives=m.info["negatives"],
+            grad_norm=m.grad_norm,
+            info=m.info,
+        )
 
 
 def positive_pairs(data: Interactions, threshold: float | None) -> Interactions:
@@ -100,8 +108,9 @@ def training_table(P: Interactions, neg_u: np.ndarray, neg_i: np.ndarray) -> Int
 def terms_of(table: Interactions, w: float) -> SparseTerms:
     """The BCE terms of a ``training_table``: c = 1 on positives (y = 1), w on negatives (y = 0)."""
     pos = table.rating > 0
-    return SparseTerms.from_pairs(table.n_users, table.n_items, table.user[pos], table.item[pos],
-                                  table.user[~pos], table.item[~pos], w)
+    return SparseTerms.from_pairs(
+        table.n_users, table.n_items, table.user[pos], table.item[pos], table.user[~pos], table.item[~pos], w
+    )
 
 
 def sample_negatives(P: Interactions, per_positive: int, seed: int | list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -115,8 +124,13 @@ def sample_negatives(P: Interactions, per_positive: int, seed: int | list[int]) 
     # Users who need more than half of their unobserved items: draw from the complement directly
     # (rejection sampling would take a coupon collector's number of rounds for them).
     heavy = np.flatnonzero(2 * target > n_items - P.user_degree())
-    chosen = [u * n_items + rng.choice(np.setdiff1d(np.arange(n_items), P.item[P.user_indptr[u]:P.user_indptr[u + 1]]),
-                                       target[u], replace=False) for u in heavy]
+    chosen = [
+        u * n_items
+        + rng.choice(
+            np.setdiff1d(np.arange(n_items), P.item[P.user_indptr[u] : P.user_indptr[u + 1]]), target[u], replace=False
+        )
+        for u in heavy
+    ]
     draws = np.empty(0, np.int64)
     need = target.copy()
     need[heavy] = 0
@@ -217,29 +231,64 @@ class ImplicitMF:
             return np.concatenate([hU.ravel(), hV.ravel()])
 
         x = np.concatenate([U.ravel(), V.ravel()])
-        res = minimize(fun_grad, x, jac=True, method="L-BFGS-B", callback=lbfgs_progress(self.max_iter),
-                       options={"maxiter": self.max_iter, "gtol": tol / np.sqrt(len(x)), "ftol": 0.0, "maxcor": 20})
+        res = minimize(
+            fun_grad,
+            x,
+            jac=True,
+            method="L-BFGS-B",
+            callback=lbfgs_progress(self.max_iter),
+            options={"maxiter": self.max_iter, "gtol": tol / np.sqrt(len(x)), "ftol": 0.0, "maxcor": 20},
+        )
         lbfgs_iters = int(res.nit)
         gnorm = float(np.linalg.norm(res.jac))  # the gradient at res.x, already evaluated
         log.debug("implicit MF: L-BFGS %d iterations, ‖∇f‖=%.2e (%.1fs)", lbfgs_iters, gnorm, time.perf_counter() - t0)
         x, newton, products = res.x, 0, 0
         if gnorm > tol and self.polish_iters > 0:
+
             def blocks_at(x):
                 A, B = terms.curvature_grams(*split(x))
                 return np.concatenate([A, B]) + lam * np.eye(self.k)
 
-            x, gnorm, newton, products = newton_pcg(fun_grad, hessp, blocks_at, x, tol, lam,
-                                                    self.polish_iters, callback=newton_progress(self.polish_iters))
+            x, gnorm, newton, products = newton_pcg(
+                fun_grad, hessp, blocks_at, x, tol, lam, self.polish_iters, callback=newton_progress(self.polish_iters)
+            )
         U, V = (a.copy() for a in split(x))
         f = float(fun_grad(x)[0])
         secs = time.perf_counter() - t0
-        log.info("implicit MF k=%d λ=%g w=%g |P|=%d |N|=%d: %d L-BFGS + %d Newton steps, ‖∇f‖=%.2e, %.1fs",
-                 self.k, lam, terms.w, terms.n_pos, terms.n_neg, lbfgs_iters, newton, gnorm, secs)
+        log.info(
+            "implicit MF k=%d λ=%g w=%g |P|=%d |N|=%d: %d L-BFGS + %d Newton steps, ‖∇f‖=%.2e, %.1fs",
+            self.k,
+            lam,
+            terms.w,
+            terms.n_pos,
+            terms.n_neg,
+            lbfgs_iters,
+            newton,
+            gnorm,
+            secs,
+        )
         mode = "all" if isinstance(terms, DenseTerms) else "sampled"
-        return ImplicitModel(U=U, V=V, lam=lam, n_train=n, neg_weight=terms.w, negatives=mode, grad_norm=gnorm,
-                             info={"lbfgs_iters": lbfgs_iters, "newton_iters": newton, "hessian_products": products, "objective": f,
-                                   "seed": self.seed, "seconds": secs, "n_pos": terms.n_pos, "n_neg": terms.n_neg,
-                                   "neg_weight": terms.w, "negatives": mode})
+        return ImplicitModel(
+            U=U,
+            V=V,
+            lam=lam,
+            n_train=n,
+            neg_weight=terms.w,
+            negatives=mode,
+            grad_norm=gnorm,
+            info={
+                "lbfgs_iters": lbfgs_iters,
+                "newton_iters": newton,
+                "hessian_products": products,
+                "objective": f,
+                "seed": self.seed,
+                "seconds": secs,
+                "n_pos": terms.n_pos,
+                "n_neg": terms.n_neg,
+                "neg_weight": terms.w,
+                "negatives": mode,
+            },
+        )
 
     def fit_alternating(self, table: Interactions, half_steps, anderson_store=list) -> ImplicitModel:
         """Train on a ``training_table`` (sampled negatives, y in ``rating``) by alternating exact half-steps
@@ -255,14 +304,44 @@ class ImplicitMF:
         """
         n = len(table)  # an Interactions or a TableSummary: y is 1 on positives, so Σ y = |P|
         lam = self.lam if self.lam is not None else DEFAULT_RIDGE / n
-        trainer = ALSMF(k=self.k, lam=lam, tol=self.rtol * lam, max_sweeps=self.max_iter,
-                        polish_iters=self.polish_iters, seed=self.seed, loss=BCERows(self.neg_weight),
-                        anderson_store=anderson_store)
+        trainer = ALSMF(
+            k=self.k,
+            lam=lam,
+            tol=self.rtol * lam,
+            max_sweeps=self.max_iter,
+            polish_iters=self.polish_iters,
+            seed=self.seed,
+            loss=BCERows(self.neg_weight),
+            anderson_store=anderson_store,
+        )
         m = trainer.fit(table, half_steps=half_steps)
         n_pos = int(round(table.rating_mean() * n))
-        info = {**m.info, "solver": "alternating", "n_pos": n_pos, "n_neg": n - n_pos,
-                "neg_weight": self.neg_weight, "negatives": "sampled"}
-        log.info("implicit MF (alternating) k=%d λ=%g w=%g |D|=%d: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, %.1fs",
-                 self.k, lam, self.neg_weight, n, info["sweeps"], info["newton_iters"], m.grad_norm, info["seconds"])
-        return ImplicitModel(U=m.U, V=m.V, lam=lam, n_train=n, neg_weight=self.neg_weight, negatives="sampled",
-                             grad_norm=m.grad_norm, info=info)
+        info = {
+            **m.info,
+            "solver": "alternating",
+            "n_pos": n_pos,
+            "n_neg": n - n_pos,
+            "neg_weight": self.neg_weight,
+            "negatives": "sampled",
+        }
+        log.info(
+            "implicit MF (alternating) k=%d λ=%g w=%g |D|=%d: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, %.1fs",
+            self.k,
+            lam,
+            self.neg_weight,
+            n,
+            info["sweeps"],
+            info["newton_iters"],
+            m.grad_norm,
+            info["seconds"],
+        )
+        return ImplicitModel(
+            U=m.U,
+            V=m.V,
+            lam=lam,
+            n_train=n,
+            neg_weight=self.neg_weight,
+            negatives="sampled",
+            grad_norm=m.grad_norm,
+            info=info,
+        )

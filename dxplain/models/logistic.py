@@ -52,8 +52,9 @@ class LogisticRegression:
     def __init__(self, lam: float = 1e-3, gtol: float = 1e-10):
         self.lam, self.gtol = lam, gtol
 
-    def fit(self, X: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None,
-            theta0: np.ndarray | None = None) -> LogisticModel:
+    def fit(
+        self, X: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None, theta0: np.ndarray | None = None
+    ) -> LogisticModel:
         Xt = with_intercept(X)
         y = np.asarray(y, dtype=np.float64)
         n, p = Xt.shape
@@ -67,7 +68,12 @@ class LogisticRegression:
             g = Xt.T @ (c * (expit(s) - y)) / n + self.lam * pen * theta
             return nll + 0.5 * self.lam * float(pen * theta @ theta), g
 
-        res = minimize(fun, np.zeros(p) if theta0 is None else theta0, jac=True, method="trust-exact",
-                       hess=lambda theta: objective_hessian(Xt, theta, self.lam, c),
-                       options={"gtol": self.gtol, "maxiter": 500})
+        res = minimize(
+            fun,
+            np.zeros(p) if theta0 is None else theta0,
+            jac=True,
+            method="trust-exact",
+            hess=lambda theta: objective_hessian(Xt, theta, self.lam, c),
+            options={"gtol": self.gtol, "maxiter": 500},
+        )
         return LogisticModel(res.x, self.lam, n, float(np.linalg.norm(res.jac)))

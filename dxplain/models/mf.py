@@ -27,14 +27,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import minimize
 
-from ..interactions import Interactions
-from .base import FactorModel
-from ..kernels import als, anderson, bce
-from ..io import spill
-from .blocks import Blocks, BlockVectors, PerBlock, Ref, RowSource, Scratch, call_loaded, take_rows
-from ..kernels.newton import newton_pcg
 from .. import progress
+from ..interactions import Interactions
+from ..io import spill
+from ..kernels import als, anderson, bce
+from ..kernels.newton import newton_pcg
 from ..progress import newton_progress
+from .base import FactorModel
+from .blocks import Blocks, BlockVectors, PerBlock, Ref, RowSource, Scratch, call_loaded, take_rows
 
 log = logging.getLogger(__name__)
 
@@ -239,13 +239,19 @@ class LocalHalfSteps(HalfSteps):
 
     def __init__(self, data: Interactions, mu: float, ridge: float, loss=SQUARED):
         if not isinstance(loss, SquaredRows):  # not identity: a copied trainer holds a copy of SQUARED
-            raise ValueError(f"the in-process half-steps are the squared loss's; train {loss.name} over parts "
-                             "(PartHalfSteps, on a LocalMapper in process)")
+            raise ValueError(
+                f"the in-process half-steps are the squared loss's; train {loss.name} over parts "
+                "(PartHalfSteps, on a LocalMapper in process)"
+            )
         # In the compiled kernels' types once: converting the int32 ids on every call was 4% of a converged fit
         # (ml-1m-sized set, k = 32: 0.7 s of 20 s in np.asarray).
-        self.views = {side: tuple(np.asarray(a, t) for a, t in zip(csr_view(data, data.rating - mu, side),
-                                                                   (np.int64, np.int64, np.float64)))
-                      for side in ("user", "item")}
+        self.views = {
+            side: tuple(
+                np.asarray(a, t)
+                for a, t in zip(csr_view(data, data.rating - mu, side), (np.int64, np.int64, np.float64))
+            )
+            for side in ("user", "item")
+        }
         self.ridge, self.loss, self.item_degree = ridge, loss, data.item_degree()
         self.P = als.Pattern(data.user, data.item, data.user_indptr, data.n_users, data.n_items)
         self.y = self.views["user"][2]
@@ -300,11 +306,11 @@ def _load_part(parts, side: str, p: int, mu: float):
         a, b = parts.item_range(p)
         d = parts.read_items(p).data
     indptr, cols, y = csr_view(d, d.rating - mu, side)  # the part's rows are already the only ones there
-    return indptr[a:b + 1] - indptr[a], cols, y
+    return indptr[a : b + 1] - indptr[a], cols, y
 
 
 def _rows_of(part, a: int, F):
-    return F[a:a + len(part[0]) - 1]
+    return F[a : a + len(part[0]) - 1]
 
 
 def _solve_part(part, a: int, F, ridge, loss, X0=None, basis=None):
@@ -330,8 +336,9 @@ def _gradient_part(part, a: int, F_rows, F_cols, n: int, lam: float, loss) -> tu
     return loss.gradient(part, _rows_of(part, a, F_rows), F_cols, n, lam)
 
 
-def _stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, T_own, T_other, floor,
-                       loss) -> tuple[float, float, float]:
+def _stationarity_part(
+    part, a: int, F_rows, F_cols, n: int, lam: float, T_own, T_other, floor, loss
+) -> tuple[float, float, float]:
     """A part's Σ of its loss terms, Σ of its gradient rows squared, and its rows' identity bound
     (``als.bound_rows``; 0 without transforms): three numbers back, not the gradient."""
     g, loss_sum = _gradient_part(part, a, F_rows, F_cols, n, lam, loss)
@@ -370,8 +377,12 @@ class PartHalfSteps(HalfSteps):
         self.mapper, self.ridge, self.n, self.loss = mapper, ridge, len(data), loss
         self.item_degree = data.item_degree()
         self.cuts = {"user": parts.user_cuts, "item": parts.item_cuts}
-        self.parts = {side: mapper.persist(_load_part, [(parts, side, p, mu) for p in range(len(cuts) - 1)],
-                                           name=f"als-load-{side}") for side, cuts in self.cuts.items()}
+        self.parts = {
+            side: mapper.persist(
+                _load_part, [(parts, side, p, mu) for p in range(len(cuts) - 1)], name=f"als-load-{side}"
+            )
+            for side, cuts in self.cuts.items()
+        }
 
     def _half(self, side: str, F: np.ndarray, X0: np.ndarray | None, with_gradient: bool = False):
         # To one worker every half-step; the others fetch it from their peer (see ``distributed.cluster.scatter``).
@@ -383,13 +394,13 @@ class PartHalfSteps(HalfSteps):
             grad = np.empty_like(out)
             tasks = [(p, int(a), F_h, self.ridge, self.loss, self.n) for p, a in zip(self.parts[side], cuts[:-1])]
             for p, (rows, g) in self.mapper.imap(_solve_part_with_gradient, tasks, name=f"als-{side}"):
-                out[cuts[p]:cuts[p + 1]], grad[cuts[p]:cuts[p + 1]] = rows, g
+                out[cuts[p] : cuts[p + 1]], grad[cuts[p] : cuts[p + 1]] = rows, g
             return out, grad
         # Each part's rows into place as it finishes: no list of parts beside the stacked copy.
         basis = self._users_basis(F, X0) if side == "user" else None
         tasks = [(p, int(a), F_h, self.ridge, self.loss, X0_h, basis) for p, a in zip(self.parts[side], cuts[:-1])]
         for p, rows in self.mapper.imap(_solve_part, tasks, name=f"als-{side}"):
-            out[cuts[p]:cuts[p + 1]] = rows
+            out[cuts[p] : cuts[p + 1]] = rows
         return out
 
     def users(self, V, U0=None):
@@ -406,7 +417,7 @@ class PartHalfSteps(HalfSteps):
         """``fn(part, first row, *side args, loss)`` over every by-user and by-item part in one map: each part
         holds its rows' whole sums, so users' rows come from the former and items' from the latter."""
         out = self.mapper.map(fn, self._tasks("user", user_side) + self._tasks("item", item_side), name=name)
-        return out[:len(self.parts["user"])], out[len(self.parts["user"]):]
+        return out[: len(self.parts["user"])], out[len(self.parts["user"]) :]
 
     def _tasks(self, side: str, args: tuple) -> list:
         """(part, its first row, *args, loss) for every part of ``side``."""
@@ -428,17 +439,23 @@ class PartHalfSteps(HalfSteps):
         U_h, V_h = self.mapper.put(U), self.mapper.put(V)
         gV = self._known_items_gradient(U, V, lam)
         if gV is None:
-            users, items = self._rows(_stationarity_part, (U_h, V_h, self.n, lam, T_U, T_V, floor),
-                                      (V_h, U_h, self.n, lam, T_V, T_U, floor), "als-stationarity")
+            users, items = self._rows(
+                _stationarity_part,
+                (U_h, V_h, self.n, lam, T_U, T_V, floor),
+                (V_h, U_h, self.n, lam, T_V, T_U, floor),
+                "als-stationarity",
+            )
             return _stationarity_total(users, items, bound)
-        users = self.mapper.map(_stationarity_part, self._tasks("user", (U_h, V_h, self.n, lam, T_U, T_V, floor)),
-                                name="als-stationarity")
+        users = self.mapper.map(
+            _stationarity_part, self._tasks("user", (U_h, V_h, self.n, lam, T_U, T_V, floor)), name="als-stationarity"
+        )
         return _stationarity_total(users, [_triple(V, gV, 0.0, lam, T_V, T_U, floor)], bound)
 
     def hessian_vector(self, U, V, dU, dV, lam):
         U_h, V_h, dU_h, dV_h = (self.mapper.put(a) for a in (U, V, dU, dV))
-        users, items = self._rows(_hessian_part, (U_h, V_h, dU_h, dV_h, self.n, lam),
-                                  (V_h, U_h, dV_h, dU_h, self.n, lam), "als-hessp")
+        users, items = self._rows(
+            _hessian_part, (U_h, V_h, dU_h, dV_h, self.n, lam), (V_h, U_h, dV_h, dU_h, self.n, lam), "als-hessp"
+        )
         return np.vstack(users), np.vstack(items)
 
     def curvature_grams(self, U, V):
@@ -478,17 +495,22 @@ class BlockHalfSteps(HalfSteps):
         self.parts = {}
         for side, cuts in self.cuts.items():
             names = self.scratch.names(f"part-{side}", len(cuts) - 1)
-            self.parts[side] = mapper.map(_compact_part, [(parts, side, p, mu, out) for p, out in enumerate(names)],
-                                          name=f"als-compact-{side}")
+            self.parts[side] = mapper.map(
+                _compact_part, [(parts, side, p, mu, out) for p, out in enumerate(names)], name=f"als-compact-{side}"
+            )
 
     def initial(self, n_users, n_items, k, seed):
         # One generator per block (seed, side, part): the same start for the same parts, wherever it is drawn.
-        return (Blocks.random(self.mapper, self.scratch, self.cuts["user"], k, seed, 0),
-                Blocks.random(self.mapper, self.scratch, self.cuts["item"], k, seed, 1))
+        return (
+            Blocks.random(self.mapper, self.scratch, self.cuts["user"], k, seed, 0),
+            Blocks.random(self.mapper, self.scratch, self.cuts["item"], k, seed, 1),
+        )
 
     def start(self, U, V):
-        return (Blocks.split(self.mapper, self.scratch, U, self.cuts["user"]),
-                Blocks.split(self.mapper, self.scratch, V, self.cuts["item"]))
+        return (
+            Blocks.split(self.mapper, self.scratch, U, self.cuts["user"]),
+            Blocks.split(self.mapper, self.scratch, V, self.cuts["item"]),
+        )
 
     def sqnorm(self, F: Blocks) -> float:
         return F.vdot()
@@ -502,13 +524,22 @@ class BlockHalfSteps(HalfSteps):
 
     def _half(self, side: str, F: Blocks, X0: Blocks | None) -> Blocks:
         basis = self._users_basis(F, X0) if side == "user" else None
-        return Blocks.made_by(self.mapper, self.scratch, _solve_compact,
-                              [(*a, basis) for a in self._solve_args(side, F, X0)], self.cuts[side], F.k, f"als-{side}")
+        return Blocks.made_by(
+            self.mapper,
+            self.scratch,
+            _solve_compact,
+            [(*a, basis) for a in self._solve_args(side, F, X0)],
+            self.cuts[side],
+            F.k,
+            f"als-{side}",
+        )
 
     def _solve_args(self, side: str, F: Blocks, X0: Blocks | None) -> list:
         warm = X0 is not None and self.loss.warm_start
-        return [(part, F.source, self.ridge, self.loss, Ref(X0.paths[p]) if warm else None)
-                for p, part in enumerate(self.parts[side])]
+        return [
+            (part, F.source, self.ridge, self.loss, Ref(X0.paths[p]) if warm else None)
+            for p, part in enumerate(self.parts[side])
+        ]
 
     def _degree_gram(self, V: Blocks) -> np.ndarray:
         """Σ_j deg_j V_j V_jᵀ summed over V's blocks (a k × k from each)."""
@@ -530,15 +561,21 @@ class BlockHalfSteps(HalfSteps):
         args = self._solve_args("item", U, V0)
         if self.loss.exact and self._ridge_is_for(measure):
             outs, grads = self.scratch.names("als-item", len(args)), self.scratch.names("als-item-gradient", len(args))
-            done = self.mapper.map(call_loaded, [(_solve_with_gradient, *a, self.n, out, g)
-                                                 for a, out, g in zip(args, outs, grads)], name="als-item")
-            V, gV = (Blocks(self.mapper, self.scratch, tuple(paths), np.asarray(self.cuts["item"]), U.k)
-                     for paths in zip(*done))
+            done = self.mapper.map(
+                call_loaded,
+                [(_solve_with_gradient, *a, self.n, out, g) for a, out, g in zip(args, outs, grads)],
+                name="als-item",
+            )
+            V, gV = (
+                Blocks(self.mapper, self.scratch, tuple(paths), np.asarray(self.cuts["item"]), U.k)
+                for paths in zip(*done)
+            )
             self._measured = (V.paths, U.paths, measure), gV
             return V
         outs = self.scratch.names("als-item", len(args))
-        done = self.mapper.map(call_loaded, [(_solve_measured, *a, self.n, measure, out) for a, out in zip(args, outs)],
-                               name="als-item")
+        done = self.mapper.map(
+            call_loaded, [(_solve_measured, *a, self.n, measure, out) for a, out in zip(args, outs)], name="als-item"
+        )
         V = Blocks(self.mapper, self.scratch, tuple(path for path, _ in done), np.asarray(self.cuts["item"]), U.k)
         self._measured = (V.paths, U.paths, measure), [triple for _, triple in done]
         return V
@@ -552,8 +589,11 @@ class BlockHalfSteps(HalfSteps):
         sides = (("user", U, V, (T_U, T_V, floor)),)
         if item_triples is None and gV is None:
             sides += (("item", V, U, (T_V, T_U, floor)),)
-        tasks = [(_stationarity_compact, part, Ref(B.paths[p]), other.source, self.n, lam, *T, self.loss)
-                 for side, B, other, T in sides for p, part in enumerate(self.parts[side])]
+        tasks = [
+            (_stationarity_compact, part, Ref(B.paths[p]), other.source, self.n, lam, *T, self.loss)
+            for side, B, other, T in sides
+            for p, part in enumerate(self.parts[side])
+        ]
         if gV is not None:  # the items' side from V's and ∇_V f's blocks: no pass over the by-item parts
             tasks += [(_gradient_block_triple, Ref(v), Ref(g), lam, T_V, T_U, floor) for v, g in zip(V.paths, gV.paths)]
         out = self.mapper.map(call_loaded, tasks, name="als-stationarity")
@@ -561,8 +601,10 @@ class BlockHalfSteps(HalfSteps):
         return _stationarity_total(out[:n_user], out[n_user:] if item_triples is None else item_triples, bound)
 
     def gradient(self, U, V, lam):
-        raise NotImplementedError("the factors are kept in blocks: the gradient is never gathered "
-                                  "(``stationarity`` reduces it where the parts are)")
+        raise NotImplementedError(
+            "the factors are kept in blocks: the gradient is never gathered "
+            "(``stationarity`` reduces it where the parts are)"
+        )
 
     def hessian_vector(self, U, V, dU, dV, lam):
         raise NotImplementedError("the Newton polish needs the factors whole; train with PartHalfSteps for it")
@@ -667,8 +709,7 @@ class ALSMF:
         trial is computed).
         """
         if self.cg_steps < 0:
-            raise ValueError(f"cg_steps={self.cg_steps}: give the users' CG steps a sweep (≥ 1), "
-                             "or 0 for exact solves")
+            raise ValueError(f"cg_steps={self.cg_steps}: give the users' CG steps a sweep (≥ 1), or 0 for exact solves")
         t0 = time.perf_counter()
         # exact: a streamed load (``interactions.TableSummary``) gives the same μ
         mu = data.rating_mean() if self.loss.centred else 0.0
@@ -684,8 +725,11 @@ class ALSMF:
 
     def _fit(self, data, half_steps: HalfSteps, loss, init, mu: float, lam: float, t0: float) -> MFModel:
         n = len(data)
-        U, V = (half_steps.initial(data.n_users, data.n_items, self.k, self.seed) if init is None
-                else half_steps.start(*init))
+        U, V = (
+            half_steps.initial(data.n_users, data.n_items, self.k, self.seed)
+            if init is None
+            else half_steps.start(*init)
+        )
         state = {"gnorm": np.inf, "bound": None, "objective": np.inf}  # at the last accepted (U, V)
         history, done, sweeps = [], False, 0
         accel = half_steps.accelerator(self.anderson, self.anderson_store) if self.anderson else None
@@ -703,8 +747,11 @@ class ALSMF:
             U0 = None
             # The items' half-step can take the items' side of the measure below with it (``HalfSteps.items``'
             # ``measure``): always when it solves exactly, else only when the measure is bound-free.
-            V_new = half_steps.items(U_new, X if loss.warm_start and not loss.exact else None,
-                                     measure=lam if self.identity_tol is None or loss.exact else None)
+            V_new = half_steps.items(
+                U_new,
+                X if loss.warm_start and not loss.exact else None,
+                measure=lam if self.identity_tol is None or loss.exact else None,
+            )
             trial = {}
             done = self._measure(U_new, V_new, half_steps, n, lam, trial)
             progress.update("train: ALS sweeps", sweeps, self.max_sweeps, f"‖∇f‖={trial['gnorm']:.1e}")
@@ -717,8 +764,13 @@ class ALSMF:
                 continue
             U, V, state = U_new, V_new, trial
             history.append(state["gnorm"])
-            log.debug("ALS sweep %d: ‖∇f‖=%.2e, identity bound %s (%.1fs)", sweeps, state["gnorm"],
-                      state["bound"], time.perf_counter() - t0)
+            log.debug(
+                "ALS sweep %d: ‖∇f‖=%.2e, identity bound %s (%.1fs)",
+                sweeps,
+                state["gnorm"],
+                state["bound"],
+                time.perf_counter() - t0,
+            )
             if done or self._stalled(history):
                 break
             if accel:
@@ -731,16 +783,33 @@ class ALSMF:
             done = self._measure(U, V, half_steps, n, lam, state)
         newton = 0
         if not done and self.polish_iters > 0 and not half_steps.in_process:
-            log.warning("ALS-MF: %d sweeps left ‖∇f‖=%.2e above its stop; the Newton polish needs the factors in "
-                        "one process and they are kept on the workers, so training ends here", sweeps, state["gnorm"])
+            log.warning(
+                "ALS-MF: %d sweeps left ‖∇f‖=%.2e above its stop; the Newton polish needs the factors in "
+                "one process and they are kept on the workers, so training ends here",
+                sweeps,
+                state["gnorm"],
+            )
         elif not done and self.polish_iters > 0:
             U, V, _, newton = self._polish(U, V, half_steps, n, lam)  # its passes over D where the half-steps run
             self._measure(U, V, half_steps, n, lam, state)
         gnorm, bound = state["gnorm"], state["bound"]
-        log.info("ALS-MF k=%d λ=%g: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, identity bound %s, %.1fs",
-                 self.k, lam, sweeps, newton, gnorm, bound, time.perf_counter() - t0)
-        info = {"sweeps": sweeps, "newton_iters": newton, "seed": self.seed,
-                "objective": state["objective"], "seconds": time.perf_counter() - t0}
+        log.info(
+            "ALS-MF k=%d λ=%g: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, identity bound %s, %.1fs",
+            self.k,
+            lam,
+            sweeps,
+            newton,
+            gnorm,
+            bound,
+            time.perf_counter() - t0,
+        )
+        info = {
+            "sweeps": sweeps,
+            "newton_iters": newton,
+            "seed": self.seed,
+            "objective": state["objective"],
+            "seconds": time.perf_counter() - t0,
+        }
         if bound is not None:
             info.update(identity_tol=self.identity_tol, identity_bound={"item": bound[0], "user": bound[1]})
         model = MFModel(U, V, mu, lam, n, grad_norm=gnorm, info=info)
@@ -795,23 +864,40 @@ class ALSMF:
 
         x0 = np.concatenate([U.ravel(), V.ravel()])
         t0 = time.perf_counter()
-        if (U.shape[0] + V.shape[0]) * self.k ** 2 <= PRECOND_ELEMENTS:
+        if (U.shape[0] + V.shape[0]) * self.k**2 <= PRECOND_ELEMENTS:
             # Damped Newton-CG with the per-row k×k blocks as preconditioner (kernels/newton.py).
             def blocks_at(x):
                 A, B = half_steps.curvature_grams(*split(x))
                 return np.concatenate([A, B]) + lam * np.eye(self.k)
 
-            x, gnorm, steps, products = newton_pcg(fun_grad, hessp, blocks_at, x0, self.tol, lam,
-                                                   self.polish_iters, callback=newton_progress(self.polish_iters))
+            x, gnorm, steps, products = newton_pcg(
+                fun_grad,
+                hessp,
+                blocks_at,
+                x0,
+                self.tol,
+                lam,
+                self.polish_iters,
+                callback=newton_progress(self.polish_iters),
+            )
             Ux, Vx = split(x)
             log.debug("Newton polish: %d steps, %d Hessian-vector products", steps, products)
             return Ux.copy(), Vx.copy(), gnorm, steps
 
         def report_step(xk):
-            log.debug("Newton step: %d Hessian-vector products so far (%.1fs)", calls["hessp"], time.perf_counter() - t0)
+            log.debug(
+                "Newton step: %d Hessian-vector products so far (%.1fs)", calls["hessp"], time.perf_counter() - t0
+            )
 
-        res = minimize(fun_grad, x0, jac=True, hessp=hessp, method="trust-ncg", callback=report_step,
-                       options={"gtol": self.tol, "maxiter": self.polish_iters})
+        res = minimize(
+            fun_grad,
+            x0,
+            jac=True,
+            hessp=hessp,
+            method="trust-ncg",
+            callback=report_step,
+            options={"gtol": self.tol, "maxiter": self.polish_iters},
+        )
         Ux, Vx = split(res.x)
         _, gU, gV = half_steps.gradient(Ux, Vx, lam)
         log.debug("Newton polish: %d iterations, %d Hessian-vector products", res.nit, calls["hessp"])

@@ -49,15 +49,23 @@ def minibatches(rng: np.random.Generator, keep: np.ndarray, batch: int):
     deletion leaves every other row in the batch it had: the "same solver" of case deletion."""
     order = rng.permutation(len(keep))
     for a in range(0, len(order), batch):
-        b = order[a:a + batch]
+        b = order[a : a + batch]
         b = b[keep[b]]
         if len(b):
             yield b
 
 
 class SGDMF:
-    def __init__(self, k: int = 32, lr: float = 2.0, batch: int = 3000, epochs: int = 10, lam: float = 0.0,
-                 seed: int = 0, init_scale: float = 0.1):
+    def __init__(
+        self,
+        k: int = 32,
+        lr: float = 2.0,
+        batch: int = 3000,
+        epochs: int = 10,
+        lam: float = 0.0,
+        seed: int = 0,
+        init_scale: float = 0.1,
+    ):
         self.k, self.lr, self.batch, self.epochs, self.lam = k, lr, batch, epochs, lam
         self.seed, self.init_scale = seed, init_scale
 
@@ -80,15 +88,27 @@ class SGDMF:
                 np.add.at(V, ib, -self.lr * gV)
             checkpoints.append(Checkpoint(U.copy(), V.copy(), self.lr))
         r = y - pair_scores(U, V, u, i)
-        return SGDModel(U, V, mu, self.lam or None, int(w.sum()), kind="sgd-mf",
-                        info={"epochs": self.epochs, "lr": self.lr, "batch": self.batch,
-                              "train_rmse": float(np.sqrt(np.average(r**2, weights=w))),
-                              "seconds": time.perf_counter() - t0},
-                        checkpoints=checkpoints)
+        return SGDModel(
+            U,
+            V,
+            mu,
+            self.lam or None,
+            int(w.sum()),
+            kind="sgd-mf",
+            info={
+                "epochs": self.epochs,
+                "lr": self.lr,
+                "batch": self.batch,
+                "train_rmse": float(np.sqrt(np.average(r**2, weights=w))),
+                "seconds": time.perf_counter() - t0,
+            },
+            checkpoints=checkpoints,
+        )
 
 
-def tracin_cp(checkpoints: list[Checkpoint], data: Interactions, rows: np.ndarray, mu: float, target_user: int,
-              target_item: int) -> np.ndarray:
+def tracin_cp(
+    checkpoints: list[Checkpoint], data: Interactions, rows: np.ndarray, mu: float, target_user: int, target_item: int
+) -> np.ndarray:
     """TracInCP importance of training rows for the prediction at (u, j): Σ_c η_c · 2 r_z(θ_c) ∇ŷ_z(θ_c)·∇ŷ_{uj}(θ_c).
 
     A step on z moves θ by −η∇ℓ_z = 2η r_z ∇ŷ_z, so the prediction moves by 2η r_z ∇ŷ_z·∇ŷ_{uj}:
@@ -99,6 +119,8 @@ def tracin_cp(checkpoints: list[Checkpoint], data: Interactions, rows: np.ndarra
     score = np.zeros(len(rows))
     for c in checkpoints:
         r = data.rating[rows] - mu - np.einsum("nk,nk->n", c.U[uz], c.V[iz])
-        dot = np.where(own, c.V[iz] @ c.V[target_item], 0.0) + np.where(iz == target_item, c.U[uz] @ c.U[target_user], 0.0)
+        dot = np.where(own, c.V[iz] @ c.V[target_item], 0.0) + np.where(
+            iz == target_item, c.U[uz] @ c.U[target_user], 0.0
+        )
         score += c.lr * 2 * r * dot
     return score

@@ -56,15 +56,19 @@ class SoftImpute:
             z = pair_scores(U * s, V, u, i) if len(s) else np.zeros(n)
             R = sp.csr_array((y - z, (u, i)), shape=shape)
             Us, Vt = U * s, V.T
-            M = LinearOperator(shape, dtype=np.float64,
-                               matvec=lambda x, R=R, Us=Us, Vt=Vt: R @ x + Us @ (Vt @ x),
-                               rmatvec=lambda x, R=R, Us=Us, Vt=Vt: R.T @ x + Vt.T @ (Us.T @ x))
+            M = LinearOperator(
+                shape,
+                dtype=np.float64,
+                matvec=lambda x, R=R, Us=Us, Vt=Vt: R @ x + Us @ (Vt @ x),
+                rmatvec=lambda x, R=R, Us=Us, Vt=Vt: R.T @ x + Vt.T @ (Us.T @ x),
+            )
             k = min(self.max_rank, min(shape) - 1)
             P, sig, Qt = svds(M, k=k, v0=rng.normal(size=min(shape)), tol=1e-12)
             keep = sig > tau
             if keep.all() and k == self.max_rank:
-                raise RuntimeError(f"SoftImpute needs rank > max_rank={self.max_rank} at λ={self.lam:g}: "
-                                   "raise max_rank or λ")
+                raise RuntimeError(
+                    f"SoftImpute needs rank > max_rank={self.max_rank} at λ={self.lam:g}: raise max_rank or λ"
+                )
             U_new, s_new, V_new = P[:, keep], sig[keep] - tau, Qt[keep].T
             change = _relative_change(U, s, V, U_new, s_new, V_new)
             U, s, V = U_new, s_new, V_new
@@ -73,18 +77,37 @@ class SoftImpute:
         root = np.sqrt(s)
         Ut, Vt_ = U * root, V * root
         r = y - pair_scores(Ut, Vt_, u, i)
-        log.info("SoftImpute λ=%g: rank %d after %d iterations (relative change %.1e) in %.1fs", self.lam,
-                 len(s), it, change, time.perf_counter() - t0)
-        return MFModel(Ut, Vt_, mu, self.lam, n, kind="softimpute",
-                       grad_norm=_subgradient_gap(Ut, Vt_, r, data, self.lam),
-                       info={"iterations": it, "rank": int(len(s)), "relative_change": float(change),
-                             "seconds": time.perf_counter() - t0})
+        log.info(
+            "SoftImpute λ=%g: rank %d after %d iterations (relative change %.1e) in %.1fs",
+            self.lam,
+            len(s),
+            it,
+            change,
+            time.perf_counter() - t0,
+        )
+        return MFModel(
+            Ut,
+            Vt_,
+            mu,
+            self.lam,
+            n,
+            kind="softimpute",
+            grad_norm=_subgradient_gap(Ut, Vt_, r, data, self.lam),
+            info={
+                "iterations": it,
+                "rank": int(len(s)),
+                "relative_change": float(change),
+                "seconds": time.perf_counter() - t0,
+            },
+        )
 
 
 def _relative_change(U, s, V, U2, s2, V2) -> float:
     """‖Z₂ − Z‖_F / max(‖Z‖_F, tiny) for Z = U diag(s) Vᵀ, from r×r products only."""
+
     def inner(Ua, sa, Va, Ub, sb, Vb):
         return float(np.sum((Ua.T @ Ub) * sa[:, None] * sb[None, :] * (Va.T @ Vb))) if len(sa) and len(sb) else 0.0
+
     zz, z2, zx = inner(U, s, V, U, s, V), inner(U2, s2, V2, U2, s2, V2), inner(U, s, V, U2, s2, V2)
     return float(np.sqrt(max(zz + z2 - 2 * zx, 0.0)) / np.sqrt(max(zz, 1e-300)))
 

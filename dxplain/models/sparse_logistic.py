@@ -63,8 +63,9 @@ def _objective(X, y, theta, b, lam) -> float:
     return float(np.mean(np.logaddexp(0, s) - y * s) + lam * np.abs(theta).sum())
 
 
-def _weighted_lasso_step(A: np.ndarray, w: np.ndarray, g: np.ndarray, theta: np.ndarray, lam: float,
-                         sweeps: int = 200, tol: float = 1e-13) -> np.ndarray:
+def _weighted_lasso_step(
+    A: np.ndarray, w: np.ndarray, g: np.ndarray, theta: np.ndarray, lam: float, sweeps: int = 200, tol: float = 1e-13
+) -> np.ndarray:
     """Δ minimising gᵀΔ + ½ΔᵀAᵀWAΔ/n + λ‖θ + Δ‖₁ over the columns of A (the last one the unpenalised
     intercept), by cyclic coordinate descent keeping r = AΔ: the inner solve of proximal Newton."""
     n, q = A.shape
@@ -89,8 +90,9 @@ def _weighted_lasso_step(A: np.ndarray, w: np.ndarray, g: np.ndarray, theta: np.
     return delta
 
 
-def proximal_newton(X, y, theta: np.ndarray, b: float, lam: float, tol: float,
-                    max_steps: int = 50) -> tuple[np.ndarray, float]:
+def proximal_newton(
+    X, y, theta: np.ndarray, b: float, lam: float, tol: float, max_steps: int = 50
+) -> tuple[np.ndarray, float]:
     """Polish (θ, b) to KKT ≤ ``tol`` by proximal Newton (glmnet's newGLMNET outer loop).
 
     Each step solves the weighted-lasso model of the loss (``_weighted_lasso_step``) over the working set
@@ -110,8 +112,10 @@ def proximal_newton(X, y, theta: np.ndarray, b: float, lam: float, tol: float,
         A = np.asfortranarray(np.column_stack([XS.toarray() if sp.issparse(XS) else XS, np.ones(n)]))
         step = _weighted_lasso_step(A, w, np.concatenate([g[S], [d.mean()]]), np.append(theta[S], 0.0), lam)
         # Predicted decrease of the model (negative): the Armijo reference.
-        decrease = float(np.concatenate([g[S], [d.mean()]]) @ step
-                         + lam * (np.abs(theta[S] + step[:-1]).sum() - np.abs(theta[S]).sum()))
+        decrease = float(
+            np.concatenate([g[S], [d.mean()]]) @ step
+            + lam * (np.abs(theta[S] + step[:-1]).sum() - np.abs(theta[S]).sum())
+        )
         t = 1.0
         while t > 1e-10:
             new = theta.copy()
@@ -141,28 +145,43 @@ class L1Logistic:
         lam = self.lam
 
         def fun(z):
-            theta, b = z[:p] - z[p:2 * p], z[-1]
+            theta, b = z[:p] - z[p : 2 * p], z[-1]
             s = np.asarray(X @ theta).ravel() + b
             loss = np.mean(np.logaddexp(0, s) - y * s)
             d, _ = loss_derivatives(y, s)
             g = np.asarray(X.T @ d).ravel() / n
             grad = np.concatenate([g + lam, -g + lam, [d.mean()]])
-            return loss + lam * z[:2 * p].sum(), grad
+            return loss + lam * z[: 2 * p].sum(), grad
 
         bounds = [(0, None)] * (2 * p) + [(None, None)]
         # The same initialisation (zeros) and solver for every fit: retraining after a deletion differs
         # from the original fit only in the data.
-        res = minimize(fun, np.zeros(2 * p + 1), jac=True, method="L-BFGS-B", bounds=bounds,
-                       options={"maxiter": self.max_iter, "maxfun": 2 * self.max_iter, "gtol": self.gtol,
-                                "ftol": 1e-15, "maxcor": 20})
-        theta, b = res.x[:p] - res.x[p:2 * p], float(res.x[-1])
+        res = minimize(
+            fun,
+            np.zeros(2 * p + 1),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={
+                "maxiter": self.max_iter,
+                "maxfun": 2 * self.max_iter,
+                "gtol": self.gtol,
+                "ftol": 1e-15,
+                "maxcor": 20,
+            },
+        )
+        theta, b = res.x[:p] - res.x[p : 2 * p], float(res.x[-1])
         kkt = kkt_violation(X, y, theta, b, lam)
         if kkt > self.kkt_tol:
             theta, b = proximal_newton(X, y, theta, b, lam, self.kkt_tol / 10)
             kkt = kkt_violation(X, y, theta, b, lam)
         if kkt > self.kkt_tol:
-            warnings.warn(ConvergenceWarning(
-                f"ℓ1 logistic regression stopped at a KKT violation of {kkt:.1e}, above {self.kkt_tol:.0e} "
-                f"(λ = {lam:g}, n = {n}, p = {p}): its explanations are approximate; standardise the features "
-                "or raise λ"), stacklevel=2)
+            warnings.warn(
+                ConvergenceWarning(
+                    f"ℓ1 logistic regression stopped at a KKT violation of {kkt:.1e}, above {self.kkt_tol:.0e} "
+                    f"(λ = {lam:g}, n = {n}, p = {p}): its explanations are approximate; standardise the features "
+                    "or raise λ"
+                ),
+                stacklevel=2,
+            )
         return SparseLinearModel(theta, b, lam, n, kkt)

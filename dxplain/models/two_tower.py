@@ -78,8 +78,17 @@ class TwoTower:
     lr, batch, epochs : Adam's step size, minibatch size and passes over the data
     """
 
-    def __init__(self, features: np.ndarray, k: int = 32, hidden: int = 64, layers: int = 2, lr: float = 1e-3,
-                 batch: int = 3000, epochs: int = 20, seed: int = 0):
+    def __init__(
+        self,
+        features: np.ndarray,
+        k: int = 32,
+        hidden: int = 64,
+        layers: int = 2,
+        lr: float = 1e-3,
+        batch: int = 3000,
+        epochs: int = 20,
+        seed: int = 0,
+    ):
         self.F = np.asarray(features, dtype=float)
         self.k, self.hidden, self.layers, self.lr = k, hidden, layers, lr
         self.batch, self.epochs, self.seed = batch, epochs, seed
@@ -116,7 +125,7 @@ class TwoTower:
             g = g @ Ws[layer].T
             if layer > 0:
                 g = g * (a > 0)  # relu′ of the layer below (its activation is > 0 exactly where z > 0)
-        g_h = g[:, self.F.shape[1]:]
+        g_h = g[:, self.F.shape[1] :]
         return H_users.T @ g_h, grads
 
     def fit(self, data: Interactions, drop: np.ndarray | None = None) -> MFModel:
@@ -144,7 +153,20 @@ class TwoTower:
                 adam.step([g_E, A.T @ f] + g_W)
         U = self._tower(params, np.arange(data.n_users), H)[-1]
         r = (y - np.einsum("nk,nk->n", U[u], V[i])) * (w > 0)
-        return MFModel(U, V.copy(), mu, None, int(w.sum()), kind="two-tower",
-                       info={"epochs": self.epochs, "lr": self.lr, "batch": self.batch, "hidden": self.hidden,
-                             "layers": self.layers, "train_rmse": float(np.sqrt((r**2).sum() / w.sum())),
-                             "seconds": time.perf_counter() - t0})
+        return MFModel(
+            U,
+            V.copy(),
+            mu,
+            None,
+            int(w.sum()),
+            kind="two-tower",
+            info={
+                "epochs": self.epochs,
+                "lr": self.lr,
+                "batch": self.batch,
+                "hidden": self.hidden,
+                "layers": self.layers,
+                "train_rmse": float(np.sqrt((r**2).sum() / w.sum())),
+                "seconds": time.perf_counter() - t0,
+            },
+        )

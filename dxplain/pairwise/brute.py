@@ -23,21 +23,21 @@ def coalition_value(zeta, xi, xj, ref: Reference, T, sigma: float, eta: float, k
     """E[ζ(x_i, x_j) | x_i^T, x_j^T] by eq. 6, literally (T a collection of feature indices)."""
     T = sorted(T)
     D = ref.D
-    if not T:      # nothing known: every reference pair counts the same
+    if not T:  # nothing known: every reference pair counts the same
         return float(np.mean([zeta(a[None], b[None])[0] for a in ref.Ri for b in ref.Rj]))
     sides = []
     for x, R, Omega in ((xi, ref.Ri, ref.Omega_i), (xj, ref.Rj, ref.Omega_j)):
-        W = _inv_sqrt(Omega[np.ix_(T, T)])                                    # Ω_T^{-1/2}
+        W = _inv_sqrt(Omega[np.ix_(T, T)])  # Ω_T^{-1/2}
         mu = R[:, T].mean(0)
-        xt = W @ (x[T] - mu)                                                  # eq. 4
-        Q = np.array([(xt - W @ (r[T] - mu)) @ (xt - W @ (r[T] - mu)) / len(T) for r in R])   # eq. 5
-        w = np.exp(-(Q - Q.min()) / (2 * sigma ** 2))
+        xt = W @ (x[T] - mu)  # eq. 4
+        Q = np.array([(xt - W @ (r[T] - mu)) @ (xt - W @ (r[T] - mu)) / len(T) for r in R])  # eq. 5
+        w = np.exp(-(Q - Q.min()) / (2 * sigma**2))
         order = np.argsort(-w, kind="stable")
         sides.append((R, w[order], order))
     (Ri, wi, oi), (Rj, wj, oj) = sides
     if k1 is None:
         K1 = 1
-        while K1 < max(len(wi), len(wj)) and wi[:K1].sum() * wj[:K1].sum() / (wi.sum() * wj.sum()) < eta:   # eq. 7
+        while K1 < max(len(wi), len(wj)) and wi[:K1].sum() * wj[:K1].sum() / (wi.sum() * wj.sum()) < eta:  # eq. 7
             K1 += 1
     else:
         K1 = k1
@@ -81,10 +81,21 @@ def loop_shapley(zeta, xi, xj, ref: Reference, sigma: float, eta: float, k1: int
 
     D = ref.D
     masks = K.coalition_masks(D)
-    v = np.empty(2 ** D)
+    v = np.empty(2**D)
     v[0], v[-1] = ref.base, zeta(xi[None], xj[None])[0]
-    for t in range(1, 2 ** D - 1):
-        m = masks[t:t + 1]
-        v[t] = K.coalition_values(zeta, xi, xj, ref.Ri, ref.Rj, m, K.masked_q(xi[None] - ref.Ri, ref.Omega_i, m),
-                                  K.masked_q(xj[None] - ref.Rj, ref.Omega_j, m), sigma, eta, k1)[0]
+    for t in range(1, 2**D - 1):
+        m = masks[t : t + 1]
+        v[t] = K.coalition_values(
+            zeta,
+            xi,
+            xj,
+            ref.Ri,
+            ref.Rj,
+            m,
+            K.masked_q(xi[None] - ref.Ri, ref.Omega_i, m),
+            K.masked_q(xj[None] - ref.Rj, ref.Omega_j, m),
+            sigma,
+            eta,
+            k1,
+        )[0]
     return K.shapley_from_values(v, D)

@@ -12,28 +12,56 @@ import math
 import numpy as np
 
 from ..mapper import LocalMapper, Mapper
-from .shapley import (DEFAULT_MAX_D, ETA, SIGMA, Reference, asipair, check_asipair_size, check_options, check_pairs,
-                      raipair)
+from .shapley import (
+    DEFAULT_MAX_D,
+    ETA,
+    SIGMA,
+    Reference,
+    asipair,
+    check_asipair_size,
+    check_options,
+    check_pairs,
+    raipair,
+)
 
 METHODS = ("asipair", "raipair")
 MASK_P = (0.001, 0.01, 0.05, 0.1, 0.15, 0.2, 0.25)
 
 
-def explain_shard(zeta, ref: Reference, Xi: np.ndarray, Xj: np.ndarray, pair_ids: np.ndarray, method: str,
-                  options: dict, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def explain_shard(
+    zeta, ref: Reference, Xi: np.ndarray, Xj: np.ndarray, pair_ids: np.ndarray, method: str, options: dict, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(φ (n, D), ζ (n,)) for one shard of pairs (a module-level task, shipped to workers)."""
     phi, z = np.empty(Xi.shape), np.empty(len(Xi))
     for n, pid in enumerate(pair_ids):
         if method == "asipair":
             phi[n], z[n] = asipair(zeta, Xi[n], Xj[n], ref, options["sigma"], options["eta"], options["k1"])
         else:
-            phi[n], z[n], _ = raipair(zeta, Xi[n], Xj[n], ref, np.random.default_rng([seed, int(pid)]),
-                                      options["h"], options["m"], options["sigma"], options["eta"], options["k1"])
+            phi[n], z[n], _ = raipair(
+                zeta,
+                Xi[n],
+                Xj[n],
+                ref,
+                np.random.default_rng([seed, int(pid)]),
+                options["h"],
+                options["m"],
+                options["sigma"],
+                options["eta"],
+                options["k1"],
+            )
     return phi, z
 
 
-def check_explain(ref: Reference, Xi, Xj, method: str, sigma: float = SIGMA, eta: float = ETA,
-                  k1: int | None = None, max_d: int = DEFAULT_MAX_D) -> None:
+def check_explain(
+    ref: Reference,
+    Xi,
+    Xj,
+    method: str,
+    sigma: float = SIGMA,
+    eta: float = ETA,
+    k1: int | None = None,
+    max_d: int = DEFAULT_MAX_D,
+) -> None:
     """Every refusal before any work: D mismatch, NaN/inf, σ, η, K₁ vs the reference, ASIPair's cap."""
     check_pairs(ref, Xi, Xj)
     check_options(ref, sigma, eta, k1)
@@ -41,10 +69,23 @@ def check_explain(ref: Reference, Xi, Xj, method: str, sigma: float = SIGMA, eta
         check_asipair_size(ref.D, max_d)
 
 
-def explain_pairs(zeta, ref: Reference, Xi: np.ndarray, Xj: np.ndarray, method: str = "asipair", seed: int = 0,
-                  sigma: float = SIGMA, eta: float = ETA, k1: int | None = None, permutations: int | None = None,
-                  measurements: int | None = None, max_d: int = DEFAULT_MAX_D, mapper: Mapper | None = None,
-                  shards: int | None = None, report=None) -> tuple[np.ndarray, np.ndarray]:
+def explain_pairs(
+    zeta,
+    ref: Reference,
+    Xi: np.ndarray,
+    Xj: np.ndarray,
+    method: str = "asipair",
+    seed: int = 0,
+    sigma: float = SIGMA,
+    eta: float = ETA,
+    k1: int | None = None,
+    permutations: int | None = None,
+    measurements: int | None = None,
+    max_d: int = DEFAULT_MAX_D,
+    mapper: Mapper | None = None,
+    shards: int | None = None,
+    report=None,
+) -> tuple[np.ndarray, np.ndarray]:
     """φ (N, D) and ζ (N,) for the pairs (Xi[n], Xj[n]); the model and reference are ``put`` once."""
     Xi, Xj = np.asarray(Xi, dtype=float), np.asarray(Xj, dtype=float)
     check_explain(ref, Xi, Xj, method, sigma, eta, k1, max_d)
@@ -54,8 +95,11 @@ def explain_pairs(zeta, ref: Reference, Xi: np.ndarray, Xj: np.ndarray, method: 
     cuts = np.linspace(0, N, shards + 1).astype(int)
     zeta_h, ref_h = mapper.put(zeta, broadcast=True), mapper.put(ref, broadcast=True)
     options = {"sigma": sigma, "eta": eta, "k1": k1, "h": permutations, "m": measurements}
-    args = [(zeta_h, ref_h, Xi[a:b], Xj[a:b], np.arange(a, b), method, options, seed)
-            for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    args = [
+        (zeta_h, ref_h, Xi[a:b], Xj[a:b], np.arange(a, b), method, options, seed)
+        for a, b in zip(cuts[:-1], cuts[1:])
+        if b > a
+    ]
     parts = mapper.map(explain_shard, args, name=f"pairwise-{method}", report=report)
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
@@ -75,8 +119,9 @@ def masked_count(p: float, D: int) -> int:
     return min(D, max(1, math.ceil(p * D - 1e-9)))
 
 
-def masking_curve(model, X: np.ndarray, y: np.ndarray, fill: np.ndarray, rankings: dict[str, np.ndarray],
-                  ps=MASK_P) -> list[dict]:
+def masking_curve(
+    model, X: np.ndarray, y: np.ndarray, fill: np.ndarray, rankings: dict[str, np.ndarray], ps=MASK_P
+) -> list[dict]:
     """Test AUC after replacing the top ⌈p·D⌉ features of each ranking by ``fill`` (the training mean) in
     every test instance, averaged over the rankings (one per explained pair), for each named ranking
     set: ``[{"p": p, "auc_<name>": mean, "auc_<name>_sd": sd}, ...]``."""

@@ -28,8 +28,10 @@ def two_classes(y: np.ndarray, label: str = "label") -> np.ndarray:
     classes = np.unique(y)
     if len(classes) != 2:
         shown = ", ".join(map(str, classes[:6])) + (", …" if len(classes) > 6 else "")
-        raise InputError(f"label column {label!r} has {len(classes)} classes ({shown}); OPAUC needs exactly two: "
-                         "give a binary label column")
+        raise InputError(
+            f"label column {label!r} has {len(classes)} classes ({shown}); OPAUC needs exactly two: "
+            "give a binary label column"
+        )
     return (y == classes[1]).astype(np.int64)
 
 
@@ -56,7 +58,7 @@ class OPAUC:
     def __init__(self, lam: float = 1e-4, eta0: float = 0.1, epochs: int = 5, seed: int = 0):
         self.lam, self.eta0, self.epochs, self.seed = lam, eta0, epochs, seed
 
-    def fit(self, X: np.ndarray, y: np.ndarray, label: str = "label") -> "OPAUC":
+    def fit(self, X: np.ndarray, y: np.ndarray, label: str = "label") -> OPAUC:
         y = two_classes(y, label)
         mu, sd = _scale(X)
         Z = (X - mu) / sd
@@ -71,7 +73,7 @@ class OPAUC:
                 n[cls] += 1
                 old = c[cls].copy()
                 c[cls] += (x - old) / n[cls]
-                G[cls] += (np.outer(x - old, x - c[cls]) - G[cls]) / n[cls]   # Welford covariance
+                G[cls] += (np.outer(x - old, x - c[cls]) - G[cls]) / n[cls]  # Welford covariance
                 other = 1 - cls
                 if n[other] == 0:
                     continue
@@ -105,10 +107,12 @@ class LowRank:
     def __init__(self, rank: int = 4, lam: float = 1e-3, n_pairs: int = 4000, seed: int = 0):
         self.rank, self.lam, self.n_pairs, self.seed = rank, lam, n_pairs, seed
 
-    def fit(self, X: np.ndarray, y: np.ndarray, label: str = "label") -> "LowRank":
+    def fit(self, X: np.ndarray, y: np.ndarray, label: str = "label") -> LowRank:
         if len(np.unique(y)) < 2:
-            raise InputError(f"label column {label!r} has one class; LowRank learns from similar and dissimilar "
-                             "pairs: give a label with at least two classes")
+            raise InputError(
+                f"label column {label!r} has one class; LowRank learns from similar and dissimilar "
+                "pairs: give a label with at least two classes"
+            )
         mu, sd = _scale(X)
         Z = (X - mu) / sd
         n, D = Z.shape
@@ -123,12 +127,12 @@ class LowRank:
             U = dZ @ L
             m = s * ((U * U).sum(1) - 1.0)
             f = np.logaddexp(0, m).mean() + self.lam * (flat @ flat)
-            g_m = s * 0.5 * (1 + np.tanh(m / 2)) / len(m)              # s·sigmoid(m)/n, overflow-free
+            g_m = s * 0.5 * (1 + np.tanh(m / 2)) / len(m)  # s·sigmoid(m)/n, overflow-free
             return f, (2 * dZ.T @ (g_m[:, None] * U)).ravel() + 2 * self.lam * flat
 
         L0 = rng.normal(scale=1 / np.sqrt(D), size=(D, r)).ravel()
         res = minimize(loss, L0, jac=True, method="L-BFGS-B", options={"maxiter": 500})
-        self.L = res.x.reshape(D, r) / sd[:, None]   # raw features: Lᵀ((x_i − x_j)/s)
+        self.L = res.x.reshape(D, r) / sd[:, None]  # raw features: Lᵀ((x_i − x_j)/s)
         return self
 
     def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -139,8 +143,11 @@ class LowRank:
         # E‖Lᵀ(a − b)‖² = E_p‖Lᵀa‖² + E_q‖Lᵀb‖² − 2 (E_p Lᵀa)ᵀ(E_q Lᵀb): a and b independent in eq. 6
         U, V = A @ self.L, B @ self.L
         mu, mv = np.einsum("ca,car->cr", p, U), np.einsum("cb,cbr->cr", q, V)
-        return (np.einsum("ca,ca->c", p, (U * U).sum(-1)) + np.einsum("cb,cb->c", q, (V * V).sum(-1))
-                - 2 * (mu * mv).sum(-1))
+        return (
+            np.einsum("ca,ca->c", p, (U * U).sum(-1))
+            + np.einsum("cb,cb->c", q, (V * V).sum(-1))
+            - 2 * (mu * mv).sum(-1)
+        )
 
     def auc(self, X: np.ndarray, y: np.ndarray) -> float:
         """Metric AUC over every test pair: P(ζ(dissimilar pair) > ζ(similar pair))."""

@@ -33,19 +33,22 @@ def choose_pairs(y: np.ndarray, n: int, kind: str, seed: int) -> tuple[np.ndarra
     return a[pick], b[pick]
 
 
-def attributions_table(i: np.ndarray, j: np.ndarray, features: list[str], phi: np.ndarray, zeta: np.ndarray,
-                       base: float) -> pa.Table:
+def attributions_table(
+    i: np.ndarray, j: np.ndarray, features: list[str], phi: np.ndarray, zeta: np.ndarray, base: float
+) -> pa.Table:
     """Long format, one row per (pair, feature), the pair's features in rank order (1 = largest φ)."""
     N, D = phi.shape
     order = top_features(phi)
     names = np.asarray(features, dtype=object)
-    return pa.table({
-        "pair": np.repeat(np.arange(N), D),
-        "i": np.repeat(i, D),
-        "j": np.repeat(j, D),
-        "feature": pa.array(names[order].ravel().tolist(), pa.string()),
-        "phi": np.take_along_axis(phi, order, 1).ravel(),
-        "zeta": np.repeat(zeta, D),
-        "base": np.full(N * D, base),
-        "rank": np.tile(np.arange(1, D + 1), N),
-    })
+    return pa.table(
+        {
+            "pair": np.repeat(np.arange(N), D),
+            "i": np.repeat(i, D),
+            "j": np.repeat(j, D),
+            "feature": pa.array(names[order].ravel().tolist(), pa.string()),
+            "phi": np.take_along_axis(phi, order, 1).ravel(),
+            "zeta": np.repeat(zeta, D),
+            "base": np.full(N * D, base),
+            "rank": np.tile(np.arange(1, D + 1), N),
+        }
+    )

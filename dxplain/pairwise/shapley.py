@@ -25,14 +25,14 @@ import numpy as np
 from ..errors import InputError
 from ..kernels import pairwise as K
 
-MAX_D = 20          # 2^20 coalitions: the most ASIPair will ever try
+MAX_D = 20  # 2^20 coalitions: the most ASIPair will ever try
 DEFAULT_MAX_D = 16  # the default cap (seconds per pair on this machine's 2 cores at D = 13–16)
 SIGMA, ETA, DELTA = 0.2, 0.95, 0.05
 # Theorem 2's measurement error ε as a share of r (the bound on |ζ|): ε = r/√2, i.e. ε² = r²/2, so
 # H = 4 ln(4M/δ). At ε = r (H = 2 ln(4M/δ), 13–15 on the UCI sets) the error may be as large as the score
 # itself, and RAIPair's median relative ℓ2 error to the exact ASIPair was 0.64 on Heart and 0.42 on
 # Diabetes; at r/√2 it is 0.59 and 0.37 for 1.3–1.6× the time (docs/pairwise.md).
-EPS_OVER_R = 2 ** -0.5
+EPS_OVER_R = 2**-0.5
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Reference:
     Omega_i: np.ndarray
     Omega_j: np.ndarray
     base: float
-    whiten: tuple | None = None   # ASIPair's per-coalition whitening, built where it is first used
+    whiten: tuple | None = None  # ASIPair's per-coalition whitening, built where it is first used
 
     @property
     def D(self) -> int:
@@ -55,8 +55,10 @@ def check_features(X: np.ndarray, what: str) -> None:
     bad = ~np.isfinite(X)
     if bad.any():
         r, c = np.argwhere(bad)[0]
-        raise InputError(f"{what} has {int(bad.sum())} NaN or infinite feature values (first: row {r}, feature "
-                         f"{c}, value {X[r, c]}); drop or impute them before explaining")
+        raise InputError(
+            f"{what} has {int(bad.sum())} NaN or infinite feature values (first: row {r}, feature "
+            f"{c}, value {X[r, c]}); drop or impute them before explaining"
+        )
 
 
 def reference(zeta, Ri: np.ndarray, Rj: np.ndarray | None = None, ridge: float = K.RIDGE) -> Reference:
@@ -65,12 +67,15 @@ def reference(zeta, Ri: np.ndarray, Rj: np.ndarray | None = None, ridge: float =
     Rj = Ri if Rj is None else np.asarray(Rj, dtype=float)
     for R, side in ((Ri, "reference data"), (Rj, "reference data (second side)")):
         if R.ndim != 2 or len(R) < 2:
-            raise InputError(f"{side} has shape {R.shape}; give at least 2 instances as rows (K × D): the "
-                             "whitening needs a covariance")
+            raise InputError(
+                f"{side} has shape {R.shape}; give at least 2 instances as rows (K × D): the "
+                "whitening needs a covariance"
+            )
         check_features(R, side)
     if Ri.shape[1] != Rj.shape[1]:
-        raise InputError(f"the two reference sets have {Ri.shape[1]} and {Rj.shape[1]} features; give the "
-                         "same D on both sides")
+        raise InputError(
+            f"the two reference sets have {Ri.shape[1]} and {Rj.shape[1]} features; give the same D on both sides"
+        )
     Oi = K.regularised_covariance(Ri, ridge)
     Oj = Oi if Rj is Ri else K.regularised_covariance(Rj, ridge)
     return Reference(Ri, Rj, Oi, Oj, K.base_value(zeta, Ri, Rj))
@@ -87,15 +92,19 @@ def check_options(ref: Reference, sigma: float, eta: float, k1: int | None) -> N
 
 def check_k1(k1: int | None, n: int) -> None:
     if k1 is not None and k1 > n:
-        raise InputError(f"--k1 {k1}: K₁ needs {k1} reference instances a side and there are only {n}; give "
-                         f"--k1 ≤ {n}, leave it unset (chosen by η-mass, eq. 7), or give more reference data")
+        raise InputError(
+            f"--k1 {k1}: K₁ needs {k1} reference instances a side and there are only {n}; give "
+            f"--k1 ≤ {n}, leave it unset (chosen by η-mass, eq. 7), or give more reference data"
+        )
 
 
 def check_pairs(ref: Reference, Xi: np.ndarray, Xj: np.ndarray) -> None:
     for X, side in ((Xi, "x_i"), (Xj, "x_j")):
         if X.ndim != 2 or X.shape[1] != ref.D:
-            raise InputError(f"the pairs' {side} rows have shape {X.shape} but the reference data has D = {ref.D} "
-                             f"features; give pairs with the reference's {ref.D} features in its order")
+            raise InputError(
+                f"the pairs' {side} rows have shape {X.shape} but the reference data has D = {ref.D} "
+                f"features; give pairs with the reference's {ref.D} features in its order"
+            )
         check_features(X, f"the pairs' {side}")
     if len(Xi) != len(Xj):
         raise InputError(f"{len(Xi)} x_i rows but {len(Xj)} x_j rows; give one of each per pair")
@@ -103,9 +112,11 @@ def check_pairs(ref: Reference, Xi: np.ndarray, Xj: np.ndarray) -> None:
 
 def check_asipair_size(D: int, max_d: int = DEFAULT_MAX_D) -> None:
     if D > min(max_d, MAX_D):
-        raise InputError(f"ASIPair is exact over 2^D coalitions and D = {D} is above its cap of {min(max_d, MAX_D)} "
-                         f"(2^{D} = {2 ** D:,} coalitions); use --method raipair (polynomial in D)"
-                         + (f", or raise --max-d up to {MAX_D}" if D <= MAX_D else ""))
+        raise InputError(
+            f"ASIPair is exact over 2^D coalitions and D = {D} is above its cap of {min(max_d, MAX_D)} "
+            f"(2^{D} = {2**D:,} coalitions); use --method raipair (polynomial in D)"
+            + (f", or raise --max-d up to {MAX_D}" if D <= MAX_D else "")
+        )
 
 
 class _Whitening:
@@ -116,7 +127,7 @@ class _Whitening:
         self.mu = R.mean(0)
         self.Rc, self.Omega, self.cache = R - self.mu, Omega, {}
 
-    def __getstate__(self):   # ship the reference, not the cache: workers rebuild their own
+    def __getstate__(self):  # ship the reference, not the cache: workers rebuild their own
         return {**self.__dict__, "cache": {}}
 
     def q(self, x: np.ndarray, key, masks: np.ndarray) -> np.ndarray:
@@ -128,27 +139,38 @@ class _Whitening:
         return K.whitened_q(W, norms, self.Rc, x - self.mu, size)
 
 
-def asipair(zeta, xi: np.ndarray, xj: np.ndarray, ref: Reference, sigma: float = SIGMA, eta: float = ETA,
-            k1: int | None = None, chunk: int = 128) -> tuple[np.ndarray, float]:
+def asipair(
+    zeta,
+    xi: np.ndarray,
+    xj: np.ndarray,
+    ref: Reference,
+    sigma: float = SIGMA,
+    eta: float = ETA,
+    k1: int | None = None,
+    chunk: int = 128,
+) -> tuple[np.ndarray, float]:
     """Exact φ (eq. 8) for one pair and ζ(x_i, x_j); v(∅) is ``ref.base``.
 
     Coalitions go ``chunk`` at a time: their (chunk × reference rows) passes then stay in cache (at D = 10
     with 800 reference rows, 32 ms per pair at 128 against 37 ms with all 1,022 at once)."""
     D = ref.D
     z = float(zeta(xi[None], xj[None])[0])
-    v = np.empty(2 ** D)
+    v = np.empty(2**D)
     v[0], v[-1] = ref.base, z
     masks = K.coalition_masks(D)
     if ref.whiten is None:
-        ref.whiten = (_Whitening(ref.Ri, ref.Omega_i),
-                      _Whitening(ref.Rj, ref.Omega_j) if ref.Rj is not ref.Ri else None)
+        ref.whiten = (
+            _Whitening(ref.Ri, ref.Omega_i),
+            _Whitening(ref.Rj, ref.Omega_j) if ref.Rj is not ref.Ri else None,
+        )
     wi, wj = ref.whiten
     wj = wj or wi
-    for a in range(1, 2 ** D - 1, chunk):       # whiten and evaluate a chunk of coalitions at a time
-        c = slice(a, min(a + chunk, 2 ** D - 1))
+    for a in range(1, 2**D - 1, chunk):  # whiten and evaluate a chunk of coalitions at a time
+        c = slice(a, min(a + chunk, 2**D - 1))
         m = masks[c]
-        v[c] = K.coalition_values(zeta, xi, xj, ref.Ri, ref.Rj, m, wi.q(xi, (D, a, chunk), m),
-                                  wj.q(xj, (D, a, chunk), m), sigma, eta, k1)
+        v[c] = K.coalition_values(
+            zeta, xi, xj, ref.Ri, ref.Rj, m, wi.q(xi, (D, a, chunk), m), wj.q(xj, (D, a, chunk), m), sigma, eta, k1
+        )
     return K.shapley_from_values(v, D), z
 
 
@@ -161,34 +183,48 @@ def default_m(D: int, delta: float = DELTA) -> int:
 
 def default_h(M: int, delta: float = DELTA, eps_over_r: float = EPS_OVER_R) -> int:
     """Theorem 2's order H ≥ (2r²/ε²) ln(4M/δ), with ε = ``eps_over_r`` · r (r bounds |ζ|)."""
-    return int(math.ceil(2 / eps_over_r ** 2 * math.log(4 * M / delta)))
+    return int(math.ceil(2 / eps_over_r**2 * math.log(4 * M / delta)))
 
 
-def permutation_deltas(zeta, xi, xj, ref: Reference, orders: np.ndarray, z: float, sigma: float, eta: float,
-                       k1: int | None) -> np.ndarray:
+def permutation_deltas(
+    zeta, xi, xj, ref: Reference, orders: np.ndarray, z: float, sigma: float, eta: float, k1: int | None
+) -> np.ndarray:
     """Δ^h_d (H, D): d's marginal contribution to its predecessors in each permutation (Algorithm 1, 1–5)."""
     H, D = orders.shape
     masks, Qi, Qj = [], [], []
     for o in orders:
         prefix = np.zeros((D - 1, D), bool)
-        prefix[np.arange(D - 1)[:, None] >= np.arange(D)[None]] = True   # row t: the first t + 1 of o
+        prefix[np.arange(D - 1)[:, None] >= np.arange(D)[None]] = True  # row t: the first t + 1 of o
         m = np.zeros_like(prefix)
         m[:, o] = prefix
         masks.append(m)
         Qi.append(K.prefix_q(xi[None] - ref.Ri, ref.Omega_i, o)[:-1])
         Qj.append(K.prefix_q(xj[None] - ref.Rj, ref.Omega_j, o)[:-1])
-    inner = (K.coalition_values(zeta, xi, xj, ref.Ri, ref.Rj, np.concatenate(masks), np.concatenate(Qi),
-                                np.concatenate(Qj), sigma, eta, k1).reshape(H, D - 1) if D > 1
-             else np.empty((H, 0)))
-    chain = np.concatenate([np.full((H, 1), ref.base), inner, np.full((H, 1), z)], axis=1)   # v(prefix_t), t=0..D
+    inner = (
+        K.coalition_values(
+            zeta, xi, xj, ref.Ri, ref.Rj, np.concatenate(masks), np.concatenate(Qi), np.concatenate(Qj), sigma, eta, k1
+        ).reshape(H, D - 1)
+        if D > 1
+        else np.empty((H, 0))
+    )
+    chain = np.concatenate([np.full((H, 1), ref.base), inner, np.full((H, 1), z)], axis=1)  # v(prefix_t), t=0..D
     delta = np.empty((H, D))
     np.put_along_axis(delta, orders, np.diff(chain, axis=1), axis=1)
     return delta
 
 
-def raipair(zeta, xi: np.ndarray, xj: np.ndarray, ref: Reference, rng: np.random.Generator,
-            H: int | None = None, M: int | None = None, sigma: float = SIGMA, eta: float = ETA,
-            k1: int | None = None) -> tuple[np.ndarray, float, dict]:
+def raipair(
+    zeta,
+    xi: np.ndarray,
+    xj: np.ndarray,
+    ref: Reference,
+    rng: np.random.Generator,
+    H: int | None = None,
+    M: int | None = None,
+    sigma: float = SIGMA,
+    eta: float = ETA,
+    k1: int | None = None,
+) -> tuple[np.ndarray, float, dict]:
     """Algorithm 1 for one pair: (φ̃ = φ̄·1 + φ̂*, ζ, diagnostics {M, H, eps, lam, phi_hat})."""
     D = ref.D
     M = default_m(D) if M is None else min(M, D)
@@ -197,7 +233,7 @@ def raipair(zeta, xi: np.ndarray, xj: np.ndarray, ref: Reference, rng: np.random
     orders = np.stack([rng.permutation(D) for _ in range(H)])
     delta = permutation_deltas(zeta, xi, xj, ref, orders, z, sigma, eta, k1)
     A = K.bernoulli_matrix(M, D, rng)
-    Y = A @ delta.T                                    # Y[m, h] = Σ_d A_md Δ_d^h
+    Y = A @ delta.T  # Y[m, h] = Σ_d A_md Δ_d^h
     b = Y.mean(1)
     eps = float(np.linalg.norm(Y.std(1, ddof=1)) / math.sqrt(H)) if H > 1 else 0.0
     phi_bar = (z - ref.base) / D

@@ -26,13 +26,20 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..explain.representer import (Preprocessed, RepresenterExplainer, attribution_rows, balanced_factors, fidelity,
-                                   global_importance_of, item_embedding_rows)
+from .. import progress
+from ..explain.representer import (
+    Preprocessed,
+    RepresenterExplainer,
+    attribution_rows,
+    balanced_factors,
+    fidelity,
+    global_importance_of,
+    item_embedding_rows,
+)
 from ..explain.targets import recommend
 from ..interactions import Interactions, Targets, stable_id_order
 from ..io import runs
 from ..io.partitions import Part, Partitions, alpha_reusable, finish_alpha, write_alpha, write_alpha_part
-from .. import progress
 from ..mapper import Mapper
 from .plan import item_blocks, pass_stats, shard_items, user_side_tasks
 
@@ -63,8 +70,15 @@ class RefreshJob:
             raise ValueError("a RefreshJob holds Preprocessed.factors(): B for the user side's sums, no A or α")
 
     @classmethod
-    def create(cls, data: Interactions, pre: Preprocessed, parts: Partitions, top_n: int = 10, top_k: int = 10,
-               targets: Targets | None = None) -> "RefreshJob":
+    def create(
+        cls,
+        data: Interactions,
+        pre: Preprocessed,
+        parts: Partitions,
+        top_n: int = 10,
+        top_k: int = 10,
+        targets: Targets | None = None,
+    ) -> RefreshJob:
         """Write (or reuse) α beside the partitioned interactions; keep only the factors in memory."""
         # α is all that changes with the model: the same α is reused, any other rewritten.
         key = f"{data.fingerprint()}-{hashlib.sha256(np.ascontiguousarray(pre.alpha).tobytes()).hexdigest()[:16]}"
@@ -72,8 +86,16 @@ class RefreshJob:
         return cls(parts, pre.factors(), data.item_degree(), top_n, top_k, targets)
 
     @classmethod
-    def from_model(cls, model, parts: Partitions, mapper: Mapper, item_degree: np.ndarray, top_n: int = 10,
-                   top_k: int = 10, targets: Targets | None = None) -> "RefreshJob":
+    def from_model(
+        cls,
+        model,
+        parts: Partitions,
+        mapper: Mapper,
+        item_degree: np.ndarray,
+        top_n: int = 10,
+        top_k: int = 10,
+        targets: Targets | None = None,
+    ) -> RefreshJob:
         """``create`` with α and B computed where the parts are: one task per part computes α of its rows
         and writes it beside them, and an item part's task also returns its items' rows of B. This
         process holds Ũ, Ṽ and B, O(users + items); the same α and B as ``Preprocessed.from_model``."""
@@ -147,13 +169,18 @@ def plan_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> 
     block = np.searchsorted(edges, t.item, side="right") - 1
     rows = np.full(len(t), 2 * job.top_k) if job.top_k else job.item_degree[t.item]
     n = len(edges) - 1
-    return {"shard": shard, "targets": len(t), "seconds": time.perf_counter() - t0,
-            "block_targets": np.bincount(block, minlength=n).tolist(),
-            "block_rows": np.bincount(block, weights=rows, minlength=n).astype(np.int64).tolist()}
+    return {
+        "shard": shard,
+        "targets": len(t),
+        "seconds": time.perf_counter() - t0,
+        "block_targets": np.bincount(block, minlength=n).tolist(),
+        "block_rows": np.bincount(block, weights=rows, minlength=n).astype(np.int64).tolist(),
+    }
 
 
-def user_side_chunk(job: RefreshJob, lo: int, hi: int, shards: list[tuple[int, np.ndarray]], write: list[int],
-                    run_dir: str) -> dict:
+def user_side_chunk(
+    job: RefreshJob, lo: int, hi: int, shards: list[tuple[int, np.ndarray]], write: list[int], run_dir: str
+) -> dict:
     """Pass 2: the user side of every target of these shards on items lo:hi (inside one item part),
     staged per shard for the shards in ``write``.
 
@@ -180,12 +207,17 @@ def user_side_chunk(job: RefreshJob, lo: int, hi: int, shards: list[tuple[int, n
     for n, ((s, _), (_, sel)) in enumerate(zip(shards, selected)):
         if s not in todo:
             continue
-        rows = order[bounds[n]:bounds[n + 1]]
+        rows = order[bounds[n] : bounds[n + 1]]
         piece = {c: v[rows] for c, v in columns.items()}
         piece["target"] = sel[piece["target"] - offsets[n]]
         runs.write_stage(run_dir, _piece(s, lo, hi), pa.table(piece))
-    return {"items": [lo, hi], "shards": len(shards), "targets": len(tp), "rows": len(order),
-            "seconds": time.perf_counter() - t0}
+    return {
+        "items": [lo, hi],
+        "shards": len(shards),
+        "targets": len(tp),
+        "rows": len(order),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def _piece(shard: int, lo: int, hi: int) -> str:
@@ -197,11 +229,24 @@ def user_side_columns(job: RefreshJob, part: Part, t: Targets) -> dict[str, np.n
     indexes ``t``)."""
     a = RepresenterExplainer(part.data, job.pre.with_alpha(part.alpha)).user_side(t, job.top_k)
     d = part.data
-    return dict(zip(USER_SIDE_COLUMNS, (a.target.astype(np.int64), d.user[a.train], d.item[a.train],
-                                        d.rating[a.train], a.global_importance, a.local_importance)))
+    return dict(
+        zip(
+            USER_SIDE_COLUMNS,
+            (
+                a.target.astype(np.int64),
+                d.user[a.train],
+                d.item[a.train],
+                d.rating[a.train],
+                a.global_importance,
+                a.local_importance,
+            ),
+        )
+    )
 
 
-def explain_shard(job: RefreshJob, own: Part, t: Targets, user_side: dict[str, np.ndarray]) -> tuple[pa.Table, dict, int]:
+def explain_shard(
+    job: RefreshJob, own: Part, t: Targets, user_side: dict[str, np.ndarray]
+) -> tuple[pa.Table, dict, int]:
     """Both sides of the targets' explanations, their fidelity and the work.
 
     Item side: the target users' histories, all in ``own``. User side: ``user_side``, the rows the
@@ -218,8 +263,16 @@ def explain_shard(job: RefreshJob, own: Part, t: Targets, user_side: dict[str, n
     """
     ex = RepresenterExplainer(own.data, job.pre.with_alpha(own.alpha))
     s = ex.scores(t)
-    user_rows = attribution_rows(t, s, job.pre.mu, "user", job.parts.user_ids, job.parts.item_ids,
-                                 *(user_side[c] for c in USER_SIDE_COLUMNS), loss=job.pre.loss)
+    user_rows = attribution_rows(
+        t,
+        s,
+        job.pre.mu,
+        "user",
+        job.parts.user_ids,
+        job.parts.item_ids,
+        *(user_side[c] for c in USER_SIDE_COLUMNS),
+        loss=job.pre.loss,
+    )
     user_side.clear()
     item_rows = ex.rows(t, s, "item", ex.item_side(t, job.top_k))
     # Σ over every training row of each side, not only the top-k: the item side from the own part, the
@@ -245,21 +298,33 @@ def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str, item
     for lo, hi in items:
         piece = runs.read_stage(run_dir, _piece(shard, lo, hi))
         if piece is None:
-            raise RuntimeError(f"shard {shard}: the user side of items {lo}:{hi} is not staged in {run_dir}; "
-                               "its user-side task must run first")
+            raise RuntimeError(
+                f"shard {shard}: the user side of items {lo}:{hi} is not staged in {run_dir}; "
+                "its user-side task must run first"
+            )
         pieces.append(piece)
-    user_side = {c: np.concatenate([piece[c].to_numpy() for piece in pieces]) if pieces else np.empty(0, dt)
-                 for c, dt in zip(USER_SIDE_COLUMNS, (np.int64, np.int32, np.int32, float, float, float))}
+    user_side = {
+        c: np.concatenate([piece[c].to_numpy() for piece in pieces]) if pieces else np.empty(0, dt)
+        for c, dt in zip(USER_SIDE_COLUMNS, (np.int64, np.int32, np.int32, float, float, float))
+    }
     del pieces  # their columns are copied into user_side: the staged tables go before the explanation
     t1 = time.perf_counter()
     # Fidelity (Σ attributions vs score, relative) per side; the flow merges it over shards.
     table, fid, pairs = explain_shard(job, own, t, user_side)
     t2 = time.perf_counter()
-    entry = runs.write_shard(run_dir, shard, table, {
-        "users": int(len(users)), "targets": int(len(t)), "pairs_scored": pairs,
-        **{f"{stat}_{side}": v for side, stats in fid.items() for stat, v in stats.items()},
-        "seconds_gather": t1 - t0, "seconds_explain": t2 - t1,
-    })
+    entry = runs.write_shard(
+        run_dir,
+        shard,
+        table,
+        {
+            "users": int(len(users)),
+            "targets": int(len(t)),
+            "pairs_scored": pairs,
+            **{f"{stat}_{side}": v for side, stats in fid.items() for stat, v in stats.items()},
+            "seconds_gather": t1 - t0,
+            "seconds_explain": t2 - t1,
+        },
+    )
     # Known only once the file is written, so in the returned entry (the manifest), not the side file.
     t3 = time.perf_counter()
     entry["seconds_write"], entry["seconds"] = t3 - t2, t3 - t0
@@ -291,6 +356,7 @@ def run_passes(mapper: Mapper, job: RefreshJob, shards: list[np.ndarray], run_di
 
     def run_pass(name: str, fn, args: list[tuple], describe) -> list:
         t0 = time.perf_counter()
+
         def report(done, r):
             log.debug("%s %d/%d done: %s (%.1fs)", name, done, len(args), describe(r), time.perf_counter() - t0)
             progress.update(f"explain: {name}", done, len(args))
@@ -299,15 +365,27 @@ def run_passes(mapper: Mapper, job: RefreshJob, shards: list[np.ndarray], run_di
 
     done = completed_shards(len(shards), run_dir)
     pending = [s for s in range(len(shards)) if s not in done]
-    plans = run_pass("plan", plan_shard, [(s, shards[s], run_dir) for s in range(len(shards))] if pending else [],
-                     lambda r: f"shard {r['shard']}, {r['targets']} targets")
+    plans = run_pass(
+        "plan",
+        plan_shard,
+        [(s, shards[s], run_dir) for s in range(len(shards))] if pending else [],
+        lambda r: f"shard {r['shard']}, {r['targets']} targets",
+    )
     tasks = user_side_tasks(job.parts, plans, pending)
-    chunks = run_pass("user-side", user_side_chunk,
-                      [(lo, hi, [(s, shards[s]) for s in members], write, run_dir) for lo, hi, members, write in tasks],
-                      lambda r: f"items {r['items'][0]}:{r['items'][1]}, {r['targets']} targets of {r['shards']} "
-                                f"shards, {r['rows']} rows")
+    chunks = run_pass(
+        "user-side",
+        user_side_chunk,
+        [(lo, hi, [(s, shards[s]) for s in members], write, run_dir) for lo, hi, members, write in tasks],
+        lambda r: (
+            f"items {r['items'][0]}:{r['items'][1]}, {r['targets']} targets of {r['shards']} shards, {r['rows']} rows"
+        ),
+    )
     items = shard_items(tasks)
-    written = run_pass("shard", run_shard, [(s, shards[s], run_dir, items.get(s, [])) for s in pending],
-                       lambda r: f"shard {r['shard']}, {r['users']} users, {r['targets']} targets, {r['rows']} rows")
+    written = run_pass(
+        "shard",
+        run_shard,
+        [(s, shards[s], run_dir, items.get(s, [])) for s in pending],
+        lambda r: f"shard {r['shard']}, {r['users']} users, {r['targets']} targets, {r['rows']} rows",
+    )
     runs.clear_stage(run_dir)
     return in_shard_order(done, written), pass_stats(plans, chunks)

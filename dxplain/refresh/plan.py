@@ -23,8 +23,9 @@ ROWS_PER_SHARD = 8_000_000
 BLOCKS_PER_PART = 64
 
 
-def shard_count(workers: int, data: Interactions, n_targets: int, top_k: int,
-                rows_per_shard: int = ROWS_PER_SHARD) -> int:
+def shard_count(
+    workers: int, data: Interactions, n_targets: int, top_k: int, rows_per_shard: int = ROWS_PER_SHARD
+) -> int:
     """Shards for a refresh: 4 per worker to balance the load, more when a shard's output would pass
     ``rows_per_shard`` rows (a shard holds its rows until it writes them: this bounds worker memory)."""
     # top_k most positive and top_k most negative per side; top_k = 0 keeps every attribution: a
@@ -42,12 +43,17 @@ def shard_users(data: Interactions, n_shards: int) -> list[np.ndarray]:
 def item_blocks(parts) -> np.ndarray:
     """Edges of the item blocks the user side is planned in: each item part cut into up to
     ``BLOCKS_PER_PART`` ranges of equal item count (block b holds items edges[b]:edges[b+1])."""
-    return np.unique(np.concatenate([np.linspace(lo, hi, BLOCKS_PER_PART + 1).astype(np.int64)
-                                     for lo, hi in itertools.pairwise(parts.item_cuts)]))
+    return np.unique(
+        np.concatenate(
+            [
+                np.linspace(lo, hi, BLOCKS_PER_PART + 1).astype(np.int64)
+                for lo, hi in itertools.pairwise(parts.item_cuts)
+            ]
+        )
+    )
 
 
-def user_side_chunks(parts, plans: list[dict],
-                     rows_per_chunk: int | None = None) -> list[tuple[int, int, list[int]]]:
+def user_side_chunks(parts, plans: list[dict], rows_per_chunk: int | None = None) -> list[tuple[int, int, list[int]]]:
     """(first item, end item, shards) per user-side task: a range of items inside one item part and
     every shard with targets on them, so each item's raters are gathered and searched once for all
     its targets.
@@ -101,8 +107,7 @@ def user_side_chunks(parts, plans: list[dict],
     return [(lo, hi, members) for _, lo, hi, members in sorted(chunks, key=lambda c: -c[0])]
 
 
-def user_side_tasks(parts, plans: list[dict],
-                    pending: list[int]) -> list[tuple[int, int, list[int], list[int]]]:
+def user_side_tasks(parts, plans: list[dict], pending: list[int]) -> list[tuple[int, int, list[int], list[int]]]:
     """(first item, end item, member shards, shards to write) per user-side task for the ``pending`` shards.
 
     Tasks are cut from every shard's plan and explain every member's targets, so a resumed run groups
@@ -125,9 +130,12 @@ def shard_items(tasks: list[tuple[int, int, list[int], list[int]]]) -> dict[int,
 
 def pass_stats(plans: list[dict], chunks: list[dict]) -> dict:
     """Seconds inside the plan and user-side tasks, summed (the shards' own split is in their entries)."""
-    return {"plan_seconds": round(sum(p["seconds"] for p in plans), 3),
-            "user_side_seconds": round(sum(c["seconds"] for c in chunks), 3),
-            "user_side_tasks": len(chunks), "user_side_rows": sum(c["rows"] for c in chunks)}
+    return {
+        "plan_seconds": round(sum(p["seconds"] for p in plans), 3),
+        "user_side_seconds": round(sum(c["seconds"] for c in chunks), 3),
+        "user_side_tasks": len(chunks),
+        "user_side_rows": sum(c["rows"] for c in chunks),
+    }
 
 
 def summarize(entries: list[dict], passes: dict | None = None) -> dict:
@@ -136,25 +144,35 @@ def summarize(entries: list[dict], passes: dict | None = None) -> dict:
     fresh = [e for e in entries if not e.get("resumed")]
     # Seconds inside the tasks per pass, summed (CPU-side split of the stage's wall time): plan (the targets,
     # recommended or selected), the item-keyed user side, then the shards' gather, explain and write.
-    task_seconds = {"plan": passes.get("plan_seconds", 0.0), "user_side": passes.get("user_side_seconds", 0.0),
-                    **{p: round(sum(e.get(f"seconds_{p}", 0.0) for e in fresh), 3) for p in ("gather", "explain", "write")}}
+    task_seconds = {
+        "plan": passes.get("plan_seconds", 0.0),
+        "user_side": passes.get("user_side_seconds", 0.0),
+        **{p: round(sum(e.get(f"seconds_{p}", 0.0) for e in fresh), 3) for p in ("gather", "explain", "write")},
+    }
     busy = sum(task_seconds.values())
     rows = sum(e["rows"] for e in entries)
     measured = [e for e in entries if e["targets"] > 0]
     return {
-        "users": sum(e["users"] for e in entries), "targets": sum(e["targets"] for e in entries),
-        "attributions": rows, "pairs_scored": sum(e.get("pairs_scored", 0) for e in entries),
-        "shards": len(entries), "resumed_shards": sum(bool(e.get("resumed")) for e in entries),
+        "users": sum(e["users"] for e in entries),
+        "targets": sum(e["targets"] for e in entries),
+        "attributions": rows,
+        "pairs_scored": sum(e.get("pairs_scored", 0) for e in entries),
+        "shards": len(entries),
+        "resumed_shards": sum(bool(e.get("resumed")) for e in entries),
         "user_side_tasks": passes.get("user_side_tasks", 0),
         "attributions_per_second": round(rows / max(busy, 1e-9)),  # per task-second of work
         "task_seconds": task_seconds,
         # Over shards that explained something: a shard without targets has no error to report.
-        "fidelity_max_rel_error": {s: max((e[f"max_rel_error_{s}"] for e in measured), default=None)
-                                   for s in ("item", "user")},
-        "fidelity_median_rel_error": {s: float(np.median([e[f"median_rel_error_{s}"] for e in measured]))
-                                      if measured else None for s in ("item", "user")},
-        "fidelity_p99_rel_error_below": {s: quantile_bound([e.get(f"rel_error_decades_{s}", {}) for e in measured], 0.99)
-                                         for s in ("item", "user")},
+        "fidelity_max_rel_error": {
+            s: max((e[f"max_rel_error_{s}"] for e in measured), default=None) for s in ("item", "user")
+        },
+        "fidelity_median_rel_error": {
+            s: float(np.median([e[f"median_rel_error_{s}"] for e in measured])) if measured else None
+            for s in ("item", "user")
+        },
+        "fidelity_p99_rel_error_below": {
+            s: quantile_bound([e.get(f"rel_error_decades_{s}", {}) for e in measured], 0.99) for s in ("item", "user")
+        },
     }
 
 

@@ -7,8 +7,8 @@ once, in bounded memory: what is kept per batch is one row per target and side, 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -59,28 +59,56 @@ def scan_rows(batches: Iterable[pa.RecordBatch]) -> RunRows:
     partials, shares = [], {(s, sign): np.zeros(len(SHARE_EDGES) + 1, np.int64) for s in SIDES for sign in SIGNS}
     for batch in batches:
         side = _strings(batch.column("side"))
-        t = pa.table({"user": batch.column("user"), "item": batch.column("item"), "side": side,
-                      "score": batch.column("score"), "importance": batch.column("importance")})
-        partials.append(t.group_by(["user", "item", "side"], use_threads=False).aggregate(
-            [("score", "max"), ("importance", "count"), ("importance", "sum")]))
+        t = pa.table(
+            {
+                "user": batch.column("user"),
+                "item": batch.column("item"),
+                "side": side,
+                "score": batch.column("score"),
+                "importance": batch.column("importance"),
+            }
+        )
+        partials.append(
+            t.group_by(["user", "item", "side"], use_threads=False).aggregate(
+                [("score", "max"), ("importance", "count"), ("importance", "sum")]
+            )
+        )
         importance, score, sides = (t.column(c).to_numpy() for c in ("importance", "score", "side"))
         share = np.abs(importance) / np.maximum(np.abs(score), 1e-12)
         for s in SIDES:
             for sign, mask in zip(SIGNS, (importance > 0, importance < 0)):
                 chosen = share[(sides == s) & mask]
-                shares[(s, sign)] += np.bincount(np.searchsorted(SHARE_EDGES, chosen, side="right"),
-                                                 minlength=len(SHARE_EDGES) + 1)
+                shares[(s, sign)] += np.bincount(
+                    np.searchsorted(SHARE_EDGES, chosen, side="right"), minlength=len(SHARE_EDGES) + 1
+                )
     if not partials:
-        empty = pa.table({"user": pa.array([], pa.int64()), "item": pa.array([], pa.int64()),
-                          "side": pa.array([], pa.string()), "score": pa.array([], pa.float64()),
-                          "rows": pa.array([], pa.int64()), "total": pa.array([], pa.float64())})
+        empty = pa.table(
+            {
+                "user": pa.array([], pa.int64()),
+                "item": pa.array([], pa.int64()),
+                "side": pa.array([], pa.string()),
+                "score": pa.array([], pa.float64()),
+                "rows": pa.array([], pa.int64()),
+                "total": pa.array([], pa.float64()),
+            }
+        )
         return RunRows(empty, shares)
     # A target's rows can span batches: the partial sums of each are added up once more.
-    merged = pa.concat_tables(partials).group_by(["user", "item", "side"], use_threads=False).aggregate(
-        [("score_max", "max"), ("importance_count", "sum"), ("importance_sum", "sum")])
-    per_target = pa.table({"user": merged.column("user"), "item": merged.column("item"),
-                           "side": merged.column("side"), "score": merged.column("score_max_max"),
-                           "rows": merged.column("importance_count_sum"), "total": merged.column("importance_sum_sum")})
+    merged = (
+        pa.concat_tables(partials)
+        .group_by(["user", "item", "side"], use_threads=False)
+        .aggregate([("score_max", "max"), ("importance_count", "sum"), ("importance_sum", "sum")])
+    )
+    per_target = pa.table(
+        {
+            "user": merged.column("user"),
+            "item": merged.column("item"),
+            "side": merged.column("side"),
+            "score": merged.column("score_max_max"),
+            "rows": merged.column("importance_count_sum"),
+            "total": merged.column("importance_sum_sum"),
+        }
+    )
     return RunRows(per_target.sort_by([("user", "ascending"), ("item", "ascending"), ("side", "ascending")]), shares)
 
 
@@ -122,17 +150,33 @@ def rows_per_target(rows: RunRows, side: str) -> np.ndarray:
 
 # What each summary entry is, in the order the page lists them; entries not named here follow, by key.
 SUMMARY_LABELS = {
-    "dataset": "data", "model": "model store", "loss": "loss", "prediction": "prediction",
-    "lam": "λ (regulariser)", "lam_known": "λ known", "grad_norm": "gradient norm ‖∇f‖",
-    "users": "users", "targets": "targets explained", "attributions": "attributions (rows)",
-    "pairs_scored": "(target, training row) pairs scored", "top_n": "recommendations per user (top_n)",
-    "top_k": "attributions kept per sign and side (top_k; 0 = all)", "shards": "shards",
-    "resumed_shards": "shards resumed", "user_side_tasks": "user-side tasks",
-    "seconds": "wall time, s", "stage_seconds": "stage wall time, s", "task_seconds": "time inside tasks, s",
-    "attributions_per_second": "attributions per task-second", "peak_rss_mib": "peak memory (RSS), MiB",
-    "fidelity_max_rel_error": "fidelity: max relative error", "fidelity_median_rel_error":
-    "fidelity: median relative error (median of the shards' medians)", "fidelity_tol": "fidelity tolerance (--tol)",
-    "fidelity_ok": "fidelity within tolerance", "fidelity_warning": "fidelity warning", "run": "run folder",
+    "dataset": "data",
+    "model": "model store",
+    "loss": "loss",
+    "prediction": "prediction",
+    "lam": "λ (regulariser)",
+    "lam_known": "λ known",
+    "grad_norm": "gradient norm ‖∇f‖",
+    "users": "users",
+    "targets": "targets explained",
+    "attributions": "attributions (rows)",
+    "pairs_scored": "(target, training row) pairs scored",
+    "top_n": "recommendations per user (top_n)",
+    "top_k": "attributions kept per sign and side (top_k; 0 = all)",
+    "shards": "shards",
+    "resumed_shards": "shards resumed",
+    "user_side_tasks": "user-side tasks",
+    "seconds": "wall time, s",
+    "stage_seconds": "stage wall time, s",
+    "task_seconds": "time inside tasks, s",
+    "attributions_per_second": "attributions per task-second",
+    "peak_rss_mib": "peak memory (RSS), MiB",
+    "fidelity_max_rel_error": "fidelity: max relative error",
+    "fidelity_median_rel_error": "fidelity: median relative error (median of the shards' medians)",
+    "fidelity_tol": "fidelity tolerance (--tol)",
+    "fidelity_ok": "fidelity within tolerance",
+    "fidelity_warning": "fidelity warning",
+    "run": "run folder",
 }
 
 
@@ -149,7 +193,7 @@ def summary_rows(summary: dict) -> list[tuple[str, str, object]]:
     out = []
     for key in order:
         for flat, value in _flat(key, summary[key]):
-            sub = flat[len(key):].lstrip(".")
+            sub = flat[len(key) :].lstrip(".")
             out.append((flat, SUMMARY_LABELS.get(key, key) + (f": {sub}" if sub else ""), value))
     return out
 
@@ -179,8 +223,15 @@ def recommendations(rows: pa.Table, reasons: int) -> dict[object, list[Recommend
     if rows.num_rows == 0:
         return {}
     rows = rows.set_column(rows.schema.get_field_index("side"), "side", _strings(rows.column("side")))
-    rows = rows.sort_by([("user", "ascending"), ("rec_rank", "ascending"), ("item", "ascending"),
-                         ("side", "ascending"), ("importance", "descending")])
+    rows = rows.sort_by(
+        [
+            ("user", "ascending"),
+            ("rec_rank", "ascending"),
+            ("item", "ascending"),
+            ("side", "ascending"),
+            ("importance", "descending"),
+        ]
+    )
     # Only the first ``reasons`` rows of each (user, item, side) become Python objects: a run that kept every
     # attribution has hundreds per target.
     u, i, s = (rows.column(c).to_numpy(zero_copy_only=False) for c in ("user", "item", "side"))

@@ -58,15 +58,21 @@ def data_value(value) -> str:
 
 
 def page(title: str, body: str, script: str = "") -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-            f"<style>{STYLE}</style></head>\n<body>\n<h1>{esc(title)}</h1>\n{body}\n"
-            + (f"<script>{script}</script>\n" if script else "") + "</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f"<style>{STYLE}</style></head>\n<body>\n<h1>{esc(title)}</h1>\n{body}\n"
+        + (f"<script>{script}</script>\n" if script else "")
+        + "</body></html>\n"
+    )
 
 
 def key_value_table(rows: list[tuple[str, str, object]], table_id: str) -> str:
     """A two-column table of (key, label, value); each value cell carries its key and exact value."""
-    cells = "".join(f'<tr><th>{esc(label)}</th><td{_numeric(v)} data-key="{esc(key)}" data-value="{esc(data_value(v))}">'
-                    f"{esc(number(v))}</td></tr>\n" for key, label, v in rows)
+    cells = "".join(
+        f'<tr><th>{esc(label)}</th><td{_numeric(v)} data-key="{esc(key)}" data-value="{esc(data_value(v))}">'
+        f"{esc(number(v))}</td></tr>\n"
+        for key, label, v in rows
+    )
     return f'<table id="{esc(table_id)}">\n{cells}</table>'
 
 
@@ -97,7 +103,7 @@ def svg(fig) -> str:
     fig.savefig(buf, format="svg", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]  # the XML prolog and doctype are not allowed inside HTML
+    return text[text.index("<svg") :]  # the XML prolog and doctype are not allowed inside HTML
 
 
 def png(data: bytes, alt: str) -> str:

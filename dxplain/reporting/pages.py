@@ -17,7 +17,7 @@ FIDELITY_SOURCES = {
     "recorded": "as the refresh measured it: every training row of a side summed, whatever top_k kept",
     "rows (all attributions)": "measured from the run's rows (it kept every attribution, top_k 0)",
     "rows (top-k only)": "NOT the fidelity: this run predates recorded per-target errors and kept only the top-k "
-                         "attributions, so this is how much of the score its kept rows leave out",
+    "attributions, so this is how much of the score its kept rows leave out",
 }
 
 
@@ -30,7 +30,7 @@ class Labels:
     users: dict = field(default_factory=dict)
 
     @classmethod
-    def from_tables(cls, items: pa.Table | None, users: pa.Table | None) -> "Labels":
+    def from_tables(cls, items: pa.Table | None, users: pa.Table | None) -> Labels:
         def column(table, name):
             return table.column(name).to_pylist() if table is not None and name in table.column_names else None
 
@@ -42,8 +42,10 @@ class Labels:
             out.genres = {i: ", ".join(g) if isinstance(g, list) else (g or "") for i, g in zip(ids, genres)}
         ids, ages, jobs = (column(users, c) for c in ("id", "age", "occupation"))
         if ids and (ages or jobs):
-            out.users = {i: " ".join(str(x) for x in (a, o) if x) for i, a, o in
-                         zip(ids, ages or [None] * len(ids), jobs or [None] * len(ids))}
+            out.users = {
+                i: " ".join(str(x) for x in (a, o) if x)
+                for i, a, o in zip(ids, ages or [None] * len(ids), jobs or [None] * len(ids))
+            }
         return out
 
     def item(self, item) -> str:
@@ -71,13 +73,19 @@ def fidelity_section(shards: list[dict], rows: RunRows, top_k: int | None, tol: 
         ax.set(title=SIDE_NAMES[side], xlabel="relative error |Σ attributions − score| / |score|")
     axes[0].set_ylabel("targets")
     fig.tight_layout()
-    cells = "".join(f'<tr><td>{esc(side)}</td><td>{esc(_decade_label(e))}</td><td class="n" data-side="{side}" '
-                    f'data-decade="{e}">{n}</td></tr>\n'
-                    for side in SIDES for e in ERROR_DECADES if (n := decades[side].get(str(e), 0)))
-    return (f"<h2>Fidelity</h2>\n<p class=note>Each side's attributions sum to the score at the model's optimum; "
-            f"the relative error per target says how close this run is. Source: {esc(FIDELITY_SOURCES[source])}.</p>\n"
-            f'<figure>{svg(fig)}</figure>\n<table id="fidelity" data-source="{esc(source)}">'
-            f"<tr><th>side</th><th>decade</th><th>targets</th></tr>\n{cells}</table>")
+    cells = "".join(
+        f'<tr><td>{esc(side)}</td><td>{esc(_decade_label(e))}</td><td class="n" data-side="{side}" '
+        f'data-decade="{e}">{n}</td></tr>\n'
+        for side in SIDES
+        for e in ERROR_DECADES
+        if (n := decades[side].get(str(e), 0))
+    )
+    return (
+        f"<h2>Fidelity</h2>\n<p class=note>Each side's attributions sum to the score at the model's optimum; "
+        f"the relative error per target says how close this run is. Source: {esc(FIDELITY_SOURCES[source])}.</p>\n"
+        f'<figure>{svg(fig)}</figure>\n<table id="fidelity" data-source="{esc(source)}">'
+        f"<tr><th>side</th><th>decade</th><th>targets</th></tr>\n{cells}</table>"
+    )
 
 
 def attributions_section(rows: RunRows) -> str:
@@ -87,8 +95,9 @@ def attributions_section(rows: RunRows) -> str:
     for side, color in zip(SIDES, ("#48a", "#a84")):
         counts = rows_per_target(rows, side)
         if len(counts):
-            axes[0].hist(counts, bins=min(40, max(1, int(counts.max() - counts.min()) + 1)), alpha=.6, color=color,
-                         label=side)
+            axes[0].hist(
+                counts, bins=min(40, max(1, int(counts.max() - counts.min()) + 1)), alpha=0.6, color=color, label=side
+            )
     axes[0].set(title="attributions kept per target", xlabel="rows", ylabel="targets")
     axes[0].legend()
     centers = np.sqrt(SHARE_EDGES[:-1] * SHARE_EDGES[1:])  # inner bins only: the two open-ended ones are in the table
@@ -103,14 +112,25 @@ def attributions_section(rows: RunRows) -> str:
     for side in SIDES:
         counts = rows_per_target(rows, side)
         shares = {sign: rows.shares[(side, sign)] for sign in SIGNS}
-        stats.append([side, len(counts), int(counts.sum()), *(
-            [int(counts.min()), float(np.median(counts)), int(counts.max())] if len(counts) else ["—"] * 3),
-            *(int(shares[sign].sum()) for sign in SIGNS)])
-    table = grid(["side", "targets", "attributions", "min per target", "median", "max", "positive", "negative"],
-                 stats, "attributions")
-    return (f"<h2>Attributions per target</h2>\n<p class=note>How many attributions the run kept per target and "
-            f"side (top_k of each sign, or all), and the share of its target's score each one carries.</p>\n"
-            f"<figure>{svg(fig)}</figure>\n{table}")
+        stats.append(
+            [
+                side,
+                len(counts),
+                int(counts.sum()),
+                *([int(counts.min()), float(np.median(counts)), int(counts.max())] if len(counts) else ["—"] * 3),
+                *(int(shares[sign].sum()) for sign in SIGNS),
+            ]
+        )
+    table = grid(
+        ["side", "targets", "attributions", "min per target", "median", "max", "positive", "negative"],
+        stats,
+        "attributions",
+    )
+    return (
+        f"<h2>Attributions per target</h2>\n<p class=note>How many attributions the run kept per target and "
+        f"side (top_k of each sign, or all), and the share of its target's score each one carries.</p>\n"
+        f"<figure>{svg(fig)}</figure>\n{table}"
+    )
 
 
 def _reason_rows(rec: Recommendation, labels: Labels) -> str:
@@ -137,52 +157,79 @@ def user_block(user, recs: list[Recommendation], labels: Labels, prediction: str
     search = " ".join([str(user), *titles]).lower()
     rows = []
     for rec, title in zip(recs, titles):
-        rows.append(f'<tr class=rec data-item="{esc(rec.item)}"><th>{rec.rec_rank}. {esc(title)}<th>'
-                    f"{number(rec.prediction)}<th><th>score {rec.score:+.4f}")
+        rows.append(
+            f'<tr class=rec data-item="{esc(rec.item)}"><th>{rec.rec_rank}. {esc(title)}<th>'
+            f"{number(rec.prediction)}<th><th>score {rec.score:+.4f}"
+        )
         rows.append(_reason_rows(rec, labels))
     head = f"<tr><th>recommendation / reason<th>{esc(prediction)} / rating<th colspan=2>importance"
-    return (f'<details data-user="{esc(user)}" data-search="{esc(search)}"><summary>user {esc(user)} '
-            f"<small>{esc(labels.users.get(user, ''))}</small> — {esc(', '.join(titles[:3]))}"
-            f"{'…' if len(titles) > 3 else ''}</summary>\n<table class=u>{head}\n" + "\n".join(rows) + "</table></details>")
+    return (
+        f'<details data-user="{esc(user)}" data-search="{esc(search)}"><summary>user {esc(user)} '
+        f"<small>{esc(labels.users.get(user, ''))}</small> — {esc(', '.join(titles[:3]))}"
+        f"{'…' if len(titles) > 3 else ''}</summary>\n<table class=u>{head}\n" + "\n".join(rows) + "</table></details>"
+    )
 
 
 def users_section(recs: dict, shown_of: tuple[int, int], labels: Labels, prediction: str, reasons: int) -> str:
     shown, total = shown_of
     blocks = "\n".join(user_block(u, r, labels, prediction) for u, r in recs.items())
-    return (f'<h2>Users</h2>\n<p class=note id="users-shown" data-shown="{shown}" data-total="{total}">{shown} of '
-            f"{total} users shown (the first by id; <code>--users</code> shows more), each recommendation with its "
-            f"{reasons} most important reasons per side, like <code>dxplain explain</code>. A positive importance "
-            f"pushed the score up (green), a negative one down (red); each recommendation's largest reason "
-            f"shown is a full bar. Importance = α (the residual on that rating) × the similarity in the model's space, so a "
-            f"low rating can push a score up.</p>\n"
-            f'<p><input type="search" id="search" placeholder="filter by user id or title"></p>\n{blocks}')
+    return (
+        f'<h2>Users</h2>\n<p class=note id="users-shown" data-shown="{shown}" data-total="{total}">{shown} of '
+        f"{total} users shown (the first by id; <code>--users</code> shows more), each recommendation with its "
+        f"{reasons} most important reasons per side, like <code>dxplain explain</code>. A positive importance "
+        f"pushed the score up (green), a negative one down (red); each recommendation's largest reason "
+        f"shown is a full bar. Importance = α (the residual on that rating) × the similarity in the model's space, "
+        f"so a "
+        f"low rating can push a score up.</p>\n"
+        f'<p><input type="search" id="search" placeholder="filter by user id or title"></p>\n{blocks}'
+    )
 
 
-def run_page(name: str, summary: dict, shards: list[dict], rows: RunRows, recs: dict, users_total: int,
-             labels: Labels, reasons: int) -> str:
+def run_page(
+    name: str,
+    summary: dict,
+    shards: list[dict],
+    rows: RunRows,
+    recs: dict,
+    users_total: int,
+    labels: Labels,
+    reasons: int,
+) -> str:
     """A refresh run's page: its summary, the fidelity and attribution histograms, and its users' explanations."""
-    body = "\n".join([
-        f"<p class=note>Run folder <code>{esc(summary.get('run', name))}</code>.</p>",
-        "<h2>Summary</h2>", key_value_table(summary_rows(summary), "summary"),
-        fidelity_section(shards, rows, summary.get("top_k"), summary.get("fidelity_tol")),
-        attributions_section(rows),
-        users_section(recs, (len(recs), users_total), labels, summary.get("prediction", "prediction"), reasons),
-    ])
+    body = "\n".join(
+        [
+            f"<p class=note>Run folder <code>{esc(summary.get('run', name))}</code>.</p>",
+            "<h2>Summary</h2>",
+            key_value_table(summary_rows(summary), "summary"),
+            fidelity_section(shards, rows, summary.get("top_k"), summary.get("fidelity_tol")),
+            attributions_section(rows),
+            users_section(recs, (len(recs), users_total), labels, summary.get("prediction", "prediction"), reasons),
+        ]
+    )
     return page(f"dxplain run {name}", body, SEARCH_SCRIPT)
 
 
-def results_page(name: str, summary: dict, images: dict[str, bytes], texts: dict[str, str],
-                 tables: dict[str, tuple[pa.Table, int]]) -> str:
+def results_page(
+    name: str, summary: dict, images: dict[str, bytes], texts: dict[str, str], tables: dict[str, tuple[pa.Table, int]]
+) -> str:
     """A result folder's page: its summary, every PNG it holds, its text files and the first rows of its tables."""
-    parts = [f"<p class=note>Result folder <code>{esc(summary.get('folder', name))}</code>.</p>",
-             "<h2>Summary</h2>", key_value_table(summary_rows(summary), "summary")]
+    parts = [
+        f"<p class=note>Result folder <code>{esc(summary.get('folder', name))}</code>.</p>",
+        "<h2>Summary</h2>",
+        key_value_table(summary_rows(summary), "summary"),
+    ]
     for file, data in images.items():
         parts += [f"<h2>{esc(file)}</h2>", f"<figure>{png(data, file)}</figure>"]
     for file, text in texts.items():
         parts += [f"<h2>{esc(file)}</h2>", f"<pre>{esc(text)}</pre>"]
     for file, (head, total) in tables.items():
-        rows = [[json.dumps(v, default=str) if isinstance(v, (list, dict)) else v for v in r.values()]
-                for r in head.to_pylist()]
-        parts += [f"<h2>{esc(file)}</h2>", f"<p class=note>first {head.num_rows} of {total} rows</p>",
-                  grid(head.column_names, rows)]
+        rows = [
+            [json.dumps(v, default=str) if isinstance(v, (list, dict)) else v for v in r.values()]
+            for r in head.to_pylist()
+        ]
+        parts += [
+            f"<h2>{esc(file)}</h2>",
+            f"<p class=note>first {head.num_rows} of {total} rows</p>",
+            grid(head.column_names, rows),
+        ]
     return page(f"dxplain {name}", "\n".join(parts))
