@@ -23,8 +23,9 @@ from .representer import SCORE_FLOOR, balance_transforms_from_grams, balanced_no
 # Upper bound on floats in one padded (B, d, k) block: ~64 MB of float64.
 BLOCK_ELEMENTS = 1 << 23
 
-# Half-steps by the compiled kernel (``als_fused``) rather than the numpy batches below: faster at
-# every k measured (benchmarks/als_vs_implicit.py, docs/scaling.md).
+# Half-steps by the compiled kernel (``als_fused``) rather than the numpy batches below, which stay as the
+# tests' reference: the kernel forms each row's Gram in one pass, without padded (B, d, k) stacks
+# (benchmarks/als_vs_implicit.py compares them).
 FUSED = True
 
 
@@ -85,7 +86,7 @@ def ridge_solve_rows(
         )
         return X if gradient_scale is None else (X, Gx)
     deg = indptr[rows + 1] - indptr[rows]
-    cols = cols.astype(np.intp)  # int32 fancy indexing is ~10x slower than intp (measured)
+    cols = cols.astype(np.intp)  # numpy's fancy indexing converts int32 indices on every call; intp it takes as is
     F_pad = np.vstack([F, np.zeros((1, k))])  # index n_cols is a zero row used for padding
     sw_pad = None if sw is None else np.append(sw, 0.0)
     eye = ridge * np.eye(k)
@@ -116,7 +117,7 @@ def ridge_solve_rows(
             else:
                 A = np.matmul(G.transpose(0, 2, 1), G) + eye  # (B, k, k)
                 b = np.einsum("bdk,bd->bk", G, yb)
-                # One batched LAPACK call; measured faster than scipy's batched cho_solve for k <= 128.
+                # One batched LAPACK call for the whole batch of k×k systems.
                 X[batch] = np.linalg.solve(A, b[..., None])[..., 0]
                 if gradient_scale is not None:
                     Gx[batch] = gradient_scale * (np.einsum("bkl,bl->bk", A, X[batch]) - b)
@@ -149,8 +150,8 @@ def ridge_cg_rows(
     and rows without entries get 0.
 
     Preconditioner: the steps run in the eigenbasis Q of C = Σ_e F_{c_e} F_{c_e}ᵀ (the rows' Grams summed), with
-    Jacobi (1/diag) there. A row's Gram is roughly its share of C, so in that basis it is nearly diagonal; on
-    the ml-1m-sized set (k = 32) 3 steps then leave 7× less error than Jacobi on the raw factors. Q is
+    Jacobi (1/diag) there. A row's Gram is roughly its share of C, so in that basis it is nearly diagonal and
+    a few steps leave much less error than Jacobi on the raw factors. Q is
     orthogonal, so the systems and their solutions are the same: the rotation costs three k×k products of the
     factors (``F Q``, ``X0 Q``, ``X Qᵀ``). ``Q``: the basis (``cg_basis``), by default from these rows' entries;
     a half-step over parts passes the whole table's, so that every part preconditions alike and the parts'
@@ -222,7 +223,7 @@ def pair_scores(U: np.ndarray, V: np.ndarray, u: np.ndarray, i: np.ndarray, chun
     """s_n = ⟨U_{u_n}, V_{i_n}⟩ for a list of pairs.
 
     Gathers go through two small reused buffers: a cache-sized chunk avoids allocating (and
-    page-faulting) two |D|×k temporaries, measured 3x faster than one big gather on ml-100k.
+    page-faulting) two |D|×k temporaries.
     """
     out = np.empty(len(u))
     k = U.shape[1]
@@ -252,7 +253,7 @@ class Pattern:
     """The sparsity pattern of D sorted by (user, item): CSR matrices over it cost no sort or copy."""
 
     def __init__(self, u: np.ndarray, i: np.ndarray, indptr: np.ndarray, n_users: int, n_items: int):
-        # Gathers with intp indices; numpy's fancy indexing with int32 was measured 10x slower.
+        # Gathers with intp indices: numpy's fancy indexing converts int32 ones on every call.
         self.u, self.i = u.astype(np.intp), i.astype(np.intp)
         self.indptr, self.shape = indptr, (n_users, n_items)
 
@@ -390,8 +391,8 @@ def min_norm(G_U: np.ndarray, T_U: np.ndarray) -> float:
     return SCORE_FLOOR / scale if scale > 0 else np.inf
 
 
-# Rows of ``bound_rows`` per chunk: its (chunk, k) temporaries stay in L2 (16K × 32 floats = 4 MB across
-# the three); whole-part temporaries made it memory-bound (1.5M rows, k = 32: 1.20 s against 0.42, one thread).
+# Rows of ``bound_rows`` per chunk: its three (chunk, k) temporaries stay in cache (16K × 32 floats = 4 MB
+# across the three); whole-part temporaries would make it bound by memory passes.
 BOUND_CHUNK = 1 << 14
 
 

@@ -30,16 +30,31 @@ from .gather import gather_rows, gather_scaled_rows
 GRAM_CHUNK = 512
 
 
+# The Gram's 3×4 blocks of dot products in two steps, inlined into the compiled loop (no call at runtime).
+@njit(inline="always", fastmath=True)
+def _axpy4(s0, s1, s2, s3, x, y0, y1, y2, y3):
+    """(s0 + x·y0, s1 + x·y1, s2 + x·y2, s3 + x·y3): one row's four accumulators, one entry further."""
+    return s0 + x * y0, s1 + x * y1, s2 + x * y2, s3 + x * y3
+
+
+@njit(inline="always", fastmath=True)
+def _add_row4(A, p, q, s0, s1, s2, s3):
+    """A[p, q:q+4] += (s0, s1, s2, s3)."""
+    A[p, q] += s0
+    A[p, q + 1] += s1
+    A[p, q + 2] += s2
+    A[p, q + 3] += s3
+
+
 @njit(nogil=True, cache=True, fastmath=True)
 def _gram_upper(M, n, m, A):
     """A[p, q] ← ⟨M[p, :m], M[q, :m]⟩ for p ≤ q < n (n a multiple of 4), in 3×4 blocks of dot products.
 
-    Twelve dot products share seven loaded rows (3×4, one thread, k = 64: 20–25 GMAC/s over 275–2,000
-    entries, against 18–22 for 2×4 blocks, 2×2 and 4×4 slower still: 4×4's sixteen accumulators and their
-    loads do not fit the registers); fastmath lets each be vectorised in any summation order. Rows go three
+    Twelve dot products share seven loaded rows (3×4: the most accumulators and loads that fit the registers;
+    4×4's sixteen do not); fastmath lets each be vectorised in any summation order. Rows go three
     at a time and the last n mod 3 one at a time. Blocks that start left of the diagonal also write a few
     entries below it, which nothing reads. Long rows go in chunks of ``GRAM_CHUNK`` so that a chunk of all
-    n rows stays in L2 across blocks (512 entries ran 2–7% faster than 256 at k = 64).
+    n rows stays in L2 across blocks.
     """
     for p in range(n):
         A[p, p:n] = 0.0
@@ -52,34 +67,15 @@ def _gram_upper(M, n, m, A):
                 b0, b1, b2, b3 = M[q], M[q + 1], M[q + 2], M[q + 3]
                 s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = s20 = s21 = s22 = s23 = 0.0
                 # Unsigned: a signed index from a runtime start keeps numba's negative-index wraparound,
-                # which stops LLVM vectorising the loop (4 GMAC/s against 12–18, measured).
+                # which stops LLVM vectorising the loop.
                 for j in range(uint64(j0), uint64(j1)):
-                    x0, x1, x2 = a0[j], a1[j], a2[j]
                     y0, y1, y2, y3 = b0[j], b1[j], b2[j], b3[j]
-                    s00 += x0 * y0
-                    s01 += x0 * y1
-                    s02 += x0 * y2
-                    s03 += x0 * y3
-                    s10 += x1 * y0
-                    s11 += x1 * y1
-                    s12 += x1 * y2
-                    s13 += x1 * y3
-                    s20 += x2 * y0
-                    s21 += x2 * y1
-                    s22 += x2 * y2
-                    s23 += x2 * y3
-                A[p, q] += s00
-                A[p, q + 1] += s01
-                A[p, q + 2] += s02
-                A[p, q + 3] += s03
-                A[p + 1, q] += s10
-                A[p + 1, q + 1] += s11
-                A[p + 1, q + 2] += s12
-                A[p + 1, q + 3] += s13
-                A[p + 2, q] += s20
-                A[p + 2, q + 1] += s21
-                A[p + 2, q + 2] += s22
-                A[p + 2, q + 3] += s23
+                    s00, s01, s02, s03 = _axpy4(s00, s01, s02, s03, a0[j], y0, y1, y2, y3)
+                    s10, s11, s12, s13 = _axpy4(s10, s11, s12, s13, a1[j], y0, y1, y2, y3)
+                    s20, s21, s22, s23 = _axpy4(s20, s21, s22, s23, a2[j], y0, y1, y2, y3)
+                _add_row4(A, p, q, s00, s01, s02, s03)
+                _add_row4(A, p + 1, q, s10, s11, s12, s13)
+                _add_row4(A, p + 2, q, s20, s21, s22, s23)
             p += 3
         while p < n:
             a0 = M[p]
@@ -92,17 +88,14 @@ def _gram_upper(M, n, m, A):
                     s01 += x0 * b1[j]
                     s02 += x0 * b2[j]
                     s03 += x0 * b3[j]
-                A[p, q] += s00
-                A[p, q + 1] += s01
-                A[p, q + 2] += s02
-                A[p, q + 3] += s03
+                _add_row4(A, p, q, s00, s01, s02, s03)
             p += 1
 
 
 @njit(nogil=True, cache=True)
 def _gather_transposed(F, cols, a, d, Gt):
     """Gt[:, :d] ← F[cols[a:a+d]]ᵀ, eight rows at a time (eight row views, then eight contiguous
-    stores per column: 4x an element-by-element strip transpose, measured at k = 64)."""
+    stores per column, rather than an element-by-element strip transpose)."""
     k = F.shape[1]
     j = 0
     while j + 8 <= d:
@@ -152,7 +145,7 @@ def _solve_spd(A, n, b, x):
         piv = np.sqrt(A[j, j] - _dot(L_j, L_j, j))
         A[j, j] = piv
         c = j + 1
-        while c + 1 < n:  # two rows of L at a time (k = 64: 12 µs a solve, against 16 one at a time)
+        while c + 1 < n:  # two rows of L at a time: they share the loads of L_j
             s0, s1 = _dot2(A[c], A[c + 1], L_j, j)
             A[c, j] = (A[j, c] - s0) / piv
             A[c + 1, j] = (A[j, c + 1] - s1) / piv
@@ -297,7 +290,7 @@ def pair_scores_fused(U, V, u, i, out):
     """out[n] ← ⟨U[u[n]], V[i[n]]⟩, pairs split over numba's threads.
 
     The compiled twin of ``als.pair_scores`` for the training loop's residuals, gradients and Hessian
-    products: one pass, no gathered |D|×k blocks (the numpy path was 70% of a gradient at ml-1m size).
+    products: one pass, no gathered |D|×k blocks.
     """
     k = U.shape[1]
     for n in prange(u.shape[0]):
@@ -358,9 +351,9 @@ def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
     caller rotates F and X0 into the basis it preconditions in (``als.ridge_cg_rows``).
 
     A step costs two passes over the row's d gathered factors (4dk flops) against the exact solve's Gram
-    (dk² multiply-adds) and Cholesky (k³/3). The ml-1m-sized set's users, two threads: 4 steps in 47 ms against
-    the exact solve's 103 at k = 64, 24 against 30 at k = 32 (the gather and the start's residual are ~half).
-    The steps stop early only on a residual of exactly zero (a start at the solution stays there).
+    (dk² multiply-adds) and Cholesky (k³/3), so a few steps cost less than the solve, the more so as k grows
+    (the gather and the start's residual are a fixed share of either). The steps stop early only on a
+    residual of exactly zero (a start at the solution stays there).
 
     Parameters
     ----------

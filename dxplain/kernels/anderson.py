@@ -1,9 +1,8 @@
 """Anderson acceleration of a fixed-point iteration x ← g(x) (Walker & Ni 2011, "type II").
 
 ALS is such an iteration, V ← items(users(V)), and it converges linearly with a rate near 1 at the
-small λ where factor models are accurate (docs/methods.md §1: ~0.9 a sweep after a dozen sweeps at
-ml-1m size). Anderson's step combines the last m images so as to cancel their residuals
-f = g(x) − x in the least-squares sense,
+small λ where factor models are accurate (docs/methods.md §1). Anderson's step combines the last m images
+so as to cancel their residuals f = g(x) − x in the least-squares sense,
 
     γ = argmin ‖f_k − ΔF γ‖,   x_{k+1} = g(x_k) − ΔG γ,
 

@@ -29,7 +29,7 @@ from .als import Pattern, pair_scores, pattern_scores, ridge_solve_rows
 log = logging.getLogger(__name__)
 
 # Pairs in one dense user block × catalogue (float64): 32 MB, below the size where allocations turn into
-# fresh page-faulting mmaps (measured for the explainer, kernels/representer.py).
+# fresh page-faulting mmaps (as for the explainer, kernels/representer.py).
 BLOCK_ELEMENTS = 1 << 22
 
 
@@ -211,7 +211,7 @@ class SparseTerms:
 
 
 # Rows of D in CSR (``indptr, cols, y``) whose whole sums are in the slice: the passes a by-user or by-item
-# part makes for training over parts (``models.mf.BCERows``). c = 1 on positives, w on negatives.
+# part makes for training over parts (``models.als.losses.BCERows``). c = 1 on positives, w on negatives.
 # A row's Newton iterations stop when ‖∇‖ ≤ NEWTON_RTOL of the size of its terms (rounding), or at NEWTON_MAX.
 NEWTON_RTOL = 1e-11
 NEWTON_MAX = 50
