@@ -43,7 +43,7 @@ def offenders(paths, banned) -> dict[str, list[str]]:
 def test_the_reader_sees_what_it_checks():
     # A rule checker that finds no imports would pass everything: make sure it resolves both forms.
     names = imports(PACKAGE / "flows" / "common.py")
-    assert "dxplain.io.model_store" in names and "prefect" in names and "dxplain.distributed.cluster" in names
+    assert "dxplain.io.partitions" in names and "prefect" in names and "dxplain.distributed.cluster" in names
 
 
 def test_kernels_import_no_io_dask_prefect_or_models():

@@ -11,8 +11,8 @@ from dxplain.distributed.mapper import DaskMapper
 from dxplain.explain.representer import Preprocessed
 from dxplain.io.partitions import write_partitions
 from dxplain.mapper import LocalMapper
+from dxplain.models.als.trainer import ALSMF
 from dxplain.models.blocks import call_loaded
-from dxplain.models.mf import ALSMF
 from dxplain.refresh import RefreshJob, run_passes, shard_users
 
 pytestmark = pytest.mark.distributed
@@ -189,14 +189,14 @@ def test_killed_worker_loses_nothing(tmp_path):
 def test_distributed_als_equals_in_memory_als(client, tmp_path):
     from functools import partial
 
-    from dxplain.models.mf import PartHalfSteps
+    from dxplain.models.als.part_half_steps import PartHalfSteps
 
     d = random_interactions(120, 90, 0.15, seed=21)
     parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 5 + 1)  # the workers read 5 parts per side
     made = []
     half = lambda *a, **kw: made.append(PartHalfSteps(DaskMapper(client), parts, *a, **kw)) or made[-1]  # noqa: E731
     for polish in (0, 20):  # sweeps alone, and sweeps followed by the Newton polish (on the parts too)
-        model = ALSMF(k=6, lam=2e-3, max_sweeps=12, polish_iters=polish, seed=4)  # the default collapses here
+        model = ALSMF(k=6, lam=2e-3, max_sweeps=12, newton_steps=polish, seed=4)  # the default collapses here
         mem, dsk = model.fit(d), model.fit(d, half_steps=half)
         assert mem.info["sweeps"] == dsk.info["sweeps"]
         assert mem.info["newton_iters"] == dsk.info["newton_iters"] and (dsk.info["newton_iters"] > 0) == (polish > 0)
@@ -213,15 +213,15 @@ def test_bce_trained_over_parts_on_the_cluster_equals_in_process_and_is_stationa
     the objective of the whole-table L-BFGS fit (the same optimum), and Newton's polish on the parts too."""
     from functools import partial
 
+    from dxplain.models.als.part_half_steps import PartHalfSteps
     from dxplain.models.implicit_mf import ImplicitMF, positive_pairs, sample_negatives, terms_of, training_table
-    from dxplain.models.mf import PartHalfSteps
 
     P = positive_pairs(random_interactions(60, 45, 0.2, seed=31), 3)
     table = training_table(P, *sample_negatives(P, 4, seed=2))
     parts = write_partitions(tmp_path, table, rows_per_part=len(table) // 4 + 1)
     whole = ImplicitMF(k=4, rtol=1e-6).fit(terms_of(table, 0.05))
     for sweeps in (300, 3):  # to the stop on sweeps alone; then a short budget that the Newton polish finishes
-        trainer = ImplicitMF(k=4, rtol=1e-6, max_iter=sweeps)
+        trainer = ImplicitMF(k=4, rtol=1e-6, max_sweeps=sweeps)
         mem = trainer.fit_alternating(table, partial(PartHalfSteps, LocalMapper(), parts))
         dsk = trainer.fit_alternating(table, partial(PartHalfSteps, DaskMapper(client), parts))
         assert mem.info["sweeps"] == dsk.info["sweeps"] and mem.info["newton_iters"] == dsk.info["newton_iters"]
@@ -242,15 +242,16 @@ def test_factors_kept_in_block_files_train_as_arrays_do(client, tmp_path):
     outlive training, and they go when it does."""
     from functools import partial
 
+    from dxplain.models.als.block_half_steps import BlockHalfSteps
+    from dxplain.models.als.part_half_steps import PartHalfSteps
     from dxplain.models.blocks import Blocks
     from dxplain.models.implicit_mf import ImplicitMF, positive_pairs, sample_negatives, training_table
-    from dxplain.models.mf import BlockHalfSteps, PartHalfSteps
 
     d = random_interactions(120, 90, 0.15, seed=21)
     parts = write_partitions(tmp_path / "als", d, rows_per_part=len(d) // 5 + 1)
     rng = np.random.default_rng(3)
     init = rng.normal(scale=0.1, size=(d.n_users, 6)), rng.normal(scale=0.1, size=(d.n_items, 6))
-    trainer = ALSMF(k=6, lam=2e-3, max_sweeps=25, polish_iters=0, seed=4)  # the default collapses here
+    trainer = ALSMF(k=6, lam=2e-3, max_sweeps=25, newton_steps=0, seed=4)  # the default collapses here
     arrays = trainer.fit(d, half_steps=partial(PartHalfSteps, LocalMapper(), parts), init=init)
     blocks = trainer.fit(d, half_steps=partial(BlockHalfSteps, DaskMapper(client), parts), init=init)
     assert isinstance(blocks.U, Blocks) and len(blocks.U.paths) == 5 and len(blocks.V.paths) == 5
@@ -262,7 +263,7 @@ def test_factors_kept_in_block_files_train_as_arrays_do(client, tmp_path):
     P = positive_pairs(random_interactions(60, 45, 0.2, seed=31), 3)
     table = training_table(P, *sample_negatives(P, 4, seed=2))
     parts = write_partitions(tmp_path / "bce", table, rows_per_part=len(table) // 4 + 1)
-    bce = ImplicitMF(k=4, rtol=1e-6, max_iter=300)
+    bce = ImplicitMF(k=4, rtol=1e-6, max_sweeps=300)
     mem = bce.fit_alternating(table, partial(BlockHalfSteps, LocalMapper(), parts))
     dsk = bce.fit_alternating(table, partial(BlockHalfSteps, DaskMapper(client), parts))
     assert all(f.startswith(str(tmp_path / "bce" / ".dxplain-scratch-")) for f in dsk.U.paths + dsk.V.paths)
@@ -285,9 +286,11 @@ def test_items_half_step_measures_its_side_on_the_way(client, tmp_path):
     from the rows of U it read for the solve, and the measure at (U, V_new) then maps the by-user parts only.
     Its numbers equal a measure that reads both sides (arrays over the parts), in memory and on the cluster;
     with the identity bound asked for, or at another V, both sides are read again."""
+    from dxplain.models.als.block_half_steps import BlockHalfSteps
+    from dxplain.models.als.losses import BCERows
+    from dxplain.models.als.part_half_steps import PartHalfSteps
     from dxplain.models.blocks import Blocks
     from dxplain.models.implicit_mf import positive_pairs, sample_negatives, training_table
-    from dxplain.models.mf import BCERows, BlockHalfSteps, PartHalfSteps
 
     P = positive_pairs(random_interactions(70, 50, 0.2, seed=32), 3)
     table = training_table(P, *sample_negatives(P, 4, seed=5))
@@ -342,8 +345,10 @@ def test_measure_after_an_exact_items_half_step_takes_its_gradient(client, tmp_p
     only, in this process, over parts in memory and on the cluster, and on block files (where ∇_V f is kept
     in files beside V's blocks); its numbers equal a measure that reads both sides. At another V or λ it
     reads both."""
+    from dxplain.models.als.block_half_steps import BlockHalfSteps
+    from dxplain.models.als.half_steps import HalfSteps, LocalHalfSteps
+    from dxplain.models.als.part_half_steps import PartHalfSteps
     from dxplain.models.blocks import Blocks
-    from dxplain.models.mf import BlockHalfSteps, HalfSteps, LocalHalfSteps, PartHalfSteps
 
     d = random_interactions(90, 70, 0.2, seed=35)
     parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 4 + 1)
@@ -405,8 +410,8 @@ def test_training_measures_the_items_side_with_the_items_half_step(tmp_path):
     wrote beside V's blocks."""
     from functools import partial
 
+    from dxplain.models.als.block_half_steps import BlockHalfSteps
     from dxplain.models.implicit_mf import ImplicitMF, positive_pairs, sample_negatives, training_table
-    from dxplain.models.mf import BlockHalfSteps
 
     class Counting(LocalMapper):
         calls: list = []
@@ -419,7 +424,7 @@ def test_training_measures_the_items_side_with_the_items_half_step(tmp_path):
     table = training_table(P, *sample_negatives(P, 4, seed=6))
     parts = write_partitions(tmp_path / "bce", table, rows_per_part=len(table) // 4 + 1)
     n_user = len(parts.user_cuts) - 1
-    m = ImplicitMF(k=3, max_iter=3, polish_iters=0).fit_alternating(table, partial(BlockHalfSteps, Counting(), parts))
+    m = ImplicitMF(k=3, max_sweeps=3, newton_steps=0).fit_alternating(table, partial(BlockHalfSteps, Counting(), parts))
     assert m.info["sweeps"] == 3
     assert [c for c in Counting.calls if c[0] == "als-stationarity"] == [
         ("als-stationarity", ["_stationarity_compact"] * n_user)
@@ -428,7 +433,7 @@ def test_training_measures_the_items_side_with_the_items_half_step(tmp_path):
     d = random_interactions(80, 60, 0.2, seed=34)
     parts = write_partitions(tmp_path / "als", d, rows_per_part=len(d) // 4 + 1)
     Counting.calls.clear()
-    ALSMF(k=3, max_sweeps=3, polish_iters=0, identity_tol=1e-12).fit(
+    ALSMF(k=3, max_sweeps=3, newton_steps=0, identity_tol=1e-12).fit(
         d, half_steps=partial(BlockHalfSteps, Counting(), parts)
     )
     n_user, n_item = len(parts.user_cuts) - 1, len(parts.item_cuts) - 1
@@ -442,7 +447,8 @@ def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
     process, in memory and on the cluster, at an arbitrary (U, V)."""
     from dxplain.kernels.als import identity_bound
     from dxplain.mapper import LocalMapper
-    from dxplain.models.mf import LocalHalfSteps, PartHalfSteps
+    from dxplain.models.als.half_steps import LocalHalfSteps
+    from dxplain.models.als.part_half_steps import PartHalfSteps
 
     d = random_interactions(130, 70, 0.2, seed=23)
     parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 4 + 1)
@@ -491,11 +497,12 @@ def test_worker_killed_mid_training_loses_nothing(tmp_path):
     import signal
     from functools import partial
 
-    from dxplain.models.mf import BlockHalfSteps, PartHalfSteps
+    from dxplain.models.als.block_half_steps import BlockHalfSteps
+    from dxplain.models.als.part_half_steps import PartHalfSteps
 
     d = random_interactions(120, 90, 0.15, seed=22)
     parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 4 + 1)
-    model = ALSMF(k=6, max_sweeps=6, polish_iters=0, seed=1)
+    model = ALSMF(k=6, max_sweeps=6, newton_steps=0, seed=1)
     for half_steps in (PartHalfSteps, BlockHalfSteps):
         with connect(Settings(workers=2, blas_threads=1)) as c:
             victim = sorted(c.run(os.getpid).values())[0]

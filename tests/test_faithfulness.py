@@ -101,7 +101,7 @@ def test_fia_is_the_derivative_of_the_restricted_refit():
     from dxplain.evaluation.faithfulness_cf import MFCase, cf_importances
     from dxplain.interactions import Targets
     from dxplain.kernels.als import Pattern, curvature_grams
-    from dxplain.models.mf import ALSMF
+    from dxplain.models.als.trainer import ALSMF
 
     d = random_interactions(25, 20, 0.3, seed=5)
     m = ALSMF(k=3, lam=1e-2, seed=0).fit(d)
@@ -135,7 +135,7 @@ def test_cf_plan_deletes_only_ratings_of_the_targets_user_or_item():
 
     from dxplain.evaluation.faithfulness_cf import MFCase, cf_plan
     from dxplain.interactions import Targets
-    from dxplain.models.mf import ALSMF
+    from dxplain.models.als.trainer import ALSMF
 
     d = random_interactions(40, 30, 0.3, seed=6)
     m = ALSMF(k=3, lam=1e-2, seed=0).fit(d)

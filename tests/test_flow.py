@@ -445,7 +445,7 @@ def test_refresh_on_imported_factors_warns_why_the_attributions_miss_and_publish
 
 def test_a_model_fitted_on_other_data_is_refused_before_anything_is_written(dataset, tmp_path):
     from dxplain.datasets import resolve_dataset
-    from dxplain.models.mf import ALSMF
+    from dxplain.models.als.trainer import ALSMF
 
     other = tmp_path / "other" / "small"
     write_dataset(other, interactions_table(random_interactions(50, 40, 0.25, seed=5)))

@@ -6,7 +6,7 @@ import pyarrow.compute as pc
 
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer
 from dxplain.explain.targets import recommend
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 
 
 def test_representer_identity_on_movielens_100k(ml100k):

@@ -12,9 +12,9 @@ from dxplain.cli import main
 from dxplain.errors import DegenerateError, UnsupportedModelError
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer
 from dxplain.interactions import Interactions, Targets
+from dxplain.models.als.trainer import ALSMF
 from dxplain.models.base import FactorModel
 from dxplain.models.implicit_mf import ImplicitMF, looks_implicit, sample_negatives, terms_of, training_table
-from dxplain.models.mf import ALSMF
 
 
 def implicit_data(n_users=60, n_items=45, density=0.15, seed=0) -> Interactions:
@@ -86,7 +86,7 @@ def test_squared_loss_on_a_single_rating_value_is_a_named_error(tmp_path):
 
     from dxplain.io.partitions import write_partitions
     from dxplain.mapper import LocalMapper
-    from dxplain.models.mf import BlockHalfSteps
+    from dxplain.models.als.block_half_steps import BlockHalfSteps
 
     d = implicit_data()
     with pytest.raises(DegenerateError, match="single rating value .1.*use --implicit"):

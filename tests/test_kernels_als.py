@@ -3,7 +3,7 @@ import pytest
 from conftest import random_interactions
 
 from dxplain.kernels import als
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 
 
 def _pattern(d):
@@ -190,7 +190,7 @@ def test_bound_rows_in_chunks_equals_the_whole_rows_formula(monkeypatch):
 def test_fused_gradient_rows_equal_the_sparse_products(k):
     """The compiled gradient pass against the numpy one, on both sides' rows (rows with no entries too), and the
     in-process half-steps' gradient against ``als.gradient`` on the whole table."""
-    from dxplain.models.mf import LocalHalfSteps, csr_view
+    from dxplain.models.als.half_steps import LocalHalfSteps, csr_view
 
     d = random_interactions(60, 80, 0.15, seed=k)
     rng = np.random.default_rng(k)

@@ -10,7 +10,7 @@ from dxplain.explain.targets import recommend
 from dxplain.interactions import Interactions
 from dxplain.kernels import als, anderson
 from dxplain.kernels.representer import balance_transforms
-from dxplain.models.mf import ALSMF, MIN_TARGET_COS
+from dxplain.models.als.trainer import ALSMF, MIN_TARGET_COS
 
 
 def _data():
@@ -47,7 +47,7 @@ def test_identity_miss_is_the_balanced_gradient_and_the_bound_is_its_row_maximum
     the balanced factors, built here from its definition over a dense residual matrix."""
     d = _data()
     lam = _lam(d)
-    m = ALSMF(k=6, lam=lam, max_sweeps=3, polish_iters=0, identity_tol=1e-12, seed=2).fit(d)
+    m = ALSMF(k=6, lam=lam, max_sweeps=3, newton_steps=0, identity_tol=1e-12, seed=2).fit(d)
     u, i = _all_pairs(d)
     item_sum, user_sum, s, pre = _sides(m, d, u, i)
     R = np.zeros((d.n_users, d.n_items))
@@ -88,7 +88,7 @@ def test_cg_users_half_steps_train_to_the_identity_of_exact_ones(monkeypatch):
     """The default trainer takes the users' half-steps by warm-started CG (``ALSMF.cg_steps``): trained to --tol
     it meets the same bound and the same identity on every top-10 target as exact half-steps, at the same
     stationary point (the scores agree to the bound's order); the CG half-steps did run."""
-    from dxplain.models.mf import DEFAULT_CG_STEPS
+    from dxplain.models.als.trainer import DEFAULT_CG_STEPS
 
     d = _data()
     calls = []
@@ -126,7 +126,7 @@ def test_looser_tol_trains_fewer_sweeps_and_stops_within_it():
 def test_anderson_sweeps_reach_the_gradient_tolerance_in_fewer_sweeps_than_plain_als():
     d = _data()
     fits = [
-        ALSMF(k=6, lam=_lam(d), tol=1e-9, anderson=m, polish_iters=0, max_sweeps=400, seed=2).fit(d) for m in (0, 10)
+        ALSMF(k=6, lam=_lam(d), tol=1e-9, anderson=m, newton_steps=0, max_sweeps=400, seed=2).fit(d) for m in (0, 10)
     ]
     plain, accelerated = fits
     assert accelerated.grad_norm <= 1e-9
@@ -181,7 +181,7 @@ def test_anderson_history_in_files_gives_the_same_fit_and_leaves_no_file(tmp_pat
     from dxplain.io.spill import SpillList
 
     d = random_interactions(60, 45, 0.3, seed=7)
-    kw = dict(k=6, lam=_lam(d), tol=1e-9, polish_iters=0, max_sweeps=60, seed=2)
+    kw = dict(k=6, lam=_lam(d), tol=1e-9, newton_steps=0, max_sweeps=60, seed=2)
     in_memory = ALSMF(**kw).fit(d)
     in_files = ALSMF(**kw, anderson_store=partial(SpillList, tmp_path)).fit(d)
     assert in_files.info["sweeps"] == in_memory.info["sweeps"] > 10
@@ -212,17 +212,17 @@ def test_the_last_sweep_of_a_budget_is_plain_so_a_capped_fit_ends_accepted(caplo
     given U, f no higher than a sweep before, in the budget's sweeps."""
     import logging
 
-    from dxplain.models.mf import LocalHalfSteps
+    from dxplain.models.als.half_steps import LocalHalfSteps
 
     d = random_interactions(60, 45, 0.3, seed=0)
-    kw = dict(k=6, lam=2 * 15 / len(d) / 10, tol=1e-10, polish_iters=0, seed=0)
-    with caplog.at_level(logging.DEBUG, logger="dxplain.models.mf"):
+    kw = dict(k=6, lam=2 * 15 / len(d) / 10, tol=1e-10, newton_steps=0, seed=0)
+    with caplog.at_level(logging.DEBUG, logger="dxplain.models.als.trainer"):
         ALSMF(**kw, max_sweeps=40).fit(d)
     refused = [int(r.getMessage().split()[2].rstrip(":")) for r in caplog.records if "raised f" in r.getMessage()]
     assert refused, "no combination was refused: the test needs one"
     last = refused[0]
     caplog.clear()
-    with caplog.at_level(logging.DEBUG, logger="dxplain.models.mf"):
+    with caplog.at_level(logging.DEBUG, logger="dxplain.models.als.trainer"):
         before = ALSMF(**kw, max_sweeps=last - 1).fit(d)
         capped = ALSMF(**kw, max_sweeps=last).fit(d)
     assert not any("raised f" in r.getMessage() for r in caplog.records)

@@ -6,8 +6,8 @@ from conftest import random_interactions
 
 from dxplain.errors import InputError
 from dxplain.io import model_store
+from dxplain.models.als.trainer import ALSMF
 from dxplain.models.base import FactorModel
-from dxplain.models.mf import ALSMF
 
 
 def test_save_load_roundtrip_with_attributes(tmp_path, small):

@@ -275,7 +275,7 @@ def test_bce_row_passes_equal_the_whole_table_terms():
     """A slice of rows holding their whole sums gives those rows of ∇f, H·d and the curvature blocks, and
     Σ c ℓ: by-user slices give U's rows, by-item slices V's (the passes training over parts makes)."""
     from dxplain.kernels import bce
-    from dxplain.models.mf import csr_view
+    from dxplain.models.als.half_steps import csr_view
 
     table, terms, U, V = _sampled()
     n, lam = terms.n_terms, 0.01
@@ -301,7 +301,7 @@ def test_bce_half_step_makes_its_side_stationary_from_any_start(fused, monkeypat
     """Newton per row to rounding: ∇_U f = 0 given V, cold or warm started, far off or near; the weighted
     solve of the compiled kernel and of the numpy batches agree."""
     from dxplain.kernels import als, bce
-    from dxplain.models.mf import csr_view
+    from dxplain.models.als.half_steps import csr_view
 
     monkeypatch.setattr(als, "FUSED", fused)
     table, terms, U, V = _sampled(k=5)

@@ -14,7 +14,7 @@ from dxplain.interactions import Targets
 from dxplain.io import partitions
 from dxplain.io.partitions import write_partitions
 from dxplain.mapper import LocalMapper
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 from dxplain.refresh import RefreshJob, passes, plan, run_passes, shard_users
 
 

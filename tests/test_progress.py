@@ -9,7 +9,7 @@ from conftest import interactions_table, random_interactions
 
 from dxplain import progress
 from dxplain.io.interactions import write_dataset
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 
 
 def test_terminal_line_redraws_one_line_per_stage():

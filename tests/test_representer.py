@@ -10,7 +10,8 @@ from dxplain.explain.representer import Preprocessed, RepresenterExplainer
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Targets
 from dxplain.kernels import representer as K
-from dxplain.models.mf import ALSMF, MFModel
+from dxplain.models.als.trainer import ALSMF
+from dxplain.models.base import FactorModel
 
 
 def test_balance_transforms_keep_the_product_and_balance_the_grams():
@@ -89,7 +90,7 @@ def test_identity_each_side_sums_to_the_score(fitted):
 def test_identity_fails_for_an_unconverged_model(fitted):
     """The identity is a real check: a model stopped early does not satisfy it."""
     d, _ = fitted
-    m = ALSMF(k=4, lam=5e-3, max_sweeps=1, polish_iters=0).fit(d)
+    m = ALSMF(k=4, lam=5e-3, max_sweeps=1, newton_steps=0).fit(d)
     ex = RepresenterExplainer(d, Preprocessed.from_model(m, d))
     t = _targets(d)
     item_sum, _ = ex.side_sums(t)
@@ -165,7 +166,7 @@ def test_explain_table_schema_ids_and_order(fitted):
 
 def test_dropping_lambda_keeps_relative_importance(fitted):
     d, pre = fitted
-    m = MFModel(pre.Ut, pre.Vt, pre.mu, None, len(d))  # factors imported without a λ
+    m = FactorModel(pre.Ut, pre.Vt, pre.mu, None, len(d))  # factors imported without a λ
     no_lam = Preprocessed.from_model(m, d)
     ratio = no_lam.alpha / pre.alpha
     np.testing.assert_allclose(ratio, ratio[0], rtol=1e-8)

@@ -11,8 +11,8 @@ from dxplain.explain.prototypes import gradient_embedding, mf_fisher_embedding, 
 from dxplain.interactions import Targets
 from dxplain.kernels import fisher as F
 from dxplain.kernels.sbq import greedi, greedy, matching_pursuit, mean_embedding, objective_of, stochastic_greedy
+from dxplain.models.als.trainer import ALSMF
 from dxplain.models.logistic import LogisticRegression
-from dxplain.models.mf import ALSMF
 
 
 def brute_force_greedy(Phi, mu, m):

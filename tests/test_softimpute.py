@@ -5,7 +5,7 @@ import pytest
 from conftest import random_interactions
 
 from dxplain.explain.representer import Preprocessed
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 from dxplain.models.softimpute import SoftImpute
 
 

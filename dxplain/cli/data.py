@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..errors import DxplainError
-from ..models.mf import DEFAULT_K
+from ..models.als.trainer import DEFAULT_K
 from ..params import FACTORS, validate
 
 LAM_HELP = "λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation)"
@@ -105,7 +105,7 @@ def cmd_datasets(a) -> int:
 
 def cmd_train(a) -> int:
     from ..datasets import resolve_dataset
-    from ..models.mf import ALSMF
+    from ..models.als.trainer import ALSMF
 
     validate(FACTORS, vars(a))
     _refuse_existing(a)

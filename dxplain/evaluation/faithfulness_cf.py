@@ -35,7 +35,8 @@ import numpy as np
 from ..explain.representer import Preprocessed
 from ..interactions import Interactions, Targets
 from ..kernels.als import Pattern, curvature_grams
-from ..models.mf import ALSMF, MFModel, default_lam
+from ..models.als.trainer import ALSMF, default_lam
+from ..models.base import FactorModel
 from ..models.sgd_mf import SGDMF, tracin_cp
 from ..models.softimpute import SoftImpute
 from ..models.two_tower import TwoTower
@@ -57,7 +58,7 @@ def normalised(data: Interactions) -> Interactions:
 class MFCase:
     data: Interactions  # training ratings
     targets: Targets  # held-out (user, item) pairs
-    model: MFModel
+    model: FactorModel
     tol: float = 1e-7
     sgd: SGDMF | None = None  # the trainer of an SGD-MF model, reused for retraining
     softimpute: SoftImpute | None = None  # likewise for a SoftImpute model (warm-started from its SVD)
@@ -71,7 +72,7 @@ class MFCase:
         model = self.model if without is None else self.retrain_without(without)
         return float(model.predict(self.targets.user[[target]], self.targets.item[[target]])[0])
 
-    def retrain_without(self, rows: np.ndarray) -> MFModel:
+    def retrain_without(self, rows: np.ndarray) -> FactorModel:
         """The same solver from the same start, on the training ratings minus ``rows``."""
         if self.sgd is not None or self.two_tower is not None:  # every other row keeps its original batch
             return (self.sgd or self.two_tower).fit(self.data, drop=rows)

@@ -36,7 +36,7 @@ from ..kernels.sbq import (
     stochastic_greedy,
 )
 from ..mapper import LocalMapper, Mapper
-from ..models.mf import MFModel
+from ..models.base import FactorModel
 from .representer import check_explainable, negative_weight
 
 log = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ def select(
 
 
 def sample_scores(
-    model: MFModel, data: Interactions, s: np.ndarray | None = None
+    model: FactorModel, data: Interactions, s: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Per training pair, the score's scale r (g = r·∇s) and the expected Fisher weight under the loss.
 
@@ -155,7 +155,7 @@ def sample_scores(
     return residual_terms(model, data.rating, s)
 
 
-def residual_terms(model: MFModel, rating: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+def residual_terms(model: FactorModel, rating: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """``sample_scores`` of rows with these ratings (labels) and scores ⟨U_i, V_j⟩."""
     if model.loss != "bce":
         return rating - model.mu - s, None
@@ -165,7 +165,11 @@ def residual_terms(model: MFModel, rating: np.ndarray, s: np.ndarray) -> tuple[n
 
 
 def mf_fisher_embedding(
-    model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical", damping: float = F.DEFAULT_DAMPING
+    model: FactorModel,
+    data: Interactions,
+    targets: Targets,
+    kind: str = "empirical",
+    damping: float = F.DEFAULT_DAMPING,
 ):
     """``mf_fisher_rows`` as CSR rows in the (users + items)·k space (for the generic SBQ variants)."""
     Phi, Phi_T = mf_fisher_rows(model, data, targets, kind, damping)
@@ -173,7 +177,11 @@ def mf_fisher_embedding(
 
 
 def mf_fisher_rows(
-    model: MFModel, data: Interactions, targets: Targets, kind: str = "empirical", damping: float = F.DEFAULT_DAMPING
+    model: FactorModel,
+    data: Interactions,
+    targets: Targets,
+    kind: str = "empirical",
+    damping: float = F.DEFAULT_DAMPING,
 ) -> tuple[BlockRows, BlockRows]:
     """Fisher embeddings of every training interaction and of the target pairs, for an MF model, in
     block form (``kernels.sbq.BlockRows``).

@@ -10,7 +10,6 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -19,19 +18,12 @@ from ..config import Settings
 from ..datasets import resolve_dataset
 from ..datasets.registry import resolve_prepared
 from ..errors import DxplainError
-from ..io import model_store, partitions, runs
+from ..io import partitions, runs
 from ..io.atomic import Location, join
 from ..io.interactions import read_catalogue_ids
-from ..io.spill import SpillList
 from ..mapper import LocalMapper, Mapper, peak_rss_mib
-from ..models.base import FactorModel
-from ..models.implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_in_parts, sample_negatives
-from ..models.implicit_mf import training_table as implicit_table
-from ..models.mf import ALSMF, MIN_TARGET_COS, BlockHalfSteps, PartHalfSteps, default_lam
-
-# BCE training stops at ‖∇f‖ ≤ IDENTITY_RTOL·λ: the representer identity's residual in the factors is
-# ∇f/λ, so this bounds it in the factors' own units (docs/methods.md §1).
-IDENTITY_RTOL = 1e-8
+from ..models import policy
+from ..models.implicit_mf import looks_implicit, sample_in_parts
 
 
 def transient(task_, task_run, state) -> bool:
@@ -140,7 +132,7 @@ def load_training(
         )
         return sampled_training(positives, settings.out, mapper, neg_samples, seed)
     ds = load_data.fn(dataset, settings)
-    data, implicit = training_table.fn(ds, implicit, neg_samples, seed)
+    data, implicit = policy.table_to_fit(ds, implicit, neg_samples, seed, get_run_logger())
     return Training(ds.name, data, implicit)
 
 
@@ -182,167 +174,12 @@ def partition(training: Training, out: str, mapper: Mapper):
     return parts
 
 
-@task(cache_policy=NO_CACHE)
-def training_table(ds, implicit: bool, neg_samples: int, seed: int):
-    """What the model is fitted on and explained against, and whether it is implicit feedback.
-
-    Explicit ratings: the interactions themselves (squared-loss ALS-MF). Implicit feedback (``implicit``,
-    or a single rating value, as in click, purchase and review logs): every interaction is a positive
-    (y = 1) and ``neg_samples`` uniform unobserved items per positive are negatives (y = 0), the table a
-    BCE model is fitted on and its representer attributes over.
-    """
-    data = ds.interactions
-    detected = looks_implicit(data)
-    if not (implicit or detected):
-        return data, False
-    nu, ni = sample_negatives(data, neg_samples, seed)
-    table = implicit_table(data, nu, ni)
-    get_run_logger().info(
-        "implicit feedback (%s): BCE MF on %d positives and %d sampled negatives (%d per positive)",
-        "a single rating value" if detected else "--implicit",
-        len(data),
-        len(nu),
-        neg_samples,
-    )
-    return table, True
-
-
-def warn_if_capped(trainer: ImplicitMF, m: ImplicitModel) -> None:
-    """Say so when BCE training stopped on its budget (--max-sweeps, --newton-steps) short of rtol·λ."""
-    if m.grad_norm > trainer.rtol * m.lam:
-        get_run_logger().warning(
-            "training stopped at ‖∇f‖=%.1e, above its stop %.1e (rtol·λ), on its budget "
-            "(--max-sweeps, --newton-steps): the model is short of stationary, so scores and "
-            "attributions follow the representer identity only approximately",
-            m.grad_norm,
-            trainer.rtol * m.lam,
-        )
-
-
-def train_implicit(trainer: ImplicitMF, table, mapper: Mapper, parts, blocks: bool = False) -> ImplicitModel:
-    """BCE MF on a training table (positives and sampled negatives) by alternating half-steps over its
-    parts, on the workers: the flow's process holds the factors, not the terms; with ``blocks``, not the
-    factors either (``models.mf.BlockHalfSteps``: U and V in row blocks where the parts are)."""
-    return trainer.fit_alternating(
-        table, partial(BlockHalfSteps if blocks else PartHalfSteps, mapper, parts), anderson_store=SpillList
-    )
+def warn_if_capped(trainer, m) -> None:
+    """``models.policy.warn_if_capped``, said in the run's log."""
+    policy.warn_if_capped(trainer, m, get_run_logger())
 
 
 @task(cache_policy=NO_CACHE)
-def train_or_load(
-    name: str,
-    data,
-    model: str | None,
-    out: str,
-    k: int,
-    lam: float | None,
-    seed: int,
-    mapper: Mapper,
-    parts,
-    budget: dict | None = None,
-    implicit: bool = False,
-    neg_weight: float = 1.0,
-    fidelity_tol: float | None = None,
-    blocks: bool = False,
-):
-    """Use ``model`` if given; else reuse the model trained on this exact table, else train and store one.
-
-    Explicit data: ALS-MF, its half-steps mapped over ``parts`` (each task reads its part once and keeps
-    it for every sweep); ``budget`` caps ALS sweeps and Newton steps (``max_sweeps``, ``polish_iters``), and
-    a capped model is stored under its own name. ``fidelity_tol`` (the refresh's ``--tol``) trains until
-    the gradient's bound on the identity's relative error is ≤ fidelity_tol·MIN_TARGET_COS
-    (``ALSMF.identity_tol``); None trains to ‖∇f‖ ≤ ``ALSMF.tol``. Either is part of the model's name.
-    Implicit data (``training_table``): BCE MF on the
-    positives and sampled negatives over the parts, to the stationarity the representer identity needs or
-    within ``budget`` (sweeps and Newton steps again, a capped model under its own name).
-
-    ``blocks``: the factors stay in row-block files beside the parts (``models.blocks``), trained so
-    (``models.mf.BlockHalfSteps``), stored and read back a block at a time: never whole in this process.
-    The Newton polish needs them whole, so training ends on the sweeps, and the model is named for that.
-    """
-    logger = get_run_logger()
-    where = (mapper, parts) if blocks else None
-    if model:
-        logger.info("loading model %s", model)
-        m = FactorModel.load(model, data, blocks=where)
-        m.check_not_degenerate(data)
-        return m, model
-    budget = dict(budget or {})
-    if blocks and budget.get("polish_iters", 1) != 0:
-        logger.warning(
-            "the factors stay in row-block files (a prepared dataset): training ends on its sweeps, "
-            "without the Newton polish (it needs them in one process)"
-        )
-        budget["polish_iters"] = 0
-    if implicit:
-        path = model_store.model_path(
-            out,
-            name,
-            data.fingerprint(),
-            **{"bce-k": k},
-            lam=lam,
-            w=neg_weight,
-            s=seed,
-            sweeps=budget.get("max_sweeps"),
-            newton=budget.get("polish_iters"),
-        )
-    else:
-        lam = lam if lam is not None else default_lam(len(data))
-        identity_tol = None if fidelity_tol is None else fidelity_tol * MIN_TARGET_COS
-        path = model_store.model_path(
-            out,
-            name,
-            data.fingerprint(),
-            k=k,
-            lam=lam,
-            s=seed,
-            identity=identity_tol,
-            sweeps=budget.get("max_sweeps"),
-            newton=budget.get("polish_iters"),
-        )
-    if model_store.exists(path):
-        logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
-        m = FactorModel.load(path, data, blocks=where)
-        return (ImplicitModel.from_stored(m) if implicit else m), str(path)
-    if implicit:
-        caps = {"max_iter" if key == "max_sweeps" else key: v for key, v in budget.items()}  # ImplicitMF's names
-        trainer = ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed, **caps)
-        m = train_implicit(trainer, data, mapper, parts, blocks)
-        logger.info(
-            "trained BCE MF k=%d λ=%g w=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
-            k,
-            m.lam,
-            neg_weight,
-            m.grad_norm,
-            m.info["sweeps"],
-            m.info["newton_iters"],
-            m.info["seconds"],
-            path,
-        )
-        warn_if_capped(trainer, m)
-    else:
-        # The Anderson history in files: 0.6 GB at 50M (k = 64) that the flow's process does not hold.
-        trainer = ALSMF(k=k, lam=lam, seed=seed, identity_tol=identity_tol, anderson_store=SpillList, **budget)
-        m = trainer.fit(data, half_steps=partial(BlockHalfSteps if blocks else PartHalfSteps, mapper, parts))
-        logger.info(
-            "trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e, identity bound %s after %d sweeps + %d Newton steps in %.1fs → %s",
-            k,
-            lam,
-            m.grad_norm,
-            m.info.get("identity_bound"),
-            m.info["sweeps"],
-            m.info["newton_iters"],
-            m.info["seconds"],
-            path,
-        )
-        if not trainer.converged(m):
-            logger.warning(
-                "training stopped at ‖∇f‖=%.1e (identity bound %s), short of its stopping rule (budget "
-                "%s): attributions will sum to the score only approximately; the run's fidelity error "
-                "says by how much",
-                m.grad_norm,
-                m.info.get("identity_bound"),
-                budget or "default",
-            )
-    m.save(path, data)
-    return m, str(path)
+def train_or_load(*args, **kwargs):
+    """``models.policy.train_or_load`` (fit or reuse the model, the same arguments) as a task that logs to the run."""
+    return policy.train_or_load(*args, **kwargs, logger=get_run_logger())

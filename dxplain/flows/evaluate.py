@@ -46,7 +46,8 @@ def code_fingerprint() -> str:
     from ..evaluation import deletion, faithfulness, faithfulness_cf
     from ..explain import representer
     from ..kernels import als, newton, sparse_representers
-    from ..models import mf, sgd_mf, softimpute, sparse_logistic, two_tower
+    from ..models import sgd_mf, softimpute, sparse_logistic, two_tower
+    from ..models.als import half_steps, losses, trainer
 
     mods = (
         tabular,
@@ -56,7 +57,9 @@ def code_fingerprint() -> str:
         representer,
         als,
         newton,
-        mf,
+        trainer,
+        half_steps,
+        losses,
         sgd_mf,
         softimpute,
         sparse_representers,

@@ -35,8 +35,9 @@ from ..models.implicit_mf import (
     sparse_terms,
     training_table,
 )
+from ..models.policy import train_implicit
 from ..params import FACTORS, Interval, OneOf, Satisfies, validate
-from .common import Training, load_data, load_training, open_mapper, partition, stage, train_implicit, warn_if_capped
+from .common import Training, load_data, load_training, open_mapper, partition, stage, warn_if_capped
 
 CONSTRAINTS = {
     "percent": Interval(float, 0, 100, open_low=True, example=1),
@@ -342,7 +343,8 @@ def negatives(
     t0, seconds, peaks = time.perf_counter(), {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     logger = get_run_logger()
-    budget = {name: v for name, v in (("max_iter", max_sweeps), ("polish_iters", newton_steps)) if v is not None}
+    caps = (("max_sweeps", max_sweeps), ("lbfgs_steps", max_sweeps), ("newton_steps", newton_steps))
+    budget = {name: v for name, v in caps if v is not None}
     trainer = ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, seed=seed, **budget)
     # A capped model is stored under its own name, never reused as an uncapped one.
     tags = {

@@ -28,7 +28,7 @@ from ..io.interactions import index_of, read_targets
 from ..io.results import write_results
 from ..kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
 from ..kernels.sbq import mean_embedding
-from ..models.mf import DEFAULT_K
+from ..models.als.trainer import DEFAULT_K
 from ..params import FACTORS, Interval, OneOf, validate
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
@@ -159,7 +159,7 @@ def prototypes(
             # share): never whole here.
             blocks = not isinstance(data, Interactions) and is_local(parts.root)
             budget = {
-                name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps)) if v is not None
+                name: v for name, v in (("max_sweeps", max_sweeps), ("newton_steps", newton_steps)) if v is not None
             }
             mf, model_path = train_or_load(
                 training.name,

@@ -20,7 +20,7 @@ from ..errors import DegenerateError
 from ..explain.representer import PREDICTION, check_explainable
 from ..io import model_store, runs
 from ..io.interactions import read_targets
-from ..models.mf import DEFAULT_K
+from ..models.als.trainer import DEFAULT_K
 from ..params import FACTORS, Interval, validate
 from ..refresh import RefreshJob, run_passes, shard_count, shard_users, summarize
 from .common import load_training, open_mapper, partition, stage, train_or_load
@@ -160,7 +160,7 @@ def refresh(
     tol : float
         Relative fidelity error (|Σ attributions − score| / |score|) above which the run says so. Training
         stops when the gradient bounds that error by tol for every target whose score is at least a
-        tenth of ‖Ũ_i‖‖Ṽ_j‖ (``models.mf.MIN_TARGET_COS``): a looser tol trains fewer sweeps.
+        tenth of ‖Ũ_i‖‖Ṽ_j‖ (``models.als.trainer.MIN_TARGET_COS``): a looser tol trains fewer sweeps.
     strict : bool
         Refuse to publish a run whose fidelity error exceeds ``tol``.
     keep : int
@@ -205,7 +205,7 @@ def refresh(
             parts = partition(training, settings.out, mapper)
         with stage(seconds, "train", peaks, at_end):
             budget = {
-                name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps)) if v is not None
+                name: v for name, v in (("max_sweeps", max_sweeps), ("newton_steps", newton_steps)) if v is not None
             }
             m, model_path = train_or_load(
                 training.name,

@@ -23,8 +23,9 @@ from ..interactions import Interactions, RowStats, TableSummary
 from ..kernels.bce import DenseTerms, SparseTerms
 from ..kernels.newton import newton_pcg
 from ..progress import lbfgs_progress, newton_progress
+from .als.losses import BCERows
+from .als.trainer import ALSMF
 from .base import FactorModel
-from .mf import ALSMF, BCERows
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +197,10 @@ class ImplicitMF:
     neg_weight : w, the weight of negative terms (paper: 0.05)
     rtol : stop when ‖∇f‖ ≤ rtol·λ. At a stationary point U_i = Σ_j α_ij V_j exactly; off it the
         residual is ∇_{U_i} f/λ, so rtol bounds the representer identity's error in the factors' units.
-    max_iter : L-BFGS iterations (``fit``) or alternating sweeps (``fit_alternating``) at most;
-        polish_iters: damped Newton iterations at most
+    max_sweeps : alternating sweeps at most (``fit_alternating``)
+    lbfgs_steps : L-BFGS iterations at most (``fit``): not sweeps, each is one evaluation of f and ∇f over
+        every term and a line search
+    newton_steps : damped Newton steps of the polish at most (either solver)
     seed : initialisation seed
     """
 
@@ -205,8 +208,9 @@ class ImplicitMF:
     lam: float | None = None
     neg_weight: float = DEFAULT_NEG_WEIGHT
     rtol: float = 1e-4
-    max_iter: int = 500
-    polish_iters: int = 100
+    max_sweeps: int = 500
+    lbfgs_steps: int = 500
+    newton_steps: int = 100
     seed: int = 0
 
     def fit(self, terms: DenseTerms | SparseTerms) -> ImplicitModel:
@@ -236,21 +240,21 @@ class ImplicitMF:
             x,
             jac=True,
             method="L-BFGS-B",
-            callback=lbfgs_progress(self.max_iter),
-            options={"maxiter": self.max_iter, "gtol": tol / np.sqrt(len(x)), "ftol": 0.0, "maxcor": 20},
+            callback=lbfgs_progress(self.lbfgs_steps),
+            options={"maxiter": self.lbfgs_steps, "gtol": tol / np.sqrt(len(x)), "ftol": 0.0, "maxcor": 20},
         )
         lbfgs_iters = int(res.nit)
         gnorm = float(np.linalg.norm(res.jac))  # the gradient at res.x, already evaluated
         log.debug("implicit MF: L-BFGS %d iterations, ‖∇f‖=%.2e (%.1fs)", lbfgs_iters, gnorm, time.perf_counter() - t0)
         x, newton, products = res.x, 0, 0
-        if gnorm > tol and self.polish_iters > 0:
+        if gnorm > tol and self.newton_steps > 0:
 
             def blocks_at(x):
                 A, B = terms.curvature_grams(*split(x))
                 return np.concatenate([A, B]) + lam * np.eye(self.k)
 
             x, gnorm, newton, products = newton_pcg(
-                fun_grad, hessp, blocks_at, x, tol, lam, self.polish_iters, callback=newton_progress(self.polish_iters)
+                fun_grad, hessp, blocks_at, x, tol, lam, self.newton_steps, callback=newton_progress(self.newton_steps)
             )
         U, V = (a.copy() for a in split(x))
         f = float(fun_grad(x)[0])
@@ -292,15 +296,16 @@ class ImplicitMF:
 
     def fit_alternating(self, table: Interactions, half_steps, anderson_store=list) -> ImplicitModel:
         """Train on a ``training_table`` (sampled negatives, y in ``rating``) by alternating exact half-steps
-        where its parts are: ``half_steps`` is ``functools.partial(models.mf.PartHalfSteps, mapper, parts)``.
+        where its parts are: ``half_steps`` is ``functools.partial(PartHalfSteps, mapper, parts)``
+        (``models.als.part_half_steps``).
 
         Each half-step takes a damped Newton step on every user's (every item's) BCE row problem from the
-        previous sweep's rows (to rounding from a cold start: ``models.mf.BCERows``); Anderson acceleration
+        previous sweep's rows (to rounding from a cold start: ``models.als.losses.BCERows``); Anderson acceleration
         and the Newton polish of ``ALSMF`` take the pair to ‖∇f‖ ≤ rtol·λ, the same stop as ``fit``, or
-        to ``max_iter`` sweeps and ``polish_iters`` Newton steps. The passes over D are tasks over the parts.
+        to ``max_sweeps`` sweeps and ``newton_steps`` Newton steps. The passes over D are tasks over the parts.
         With ``PartHalfSteps`` the flow's process holds the factors and V's Anderson history (or
-        ``anderson_store``'s files: ``io.spill.SpillList``); with ``models.mf.BlockHalfSteps`` neither: they
-        are row-block files, and the model's U and V are ``models.blocks.Blocks`` (no Newton polish).
+        ``anderson_store``'s files: ``io.spill.SpillList``); with ``models.als.block_half_steps.BlockHalfSteps``
+        neither: they are row-block files, and the model's U and V are ``models.blocks.Blocks`` (no Newton polish).
         """
         n = len(table)  # an Interactions or a TableSummary: y is 1 on positives, so Σ y = |P|
         lam = self.lam if self.lam is not None else DEFAULT_RIDGE / n
@@ -308,8 +313,8 @@ class ImplicitMF:
             k=self.k,
             lam=lam,
             tol=self.rtol * lam,
-            max_sweeps=self.max_iter,
-            polish_iters=self.polish_iters,
+            max_sweeps=self.max_sweeps,
+            newton_steps=self.newton_steps,
             seed=self.seed,
             loss=BCERows(self.neg_weight),
             anderson_store=anderson_store,

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..interactions import Interactions
 from ..kernels.als import pair_scores
-from .mf import MFModel
+from .base import FactorModel
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Checkpoint:
 
 
 @dataclass
-class SGDModel(MFModel):
+class SGDModel(FactorModel):
     checkpoints: list = field(default_factory=list)
 
 

@@ -24,19 +24,20 @@ from scipy.sparse.linalg import LinearOperator, svds
 
 from ..interactions import Interactions
 from ..kernels.als import Pattern, gradient, pair_scores
-from .mf import MFModel
+from .base import FactorModel
 
 log = logging.getLogger(__name__)
 
 
 class SoftImpute:
     """Parameters: λ as in the objective above; ``max_rank`` bounds the SVD (an error if the solution
-    needs more); stop when the relative change of Z (Frobenius) is below ``tol``."""
+    needs more); stop when the relative change of Z (Frobenius) is below ``tol``, or after ``max_sweeps``
+    iterations (each one pass over D and a truncated SVD)."""
 
-    def __init__(self, lam: float, max_rank: int = 64, tol: float = 1e-9, max_iter: int = 2000, seed: int = 0):
-        self.lam, self.max_rank, self.tol, self.max_iter, self.seed = lam, max_rank, tol, max_iter, seed
+    def __init__(self, lam: float, max_rank: int = 64, tol: float = 1e-9, max_sweeps: int = 2000, seed: int = 0):
+        self.lam, self.max_rank, self.tol, self.max_sweeps, self.seed = lam, max_rank, tol, max_sweeps, seed
 
-    def fit(self, data: Interactions, init: MFModel | None = None) -> MFModel:
+    def fit(self, data: Interactions, init: FactorModel | None = None) -> FactorModel:
         """Fit on ``data``; ``init`` (a SoftImpute model on the same id spaces) warm-starts from its SVD,
         e.g. to retrain after deleting a few ratings."""
         t0 = time.perf_counter()
@@ -52,7 +53,7 @@ class SoftImpute:
             U, V = init.U / np.sqrt(s), init.V / np.sqrt(s)
         rng = np.random.default_rng(self.seed)
         change = np.inf
-        for it in range(1, self.max_iter + 1):
+        for it in range(1, self.max_sweeps + 1):
             z = pair_scores(U * s, V, u, i) if len(s) else np.zeros(n)
             R = sp.csr_array((y - z, (u, i)), shape=shape)
             Us, Vt = U * s, V.T
@@ -85,7 +86,7 @@ class SoftImpute:
             change,
             time.perf_counter() - t0,
         )
-        return MFModel(
+        return FactorModel(
             Ut,
             Vt_,
             mu,

@@ -8,7 +8,7 @@
 
 It is explained as the paper does (§5.3): the final user embeddings U = [f(u₁); …] and the item
 embeddings V are a bilinear MF model and the towers are fixed encoders, so ``fit`` returns an
-``MFModel`` whose U is every user's f(u). There is no λ, so explainers drop 1/(λ|D|).
+``FactorModel`` whose U is every user's f(u). There is no λ, so explainers drop 1/(λ|D|).
 
 Deterministic for a seed, like ``SGDMF``: the initialisation and every epoch's batch order depend only on
 the seed and |D|. ``fit(data, drop=rows)`` removes the rows from their batches and from the users'
@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import scipy.sparse as sp
 
 from ..interactions import Interactions
-from .mf import MFModel
+from .base import FactorModel
 from .sgd_mf import kept_ratings, minibatches
 
 
@@ -128,7 +128,7 @@ class TwoTower:
         g_h = g[:, self.F.shape[1] :]
         return H_users.T @ g_h, grads
 
-    def fit(self, data: Interactions, drop: np.ndarray | None = None) -> MFModel:
+    def fit(self, data: Interactions, drop: np.ndarray | None = None) -> FactorModel:
         t0 = time.perf_counter()
         rng = np.random.default_rng(self.seed)
         params = self._init(rng, data.n_items)
@@ -153,7 +153,7 @@ class TwoTower:
                 adam.step([g_E, A.T @ f] + g_W)
         U = self._tower(params, np.arange(data.n_users), H)[-1]
         r = (y - np.einsum("nk,nk->n", U[u], V[i])) * (w > 0)
-        return MFModel(
+        return FactorModel(
             U,
             V.copy(),
             mu,

@@ -1,0 +1,193 @@
+"""Model policy: what a flow fits on, which trainer, and whether a stored model is reused.
+
+Explicit ratings train ALS-MF (``models.als.trainer.ALSMF``), implicit feedback BCE MF on positives and
+sampled negatives (``models.implicit_mf.ImplicitMF``); both over the parts on a mapper. A model is stored
+under a name made of its data's fingerprint and every hyperparameter and budget (``io.model_store.model_path``),
+so a run reuses exactly the model it would train. Every trainer takes the same budget knobs: ``max_sweeps``
+(alternating sweeps) and ``newton_steps`` (the Newton polish's steps).
+
+Plain Python: messages go to ``logger`` (this module's by default; the flows pass their run's logger).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from ..io import model_store
+from ..io.spill import SpillList
+from .als.block_half_steps import BlockHalfSteps
+from .als.part_half_steps import PartHalfSteps
+from .als.trainer import ALSMF, MIN_TARGET_COS, default_lam
+from .base import FactorModel
+from .implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives, training_table
+
+log = logging.getLogger(__name__)
+
+# BCE training stops at ‖∇f‖ ≤ IDENTITY_RTOL·λ: the representer identity's residual in the factors is
+# ∇f/λ, so this bounds it in the factors' own units (docs/methods.md §1).
+IDENTITY_RTOL = 1e-8
+
+
+def _store_tags(implicit: bool, k: int, lam, neg_weight: float, seed: int, identity_tol, budget: dict) -> dict:
+    """The hyperparameters a stored model is named by, in the order of its name (``model_store.model_path``)."""
+    if implicit:
+        tags = {"bce-k": k, "lam": lam, "w": neg_weight, "s": seed}
+    else:
+        tags = {"k": k, "lam": lam, "s": seed, "identity": identity_tol}
+    return {**tags, "sweeps": budget.get("max_sweeps"), "newton": budget.get("newton_steps")}
+
+
+def table_to_fit(ds, implicit: bool, neg_samples: int, seed: int, logger=log):
+    """What the model is fitted on and explained against, and whether it is implicit feedback.
+
+    Explicit ratings: the interactions themselves (squared-loss ALS-MF). Implicit feedback (``implicit``,
+    or a single rating value, as in click, purchase and review logs): every interaction is a positive
+    (y = 1) and ``neg_samples`` uniform unobserved items per positive are negatives (y = 0), the table a
+    BCE model is fitted on and its representer attributes over.
+
+    Returns
+    -------
+    table : Interactions
+        ``ds.interactions``, or the BCE training table (|P|·(1 + neg_samples) rows).
+    implicit : bool
+    """
+    data = ds.interactions
+    detected = looks_implicit(data)
+    if not (implicit or detected):
+        return data, False
+    nu, ni = sample_negatives(data, neg_samples, seed)
+    table = training_table(data, nu, ni)
+    logger.info(
+        "implicit feedback (%s): BCE MF on %d positives and %d sampled negatives (%d per positive)",
+        "a single rating value" if detected else "--implicit",
+        len(data),
+        len(nu),
+        neg_samples,
+    )
+    return table, True
+
+
+def warn_if_capped(trainer: ImplicitMF, m: ImplicitModel, logger=log) -> None:
+    """Say so when BCE training stopped on its budget (--max-sweeps, --newton-steps) short of rtol·λ."""
+    if m.grad_norm > trainer.rtol * m.lam:
+        logger.warning(
+            "training stopped at ‖∇f‖=%.1e, above its stop %.1e (rtol·λ), on its budget "
+            "(--max-sweeps, --newton-steps): the model is short of stationary, so scores and "
+            "attributions follow the representer identity only approximately",
+            m.grad_norm,
+            trainer.rtol * m.lam,
+        )
+
+
+def train_implicit(trainer: ImplicitMF, table, mapper, parts, blocks: bool = False) -> ImplicitModel:
+    """BCE MF on a training table (positives and sampled negatives) by alternating half-steps over its
+    parts, on the workers: the flow's process holds the factors, not the terms; with ``blocks``, not the
+    factors either (``BlockHalfSteps``: U and V in row blocks where the parts are)."""
+    return trainer.fit_alternating(
+        table, partial(BlockHalfSteps if blocks else PartHalfSteps, mapper, parts), anderson_store=SpillList
+    )
+
+
+def train_or_load(
+    name: str,
+    data,
+    model: str | None,
+    out: str,
+    k: int,
+    lam: float | None,
+    seed: int,
+    mapper,
+    parts,
+    budget: dict | None = None,
+    implicit: bool = False,
+    neg_weight: float = 1.0,
+    fidelity_tol: float | None = None,
+    blocks: bool = False,
+    logger=log,
+):
+    """Use ``model`` if given; else reuse the model trained on this exact table, else train and store one.
+
+    Explicit data: ALS-MF, its half-steps mapped over ``parts`` (each task reads its part once and keeps
+    it for every sweep); ``budget`` caps ALS sweeps and Newton steps (``max_sweeps``, ``newton_steps``), and
+    a capped model is stored under its own name. ``fidelity_tol`` (the refresh's ``--tol``) trains until
+    the gradient's bound on the identity's relative error is ≤ fidelity_tol·MIN_TARGET_COS
+    (``ALSMF.identity_tol``); None trains to ‖∇f‖ ≤ ``ALSMF.tol``. Either is part of the model's name.
+    Implicit data (``table_to_fit``): BCE MF on the
+    positives and sampled negatives over the parts, to the stationarity the representer identity needs or
+    within ``budget`` (sweeps and Newton steps again, a capped model under its own name).
+
+    ``blocks``: the factors stay in row-block files beside the parts (``models.blocks``), trained so
+    (``BlockHalfSteps``), stored and read back a block at a time: never whole in this process.
+    The Newton polish needs them whole, so training ends on the sweeps, and the model is named for that.
+
+    Returns
+    -------
+    model : FactorModel or ImplicitModel
+    path : str
+        Where it is stored (``model`` when given).
+    """
+    where = (mapper, parts) if blocks else None
+    if model:
+        logger.info("loading model %s", model)
+        m = FactorModel.load(model, data, blocks=where)
+        m.check_not_degenerate(data)
+        return m, model
+    budget = dict(budget or {})
+    if blocks and budget.get("newton_steps", 1) != 0:
+        logger.warning(
+            "the factors stay in row-block files (a prepared dataset): training ends on its sweeps, "
+            "without the Newton polish (it needs them in one process)"
+        )
+        budget["newton_steps"] = 0
+    identity_tol = None
+    if not implicit:
+        lam = lam if lam is not None else default_lam(len(data))
+        identity_tol = None if fidelity_tol is None else fidelity_tol * MIN_TARGET_COS
+    tags = _store_tags(implicit, k, lam, neg_weight, seed, identity_tol, budget)
+    path = model_store.model_path(out, name, data.fingerprint(), **tags)
+    if model_store.exists(path):
+        logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
+        m = FactorModel.load(path, data, blocks=where)
+        return (ImplicitModel.from_stored(m) if implicit else m), str(path)
+    if implicit:
+        trainer = ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed, **budget)
+        m = train_implicit(trainer, data, mapper, parts, blocks)
+        logger.info(
+            "trained BCE MF k=%d λ=%g w=%g: ‖∇f‖=%.1e after %d sweeps + %d Newton steps in %.1fs → %s",
+            k,
+            m.lam,
+            neg_weight,
+            m.grad_norm,
+            m.info["sweeps"],
+            m.info["newton_iters"],
+            m.info["seconds"],
+            path,
+        )
+        warn_if_capped(trainer, m, logger)
+    else:
+        # The Anderson history in files: 0.6 GB at 50M (k = 64) that the flow's process does not hold.
+        trainer = ALSMF(k=k, lam=lam, seed=seed, identity_tol=identity_tol, anderson_store=SpillList, **budget)
+        m = trainer.fit(data, half_steps=partial(BlockHalfSteps if blocks else PartHalfSteps, mapper, parts))
+        logger.info(
+            "trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e, identity bound %s after %d sweeps + %d Newton steps in %.1fs → %s",
+            k,
+            lam,
+            m.grad_norm,
+            m.info.get("identity_bound"),
+            m.info["sweeps"],
+            m.info["newton_iters"],
+            m.info["seconds"],
+            path,
+        )
+        if not trainer.converged(m):
+            logger.warning(
+                "training stopped at ‖∇f‖=%.1e (identity bound %s), short of its stopping rule (budget "
+                "%s): attributions will sum to the score only approximately; the run's fidelity error "
+                "says by how much",
+                m.grad_norm,
+                m.info.get("identity_bound"),
+                budget or "default",
+            )
+    m.save(path, data)
+    return m, str(path)
