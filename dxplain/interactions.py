@@ -316,6 +316,16 @@ class TableSummary(IdSpaces):
     def item_degree(self) -> np.ndarray:
         return self.stats.item_counts
 
+    @property
+    def user_indptr(self) -> np.ndarray:
+        """``Interactions.user_indptr`` of the table: where each user's rows start in (user, item) order."""
+        return np.concatenate([[0], np.cumsum(self.stats.user_counts)])
+
+    @property
+    def item_indptr(self) -> np.ndarray:
+        """``Interactions.item_indptr`` of the table: where each item's rows start in the by-item order."""
+        return np.concatenate([[0], np.cumsum(self.stats.item_counts)])
+
     def fingerprint(self) -> str:
         return fingerprint_of(len(self), self.stats.digest, self.user_ids, self.item_ids)
 

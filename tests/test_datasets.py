@@ -4,7 +4,7 @@ import pytest
 from dxplain.config import Settings
 from dxplain.datasets import movielens, registry
 from dxplain.datasets.synthetic import generate
-from dxplain.io.interactions import read_dataset
+from dxplain.io.dataset_folders import read_dataset
 
 
 def test_movielens_both_layouts_agree(ml100k, tmp_path):

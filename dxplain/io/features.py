@@ -9,13 +9,14 @@ categorical are ``InputError``s naming the column and the fix.
 Model folder (``gammli fit --out O`` writes ``O/model/``)::
 
     arrays.npz        every array of the fitted model (no pickles)
-    train/part-*.parquet   the latent part's training residuals (u, i, e), one file per user part
+    train/part-*.parquet   the latent term's training residuals (u, i, e), one file per fitting task
     meta.json         scalars, term names, feature encodings
     user_features.parquet, item_features.parquet   the feature tables the model was fitted with
 """
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -27,8 +28,9 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from .atomic import filesystem, join
-from .interactions import read_table
+from .atomic import atomic_file, filesystem
+from .tables import PARQUET_SUFFIXES, TableChunk, parquet_files, parquet_metadata, read_table, row_group_runs
+from .validation import check_columns, checked_ratings
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,6 @@ def save_model(
     path: str | Path, arrays: dict[str, np.ndarray], meta: dict, users: FeatureTable, items: FeatureTable
 ) -> dict[str, bytes]:
     """The model folder's files as name → bytes (written whole with the rest of ``--out``)."""
-    import io
-
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     files = {f"{path}/arrays.npz": buf.getvalue(), f"{path}/meta.json": json.dumps(meta, indent=1).encode()}
@@ -132,11 +132,9 @@ def save_model(
     return files
 
 
-def write_training_part(folder: str | Path, n: int, u: np.ndarray, i: np.ndarray, e: np.ndarray) -> str:
-    """Part ``n`` of a model's training residuals (``<model>/train/part-NNNNN.parquet``), written by the task
-    that holds it: the fit's own process never gathers the table-sized residuals. Atomic per file."""
-    from .atomic import atomic_file
-
+def write_residuals_file(folder: str | Path, n: int, u: np.ndarray, i: np.ndarray, e: np.ndarray) -> str:
+    """File ``n`` of a model's training residuals (``<model>/train/part-NNNNN.parquet``), written by the task
+    that holds those rows: the fit's own process never gathers the table-sized residuals. Atomic per file."""
     loc = Path(folder) / "train" / f"part-{n:05d}.parquet"
     with atomic_file(loc) as fh:
         pq.write_table(pa.table({"u": u.astype(np.int64), "i": i.astype(np.int64), "e": e}), fh)
@@ -157,10 +155,10 @@ def load_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict, FeatureTa
     with np.load(path / "arrays.npz", allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     if "train_u" not in arrays:
-        parts = _training_parts(path)
-        if len(parts) != meta.get("train_parts"):
+        files = _training_files(path)
+        if len(files) != meta.get("train_parts"):
             raise InputError(
-                f"--model {path}: train/ holds {len(parts)} residual parts, the model has "
+                f"--model {path}: train/ holds {len(files)} residual files, the model has "
                 f"{meta.get('train_parts')}; the folder is incomplete, fit it again"
             )
     fts = [
@@ -170,13 +168,13 @@ def load_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict, FeatureTa
     return arrays, meta, fts[0], fts[1]
 
 
-def _training_parts(path: Path) -> list[Path]:
+def _training_files(path: Path) -> list[Path]:
     return sorted((path / "train").glob("part-*.parquet"))
 
 
 def read_training_rows(path: str | Path, arrays: dict, users: np.ndarray, items: np.ndarray) -> dict:
     """The training residuals (u, i, e) of the given users' and items' rows, sorted by (user, item): every
-    row the latent attributions of pairs of these users and items sum over, and no other. The parts are
+    row the latent attributions of pairs of these users and items sum over, and no other. The files are
     scanned row group by row group with the filter applied as they are read, so explaining a few pairs of a
     large model holds a few users' and items' rows, not the table."""
     if "train_u" in arrays:
@@ -185,9 +183,9 @@ def read_training_rows(path: str | Path, arrays: dict, users: np.ndarray, items:
         u, i, e = u[keep], i[keep], e[keep]
     else:
         wanted = pc.field("u").isin(pa.array(users, pa.int64())) | pc.field("i").isin(pa.array(items, pa.int64()))
-        t = pads.dataset([str(f) for f in _training_parts(Path(path))], format="parquet").to_table(filter=wanted)
+        t = pads.dataset([str(f) for f in _training_files(Path(path))], format="parquet").to_table(filter=wanted)
         u, i, e = (t[k].to_numpy() for k in ("u", "i", "e"))
-    order = np.lexsort((i, u))  # stable: the fit's own order (parts in user order, rows by (user, item))
+    order = np.lexsort((i, u))  # stable: the fit's own order (files in user order, rows by (user, item))
     return {"u": u[order], "i": i[order], "e": e[order]}
 
 
@@ -207,11 +205,9 @@ def rows_of(ft: FeatureTable, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 def read_ratings(path: str, what: str = "--dataset") -> tuple[pa.Array, pa.Array, np.ndarray]:
     """(user ids, item ids, ratings) of a (user, item, rating) Parquet/CSV file, validated."""
-    from .interactions import _check_columns, _ratings
-
     table = read_table(path)
-    _check_columns(table, f"{what} {path}")
-    y = _ratings(table, f"{what} {path}")
+    check_columns(table, f"{what} {path}")
+    y = checked_ratings(table, f"{what} {path}")
     return table.column("user").combine_chunks(), table.column("item").combine_chunks(), y
 
 
@@ -220,59 +216,36 @@ def read_ratings(path: str, what: str = "--dataset") -> tuple[pa.Array, pa.Array
 ROWS_PER_CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
-class RatingsChunk:
-    """Whole row groups of one Parquet file of a ratings table, or a whole CSV (``row_groups`` None)."""
-
-    path: str
-    row_groups: tuple[int, ...] | None
-
-
-def ratings_chunks(path: str, what: str = "--dataset", rows: int = ROWS_PER_CHUNK) -> list[RatingsChunk]:
+def ratings_chunks(path: str, what: str = "--dataset", rows: int = ROWS_PER_CHUNK) -> list[TableChunk]:
     """The chunks of a ratings file or folder, in the order ``read_table`` reads its rows; only Parquet
     footers are read here. A CSV is one chunk (it has no row groups to seek to)."""
     fs, p = filesystem(path)
     if not fs.exists(p):
         raise InputError(f"{what} {path}: no such file or folder; check the path")
-    if fs.isdir(p):  # a folder of parts, in path order like pyarrow's dataset discovery
-        names = sorted(
-            f[len(p.rstrip("/")) + 1 :]
-            for f in fs.find(p)
-            if PurePosixPath(f).suffix in (".parquet", ".pq")
-            and not any(c.startswith(("_", ".")) for c in f[len(p) :].split("/"))
-        )  # as pyarrow skips
-        if not names:
+    if fs.isdir(p):
+        files = [str(f) for f in parquet_files(path)]
+        if not files:
             raise InputError(f"{what} {path}: the folder holds no Parquet file; give a Parquet file or folder")
-        files = [str(join(path, *n.split("/"))) for n in names]
-    elif PurePosixPath(p).suffix in (".parquet", ".pq"):
+    elif PurePosixPath(p).suffix in PARQUET_SUFFIXES:
         files = [str(path)]
     else:
-        return [RatingsChunk(str(path), None)]
+        return [TableChunk(str(path), None)]
     chunks = []
     for f in files:
-        ffs, fp = filesystem(f)
         try:
-            with ffs.open(fp, "rb") as fh:
-                meta = pq.ParquetFile(fh).metadata
+            meta = parquet_metadata(f)
         except (pa.ArrowInvalid, OSError) as exc:
             raise InputError(f"{what} {f}: cannot be read as Parquet ({exc}); give a Parquet file or a CSV") from exc
-        group, n = [], 0
-        for g in range(meta.num_row_groups):
-            group.append(g)
-            n += meta.row_group(g).num_rows
-            if n >= rows:
-                chunks.append(RatingsChunk(f, tuple(group)))
-                group, n = [], 0
-        if group or not chunks:
-            chunks.append(RatingsChunk(f, tuple(group)))
+        runs = row_group_runs(meta, rows)
+        if not runs and not chunks:  # a first file without row groups: the table still has a chunk
+            runs = [()]
+        chunks += [TableChunk(f, groups) for groups in runs]
     return chunks
 
 
-def read_ratings_chunk(chunk: RatingsChunk, what: str = "--dataset") -> tuple[pa.Array, pa.Array, np.ndarray]:
+def read_ratings_chunk(chunk: TableChunk, what: str = "--dataset") -> tuple[pa.Array, pa.Array, np.ndarray]:
     """(user ids, item ids, ratings) of one chunk, validated like ``read_ratings``; an empty chunk (a file
     with no rows among others) gives empty arrays, and the caller checks that the whole table has rows."""
-    from .interactions import _check_columns, _ratings
-
     if chunk.row_groups is None:
         return read_ratings(chunk.path, what)
     fs, p = filesystem(chunk.path)
@@ -283,14 +256,10 @@ def read_ratings_chunk(chunk: RatingsChunk, what: str = "--dataset") -> tuple[pa
             table = f.schema_arrow.empty_table()
         else:
             table = f.read_row_groups(list(chunk.row_groups), columns=["user", "item", "rating"])
-    source = (
-        f"{what} {chunk.path} (row groups {chunk.row_groups[0]}–{chunk.row_groups[-1]})"
-        if chunk.row_groups
-        else f"{what} {chunk.path}"
-    )
+    source = chunk.describe(f"{what} ")
     if missing or table.num_rows:
-        _check_columns(table, source)
-        y = _ratings(table, source)
+        check_columns(table, source)
+        y = checked_ratings(table, source)
     else:
         y = np.zeros(0)
         table = pa.table({c: table.column(c) for c in ("user", "item")})
@@ -361,8 +330,6 @@ def movielens_feature_tables(src: str | Path) -> tuple[pa.Table, pa.Table, pa.Ta
 
 def parquet_bytes(table: pa.Table) -> bytes:
     """A table as Parquet bytes (for a file in a sub-folder of a ``write_folder`` result)."""
-    import io
-
     buf = io.BytesIO()
     pq.write_table(table, buf)
     return buf.getvalue()
