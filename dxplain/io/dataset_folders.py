@@ -28,16 +28,6 @@ PREPARED_FILES = ("interactions.parquet", "users.parquet", "items.parquet")
 RECREATE = "re-create the dataset with `dxplain datasets import`"
 
 
-@dataclass(frozen=True)
-class Dataset:
-    """Interactions plus the user and item tables (ids in index order, optional features)."""
-
-    interactions: Interactions
-    users: pa.Table
-    items: pa.Table
-    name: str = "dataset"
-
-
 def _has_interactions(fs, p: str) -> bool:
     return fs.isdir(p) and fs.exists(f"{p}/interactions.parquet")
 
@@ -148,3 +138,13 @@ def read_catalogue_ids(folder: Location) -> tuple[pa.Array, pa.Array]:
     return read_id_column(join(folder, "users.parquet"), RECREATE), read_id_column(
         join(folder, "items.parquet"), RECREATE
     )
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Interactions plus the user and item tables (ids in index order, optional features)."""
+
+    interactions: Interactions
+    users: pa.Table
+    items: pa.Table
+    name: str = "dataset"

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from ..errors import InputError
 from .atomic import atomic_file, filesystem
 from .tables import PARQUET_SUFFIXES, TableChunk, parquet_files, parquet_metadata, read_table, row_group_runs
-from .validation import check_columns, checked_ratings
+from .validation import check_columns, checked_ratings, non_finite
 
 
 @dataclass(frozen=True)
@@ -91,11 +91,10 @@ def features_from_table(
                 f"--categorical {name} or convert it to numbers"
             )
         x = col.to_numpy(zero_copy_only=False).astype(np.float64)
-        bad = ~np.isfinite(x)
-        if bad.any():
-            first = int(np.flatnonzero(bad)[0])
+        n_bad, first = non_finite(x)
+        if n_bad:
             raise InputError(
-                f"{source}: column {name!r} has {int(bad.sum())} NaN, infinite or missing value(s) "
+                f"{source}: column {name!r} has {n_bad} NaN, infinite or missing value(s) "
                 f"(first for {side} {ids[first].as_py()!r}); fill or drop them"
             )
         numeric[name] = x

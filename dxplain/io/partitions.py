@@ -270,8 +270,8 @@ class Partitions:
 
     def __reduce__(self):
         # Sent to a task, the parts are their root and cuts: every task of a map gets its own copy of its
-        # arguments, and the id lists are 104 MB at 50M Amazon-like interactions, 13 GB over 125 tasks.
-        # A worker reads them once from the store (``_ids_of``) and keeps them for every later task.
+        # arguments, and the id lists are O(users + items) bytes, times the number of tasks. A worker
+        # reads them once from the store (``_ids_of``) and keeps them for every later task.
         if self.key is not None and is_local(self.root):
             return _by_reference, (
                 self.root,

@@ -22,20 +22,6 @@ from .atomic import Location, atomic_file, filesystem, is_local, join
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
-@dataclass(frozen=True)
-class TableChunk:
-    """Whole row groups of one Parquet file, what one task reads; ``row_groups`` None: a whole
-    delimited text file (it has no row groups to seek to)."""
-
-    path: Location
-    row_groups: tuple[int, ...] | None
-
-    def describe(self, prefix: str = "") -> str:
-        """How error messages name the chunk: its file, and its row groups when it has some."""
-        where = f"{prefix}{self.path}"
-        return f"{where} (row groups {self.row_groups[0]}–{self.row_groups[-1]})" if self.row_groups else where
-
-
 def read_table(path: Location, columns: dict[str, str] | None = None, delimiter: str | None = None) -> pa.Table:
     """Read a Parquet file/folder or a delimited text file, renaming columns by ``columns``.
 
@@ -199,3 +185,17 @@ def write_pairs_file(
     fs.makedirs(path, exist_ok=True)
     with atomic_file(join(folder, f"part-{n:05d}.parquet")) as fh:
         pq.write_table(table, fh)
+
+
+@dataclass(frozen=True)
+class TableChunk:
+    """Whole row groups of one Parquet file, what one task reads; ``row_groups`` None: a whole
+    delimited text file (it has no row groups to seek to)."""
+
+    path: Location
+    row_groups: tuple[int, ...] | None
+
+    def describe(self, prefix: str = "") -> str:
+        """How error messages name the chunk: its file, and its row groups when it has some."""
+        where = f"{prefix}{self.path}"
+        return f"{where} (row groups {self.row_groups[0]}–{self.row_groups[-1]})" if self.row_groups else where

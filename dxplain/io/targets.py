@@ -57,8 +57,8 @@ def read_targets(path: Location, data: Interactions, skip_unseen: bool | None = 
         raise InputError(f"{path}: the targets list repeats (user, item) pairs; list each pair once")
     rank = table.column("rec_rank").to_numpy() if "rec_rank" in table.column_names else None
     targets = Targets.from_pairs(u, i, rank)
-    # Arrow's allocator keeps what it freed for reuse (0.3 GB after 5M targets), which the flow's process
-    # would carry through training. Hand it back.
+    # Arrow's allocator keeps what it freed for reuse, which the flow's process would carry through
+    # training. Hand it back.
     pa.default_memory_pool().release_unused()
     return targets, skipped
 

@@ -24,6 +24,11 @@ _ROLE_WORDS = {
 }
 
 
+def _sorted_unique(col: pa.ChunkedArray) -> pa.Array:
+    uniq = pc.unique(col)
+    return uniq.take(pc.sort_indices(uniq))
+
+
 def suggest_columns(names: list[str]) -> str:
     """A ``--columns`` mapping for a file's column names: each role's first column whose name holds one of
     its words (case-insensitive), else Amazon's names as the example."""
@@ -34,6 +39,12 @@ def suggest_columns(names: list[str]) -> str:
     if None in guess.values():
         guess = {"user": "reviewerID", "item": "asin", "rating": "overall"}
     return ",".join(f"{role}={name}" for role, name in guess.items())
+
+
+def non_finite(x: np.ndarray) -> tuple[int, int]:
+    """How many values of ``x`` are NaN or infinite, and the first one's position (−1 if none)."""
+    bad = ~np.isfinite(x)
+    return (int(bad.sum()), int(np.flatnonzero(bad)[0])) if bad.any() else (0, -1)
 
 
 def check_schema(schema: pa.Schema, rows: int, source: str) -> None:
@@ -78,11 +89,10 @@ def checked_ratings(table: pa.Table, source: str) -> np.ndarray:
     if col.null_count:
         raise InputError(f"{source}: {col.null_count} rating(s) are missing; drop or fill them")
     y = col.to_numpy().astype(np.float64)
-    bad = ~np.isfinite(y)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
+    n_bad, first = non_finite(y)
+    if n_bad:
         raise InputError(
-            f"{source}: {int(bad.sum())} rating(s) are NaN or infinite (first at row {first}: "
+            f"{source}: {n_bad} rating(s) are NaN or infinite (first at row {first}: "
             f"user={table.column('user')[first].as_py()!r}, item={table.column('item')[first].as_py()!r}, "
             f"rating={y[first]}); drop or fix them"
         )
@@ -125,11 +135,6 @@ def sorted_pair_order(
             "keep one rating per pair (e.g. the latest) before importing"
         )
     return order
-
-
-def _sorted_unique(col: pa.ChunkedArray) -> pa.Array:
-    uniq = pc.unique(col)
-    return uniq.take(pc.sort_indices(uniq))
 
 
 def interactions_from_table(table: pa.Table, source: str = "interactions") -> tuple[Interactions, pa.Array, pa.Array]:
