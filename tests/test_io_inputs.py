@@ -306,3 +306,23 @@ def test_the_catalogue_ids_are_its_id_columns_alone_and_a_bad_table_is_named(tmp
     (ds / "users.parquet").unlink()
     with pytest.raises(InputError, match="users.parquet: no such file; re-create"):
         read_catalogue_ids(ds)
+
+
+def test_a_vocabulary_makes_its_search_keys_once_and_is_sent_without_them():
+    """Many lookups against one ``Vocabulary`` (a task's chunks against the broadcast id list) make its
+    search keys once; pickled (sent to a worker), it is its ids alone, and finds the same positions."""
+    import pickle
+
+    from dxplain.vocabulary import Vocabulary
+
+    vocabulary = Vocabulary(pa.array([f"u{n:03d}" for n in range(50)]))
+    assert vocabulary.index_of(pa.array(["u007", "u001"]), "user", "t.csv").tolist() == [7, 1]
+    keys = vocabulary.search_keys
+    assert keys is not None
+    assert vocabulary.index_of(pa.chunked_array([["u049"], ["u000"]]), "user", "t.csv").tolist() == [49, 0]
+    assert vocabulary.search_keys is keys
+    sent = pickle.loads(pickle.dumps(vocabulary))
+    assert "search_keys" not in vars(sent) and sent.ids.equals(vocabulary.ids)
+    assert sent.index_of(pa.array(["u007"]), "user", "t.csv").tolist() == [7]
+    with pytest.raises(InputError, match=r"1 row\(s\) name user\(s\) unknown to the dataset, e.g. \['u404'\]"):
+        sent.index_of(pa.array(["u404"]), "user", "t.csv")
