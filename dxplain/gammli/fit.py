@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..io.checkpoints import NoCheckpoints
-from ..io.features import FeatureTable, check_labels, read_ratings_chunk
+from ..io.features import FeatureTable
+from ..io.ratings import check_labels, read_ratings_chunk
 from ..io.tables import TableChunk
 from ..mapper import LocalMapper, peak_rss_mib
 from .additive import choose_prefix, fit_groups, n_validation, put_one, screen_pairs, select_terms

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..io.features import write_residuals_file
+from ..io.gammli_model import write_residuals_file
 from ..kernels import gammli as G
 from .additive import fit_groups, put_one, reduce_in_order, rows
 
@@ -226,7 +226,7 @@ def _write_residuals(p, UV, lam, folder, n):
 
 
 def write_training_residuals(mapper, user_parts, U, V, lam, folder) -> int:
-    """``training_residuals`` written by the tasks that hold the parts, one file each (``io.features``); the
+    """``training_residuals`` written by the tasks that hold the parts, one file each (``io.gammli_model``); the
     number of files."""
     UV_h = put_one(mapper, (U, V), broadcast=True)
     return len(

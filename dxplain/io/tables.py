@@ -7,6 +7,7 @@ none under a name starting with ``_`` or ``.`` (``_temporary/``, ``.crc``).
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -158,6 +159,13 @@ def read_id_column(path: Location, fix: str = "") -> pa.Array:
     del col
     pa.default_memory_pool().release_unused()
     return ids
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """A table as Parquet bytes (for a file in a sub-folder of a ``write_folder`` result)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
 
 
 def remove_folder(folder: Location) -> None:

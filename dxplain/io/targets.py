@@ -1,4 +1,4 @@
-"""Lists of (user, item) pairs in original ids: the targets to explain and the negatives to score."""
+"""Lists of (user, item) pairs in original ids: the targets to explain, the negatives to score, GAMMLI's pairs."""
 
 from __future__ import annotations
 
@@ -13,6 +13,17 @@ from ..vocabulary import Vocabulary
 from .atomic import Location
 from .tables import read_table
 from .validation import index_of
+
+
+def read_pairs(path: str) -> pa.Table:
+    """A table of (user, item[, rating]) pairs to explain or score."""
+    table = read_table(path)
+    missing = [c for c in ("user", "item") if c not in table.column_names]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {missing}; a pairs file needs 'user' and 'item' columns")
+    if table.num_rows == 0:
+        raise InputError(f"{path}: the table has no rows; give at least one (user, item) pair")
+    return table
 
 
 def read_targets(path: Location, data: Interactions, skip_unseen: bool | None = None) -> tuple[Targets, int]:
