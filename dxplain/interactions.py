@@ -7,7 +7,9 @@ Both views are built once, at construction, and shared by training, recommendati
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
@@ -159,8 +161,6 @@ def row_digest(user: np.ndarray, item: np.ndarray, rating: np.ndarray) -> np.nda
 
 def fingerprint_of(n: int, digest: np.ndarray, user_ids: pa.Array, item_ids: pa.Array) -> str:
     """The data fingerprint from the row count, ``row_digest`` (summed over chunks) and the id lists."""
-    import hashlib
-
     h = hashlib.sha256(b"dxplain-rows-v2")
     h.update(np.array([n], np.int64).tobytes())
     h.update(np.asarray(digest, np.uint64).tobytes())
@@ -197,8 +197,8 @@ class RatingSum:
             m, e = np.frexp(y[lo : lo + (1 << 26)])
             M = (m * 2.0**53).astype(np.int64)
             e0 = int(e.min()) if len(e) else 0
-            for part, shift in ((M >> 26, 26), (M & ((1 << 26) - 1), 0)):
-                sums = np.bincount(e - e0, weights=part)
+            for half, shift in ((M >> 26, 26), (M & ((1 << 26) - 1), 0)):
+                sums = np.bincount(e - e0, weights=half)
                 for off in np.flatnonzero(sums):
                     key = e0 + int(off) - 53 + shift
                     terms[key] = terms.get(key, 0) + int(sums[off])
@@ -210,9 +210,7 @@ class RatingSum:
             terms[e] = terms.get(e, 0) + c
         return RatingSum(terms)
 
-    def value(self):
-        from fractions import Fraction
-
+    def value(self) -> Fraction:
         return sum((Fraction(c) * Fraction(2) ** e for e, c in self.terms.items()), Fraction(0))
 
     def mean_of(self, n: int) -> float:
@@ -239,8 +237,8 @@ class RowStats:
         cls, user: np.ndarray, item: np.ndarray, rating: np.ndarray, n_users: int, n_items: int, compact: bool = False
     ) -> RowStats:
         """The rows' stats; ``compact``: their counts over the range of ids the rows hold only, what a task
-        sends to be summed. A chunk of a user-sorted table holds a narrow range of users, and at 50M
-        Amazon-like interactions full-length counts are 104 MB a chunk (docs/scaling.md)."""
+        sends to be summed. A chunk of a user-sorted table holds a narrow range of users, while full-length
+        counts would send O(users + items) per chunk."""
 
         def counts(ids, n):
             if not compact:
@@ -316,6 +314,16 @@ class TableSummary(IdSpaces):
     def item_degree(self) -> np.ndarray:
         return self.stats.item_counts
 
+    @property
+    def user_indptr(self) -> np.ndarray:
+        """``Interactions.user_indptr`` of the table: where each user's rows start in (user, item) order."""
+        return np.concatenate([[0], np.cumsum(self.stats.user_counts)])
+
+    @property
+    def item_indptr(self) -> np.ndarray:
+        """``Interactions.item_indptr`` of the table: where each item's rows start in the by-item order."""
+        return np.concatenate([[0], np.cumsum(self.stats.item_counts)])
+
     def fingerprint(self) -> str:
         return fingerprint_of(len(self), self.stats.digest, self.user_ids, self.item_ids)
 
@@ -329,9 +337,8 @@ class TableSummary(IdSpaces):
 def stable_id_order(ids: np.ndarray) -> np.ndarray:
     """``np.argsort(ids, kind="stable")`` (int64) for integer ids, by radix passes over 16-bit digits.
 
-    numpy's stable sort of 16-bit keys is a radix sort; of wider integers, a timsort: 17× slower on a 2M-row
-    part whose items span few ids, and 11× on 9,430 random target items (0.39 → 0.03 ms, measured). Ids
-    spanning up to 2³² values take two stable passes (the low digit, then the high one), still linear."""
+    numpy's stable sort of 16-bit keys is a radix sort; of wider integers, a timsort, several times slower.
+    Ids spanning up to 2³² values take two stable passes (the low digit, then the high one), still linear."""
     ids = np.asarray(ids)
     if len(ids) == 0:
         return np.empty(0, np.int64)
@@ -383,11 +390,12 @@ class Targets:
         return Targets(self.user[index], self.item[index], self.rec_rank[index])
 
 
-def equal_cuts(indptr: np.ndarray, n_parts: int) -> np.ndarray:
+def equal_cuts(indptr: np.ndarray, n_ranges: int) -> np.ndarray:
     """Boundaries of contiguous row ranges holding about equal numbers of interactions (rows never split).
 
-    ``indptr`` is a CSR pointer (by user or by item); returns ``edges`` with part p = rows edges[p]:edges[p+1].
+    ``indptr`` is a CSR pointer (by user or by item); returns ``edges`` with range r = rows edges[r]:edges[r+1]
+    (at most ``n_ranges`` of them: the parts of a store, a refresh's shards).
     """
     n = len(indptr) - 1
-    bounds = np.searchsorted(indptr, np.linspace(0, indptr[-1], max(1, n_parts) + 1)[1:-1])
+    bounds = np.searchsorted(indptr, np.linspace(0, indptr[-1], max(1, n_ranges) + 1)[1:-1])
     return np.unique(np.concatenate([[0], np.clip(bounds, 0, n), [n]])).astype(np.int64)

@@ -47,7 +47,7 @@ def interactions_table(data: Interactions) -> pa.Table:
 
 def write_random_dataset(tmp_path_factory, seed: int):
     """A prepared dataset folder of random_interactions(40, 30, 0.3, seed), and the interactions."""
-    from dxplain.io.interactions import write_dataset
+    from dxplain.io.dataset_folders import write_dataset
 
     folder = tmp_path_factory.mktemp("data") / "small"
     d = random_interactions(40, 30, 0.3, seed=seed)

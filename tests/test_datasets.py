@@ -4,7 +4,7 @@ import pytest
 from dxplain.config import Settings
 from dxplain.datasets import movielens, registry
 from dxplain.datasets.synthetic import generate
-from dxplain.io.interactions import read_dataset
+from dxplain.io.dataset_folders import read_dataset
 
 
 def test_movielens_both_layouts_agree(ml100k, tmp_path):
@@ -35,8 +35,8 @@ def test_movielens_content(ml100k):
 
 
 def test_synthetic_is_seeded_valid_and_skewed(tmp_path):
-    a = generate(tmp_path / "a", 20_000, seed=3, block_users=500)
-    generate(tmp_path / "b", 20_000, seed=3, block_users=500)
+    a = generate(tmp_path / "a", 20_000, seed=3, batch_users=500)
+    generate(tmp_path / "b", 20_000, seed=3, batch_users=500)
     da, db = read_dataset(tmp_path / "a").interactions, read_dataset(tmp_path / "b").interactions
     assert da.fingerprint() == db.fingerprint()
     assert 0.9 * 20_000 <= a["interactions"] <= 20_000  # within-user repeats are dropped
@@ -44,7 +44,7 @@ def test_synthetic_is_seeded_valid_and_skewed(tmp_path):
     deg = np.sort(da.item_degree())[::-1]
     # Zipf items: the top 1% of items hold far more than 1% of the interactions.
     assert deg[: max(1, len(deg) // 100)].sum() > 0.1 * deg.sum()
-    generate(tmp_path / "c", 20_000, seed=4, block_users=500)
+    generate(tmp_path / "c", 20_000, seed=4, batch_users=500)
     assert read_dataset(tmp_path / "c").interactions.fingerprint() != da.fingerprint()
 
 
@@ -52,7 +52,7 @@ def test_amazon_kind_has_the_published_shape(tmp_path):
     """Median user degree 2 and mean about 5 (AMAZON), power-law items, and the J-shaped star marginal."""
     from dxplain.datasets.synthetic import AMAZON
 
-    s = generate(tmp_path / "a", 200_000, seed=1, block_users=20_000, kind="amazon")
+    s = generate(tmp_path / "a", 200_000, seed=1, batch_users=20_000, kind="amazon")
     d = read_dataset(tmp_path / "a").interactions
     deg = d.user_degree()
     assert np.median(deg) == AMAZON["user_median"] and 4.0 <= deg.mean() <= 6.5 and deg.max() >= 50
@@ -61,7 +61,7 @@ def test_amazon_kind_has_the_published_shape(tmp_path):
     assert np.allclose(stars, [AMAZON["ratings"][r] for r in range(1, 6)], atol=0.01), stars
     items = np.sort(d.item_degree())[::-1]
     assert items[: max(1, len(items) // 100)].sum() > 0.1 * items.sum() and items[0] < 0.05 * len(d)  # 13k items
-    generate(tmp_path / "b", 50_000, seed=1, block_users=20_000, kind="amazon", implicit=True)
+    generate(tmp_path / "b", 50_000, seed=1, batch_users=20_000, kind="amazon", implicit=True)
     assert set(np.unique(read_dataset(tmp_path / "b").interactions.rating)) == {1.0}
 
 

@@ -484,10 +484,10 @@ def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
 
 
 def test_job_from_model_on_the_cluster_equals_the_whole_table(client, tmp_path):
-    from test_partitions import _job_from_model_equals_create
+    from test_partitions import check_job_from_model_equals_create
 
     d = random_interactions(110, 80, 0.2, seed=24)
-    _job_from_model_equals_create(d, ALSMF(k=5, lam=3e-3).fit(d), tmp_path, DaskMapper(client))
+    check_job_from_model_equals_create(d, ALSMF(k=5, lam=3e-3).fit(d), tmp_path, DaskMapper(client))
 
 
 def test_worker_killed_mid_training_loses_nothing(tmp_path):
@@ -674,7 +674,7 @@ def test_case_deletion_on_cluster_equals_sequential(client):
 def test_streamed_partitions_on_the_cluster_equal_the_local_ones(client, tmp_path):
     from test_partitions import scan, streamed_folder
 
-    from dxplain.io import partitions
+    from dxplain import ingest
 
     d = random_interactions(90, 70, 0.2, seed=5)
     folder = streamed_folder(tmp_path, d)
@@ -682,7 +682,7 @@ def test_streamed_partitions_on_the_cluster_equal_the_local_ones(client, tmp_pat
     assert local.fingerprint() == dask.fingerprint() == d.fingerprint()
     np.testing.assert_array_equal(local.user_degree(), dask.user_degree())
     for name, mapper, summary in (("local", LocalMapper(), local), ("dask", DaskMapper(client), dask)):
-        partitions.stream_partitions(
+        ingest.stream_partitions(
             mapper, folder / "interactions.parquet", summary, tmp_path / name, rows_per_part=200, rows_per_chunk=200
         )
     files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*.parquet"))

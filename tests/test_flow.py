@@ -11,7 +11,7 @@ from dxplain.cli import main
 from dxplain.errors import InputError
 from dxplain.flows.refresh import refresh
 from dxplain.io import runs
-from dxplain.io.interactions import write_dataset
+from dxplain.io.dataset_folders import write_dataset
 
 pytestmark = pytest.mark.usefixtures("prefect_server")
 
@@ -145,7 +145,7 @@ def test_refresh_with_supplied_targets_and_cli_explain(dataset, tmp_path, capsys
 def test_explain_reads_the_run_and_the_catalogue_never_the_interactions(dataset, tmp_path, capsys, monkeypatch):
     """Showing one explanation (and the example a refresh prints) filters the run's files and reads the
     user and item tables only: at 50M, loading the interactions for it was the CLI process's largest peak."""
-    from dxplain.io import interactions as io_interactions
+    from dxplain.io import dataset_folders
 
     out = tmp_path / "out"
     assert (
@@ -175,7 +175,7 @@ def test_explain_reads_the_run_and_the_catalogue_never_the_interactions(dataset,
     def no_interactions(*args, **kwargs):
         raise AssertionError("the interactions were read")
 
-    monkeypatch.setattr(io_interactions, "interactions_from_table", no_interactions)
+    monkeypatch.setattr(dataset_folders, "interactions_from_table", no_interactions)
     assert (
         main(
             [

@@ -40,7 +40,7 @@ def test_parts_built_on_the_cluster_from_file_chunks_equal_the_local_ones(tmp_pa
     import pyarrow.parquet as pq
 
     from dxplain.gammli.fit import RatingsFile, build_parts
-    from dxplain.io.features import ratings_chunks
+    from dxplain.io.ratings import ratings_chunks
 
     d = eq6(60, 50, missing=0.7, seed=4)
     users, items = features_from_table(d["users"], "user"), features_from_table(d["items"], "item")

@@ -140,7 +140,7 @@ def test_a_failed_fit_resumes_after_its_selection_and_equals_an_unbroken_one(fit
 
 
 def test_explain_reads_exactly_the_training_rows_of_its_pairs(fitted):
-    from dxplain.io.features import load_model, read_training_rows
+    from dxplain.io.gammli_model import load_model, read_training_rows
 
     model = fitted[1] / "model"
     arrays, _, _, _ = load_model(model)

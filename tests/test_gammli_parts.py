@@ -17,8 +17,9 @@ from dxplain.gammli.fit import (
     validation_rows,
 )
 from dxplain.gammli.synthetic import eq6
-from dxplain.io.features import features_from_table, ratings_chunks, read_ratings, read_ratings_chunk
-from dxplain.io.interactions import read_table
+from dxplain.io.features import features_from_table
+from dxplain.io.ratings import ratings_chunks, read_ratings, read_ratings_chunk
+from dxplain.io.tables import read_table
 from dxplain.mapper import LocalMapper
 
 

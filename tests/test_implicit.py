@@ -206,7 +206,7 @@ def test_fidelity_above_tol_is_said_and_strict_refuses_to_publish(tmp_path, pref
 def test_refresh_on_a_prepared_implicit_dataset_samples_and_trains_by_tasks(tmp_path, prefect_server):
     """A prepared dataset of all-ones ratings: the negatives are drawn per by-user part by tasks and BCE MF
     trains over the parts of D; the explanations still sum to the score."""
-    from dxplain.io.interactions import write_dataset
+    from dxplain.io.dataset_folders import write_dataset
 
     folder = tmp_path / "ones"
     write_dataset(folder, interactions_table(implicit_data(50, 40, 0.2, seed=3)))

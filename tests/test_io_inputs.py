@@ -8,7 +8,9 @@ from conftest import interactions_table
 
 from dxplain.cli import main
 from dxplain.errors import InputError
-from dxplain.io.interactions import read_dataset, read_table, read_targets, write_dataset
+from dxplain.io.dataset_folders import read_dataset, write_dataset
+from dxplain.io.tables import read_table
+from dxplain.io.targets import read_targets
 
 
 def _good():
@@ -187,7 +189,7 @@ def test_an_existing_out_is_replaced_only_with_force(argv, tmp_path, capsys):
 
 
 def test_rows_are_sorted_by_user_and_item_with_their_rating_and_timestamp():
-    from dxplain.io.interactions import interactions_from_table
+    from dxplain.io.validation import interactions_from_table
 
     table = pa.table(
         {
@@ -214,20 +216,21 @@ def test_ids_are_found_in_a_vocabulary_looked_up_a_slice_at_a_time(monkeypatch, 
     at a time (the flow's memory at 10M ids): the same positions, and an unknown id named, every way."""
     import pyarrow as pa
 
+    from dxplain import vocabulary as vocabulary_module
     from dxplain.errors import InputError
-    from dxplain.io import interactions as io_interactions
+    from dxplain.io.validation import index_of
 
     if chunked:
-        monkeypatch.setattr(io_interactions, "VALUE_SET_CHUNK", 3)
+        monkeypatch.setattr(vocabulary_module, "VALUE_SET_CHUNK", 3)
     names = [f"u{n:03d}" for n in range(10)]
     if order == "unsorted":  # position n holds u(9 − n)
         names = names[::-1]
     vocabulary = pa.array(names)
     ids = pa.chunked_array([["u007", "u000"], ["u009", "u003", "u007"]])
     want = np.array([7, 0, 9, 3, 7]) if order == "sorted" else 9 - np.array([7, 0, 9, 3, 7])
-    np.testing.assert_array_equal(io_interactions.index_of(ids, vocabulary, "user", "t.csv"), want)
+    np.testing.assert_array_equal(index_of(ids, vocabulary, "user", "t.csv"), want)
     with pytest.raises(InputError, match="u404"):
-        io_interactions.index_of(pa.array(["u001", "u404"]), vocabulary, "user", "t.csv")
+        index_of(pa.array(["u001", "u404"]), vocabulary, "user", "t.csv")
 
 
 @pytest.mark.parametrize("kind", ["int", "string"])
@@ -237,7 +240,7 @@ def test_a_sorted_vocabulary_is_searched_with_what_hashing_finds(kind):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from dxplain.io.interactions import _index_in, _searched
+    from dxplain.vocabulary import Vocabulary
 
     rng = np.random.default_rng(5)
     if kind == "int":
@@ -262,8 +265,8 @@ def test_a_sorted_vocabulary_is_searched_with_what_hashing_finds(kind):
             ]
         ).slice(1)
     expected = pc.fill_null(pc.index_in(ids, value_set=vocabulary), -1).to_numpy(zero_copy_only=False)
-    assert _searched(ids, vocabulary) is not None  # the search path, not the hash
-    np.testing.assert_array_equal(_index_in(ids, vocabulary), expected)
+    assert Vocabulary(vocabulary).searched(ids) is not None  # the search path, not the hash
+    np.testing.assert_array_equal(Vocabulary(vocabulary).positions(ids), expected)
     assert (expected >= 0).sum() > 250 and (expected < 0).sum() > 10
 
 
@@ -271,7 +274,7 @@ def test_the_catalogue_ids_are_its_id_columns_alone_and_a_bad_table_is_named(tmp
     """Loading reads only the id column of users.parquet and items.parquet, as one array however many row
     groups the file has; a folder without one of them, or with one that has no ids or is not Parquet, is
     refused by name with the fix."""
-    from dxplain.io.interactions import read_catalogue, read_catalogue_ids
+    from dxplain.io.dataset_folders import read_catalogue, read_catalogue_ids
 
     ds = tmp_path / "ds"
     write_dataset(
@@ -303,3 +306,23 @@ def test_the_catalogue_ids_are_its_id_columns_alone_and_a_bad_table_is_named(tmp
     (ds / "users.parquet").unlink()
     with pytest.raises(InputError, match="users.parquet: no such file; re-create"):
         read_catalogue_ids(ds)
+
+
+def test_a_vocabulary_makes_its_search_keys_once_and_is_sent_without_them():
+    """Many lookups against one ``Vocabulary`` (a task's chunks against the broadcast id list) make its
+    search keys once; pickled (sent to a worker), it is its ids alone, and finds the same positions."""
+    import pickle
+
+    from dxplain.vocabulary import Vocabulary
+
+    vocabulary = Vocabulary(pa.array([f"u{n:03d}" for n in range(50)]))
+    assert vocabulary.index_of(pa.array(["u007", "u001"]), "user", "t.csv").tolist() == [7, 1]
+    keys = vocabulary.search_keys
+    assert keys is not None
+    assert vocabulary.index_of(pa.chunked_array([["u049"], ["u000"]]), "user", "t.csv").tolist() == [49, 0]
+    assert vocabulary.search_keys is keys
+    sent = pickle.loads(pickle.dumps(vocabulary))
+    assert "search_keys" not in vars(sent) and sent.ids.equals(vocabulary.ids)
+    assert sent.index_of(pa.array(["u007"]), "user", "t.csv").tolist() == [7]
+    with pytest.raises(InputError, match=r"1 row\(s\) name user\(s\) unknown to the dataset, e.g. \['u404'\]"):
+        sent.index_of(pa.array(["u404"]), "user", "t.csv")

@@ -8,14 +8,17 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import random_interactions
 
+from dxplain import ingest
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer, fidelity
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Targets
 from dxplain.io import partitions
 from dxplain.io.partitions import write_partitions
+from dxplain.io.tables import parquet_chunks
 from dxplain.mapper import LocalMapper
 from dxplain.models.als.trainer import ALSMF
 from dxplain.refresh import RefreshJob, passes, plan, run_passes, shard_users
+from dxplain.vocabulary import Vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +239,7 @@ def test_shard_count_keeps_each_shards_output_under_its_budget(fitted):
     assert shard_count(1, d, n_targets=10**6, top_k=0) == int(np.ceil(10**6 * every / 8_000_000))
 
 
-def _job_from_model_equals_create(d, m, root, mapper):
+def check_job_from_model_equals_create(d, m, root, mapper):
     """``RefreshJob.from_model`` (α and B by tasks over the parts) against ``create`` (from the whole table)."""
     pre = Preprocessed.from_model(m, d)
     job = RefreshJob.from_model(m, write_partitions(root, d, 150), mapper, d.item_degree(), top_n=5, top_k=3)
@@ -256,14 +259,14 @@ def _job_from_model_equals_create(d, m, root, mapper):
 def test_job_from_model_computes_alpha_and_b_on_the_parts_as_the_whole_table_does(fitted, tmp_path, monkeypatch):
     d, _ = fitted
     m = ALSMF(k=5, lam=3e-3).fit(d)
-    _job_from_model_equals_create(d, m, tmp_path, LocalMapper())
+    check_job_from_model_equals_create(d, m, tmp_path, LocalMapper())
     written = []
     real = partitions._write
     monkeypatch.setattr(partitions, "_write", lambda loc, *a: (written.append(loc), real(loc, *a)))
-    _job_from_model_equals_create(d, m, tmp_path, LocalMapper())
+    check_job_from_model_equals_create(d, m, tmp_path, LocalMapper())
     assert written == []  # the same model on the same data: α reused, B recomputed
     m2 = ALSMF(k=5, lam=3e-3, seed=1).fit(d)  # another model: every α part rewritten, then the index
-    _job_from_model_equals_create(d, m2, tmp_path, LocalMapper())
+    check_job_from_model_equals_create(d, m2, tmp_path, LocalMapper())
     assert written and all("alpha" in str(loc) for loc in written)
 
 
@@ -288,7 +291,7 @@ def streamed_folder(tmp_path, d, row_group_size=97, seed=0, rows=None):
     import pyarrow as pa
     from conftest import interactions_table
 
-    from dxplain.io.interactions import write_dataset
+    from dxplain.io.dataset_folders import write_dataset
 
     folder = tmp_path / "data"
     write_dataset(folder, interactions_table(d))
@@ -299,10 +302,10 @@ def streamed_folder(tmp_path, d, row_group_size=97, seed=0, rows=None):
 
 
 def scan(folder, mapper=None, rows_per_chunk=200):
-    from dxplain.io.interactions import read_catalogue
+    from dxplain.io.dataset_folders import read_catalogue
 
     users, items = read_catalogue(folder)
-    return partitions.scan_source(
+    return ingest.scan_source(
         mapper or LocalMapper(),
         folder / "interactions.parquet",
         users.column("id").combine_chunks(),
@@ -314,14 +317,14 @@ def scan(folder, mapper=None, rows_per_chunk=200):
 def test_streamed_parts_equal_the_parts_of_the_whole_table(tmp_path):
     d = random_interactions(90, 70, 0.2, seed=5)
     folder = streamed_folder(tmp_path, d)
-    assert len(partitions.source_chunks(folder / "interactions.parquet", 200)) > 3  # several tasks
+    assert len(parquet_chunks(folder / "interactions.parquet", 200)) > 3  # several tasks
     summary = scan(folder)
     assert (len(summary), summary.n_users, summary.n_items) == (len(d), d.n_users, d.n_items)
     assert summary.fingerprint() == d.fingerprint()
     assert summary.rating_mean() == d.rating_mean() and summary.rating_range() == d.rating_range()
     np.testing.assert_array_equal(summary.user_degree(), d.user_degree())
     np.testing.assert_array_equal(summary.item_degree(), d.item_degree())
-    streamed = partitions.stream_partitions(
+    streamed = ingest.stream_partitions(
         LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s", rows_per_part=200, rows_per_chunk=200
     )
     whole = partitions.write_partitions(tmp_path / "w", d, rows_per_part=200)
@@ -341,7 +344,7 @@ def test_streamed_parts_equal_the_parts_of_the_whole_table(tmp_path):
     ]  # no bucket left
     # The same data again: the store is reused, not rewritten.
     (tmp_path / "s" / "user" / "part-00000.parquet").unlink()
-    partitions.stream_partitions(
+    ingest.stream_partitions(
         LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s", rows_per_part=200, rows_per_chunk=200
     )
     assert not (tmp_path / "s" / "user" / "part-00000.parquet").exists()
@@ -360,7 +363,7 @@ def test_a_duplicate_pair_is_refused_by_name_and_nothing_is_left(tmp_path):
     assert len(summary) == len(d) + 1
     user, item = table["user"][7].as_py(), table["item"][7].as_py()
     with pytest.raises(InputError, match=f"1 duplicate .*user='{user}', item='{item}'"):
-        partitions.stream_partitions(
+        ingest.stream_partitions(
             LocalMapper(),
             folder / "interactions.parquet",
             summary,
@@ -461,7 +464,7 @@ def test_a_folder_of_files_is_read_as_pyarrow_reads_it_and_a_rerun_part_task_reb
     among its buckets, rebuilds the same part."""
     import shutil
 
-    from dxplain.io.interactions import read_dataset
+    from dxplain.io.dataset_folders import read_dataset
 
     d = random_interactions(60, 50, 0.25, seed=4)
     folder = streamed_folder(tmp_path, d)
@@ -476,18 +479,18 @@ def test_a_folder_of_files_is_read_as_pyarrow_reads_it_and_a_rerun_part_task_reb
     summary = scan(folder)
     assert summary.fingerprint() == whole.fingerprint() == d.fingerprint()
     root = tmp_path / "s"
-    parts = partitions.stream_partitions(
+    parts = ingest.stream_partitions(
         LocalMapper(), folder / "interactions.parquet", summary, root, rows_per_part=200, rows_per_chunk=200
     )
     first = pq.read_table(root / "user" / "part-00000.parquet")
     # A part task run twice (its worker lost after it wrote), an interrupted write's temporary file among
     # the buckets it reads (they are kept until the whole store is written): the same part.
-    users, items, again = summary.user_ids, summary.item_ids, tmp_path / "again"
-    for c, chunk in enumerate(partitions.source_chunks(folder / "interactions.parquet", 200)):
-        partitions.bucket_chunk(chunk, c, users, items, again, parts.user_cuts, parts.item_cuts)
-    partitions.assemble_part(again, "user", 0, users, items, "src")
+    users, items, again = Vocabulary(summary.user_ids), Vocabulary(summary.item_ids), tmp_path / "again"
+    for c, chunk in enumerate(parquet_chunks(folder / "interactions.parquet", 200)):
+        ingest.bucket_chunk(chunk, c, users, items, again, parts.user_cuts, parts.item_cuts)
+    ingest.assemble_part(again, "user", 0, users, items, "src")
     (again / "_buckets" / "user" / "00000" / ".00000.parquet.tmp-1").write_bytes(b"half a file")
-    assert partitions.assemble_part(again, "user", 0, users, items, "src") == first.num_rows
+    assert ingest.assemble_part(again, "user", 0, users, items, "src") == first.num_rows
     assert pq.read_table(again / "user" / "part-00000.parquet").equals(first)
 
 
@@ -504,7 +507,7 @@ def test_a_source_changed_between_scan_and_partitioning_is_refused_and_nothing_i
     ratings[3] = ratings[3] % 5 + 1  # same rows, one rating changed
     pq.write_table(table.set_column(2, "rating", pa.array(ratings)), folder / "interactions.parquet", row_group_size=97)
     with pytest.raises(InputError, match="changed while they were read"):
-        partitions.stream_partitions(
+        ingest.stream_partitions(
             LocalMapper(),
             folder / "interactions.parquet",
             summary,

@@ -8,7 +8,7 @@ import sys
 from conftest import interactions_table, random_interactions
 
 from dxplain import progress
-from dxplain.io.interactions import write_dataset
+from dxplain.io.dataset_folders import write_dataset
 from dxplain.models.als.trainer import ALSMF
 
 

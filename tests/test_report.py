@@ -12,7 +12,7 @@ from conftest import interactions_table, random_interactions
 
 from dxplain.cli import main
 from dxplain.io import runs
-from dxplain.io.interactions import write_dataset
+from dxplain.io.dataset_folders import write_dataset
 from dxplain.reporting.aggregate import SCAN_COLUMNS, fidelity_decades, recommendations, scan_rows
 
 

@@ -110,7 +110,7 @@ def precheck(kwargs: dict, named_only: bool = False, interactions: bool = False)
     from ..datasets.registry import ALIASES, check_dataset
     from ..errors import InputError
     from ..io.atomic import exists, is_local
-    from ..io.interactions import check_interactions
+    from ..io.dataset_folders import check_interactions
 
     if kwargs.get("dataset") and not named_only:
         check_dataset(kwargs["dataset"])

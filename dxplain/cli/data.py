@@ -36,7 +36,7 @@ def _features(path: str | None, what: str):
         return None
     import pyarrow.compute as pc
 
-    from ..io.interactions import read_table
+    from ..io.tables import read_table
 
     table = read_table(path)
     if "id" not in table.column_names:
@@ -84,7 +84,8 @@ def cmd_datasets(a) -> int:
         from pathlib import Path
 
         from ..datasets import movielens
-        from ..io.interactions import read_table, write_dataset
+        from ..io.dataset_folders import write_dataset
+        from ..io.tables import read_table
 
         if Path(a.path).is_dir() and movielens.layout(Path(a.path)):  # MovieLens files: titles, genres, users
             ds = movielens.prepare(Path(a.path), Path(a.out))

@@ -16,7 +16,7 @@ def print_explanation(run_path: str, user: str, item: str, dataset: str | None, 
     from ..errors import InputError
     from ..explain.report import format_explanation
     from ..io import runs
-    from ..io.interactions import index_of
+    from ..io.validation import index_of
 
     run = runs.resolve_run(run_path)
     dset = runs.open_run(run)

@@ -22,8 +22,8 @@ def cmd_why(a) -> int:
 
     from ..datasets import resolve_dataset
     from ..errors import InputError
-    from ..io.interactions import index_of
     from ..io.model_store import read_model, read_model_ids
+    from ..io.validation import index_of
     from ..kolmogorov.report import format_why
 
     if a.top < 1:

@@ -20,7 +20,7 @@ def print_prototypes(folder: str, dataset: str, limit: int) -> None:
     from ..datasets import resolve_dataset
     from ..datasets.registry import resolve_prepared
     from ..explain.report import format_prototypes
-    from ..io.interactions import read_table
+    from ..io.tables import read_table
 
     # The item catalogue only: a prepared folder's items.parquet, not its interactions.
     prepared = resolve_prepared(dataset)

@@ -2,7 +2,7 @@
 
 Reads the GroupLens layout (``u.data``, ``u.item``, ``u.user``), RecBole's atomic files
 (``ml-100k.inter``, ``.item``, ``.user``) or MovieLens-1M's GroupLens files (``ratings.dat``,
-``movies.dat``, ``users.dat``, ``::``-separated), and produces a prepared dataset (see ``io.interactions``).
+``movies.dat``, ``users.dat``, ``::``-separated), and produces a prepared dataset (see ``io.dataset_folders``).
 Item features: ``title`` (without the year), ``year``, ``genres`` (list of strings).
 """
 
@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from ..errors import InputError
 from ..io import raw
-from ..io.interactions import Dataset, write_dataset
+from ..io.dataset_folders import Dataset, write_dataset
 
 log = logging.getLogger(__name__)
 NAME = "movielens-100k"

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..config import Settings
 from ..errors import InputError
 from ..io.atomic import is_local
-from ..io.interactions import Dataset, read_catalogue, read_dataset
+from ..io.dataset_folders import PREPARED_FILES, Dataset, read_catalogue, read_dataset
 from . import movielens
 
 log = logging.getLogger(__name__)
@@ -96,9 +96,6 @@ def resolve_prepared(name_or_path: str, settings: Settings | None = None) -> Pat
     if not (prepared / "interactions.parquet").exists():
         resolve_dataset(name_or_path, settings)
     return prepared
-
-
-PREPARED_FILES = ("interactions.parquet", "users.parquet", "items.parquet")
 
 
 def resolve_catalogue(name_or_path: str, settings: Settings | None = None):

@@ -8,9 +8,9 @@ Two kinds:
   ratings skewed to 5 (the J-shaped marginal of ``AMAZON["ratings"]``); ``implicit`` turns every rating
   into a 1 (purchases, clicks).
 
-Generated one block of users at a time and appended to Parquet as row groups, so a 50M-interaction
-set never sits in memory whole. Duplicates cannot cross blocks (blocks partition the users) and are
-removed within a block, so the result is a valid prepared dataset.
+Generated one batch of users at a time and appended to Parquet as row groups, so a 50M-interaction
+set never sits in memory whole. Duplicates cannot cross batches (batches partition the users) and are
+removed within a batch, so the result is a valid prepared dataset.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def zipf_weights(n: int, exponent: float, rng: np.random.Generator) -> np.ndarra
     return rng.permutation(w / w.sum())
 
 
-def _sample_block(rng, deg, start, item_cdf, n_items, rounds=8) -> np.ndarray:
+def _sample_batch(rng, deg, start, item_cdf, n_items, rounds=8) -> np.ndarray:
     """Sorted unique keys user·n_items + item, each user with (nearly) its degree of distinct items.
 
     Popular items are drawn repeatedly by heavy users; the shortfall is redrawn a few rounds.
@@ -69,13 +69,13 @@ def amazon_degrees(n_interactions: int, n_items: int, rng: np.random.Generator) 
     """User degrees ≥ 1, log-normal (median ``AMAZON["user_median"]``), drawn until they sum to
     ``n_interactions`` (the last one trimmed); capped at half the catalogue."""
     mu, sigma = np.log(AMAZON["user_median"]), AMAZON["user_sigma"]
-    parts, total = [], 0
+    draws, total = [], 0
     while total < n_interactions:
         d = np.maximum(1, np.rint(rng.lognormal(mu, sigma, max(1000, (n_interactions - total) // 4))))
         d = np.minimum(d, max(1, n_items // 2)).astype(np.int64)
-        parts.append(d)
+        draws.append(d)
         total += int(d.sum())
-    deg = np.concatenate(parts)
+    deg = np.concatenate(draws)
     end = int(np.searchsorted(np.cumsum(deg), n_interactions))  # the user whose degree crosses the target
     deg = deg[: end + 1]
     deg[-1] -= int(deg.sum()) - n_interactions
@@ -99,7 +99,7 @@ def generate(
     item_exponent: float = 0.75,
     noise: float = 0.5,
     seed: int = 0,
-    block_users: int = 200_000,
+    batch_users: int = 200_000,
     kind: str = "zipf",
     implicit: bool = False,
 ) -> dict:
@@ -150,10 +150,10 @@ def generate(
     with atomic_path(out) as tmp:
         tmp.mkdir(parents=True)
         with pq.ParquetWriter(tmp / "interactions.parquet", schema) as writer:
-            for start in range(0, n_users, block_users):
-                stop = min(n_users, start + block_users)
+            for start in range(0, n_users, batch_users):
+                stop = min(n_users, start + batch_users)
                 brng = np.random.default_rng([seed, start])
-                key = _sample_block(brng, deg[start:stop], start, item_cdf, n_items)
+                key = _sample_batch(brng, deg[start:stop], start, item_cdf, n_items)
                 users, items = key // n_items, key % n_items
                 a = brng.standard_normal((stop - start, rank)) * np.sqrt(scale)
                 signal = np.einsum("nk,nk->n", a[users - start], b[items])
@@ -185,17 +185,17 @@ def generate(
 def _generate_gammli(out: Path, n_interactions: int, seed: int) -> dict:
     """GAMMLI's eq. 6 (``gammli.synthetic.eq6_blocks``) as a prepared dataset plus the two feature tables
     ``gammli fit`` reads: ``user_features.parquet`` (user, x1..x5) and ``item_features.parquet`` (item, z1..z5).
-    Written block by block, so memory is one block's."""
+    Written one batch of users at a time (``eq6_blocks`` yields them), so memory is one batch's."""
     from ..gammli.synthetic import eq6_blocks
 
-    blocks = eq6_blocks(n_interactions, seed)
-    users, items = next(blocks)
+    batches = eq6_blocks(n_interactions, seed)
+    users, items = next(batches)
     schema = pa.schema([("user", pa.int64()), ("item", pa.int64()), ("rating", pa.float64())])
     written = 0
     with atomic_path(out) as tmp:
         tmp.mkdir(parents=True)
         with pq.ParquetWriter(tmp / "interactions.parquet", schema) as writer:
-            for u, i, y in blocks:
+            for u, i, y in batches:
                 writer.write_table(pa.table({"user": u, "item": i, "rating": y}, schema=schema))
                 written += len(u)
                 log.info("synthetic gammli: %d interactions so far", written)

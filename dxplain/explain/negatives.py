@@ -33,7 +33,7 @@ from scipy.special import expit
 from .. import progress
 from ..interactions import Interactions
 from ..io import spill
-from ..io.interactions import write_pairs_part
+from ..io.tables import write_pairs_file
 from ..kernels.bce import DenseTerms, SparseTerms, csr_rows
 from ..kernels.negatives import LowestK, NegativeScore, scan_rows
 from ..kernels.representer import balance_transforms, balance_transforms_from_grams
@@ -436,7 +436,7 @@ def cleaned_part(score: NegativeScore | PartScore, parts, p: int, last: tuple[fl
     u, i, v = _scored(score, parts, p)
     lv, lu, li = last
     flagged = (v < lv) | ((v == lv) & ((u < lu) | ((u == lu) & (i <= li))))
-    write_pairs_part(folder, p, parts.user_ids, parts.item_ids, u[~flagged], i[~flagged])
+    write_pairs_file(folder, p, parts.user_ids, parts.item_ids, u[~flagged], i[~flagged])
     return int((~flagged).sum())
 
 

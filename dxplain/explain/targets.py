@@ -1,4 +1,4 @@
-"""Targets dxplain recommends itself: every user's top-N unseen items, in memory-bounded user blocks."""
+"""Targets dxplain recommends itself: every user's top-N unseen items, in memory-bounded batches of users."""
 
 from __future__ import annotations
 
@@ -31,21 +31,21 @@ def recommend(
     n : int
         Items per user (fewer where fewer are unseen).
     budget : int
-        Scores held at once (one float32 GEMM block).
+        Scores held at once (one float32 product).
     dense : bool, optional
-        Score every user block against every item (``kernels.topn.top_n_unseen``, the reference) instead
+        Score every batch of users against every item (``kernels.topn.top_n_unseen``, the reference) instead
         of the bounded scan that scores exactly only items that may enter a user's top-n
         (``top_n_unseen_pruned``, the same items; docs/scaling.md measures both). By default the scan,
         unless there are at most ``SCAN_MIN_ITEMS`` items (where it is no faster).
     """
     users = np.asarray(users, dtype=np.int64)
     dense = data.n_items <= SCAN_MIN_ITEMS if dense is None else dense
-    # The scan's user blocks meet its first item block within the budget; the dense path's every item.
-    block = max(1, budget // max(1, data.n_items if dense else FIRST_ITEM_BLOCK))
+    # A batch of users meets the scan's first FIRST_ITEM_BLOCK items within the budget, or every item (dense).
+    batch = max(1, budget // max(1, data.n_items if dense else FIRST_ITEM_BLOCK))
     order = None if dense else NormOrder.of(V)
     out_u, out_i, out_r = [], [], []
-    for a in range(0, len(users), block):
-        b = users[a : a + block]
+    for a in range(0, len(users), batch):
+        b = users[a : a + batch]
         seen, seen_ptr = data.user_positions(b)
         seen_items = data.item[seen].astype(np.intp)
         idx, _ = (

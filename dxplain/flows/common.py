@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from .. import ingest
 from ..config import Settings
 from ..datasets import resolve_dataset
 from ..datasets.registry import resolve_prepared
 from ..errors import DxplainError
 from ..io import partitions, runs
 from ..io.atomic import Location, join
-from ..io.interactions import read_catalogue_ids
+from ..io.dataset_folders import read_catalogue_ids
 from ..mapper import LocalMapper, Mapper, peak_rss_mib
 from ..models import policy
 from ..models.implicit_mf import looks_implicit, sample_in_parts
@@ -105,14 +106,14 @@ class Training:
 def load_training(
     dataset: str, settings: Settings, mapper: Mapper, implicit: bool, neg_samples: int, seed: int
 ) -> Training:
-    """A prepared dataset is scanned by tasks (``partitions.scan_source``): this process keeps ids, degrees
+    """A prepared dataset is scanned by tasks (``ingest.scan_source``): this process keeps ids, degrees
     and rating statistics, O(users + items). Implicit feedback from it (``implicit``, or a single rating
     value) is partitioned as positives and its negatives sampled by tasks (``sampled_training``). A bare
     file or a URL is loaded whole."""
     folder = resolve_prepared(dataset, settings)
     if folder is not None:
         t = time.perf_counter()
-        summary = partitions.scan_source(mapper, folder / "interactions.parquet", *read_catalogue_ids(folder))
+        summary = ingest.scan_source(mapper, folder / "interactions.parquet", *read_catalogue_ids(folder))
         get_run_logger().info(
             "dataset %s: %d interactions, %d users, %d items (scanned by tasks in %.1fs)",
             folder.name,
@@ -157,11 +158,11 @@ def sampled_training(positives: Training, out: str, mapper: Mapper, per_positive
 @task(cache_policy=NO_CACHE)
 def partition(training: Training, out: str, mapper: Mapper):
     """The training table as by-user and by-item Parquet parts: what training and explanation shards
-    read. A scanned table's parts are written by tasks from its file (``partitions.stream_partitions``)."""
+    read. A scanned table's parts are written by tasks from its file (``ingest.stream_partitions``)."""
     t = time.perf_counter()
     root = partitions.store_path(out, training.name, training.data)
     if training.source is not None:
-        parts = partitions.stream_partitions(mapper, join(training.source, "interactions.parquet"), training.data, root)
+        parts = ingest.stream_partitions(mapper, join(training.source, "interactions.parquet"), training.data, root)
     else:
         parts = partitions.write_partitions(root, training.data)
     get_run_logger().info(

@@ -25,18 +25,12 @@ from ..gammli.metrics import evaluate_pairs
 from ..gammli.model import GAMMLIModel, index_pairs
 from ..gammli.plots import effect_tables, plot_pngs
 from ..io.checkpoints import Checkpoints, files_signature
-from ..io.features import (
-    check_labels,
-    load_model,
-    parquet_bytes,
-    ratings_chunks,
-    read_features,
-    read_pairs,
-    read_ratings,
-    read_training_rows,
-    save_model,
-)
+from ..io.features import read_features
+from ..io.gammli_model import load_model, read_training_rows, save_model
+from ..io.ratings import check_labels, ratings_chunks, read_ratings
 from ..io.results import check_out_folder, staged_folder, write_folder, write_into
+from ..io.tables import parquet_bytes
+from ..io.targets import read_pairs
 from ..params import Interval, OneOf, Satisfies, validate
 from .common import open_mapper
 

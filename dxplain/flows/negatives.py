@@ -21,8 +21,8 @@ from ..datasets.registry import resolve_prepared
 from ..errors import InputError
 from ..explain import negatives as N
 from ..io import model_store
-from ..io.interactions import pairs_table, read_negatives
 from ..io.results import finish_results, staged_results
+from ..io.targets import pairs_table, read_negatives
 from ..kernels.bce import DenseTerms, SparseTerms
 from ..models.base import FactorModel
 from ..models.implicit_mf import (

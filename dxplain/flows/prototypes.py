@@ -24,8 +24,9 @@ from ..explain.representer import check_explainable, predictions
 from ..explain.targets import recommend, recommend_from_blocks
 from ..interactions import Interactions
 from ..io.atomic import is_local
-from ..io.interactions import index_of, read_targets
 from ..io.results import write_results
+from ..io.targets import read_targets
+from ..io.validation import index_of
 from ..kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
 from ..kernels.sbq import mean_embedding
 from ..models.als.trainer import DEFAULT_K

@@ -19,7 +19,7 @@ from ..config import Settings
 from ..errors import DegenerateError
 from ..explain.representer import PREDICTION, check_explainable
 from ..io import model_store, runs
-from ..io.interactions import read_targets
+from ..io.targets import read_targets
 from ..models.als.trainer import DEFAULT_K
 from ..params import FACTORS, Interval, validate
 from ..refresh import RefreshJob, run_passes, shard_count, shard_users, summarize

@@ -22,7 +22,9 @@ import numpy as np
 
 from ..errors import InputError
 from ..io.checkpoints import NoCheckpoints
-from ..io.features import FeatureTable, RatingsChunk, check_labels, read_ratings_chunk
+from ..io.features import FeatureTable
+from ..io.ratings import check_labels, read_ratings_chunk
+from ..io.tables import TableChunk
 from ..mapper import LocalMapper, peak_rss_mib
 from .additive import choose_prefix, fit_groups, n_validation, put_one, screen_pairs, select_terms
 from .latent import RIDGE_SHARE, fit_backfitted, latent_variance, training_residuals
@@ -109,7 +111,7 @@ class RatingsFile:
     cold_start_missing: bool = False
     what: str = "--dataset"
 
-    def __call__(self, chunk: RatingsChunk) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def __call__(self, chunk: TableChunk) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         uid, iid, y = read_ratings_chunk(chunk, self.what)
         if self.task == "classification":
             check_labels(y, f"{self.what} {chunk.path}")

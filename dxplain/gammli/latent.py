@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..io.features import write_training_part
+from ..io.gammli_model import write_residuals_file
 from ..kernels import gammli as G
 from .additive import fit_groups, put_one, reduce_in_order, rows
 
@@ -222,11 +222,11 @@ def _unpack_residuals(p, UV, lam):
 
 
 def _write_residuals(p, UV, lam, folder, n):
-    return write_training_part(folder, n, *_training_residuals(p, UV[0], UV[1], lam))
+    return write_residuals_file(folder, n, *_training_residuals(p, UV[0], UV[1], lam))
 
 
 def write_training_residuals(mapper, user_parts, U, V, lam, folder) -> int:
-    """``training_residuals`` written by the tasks that hold the parts, one file each (``io.features``); the
+    """``training_residuals`` written by the tasks that hold the parts, one file each (``io.gammli_model``); the
     number of files."""
     UV_h = put_one(mapper, (U, V), broadcast=True)
     return len(

@@ -185,7 +185,7 @@ class GAMMLIModel:
 
     # ---- storage ---------------------------------------------------------------------------------------
     def to_arrays(self) -> tuple[dict, dict]:
-        """(arrays, meta) for ``io.features.save_model``; the training residuals go in the arrays when they
+        """(arrays, meta) for ``io.gammli_model.save_model``; the training residuals go in the arrays when they
         were gathered (else the flow writes them as ``train/`` parts and sets ``meta["train_parts"]``)."""
         arrays = {
             "U": self.U,
@@ -222,7 +222,7 @@ class GAMMLIModel:
         by_name[INTERCEPT] = Term(INTERCEPT, "intercept")
         terms = [by_name[t["name"]] for t in meta["terms"]]
         additive = Additive(terms, [arrays[f"coef_{n}"] for n in range(len(terms))])
-        # The residuals are read per set of pairs (``io.features.read_training_rows``) unless kept inline.
+        # The residuals are read per set of pairs (``io.gammli_model.read_training_rows``) unless kept inline.
         train = (
             {"u": arrays["train_u"], "i": arrays["train_i"], "e": arrays["train_e"]} if "train_u" in arrays else None
         )

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import fsspec.core
 
+from ..errors import InputError
+
 # A local folder or file (Path or plain path string), or an fsspec URL such as memory://… or s3://….
 Location = str | os.PathLike
 
@@ -31,8 +33,6 @@ def filesystem(loc: Location):
     try:
         return fsspec.core.url_to_fs(str(loc))
     except ImportError as e:
-        from ..errors import InputError
-
         extra = " (dxplain's s3 extra: pip install -e '.[s3]')" if str(loc).startswith(("s3://", "s3a://")) else ""
         raise InputError(f"{loc}: {e}{extra}") from None
 

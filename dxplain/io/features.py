@@ -1,53 +1,46 @@
-"""Read and validate user and item feature tables (Parquet or CSV), and GAMMLI's model folder.
+"""Read and validate user and item feature tables (Parquet or CSV).
 
 A feature table has a key column (``user`` or ``item``) and one column per feature. A column is
 categorical when its type says so (Arrow dictionary or boolean: pandas ``category``/``bool``) or when it
 is listed in ``--categorical``; every other column must be numeric. Checks happen here, where the data
 enters: a missing key column, duplicate keys, NaN/inf or missing values, and a text column not declared
 categorical are ``InputError``s naming the column and the fix.
-
-Model folder (``gammli fit --out O`` writes ``O/model/``)::
-
-    arrays.npz        every array of the fitted model (no pickles)
-    train/part-*.parquet   the latent part's training residuals (u, i, e), one file per user part
-    meta.json         scalars, term names, feature encodings
-    user_features.parquet, item_features.parquet   the feature tables the model was fitted with
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
-import pyarrow.parquet as pq
 
 from ..errors import InputError
-from .atomic import filesystem, join
-from .interactions import read_table
+from .tables import read_table
+from .validation import non_finite
 
-
-@dataclass(frozen=True)
-class FeatureTable:
-    """One side's features: ``ids`` in row order, numeric columns as float64, categorical ones as strings."""
-
-    side: str
-    ids: pa.Array
-    numeric: dict[str, np.ndarray]
-    categorical: dict[str, np.ndarray]
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def to_table(self) -> pa.Table:
-        cols = {self.side: self.ids}
-        cols.update({f"{k}": pa.array(v) for k, v in self.numeric.items()})
-        cols.update({f"{k}": pa.array(v).dictionary_encode() for k, v in self.categorical.items()})
-        return pa.table(cols)
+ML100K_GENRES = (
+    "unknown",
+    "action",
+    "adventure",
+    "animation",
+    "children",
+    "comedy",
+    "crime",
+    "documentary",
+    "drama",
+    "fantasy",
+    "film_noir",
+    "horror",
+    "musical",
+    "mystery",
+    "romance",
+    "scifi",
+    "thriller",
+    "war",
+    "western",
+)
 
 
 def _is_categorical_type(t: pa.DataType) -> bool:
@@ -89,11 +82,10 @@ def features_from_table(
                 f"--categorical {name} or convert it to numbers"
             )
         x = col.to_numpy(zero_copy_only=False).astype(np.float64)
-        bad = ~np.isfinite(x)
-        if bad.any():
-            first = int(np.flatnonzero(bad)[0])
+        n_bad, first = non_finite(x)
+        if n_bad:
             raise InputError(
-                f"{source}: column {name!r} has {int(bad.sum())} NaN, infinite or missing value(s) "
+                f"{source}: column {name!r} has {n_bad} NaN, infinite or missing value(s) "
                 f"(first for {side} {ids[first].as_py()!r}); fill or drop them"
             )
         numeric[name] = x
@@ -105,90 +97,6 @@ def features_from_table(
 def read_features(path: str, side: str, categorical: tuple[str, ...] = ()) -> FeatureTable:
     """Read ``path`` (Parquet or CSV) as the ``side`` ('user' or 'item') feature table."""
     return features_from_table(read_table(path), side, categorical, source=str(path))
-
-
-def read_pairs(path: str) -> pa.Table:
-    """A table of (user, item[, rating]) pairs to explain or score."""
-    table = read_table(path)
-    missing = [c for c in ("user", "item") if c not in table.column_names]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {missing}; a pairs file needs 'user' and 'item' columns")
-    if table.num_rows == 0:
-        raise InputError(f"{path}: the table has no rows; give at least one (user, item) pair")
-    return table
-
-
-def save_model(
-    path: str | Path, arrays: dict[str, np.ndarray], meta: dict, users: FeatureTable, items: FeatureTable
-) -> dict[str, bytes]:
-    """The model folder's files as name → bytes (written whole with the rest of ``--out``)."""
-    import io
-
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    files = {f"{path}/arrays.npz": buf.getvalue(), f"{path}/meta.json": json.dumps(meta, indent=1).encode()}
-    for ft in (users, items):
-        files[f"{path}/{ft.side}_features.parquet"] = parquet_bytes(ft.to_table())
-    return files
-
-
-def write_training_part(folder: str | Path, n: int, u: np.ndarray, i: np.ndarray, e: np.ndarray) -> str:
-    """Part ``n`` of a model's training residuals (``<model>/train/part-NNNNN.parquet``), written by the task
-    that holds it: the fit's own process never gathers the table-sized residuals. Atomic per file."""
-    from .atomic import atomic_file
-
-    loc = Path(folder) / "train" / f"part-{n:05d}.parquet"
-    with atomic_file(loc) as fh:
-        pq.write_table(pa.table({"u": u.astype(np.int64), "i": i.astype(np.int64), "e": e}), fh)
-    return str(loc)
-
-
-def load_model(path: str | Path) -> tuple[dict[str, np.ndarray], dict, FeatureTable, FeatureTable]:
-    """(arrays, meta, user features, item features) of a model folder written by ``save_model``. The
-    training residuals are not read here (``read_training_rows`` reads those a set of pairs needs), except
-    when the model kept them in its arrays (``train_u``, ``train_i``, ``train_e``)."""
-    path = Path(path)
-    if not (path / "meta.json").exists() or not (path / "arrays.npz").exists():
-        raise InputError(
-            f"--model {path}: not a GAMMLI model folder (no meta.json/arrays.npz); give the "
-            "model/ folder that `dxplain gammli fit --out O` wrote (O/model)"
-        )
-    meta = json.loads((path / "meta.json").read_text())
-    with np.load(path / "arrays.npz", allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    if "train_u" not in arrays:
-        parts = _training_parts(path)
-        if len(parts) != meta.get("train_parts"):
-            raise InputError(
-                f"--model {path}: train/ holds {len(parts)} residual parts, the model has "
-                f"{meta.get('train_parts')}; the folder is incomplete, fit it again"
-            )
-    fts = [
-        features_from_table(pq.read_table(path / f"{s}_features.parquet"), s, tuple(meta["categorical"][s]))
-        for s in ("user", "item")
-    ]
-    return arrays, meta, fts[0], fts[1]
-
-
-def _training_parts(path: Path) -> list[Path]:
-    return sorted((path / "train").glob("part-*.parquet"))
-
-
-def read_training_rows(path: str | Path, arrays: dict, users: np.ndarray, items: np.ndarray) -> dict:
-    """The training residuals (u, i, e) of the given users' and items' rows, sorted by (user, item): every
-    row the latent attributions of pairs of these users and items sum over, and no other. The parts are
-    scanned row group by row group with the filter applied as they are read, so explaining a few pairs of a
-    large model holds a few users' and items' rows, not the table."""
-    if "train_u" in arrays:
-        u, i, e = arrays["train_u"], arrays["train_i"], arrays["train_e"]
-        keep = np.isin(u, users) | np.isin(i, items)
-        u, i, e = u[keep], i[keep], e[keep]
-    else:
-        wanted = pc.field("u").isin(pa.array(users, pa.int64())) | pc.field("i").isin(pa.array(items, pa.int64()))
-        t = pads.dataset([str(f) for f in _training_parts(Path(path))], format="parquet").to_table(filter=wanted)
-        u, i, e = (t[k].to_numpy() for k in ("u", "i", "e"))
-    order = np.lexsort((i, u))  # stable: the fit's own order (parts in user order, rows by (user, item))
-    return {"u": u[order], "i": i[order], "e": e[order]}
 
 
 def rows_of(ft: FeatureTable, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -203,131 +111,6 @@ def rows_of(ft: FeatureTable, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
             ) from exc
     idx = pc.index_in(ids, value_set=ft.ids)
     return idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def read_ratings(path: str, what: str = "--dataset") -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """(user ids, item ids, ratings) of a (user, item, rating) Parquet/CSV file, validated."""
-    from .interactions import _check_columns, _ratings
-
-    table = read_table(path)
-    _check_columns(table, f"{what} {path}")
-    y = _ratings(table, f"{what} {path}")
-    return table.column("user").combine_chunks(), table.column("item").combine_chunks(), y
-
-
-# Rows a ratings chunk holds (whole Parquet row groups are added until a chunk reaches it): what one task
-# reads and indexes at once, so the table is never read whole by any one process.
-ROWS_PER_CHUNK = 1 << 20
-
-
-@dataclass(frozen=True)
-class RatingsChunk:
-    """Whole row groups of one Parquet file of a ratings table, or a whole CSV (``row_groups`` None)."""
-
-    path: str
-    row_groups: tuple[int, ...] | None
-
-
-def ratings_chunks(path: str, what: str = "--dataset", rows: int = ROWS_PER_CHUNK) -> list[RatingsChunk]:
-    """The chunks of a ratings file or folder, in the order ``read_table`` reads its rows; only Parquet
-    footers are read here. A CSV is one chunk (it has no row groups to seek to)."""
-    fs, p = filesystem(path)
-    if not fs.exists(p):
-        raise InputError(f"{what} {path}: no such file or folder; check the path")
-    if fs.isdir(p):  # a folder of parts, in path order like pyarrow's dataset discovery
-        names = sorted(
-            f[len(p.rstrip("/")) + 1 :]
-            for f in fs.find(p)
-            if PurePosixPath(f).suffix in (".parquet", ".pq")
-            and not any(c.startswith(("_", ".")) for c in f[len(p) :].split("/"))
-        )  # as pyarrow skips
-        if not names:
-            raise InputError(f"{what} {path}: the folder holds no Parquet file; give a Parquet file or folder")
-        files = [str(join(path, *n.split("/"))) for n in names]
-    elif PurePosixPath(p).suffix in (".parquet", ".pq"):
-        files = [str(path)]
-    else:
-        return [RatingsChunk(str(path), None)]
-    chunks = []
-    for f in files:
-        ffs, fp = filesystem(f)
-        try:
-            with ffs.open(fp, "rb") as fh:
-                meta = pq.ParquetFile(fh).metadata
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(f"{what} {f}: cannot be read as Parquet ({exc}); give a Parquet file or a CSV") from exc
-        group, n = [], 0
-        for g in range(meta.num_row_groups):
-            group.append(g)
-            n += meta.row_group(g).num_rows
-            if n >= rows:
-                chunks.append(RatingsChunk(f, tuple(group)))
-                group, n = [], 0
-        if group or not chunks:
-            chunks.append(RatingsChunk(f, tuple(group)))
-    return chunks
-
-
-def read_ratings_chunk(chunk: RatingsChunk, what: str = "--dataset") -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """(user ids, item ids, ratings) of one chunk, validated like ``read_ratings``; an empty chunk (a file
-    with no rows among others) gives empty arrays, and the caller checks that the whole table has rows."""
-    from .interactions import _check_columns, _ratings
-
-    if chunk.row_groups is None:
-        return read_ratings(chunk.path, what)
-    fs, p = filesystem(chunk.path)
-    with fs.open(p, "rb") as fh:
-        f = pq.ParquetFile(fh)
-        missing = [c for c in ("user", "item", "rating") if c not in f.schema_arrow.names]
-        if missing or not chunk.row_groups:
-            table = f.schema_arrow.empty_table()
-        else:
-            table = f.read_row_groups(list(chunk.row_groups), columns=["user", "item", "rating"])
-    source = (
-        f"{what} {chunk.path} (row groups {chunk.row_groups[0]}–{chunk.row_groups[-1]})"
-        if chunk.row_groups
-        else f"{what} {chunk.path}"
-    )
-    if missing or table.num_rows:
-        _check_columns(table, source)
-        y = _ratings(table, source)
-    else:
-        y = np.zeros(0)
-        table = pa.table({c: table.column(c) for c in ("user", "item")})
-    return table.column("user").combine_chunks(), table.column("item").combine_chunks(), y
-
-
-def check_labels(y: np.ndarray, source: str) -> None:
-    """Classification labels must be 0 or 1."""
-    bad = (y != 0) & (y != 1)
-    if bad.any():
-        raise InputError(
-            f"{source}: {int(bad.sum())} label(s) are not 0 or 1 (first: {y[np.flatnonzero(bad)[0]]:g}) "
-            "but --task classification needs 0/1 labels; binarise the ratings or use --task regression"
-        )
-
-
-ML100K_GENRES = (
-    "unknown",
-    "action",
-    "adventure",
-    "animation",
-    "children",
-    "comedy",
-    "crime",
-    "documentary",
-    "drama",
-    "fantasy",
-    "film_noir",
-    "horror",
-    "musical",
-    "mystery",
-    "romance",
-    "scifi",
-    "thriller",
-    "war",
-    "western",
-)
 
 
 def movielens_feature_tables(src: str | Path) -> tuple[pa.Table, pa.Table, pa.Table]:
@@ -359,10 +142,20 @@ def movielens_feature_tables(src: str | Path) -> tuple[pa.Table, pa.Table, pa.Ta
     return user_table, pa.table(cols), ratings
 
 
-def parquet_bytes(table: pa.Table) -> bytes:
-    """A table as Parquet bytes (for a file in a sub-folder of a ``write_folder`` result)."""
-    import io
+@dataclass(frozen=True)
+class FeatureTable:
+    """One side's features: ``ids`` in row order, numeric columns as float64, categorical ones as strings."""
 
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()
+    side: str
+    ids: pa.Array
+    numeric: dict[str, np.ndarray]
+    categorical: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def to_table(self) -> pa.Table:
+        cols = {self.side: self.ids}
+        cols.update({f"{k}": pa.array(v) for k, v in self.numeric.items()})
+        cols.update({f"{k}": pa.array(v).dictionary_encode() for k, v in self.categorical.items()})
+        return pa.table(cols)

@@ -23,9 +23,11 @@ import pyarrow.parquet as pq
 from ..errors import InputError
 from ..interactions import Interactions
 from .atomic import atomic_path, filesystem, join
-from .interactions import Dataset, interactions_from_table, read_table
+from .dataset_folders import Dataset
 from .model_store import write_model
 from .results import check_out_folder
+from .tables import read_table
+from .validation import index_of, interactions_from_table
 
 UNSEEN = (
     "{n} test row(s) name {what}(s) absent from the training data, e.g. {examples}; a Kolmogorov model "
@@ -90,8 +92,6 @@ def read_test(path: str, train: Interactions, skip_unseen: bool) -> tuple[np.nda
             raise InputError(
                 f"{path}: every test row names an unseen user or item; test on pairs of the training users and items"
             )
-    from .interactions import index_of
-
     u = index_of(table.column("user"), train.user_ids, "user", path, UNSEEN)
     i = index_of(table.column("item"), train.item_ids, "item", path, UNSEEN)
     key = u.astype(np.int64) * train.n_items + i

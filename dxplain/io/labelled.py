@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from .atomic import Location
-from .interactions import read_table
+from .tables import read_table
 
 
 @dataclass

@@ -24,7 +24,8 @@ from ..errors import InputError
 from ..interactions import Interactions
 from .atomic import Location, atomic_dir, join
 from .atomic import exists as _exists
-from .interactions import index_of, read_id_column
+from .tables import read_id_column
+from .validation import index_of
 
 ROW_CHUNK = 65536
 

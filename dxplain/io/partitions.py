@@ -15,13 +15,13 @@ over the full id spaces: a by-user part holds its users' whole histories (the it
 a by-item part its items' whole rater lists (the user side). Parts hold about ``rows_per_part``
 interactions each, which bounds what a worker holds at once however large the table grows.
 
-A table too large for the flow's process is partitioned by tasks instead (``scan_source`` then
-``stream_partitions``): each task reads a chunk of the file's row groups, and the flow keeps only a
-``TableSummary`` (ids, degrees, rating statistics, fingerprint), O(users + items)::
+A table too large for the flow's process is partitioned by tasks instead (``dxplain.ingest``), which
+write the same files through the functions below, and meanwhile::
 
-    scan      chunk → validated counts, rating sum, digest           (one task per chunk)
-    bucket    chunk → <root>/_buckets/{user,item}/<part>/<chunk>     (one task per chunk)
-    assemble  a part's buckets → sorted, checked, the part's file    (one task per part and side)
+    <root>/_buckets/{user,item}/<part>/<chunk>.parquet   a chunk's rows of one part, removed once all is written
+
+A store is written by ``build_store`` (cuts, the parts, the id lists, the index last) or reused when its
+index has the data's key.
 """
 
 from __future__ import annotations
@@ -31,19 +31,219 @@ import functools
 import itertools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import InputError
-from ..interactions import Interactions, RowStats, TableSummary, equal_cuts, row_digest, stable_id_order
+from ..interactions import Interactions, TableSummary, equal_cuts
 from .atomic import Location, atomic_file, exists, filesystem, is_local, join, read_text, write_text_atomic
+from .tables import parquet_metadata, read_id_column, read_parquet
 
 ROWS_PER_PART = 2_000_000  # ~50 MB of columns per part; a shard holds one item part at a time
-ROWS_PER_CHUNK = 4_000_000  # rows a streaming task reads at once (whole row groups): ~100 MB of columns
+
+
+def _name(p: int) -> str:
+    return f"part-{p:05d}.parquet"
+
+
+def _empty(with_alpha: bool) -> pa.Table:
+    columns = {"user": pa.array([], pa.int32()), "item": pa.array([], pa.int32()), "rating": pa.array([], pa.float64())}
+    return pa.table({**columns, **({"alpha": pa.array([], pa.float64())} if with_alpha else {})})
+
+
+def _write(loc: Location, columns: dict) -> None:
+    with atomic_file(loc) as fh:
+        pq.write_table(pa.table(columns), fh, compression="lz4")  # read many times per run: lz4 decodes fastest
+
+
+def _reusable(index_loc: Location, key: str) -> dict | None:
+    """The index at ``index_loc`` if it has ``key``; otherwise None, and a stale index is removed first,
+    because the files it vouches for are about to be rewritten."""
+    if not exists(index_loc):
+        return None
+    index = json.loads(read_text(index_loc))
+    if index.get("key") == key:
+        # Reused: say so by a write, which ``runs.prune`` sees as the store being in use.
+        write_text_atomic(join(str(index_loc).rsplit("/", 1)[0], ".last-used"), f"{time.time()}\n")
+        return index
+    fs, path = filesystem(index_loc)
+    fs.rm(path)
+    return None
+
+
+def _write_ids(root: Location, user_ids: pa.Array, item_ids: pa.Array, replace: bool = True) -> None:
+    """The id lists beside the parts (before the index: a complete store has them); kept if there and not
+    ``replace`` (a reused store)."""
+    for side, ids in (("user", user_ids), ("item", item_ids)):
+        if replace or not exists(join(root, f"{side}_ids.parquet")):
+            fs, path = filesystem(root)
+            fs.makedirs(path, exist_ok=True)
+            _write(join(root, f"{side}_ids.parquet"), {"id": ids})
+
+
+def _write_parts(root: Location, data: Interactions, user_cuts: np.ndarray, item_cuts: np.ndarray, columns) -> None:
+    """One file per part and side; ``columns(rows)`` gives a part's columns from its rows in data order."""
+    fs, path = filesystem(root)
+    for side in ("user", "item"):
+        fs.makedirs(f"{path}/{side}", exist_ok=True)
+    for p, (a, b) in enumerate(itertools.pairwise(user_cuts)):
+        _write(join(root, "user", _name(p)), columns(np.arange(data.user_indptr[a], data.user_indptr[b])))
+    for p, (a, b) in enumerate(itertools.pairwise(item_cuts)):
+        rows = np.sort(data.item_order[data.item_indptr[a] : data.item_indptr[b]])  # back to (user, item) order
+        _write(join(root, "item", _name(p)), columns(rows))
+
+
+@functools.lru_cache(maxsize=2)  # a run's stores: the positives' and the training table's
+def _ids_of(root: str, key: str, n_users: int, n_items: int) -> tuple[pa.Array, pa.Array]:
+    """A store's id lists, read once per process and data (``key``): a worker's tasks share them."""
+    ids = tuple(read_id_column(join(root, f"{side}_ids.parquet")) for side in ("user", "item"))
+    if (len(ids[0]), len(ids[1])) != (n_users, n_items):
+        raise RuntimeError(
+            f"{root}: its id lists hold {len(ids[0])} users and {len(ids[1])} items, the parts "
+            f"{n_users} and {n_items}: the store was rewritten under a running job"
+        )
+    return ids
+
+
+def _by_reference(
+    root, user_cuts, item_cuts, n_users: int, n_items: int, n_interactions: int, with_alpha: bool, key: str
+) -> Partitions:
+    user_ids, item_ids = _ids_of(str(root), key, n_users, n_items)
+    return Partitions(root, user_cuts, item_cuts, user_ids, item_ids, n_interactions, with_alpha, key)
+
+
+def store_path(out: Location, dataset: str, data: Interactions | TableSummary) -> Location:
+    """Where a refresh keeps the parts of this exact data (one store per data; a new model rewrites only α)."""
+    return join(out, "partitions", f"{dataset}-{data.fingerprint()}")
+
+
+def build_store(
+    root: Location,
+    table: Interactions | TableSummary,
+    write_parts: Callable[[np.ndarray, np.ndarray], None],
+    rows_per_part: int | None = None,
+) -> Partitions:
+    """Write (or reuse, when ``root`` already holds this exact data) the store of ``table``: its cuts,
+    then ``write_parts(user_cuts, item_cuts)`` writes every part of both sides, then the id lists and the
+    index, last, so a crash leaves no store a reader would trust.
+
+    Parameters
+    ----------
+    table : Interactions or TableSummary
+        The data: its fingerprint keys the store, its degrees cut the parts.
+    write_parts : callable
+        Writes part p of each side from the cuts, (n_user_parts + 1,) and (n_item_parts + 1,) int64.
+    rows_per_part : int, optional
+        Interactions per part, about; by default ``ROWS_PER_PART``, read at call time (so a test can set
+        smaller parts for a whole flow).
+    """
+    key = table.fingerprint()
+    index = _reusable(join(root, "index.json"), key)
+    if index is None:
+        n_parts = max(1, -(-len(table) // max(1, rows_per_part or ROWS_PER_PART)))
+        user_cuts, item_cuts = equal_cuts(table.user_indptr, n_parts), equal_cuts(table.item_indptr, n_parts)
+        write_parts(user_cuts, item_cuts)
+        _write_ids(root, table.user_ids, table.item_ids)
+        index = {
+            "key": key,
+            "n_interactions": len(table),
+            "n_users": table.n_users,
+            "n_items": table.n_items,
+            "user_cuts": user_cuts.tolist(),
+            "item_cuts": item_cuts.tolist(),
+        }
+        write_text_atomic(join(root, "index.json"), json.dumps(index))
+    else:
+        _write_ids(root, table.user_ids, table.item_ids, replace=False)  # a store from before they were kept
+    return Partitions(
+        root,
+        np.asarray(index["user_cuts"], np.int64),
+        np.asarray(index["item_cuts"], np.int64),
+        table.user_ids,
+        table.item_ids,
+        int(index["n_interactions"]),
+        key=key,
+    )
+
+
+def write_partitions(root: Location, data: Interactions, rows_per_part: int | None = None) -> Partitions:
+    """Write (or reuse) the by-user and by-item parts of ``data``, a table in this process (``build_store``)."""
+
+    def columns(rows):
+        return {"user": data.user[rows], "item": data.item[rows], "rating": data.rating[rows]}
+
+    return build_store(
+        root, data, lambda user_cuts, item_cuts: _write_parts(root, data, user_cuts, item_cuts, columns), rows_per_part
+    )
+
+
+def write_alpha(parts: Partitions, data: Interactions, alpha: np.ndarray, key: str) -> Partitions:
+    """Write (or reuse, for the same ``key``) α beside the parts, in their row order; parts that read it back."""
+    if len(alpha) != len(data) or len(data) != parts.n_interactions:
+        raise ValueError(
+            f"alpha has {len(alpha)} values for {len(data)} interactions in a store of {parts.n_interactions}"
+        )
+    root = join(parts.root, "alpha")
+    if _reusable(join(root, "index.json"), key) is None:
+        _write_parts(root, data, parts.user_cuts, parts.item_cuts, lambda rows: {"alpha": alpha[rows]})
+        write_text_atomic(join(root, "index.json"), json.dumps({"key": key}))
+    return dataclasses.replace(parts, with_alpha=True)
+
+
+def alpha_reusable(parts: Partitions, key: str) -> bool:
+    """Whether the α beside ``parts`` is complete and was written for ``key`` (a stale index is removed)."""
+    return _reusable(join(parts.root, "alpha", "index.json"), key) is not None
+
+
+def write_alpha_part(parts: Partitions, side: str, p: int, alpha: np.ndarray) -> None:
+    """α of part p of one side, in the part's row order (``Partitions.read_part``); written atomically by
+    the task that computed it. ``finish_alpha`` vouches for the set once every part is written."""
+    if parts.with_alpha:
+        raise ValueError("write α parts before finish_alpha, into a store read without α")
+    fs, path = filesystem(join(parts.root, "alpha", side))
+    fs.makedirs(path, exist_ok=True)
+    _write(join(parts.root, "alpha", side, _name(p)), {"alpha": alpha})
+
+
+def finish_alpha(parts: Partitions, key: str) -> Partitions:
+    """Write the α index (last: its presence means every α part of ``key`` is there); parts that read α."""
+    write_text_atomic(join(parts.root, "alpha", "index.json"), json.dumps({"key": key}))
+    return dataclasses.replace(parts, with_alpha=True)
+
+
+def write_part(root: Location, side: str, p: int, columns: dict[str, np.ndarray]) -> None:
+    """Part p of one side (``user`` or ``item``): its (user, item, rating) columns, rows in (user, item) order."""
+    _write(join(root, side, _name(p)), columns)
+
+
+def write_bucket(root: Location, side: str, p: int, chunk: int, columns: dict[str, np.ndarray]) -> None:
+    """The rows of part p of one side that source chunk ``chunk`` holds, until the part is assembled."""
+    _write(join(root, "_buckets", side, f"{p:05d}", f"{chunk:05d}.parquet"), columns)
+
+
+def read_buckets(root: Location, side: str, p: int) -> pa.Table:
+    """Every bucket of part p of one side, in chunk order; only finished files, not an interrupted write's."""
+    folder = join(root, "_buckets", side, f"{p:05d}")
+    fs, path = filesystem(folder)
+    names = sorted(f.rsplit("/", 1)[-1] for f in fs.ls(path, detail=False)) if fs.exists(path) else []
+    tables = [read_parquet(join(folder, n)) for n in names if n.endswith(".parquet") and not n.startswith(".")]
+    return pa.concat_tables(tables) if tables else _empty(False)
+
+
+def remove_buckets(root: Location) -> None:
+    fs, path = filesystem(root)
+    if fs.exists(f"{path}/_buckets"):
+        fs.rm(f"{path}/_buckets", recursive=True)
+
+
+def remove_store(root: Location) -> None:
+    """Remove a store being written that failed: nothing is left that a reader would trust."""
+    fs, path = filesystem(root)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
 
 
 @dataclass(frozen=True)
@@ -70,8 +270,8 @@ class Partitions:
 
     def __reduce__(self):
         # Sent to a task, the parts are their root and cuts: every task of a map gets its own copy of its
-        # arguments, and the id lists are 104 MB at 50M Amazon-like interactions, 13 GB over 125 tasks.
-        # A worker reads them once from the store (``_ids_of``) and keeps them for every later task.
+        # arguments, and the id lists are O(users + items) bytes, times the number of tasks. A worker
+        # reads them once from the store (``_ids_of``) and keeps them for every later task.
         if self.key is not None and is_local(self.root):
             return _by_reference, (
                 self.root,
@@ -113,11 +313,7 @@ class Partitions:
     def user_part_offsets(self) -> np.ndarray:
         """The table row where each by-user part starts (parts hold consecutive users' rows in table
         order), from the files' footers."""
-        rows = []
-        for p in range(len(self.user_cuts) - 1):
-            fs, path = filesystem(join(self.root, "user", _name(p)))
-            with fs.open(path, "rb") as fh:
-                rows.append(pq.ParquetFile(fh).metadata.num_rows)
+        rows = [parquet_metadata(join(self.root, "user", _name(p))).num_rows for p in range(len(self.user_cuts) - 1)]
         return np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
 
     def read_rows(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -139,388 +335,12 @@ class Partitions:
         return self._part(self._read(side, p), slice(None))
 
     def _read(self, side: str, p: int) -> pa.Table:
-        t = _read_table(join(self.root, side, _name(p)))
+        t = read_parquet(join(self.root, side, _name(p)))
         if self.with_alpha:
-            t = t.append_column("alpha", _read_table(join(self.root, "alpha", side, _name(p)))["alpha"])
+            t = t.append_column("alpha", read_parquet(join(self.root, "alpha", side, _name(p)))["alpha"])
         return t
 
     def _part(self, t: pa.Table, keep: slice | np.ndarray) -> Part:
         col = {c: t[c].to_numpy()[keep] for c in t.column_names}
         data = Interactions(col["user"], col["item"], col["rating"], self.user_ids, self.item_ids)
         return Part(data, col.get("alpha"))
-
-
-def _by_reference(
-    root, user_cuts, item_cuts, n_users: int, n_items: int, n_interactions: int, with_alpha: bool, key: str
-) -> Partitions:
-    user_ids, item_ids = _ids_of(str(root), key, n_users, n_items)
-    return Partitions(root, user_cuts, item_cuts, user_ids, item_ids, n_interactions, with_alpha, key)
-
-
-@functools.lru_cache(maxsize=2)  # a run's stores: the positives' and the training table's
-def _ids_of(root: str, key: str, n_users: int, n_items: int) -> tuple[pa.Array, pa.Array]:
-    """A store's id lists, read once per process and data (``key``): a worker's tasks share them."""
-    from .interactions import read_id_column
-
-    ids = tuple(read_id_column(join(root, f"{side}_ids.parquet")) for side in ("user", "item"))
-    if (len(ids[0]), len(ids[1])) != (n_users, n_items):
-        raise RuntimeError(
-            f"{root}: its id lists hold {len(ids[0])} users and {len(ids[1])} items, the parts "
-            f"{n_users} and {n_items}: the store was rewritten under a running job"
-        )
-    return ids
-
-
-def _write_ids(root: Location, user_ids: pa.Array, item_ids: pa.Array, replace: bool = True) -> None:
-    """The id lists beside the parts (before the index: a complete store has them); kept if there and not
-    ``replace`` (a reused store)."""
-    for side, ids in (("user", user_ids), ("item", item_ids)):
-        if replace or not exists(join(root, f"{side}_ids.parquet")):
-            fs, path = filesystem(root)
-            fs.makedirs(path, exist_ok=True)
-            _write(join(root, f"{side}_ids.parquet"), {"id": ids})
-
-
-def _read_table(loc: Location) -> pa.Table:
-    fs, path = filesystem(loc)
-    with fs.open(path, "rb") as fh:
-        return pq.read_table(fh)
-
-
-def _name(p: int) -> str:
-    return f"part-{p:05d}.parquet"
-
-
-def _empty(with_alpha: bool) -> pa.Table:
-    columns = {"user": pa.array([], pa.int32()), "item": pa.array([], pa.int32()), "rating": pa.array([], pa.float64())}
-    return pa.table({**columns, **({"alpha": pa.array([], pa.float64())} if with_alpha else {})})
-
-
-def store_path(out: Location, dataset: str, data: Interactions) -> Location:
-    """Where a refresh keeps the parts of this exact data (one store per data; a new model rewrites only α)."""
-    return join(out, "partitions", f"{dataset}-{data.fingerprint()}")
-
-
-def write_partitions(root: Location, data: Interactions, rows_per_part: int | None = None) -> Partitions:
-    """Write (or reuse, when ``root`` already holds this exact data) the by-user and by-item parts of ``data``.
-
-    Each file is written atomically and the index last, so a crash leaves no store a reader would trust.
-    """
-    key = data.fingerprint()
-    index = _reusable(join(root, "index.json"), key)
-    if index is None:
-        # The module's value read at call time (None), so a test can set smaller parts for a whole flow.
-        n_parts = max(1, -(-len(data) // max(1, rows_per_part or ROWS_PER_PART)))
-        user_cuts, item_cuts = equal_cuts(data.user_indptr, n_parts), equal_cuts(data.item_indptr, n_parts)
-
-        def columns(rows):
-            return {"user": data.user[rows], "item": data.item[rows], "rating": data.rating[rows]}
-
-        _write_parts(root, data, user_cuts, item_cuts, columns)
-        _write_ids(root, data.user_ids, data.item_ids)
-        index = {
-            "key": key,
-            "n_interactions": len(data),
-            "n_users": data.n_users,
-            "n_items": data.n_items,
-            "user_cuts": user_cuts.tolist(),
-            "item_cuts": item_cuts.tolist(),
-        }
-        write_text_atomic(join(root, "index.json"), json.dumps(index))
-    else:
-        _write_ids(root, data.user_ids, data.item_ids, replace=False)  # a store from before they were kept
-    return Partitions(
-        root,
-        np.asarray(index["user_cuts"], np.int64),
-        np.asarray(index["item_cuts"], np.int64),
-        data.user_ids,
-        data.item_ids,
-        int(index["n_interactions"]),
-        key=key,
-    )
-
-
-def write_alpha(parts: Partitions, data: Interactions, alpha: np.ndarray, key: str) -> Partitions:
-    """Write (or reuse, for the same ``key``) α beside the parts, in their row order; parts that read it back."""
-    if len(alpha) != len(data) or len(data) != parts.n_interactions:
-        raise ValueError(
-            f"alpha has {len(alpha)} values for {len(data)} interactions in a store of {parts.n_interactions}"
-        )
-    root = join(parts.root, "alpha")
-    if _reusable(join(root, "index.json"), key) is None:
-        _write_parts(root, data, parts.user_cuts, parts.item_cuts, lambda rows: {"alpha": alpha[rows]})
-        write_text_atomic(join(root, "index.json"), json.dumps({"key": key}))
-    return dataclasses.replace(parts, with_alpha=True)
-
-
-def alpha_reusable(parts: Partitions, key: str) -> bool:
-    """Whether the α beside ``parts`` is complete and was written for ``key`` (a stale index is removed)."""
-    return _reusable(join(parts.root, "alpha", "index.json"), key) is not None
-
-
-def write_alpha_part(parts: Partitions, side: str, p: int, alpha: np.ndarray) -> None:
-    """α of part p of one side, in the part's row order (``Partitions.read_part``); written atomically by
-    the task that computed it. ``finish_alpha`` vouches for the set once every part is written."""
-    if parts.with_alpha:
-        raise ValueError("write α parts before finish_alpha, into a store read without α")
-    fs, path = filesystem(join(parts.root, "alpha", side))
-    fs.makedirs(path, exist_ok=True)
-    _write(join(parts.root, "alpha", side, _name(p)), {"alpha": alpha})
-
-
-def finish_alpha(parts: Partitions, key: str) -> Partitions:
-    """Write the α index (last: its presence means every α part of ``key`` is there); parts that read α."""
-    write_text_atomic(join(parts.root, "alpha", "index.json"), json.dumps({"key": key}))
-    return dataclasses.replace(parts, with_alpha=True)
-
-
-def _reusable(index_loc: Location, key: str) -> dict | None:
-    """The index at ``index_loc`` if it has ``key``; otherwise None, and a stale index is removed first,
-    because the files it vouches for are about to be rewritten."""
-    if not exists(index_loc):
-        return None
-    index = json.loads(read_text(index_loc))
-    if index.get("key") == key:
-        # Reused: say so by a write, which ``runs.prune`` sees as the store being in use.
-        write_text_atomic(join(str(index_loc).rsplit("/", 1)[0], ".last-used"), f"{time.time()}\n")
-        return index
-    fs, path = filesystem(index_loc)
-    fs.rm(path)
-    return None
-
-
-def _write_parts(root: Location, data: Interactions, user_cuts: np.ndarray, item_cuts: np.ndarray, columns) -> None:
-    """One file per part and side; ``columns(rows)`` gives a part's columns from its rows in data order."""
-    fs, path = filesystem(root)
-    for side in ("user", "item"):
-        fs.makedirs(f"{path}/{side}", exist_ok=True)
-    for p, (a, b) in enumerate(itertools.pairwise(user_cuts)):
-        _write(join(root, "user", _name(p)), columns(np.arange(data.user_indptr[a], data.user_indptr[b])))
-    for p, (a, b) in enumerate(itertools.pairwise(item_cuts)):
-        rows = np.sort(data.item_order[data.item_indptr[a] : data.item_indptr[b]])  # back to (user, item) order
-        _write(join(root, "item", _name(p)), columns(rows))
-
-
-def _write(loc: Location, columns: dict) -> None:
-    with atomic_file(loc) as fh:
-        pq.write_table(pa.table(columns), fh, compression="lz4")  # read many times per run: lz4 decodes fastest
-
-
-# ---- streaming: a table partitioned by tasks, never whole in one process ------------------------------
-
-Chunk = tuple  # (file Location, row group indices): what one streaming task reads
-
-
-def source_chunks(path: Location, rows_per_chunk: int = ROWS_PER_CHUNK) -> list[Chunk]:
-    """The row groups of a Parquet file (or of a folder's files, in name order) in chunks of about
-    ``rows_per_chunk`` rows; only footers are read."""
-    from .interactions import parquet_files
-
-    fs, p = filesystem(path)
-    chunks = []
-    for f in parquet_files(path):
-        loc = join(path, f[len(p) :].lstrip("/")) if fs.isdir(p) else path
-        with fs.open(f, "rb") as fh:
-            meta = pq.ParquetFile(fh).metadata
-        groups, rows = [], 0
-        for g in range(meta.num_row_groups):
-            groups.append(g)
-            rows += meta.row_group(g).num_rows
-            if rows >= rows_per_chunk:
-                chunks.append((loc, tuple(groups)))
-                groups, rows = [], 0
-        if groups:
-            chunks.append((loc, tuple(groups)))
-    return chunks
-
-
-def _read_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(user, item, rating) of one chunk as indices into the id lists, validated where data enters."""
-    from .interactions import _ratings, index_of
-
-    loc, groups = chunk
-    fs, path = filesystem(loc)
-    with fs.open(path, "rb") as fh:
-        t = pq.ParquetFile(fh).read_row_groups(list(groups), columns=["user", "item", "rating"])
-    source = f"{loc} (row groups {groups[0]}–{groups[-1]})"
-    for c in ("user", "item"):
-        if t.column(c).null_count:
-            raise InputError(f"{source}: {t.column(c).null_count} row(s) have no {c} id; drop or fill them")
-    y = _ratings(t, source)
-    missing = (
-        "{n} row(s) name {what}(s) missing from the dataset's users.parquet/items.parquet, e.g. {examples}; "
-        "re-create the dataset with `dxplain datasets import`"
-    )
-    u = index_of(t.column("user"), user_ids, "user", source, missing)
-    i = index_of(t.column("item"), item_ids, "item", source, missing)
-    return u, i, y
-
-
-def scan_chunk(chunk: Chunk, user_ids: pa.Array, item_ids: pa.Array) -> RowStats:
-    return RowStats.of(*_read_chunk(chunk, user_ids, item_ids), len(user_ids), len(item_ids), compact=True)
-
-
-def scan_source(
-    mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array, rows_per_chunk: int = ROWS_PER_CHUNK
-) -> TableSummary:
-    """Validate a prepared dataset's interactions by tasks over chunks of its row groups and summarise
-    them (``TableSummary``): the flow holds O(users + items). ``user_ids`` and ``item_ids`` are the
-    dataset's users.parquet and items.parquet ids, which must be sorted and each have an interaction."""
-    folder = str(path).rsplit("/", 1)[0]  # the dataset: its users.parquet and items.parquet are named below
-    for what, ids in (("users", user_ids), ("items", item_ids)):
-        if len(ids) > 1 and not pc.all(pc.greater(ids[1:], ids[:-1])).as_py():
-            raise InputError(
-                f"{folder}: {what}.parquet does not list its ids in sorted order without repeats; "
-                "re-create the dataset with `dxplain datasets import`"
-            )
-    chunks = source_chunks(path, rows_per_chunk)
-    if not chunks:
-        raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
-    users_h, items_h = mapper.put(user_ids, broadcast=True), mapper.put(item_ids, broadcast=True)
-    # Summed as they finish: the flow holds one chunk's counts at a time.
-    stats = RowStats.total(
-        c for _, c in mapper.imap(scan_chunk, [(chunk, users_h, items_h) for chunk in chunks], name="load-scan")
-    )
-    if stats is None or not stats.user_counts.sum():
-        raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
-    for what, counts, ids in (("user", stats.user_counts, user_ids), ("item", stats.item_counts, item_ids)):
-        if not counts.all():
-            raise InputError(
-                f"{folder}: {what}s.parquet lists {int((counts == 0).sum())} {what}(s) with no interaction, "
-                f"e.g. {ids[int(np.argmin(counts))].as_py()!r}; re-create the dataset with "
-                "`dxplain datasets import`"
-            )
-    return TableSummary(user_ids, item_ids, stats)
-
-
-def bucket_chunk(
-    chunk: Chunk,
-    c: int,
-    user_ids: pa.Array,
-    item_ids: pa.Array,
-    root: Location,
-    user_cuts: np.ndarray,
-    item_cuts: np.ndarray,
-) -> np.ndarray:
-    """Write chunk c's rows into one bucket file per part they belong to, for each side; the rows'
-    digest, which the caller checks against the scan's (the source must not change in between)."""
-    u, i, y = _read_chunk(chunk, user_ids, item_ids)
-    for side, key, cuts in (("user", u, user_cuts), ("item", i, item_cuts)):
-        part = np.searchsorted(cuts, key, side="right") - 1
-        order = stable_id_order(part)
-        edges = np.searchsorted(part[order], np.arange(len(cuts)))
-        for p in np.flatnonzero(np.diff(edges)):
-            rows = order[edges[p] : edges[p + 1]]
-            _write(
-                join(root, "_buckets", side, f"{p:05d}", f"{c:05d}.parquet"),
-                {"user": u[rows], "item": i[rows], "rating": y[rows]},
-            )
-    return row_digest(u, i, y)
-
-
-def assemble_part(root: Location, side: str, p: int, user_ids: pa.Array, item_ids: pa.Array, source: str) -> int:
-    """Part p of one side from its buckets: rows in (user, item) order, a repeated pair refused by name.
-    The buckets stay (``stream_partitions`` removes them all at the end), so a rerun of this task, after a
-    lost worker, rebuilds the same part; only finished bucket files are read, not an interrupted write's."""
-    folder = join(root, "_buckets", side, f"{p:05d}")
-    fs, path = filesystem(folder)
-    names = sorted(f.rsplit("/", 1)[-1] for f in fs.ls(path, detail=False)) if fs.exists(path) else []
-    tables = [_read_table(join(folder, n)) for n in names if n.endswith(".parquet") and not n.startswith(".")]
-    t = pa.concat_tables(tables) if tables else _empty(False)
-    u, i, y = (t[c].to_numpy() for c in ("user", "item", "rating"))
-    key = u.astype(np.int64) * len(item_ids) + i
-    order = np.argsort(key)
-    key = key[order]
-    dup = np.flatnonzero(key[1:] == key[:-1])
-    if len(dup):
-        row = order[dup[0]]
-        raise InputError(
-            f"{source}: {len(dup)} duplicate (user, item) pair(s), e.g. user="
-            f"{user_ids[int(u[row])].as_py()!r}, item={item_ids[int(i[row])].as_py()!r}; keep one rating "
-            "per pair (e.g. the latest) before importing"
-        )
-    _write(join(root, side, _name(p)), {"user": u[order], "item": i[order], "rating": y[order]})
-    return len(order)
-
-
-def stream_partitions(
-    mapper,
-    path: Location,
-    summary: TableSummary,
-    root: Location,
-    rows_per_part: int | None = None,
-    rows_per_chunk: int = ROWS_PER_CHUNK,
-) -> Partitions:
-    """Write (or reuse) the by-user and by-item parts of the table at ``path`` by tasks (``bucket_chunk``,
-    then ``assemble_part``), its rows never in this process: the same files ``write_partitions`` writes
-    for the table read whole. On an error nothing is left that a reader would trust, nor any bucket."""
-    key = summary.fingerprint()
-    index = _reusable(join(root, "index.json"), key)
-    if index is None:
-        n = len(summary)
-        n_parts = max(1, -(-n // max(1, rows_per_part or ROWS_PER_PART)))
-        user_cuts, item_cuts = (
-            equal_cuts(np.concatenate([[0], np.cumsum(counts)]), n_parts)
-            for counts in (summary.user_degree(), summary.item_degree())
-        )
-        users_h, items_h = mapper.put(summary.user_ids, broadcast=True), mapper.put(summary.item_ids, broadcast=True)
-        fs, root_path = filesystem(root)
-        if fs.exists(f"{root_path}/_buckets"):  # an interrupted run's: its chunks may have been cut otherwise
-            fs.rm(f"{root_path}/_buckets", recursive=True)
-        try:
-            digests = mapper.map(
-                bucket_chunk,
-                [
-                    (chunk, c, users_h, items_h, root, user_cuts, item_cuts)
-                    for c, chunk in enumerate(source_chunks(path, rows_per_chunk))
-                ],
-                name="load-bucket",
-            )
-            with np.errstate(over="ignore"):
-                digest = np.sum(digests, axis=0, dtype=np.uint64)
-            if not np.array_equal(digest, summary.stats.digest):
-                raise InputError(
-                    f"{path}: the interactions changed while they were read (their digest differs "
-                    "from the scan's); run again once the dataset is no longer being written"
-                )
-            counts = mapper.map(
-                assemble_part,
-                [
-                    (root, side, p, users_h, items_h, str(path))
-                    for side, cuts in (("user", user_cuts), ("item", item_cuts))
-                    for p in range(len(cuts) - 1)
-                ],
-                name="load-assemble",
-            )
-            if sum(counts) != 2 * n:
-                raise InputError(
-                    f"{path}: the parts hold {sum(counts)} rows for 2 × {n} interactions; the "
-                    "interactions changed while they were read; run again"
-                )
-        except BaseException:
-            if fs.exists(root_path):
-                fs.rm(root_path, recursive=True)
-            raise
-        if fs.exists(f"{root_path}/_buckets"):
-            fs.rm(f"{root_path}/_buckets", recursive=True)
-        _write_ids(root, summary.user_ids, summary.item_ids)
-        index = {
-            "key": key,
-            "n_interactions": n,
-            "n_users": summary.n_users,
-            "n_items": summary.n_items,
-            "user_cuts": user_cuts.tolist(),
-            "item_cuts": item_cuts.tolist(),
-        }
-        write_text_atomic(join(root, "index.json"), json.dumps(index))
-    else:
-        _write_ids(root, summary.user_ids, summary.item_ids, replace=False)
-    return Partitions(
-        root,
-        np.asarray(index["user_cuts"], np.int64),
-        np.asarray(index["item_cuts"], np.int64),
-        summary.user_ids,
-        summary.item_ids,
-        int(index["n_interactions"]),
-        key=key,
-    )

@@ -53,9 +53,9 @@ def write_results(
 
 @contextlib.contextmanager
 def staged_results(out: str | os.PathLike, kind: str, now: dt.datetime | None = None):
-    """``write_results``'s folder, staged for outputs that tasks write too (a Parquet dataset, one file per
-    part): yields (temporary folder, final path); ``finish_results`` adds the tables and the summary. The
-    folder is renamed into place when the block ends without error, and removed otherwise."""
+    """``write_results``'s folder, staged for outputs that tasks write too (a Parquet folder, one file per
+    task): yields (temporary folder, final path); ``finish_results`` adds the tables and the summary. The
+    folder is renamed into place when the ``with`` ends without error, and removed otherwise."""
     now = now or dt.datetime.now(dt.UTC)
     path = Path(out) / kind / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     with atomic_path(path) as tmp:
@@ -100,8 +100,8 @@ def write_folder(
 
 @contextlib.contextmanager
 def staged_folder(path: str | os.PathLike, force: bool = False):
-    """``write_folder``'s temporary sibling, for outputs that tasks write too (e.g. one file per part): yields
-    its path, renamed to ``path`` when the block ends without error and removed otherwise."""
+    """``write_folder``'s temporary sibling, for outputs that tasks write too (e.g. one file per task): yields
+    its path, renamed to ``path`` when the ``with`` ends without error and removed otherwise."""
     path = Path(path)
     check_out_folder(path, force)
     with atomic_path(path) as tmp:

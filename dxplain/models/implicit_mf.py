@@ -160,7 +160,7 @@ def sample_part(parts, p: int, per_positive: int, seed: int, folder) -> RowStats
     (``sample_negatives`` over the part's users, seeded by (seed, p): the same for the same partitioning),
     written to ``folder`` as one file of a Parquet dataset in original ids, rating 1 on positives and 0
     on negatives: the rows of the training table D this part's users have. Returns their ``RowStats``."""
-    from ..io.interactions import write_pairs_part
+    from ..io.tables import write_pairs_file
 
     a, b = int(parts.user_cuts[p]), int(parts.user_cuts[p + 1])
     d = parts.read_part("user", p).data
@@ -170,7 +170,7 @@ def sample_part(parts, p: int, per_positive: int, seed: int, folder) -> RowStats
     u = np.concatenate([d.user.astype(np.int64), nu + a])
     i = np.concatenate([d.item.astype(np.int64), ni])
     y = np.concatenate([np.ones(len(d)), np.zeros(len(nu))])
-    write_pairs_part(folder, p, d.user_ids, d.item_ids, u, i, rating=y)
+    write_pairs_file(folder, p, d.user_ids, d.item_ids, u, i, rating=y)
     return RowStats.of(u, i, y, d.n_users, d.n_items, compact=True)  # a part's users are a range: sent as one
 
 
@@ -178,9 +178,9 @@ def sample_in_parts(mapper, parts, per_positive: int, seed: int, folder) -> Tabl
     """The training table D = P ∪ N written by tasks, one file per by-user part of the positives' ``parts``
     (``sample_part``), to the Parquet dataset ``folder``; its summary, summed as the tasks finish. The
     flow's process holds O(users + items): the negatives are never here."""
-    from ..io.interactions import clear_dataset
+    from ..io.tables import remove_folder
 
-    clear_dataset(folder)
+    remove_folder(folder)
     tasks = [(parts, p, per_positive, seed, folder) for p in range(len(parts.user_cuts) - 1)]
     stats = RowStats.total(s for _, s in mapper.imap(sample_part, tasks, name="sample-negatives"))
     return TableSummary(parts.user_ids, parts.item_ids, stats)
