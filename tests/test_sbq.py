@@ -296,7 +296,7 @@ def implicit_problem(seed=4):
 def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(tmp_path, kind, monkeypatch):
     """Each by-user part computes its own candidates' embeddings, and only the item blocks a step needs
     travel: the same prototypes, weights and objective as greedy over every row's embedding."""
-    from dxplain.explain import prototypes_parts
+    from dxplain.explain import part_shard, prototypes_parts
     from dxplain.explain.prototypes import mf_fisher_rows
     from dxplain.explain.prototypes_parts import select_from_parts
     from dxplain.io.partitions import write_partitions
@@ -305,10 +305,10 @@ def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(
     if kind == "bce":
         d, model = implicit_problem()
         kind = "expected"  # the Bernoulli curvature
-    elif kind == "user-chunks":  # users' and items' blocks built a few at a time
-        monkeypatch.setattr(prototypes_parts, "USER_CHUNK", 2)
-        monkeypatch.setattr(prototypes_parts, "ITEM_CHUNK", 3)  # and items' blocks a few at a time
-        monkeypatch.setattr(prototypes_parts, "PASS_ROWS", 7)  # and the passes and the start's rows in chunks
+    elif kind == "user-chunks":  # users' whiteners built a few at a time
+        monkeypatch.setattr(part_shard, "USER_CHUNK", 2)
+        monkeypatch.setattr(prototypes_parts, "ITEM_CHUNK", 3)  # and items' whiteners a few at a time
+        monkeypatch.setattr(part_shard, "PASS_ROWS", 7)  # and the passes and the start's rows in chunks
         d, model = mf_block_problem(seed=11)[:2]
         kind = "empirical"
     elif kind == "fine-ratings":  # over 256 distinct ratings: a shard keeps each row's rating, not a code
