@@ -209,14 +209,6 @@ def mf_embedding(WU, WV, users, items, gU, gV) -> sp.csr_array:
     return PairHalves(np.asarray(users), np.asarray(items), a, b).to_csr(WU.shape[0], WV.shape[0])
 
 
-@dataclass(frozen=True)
-class ItemWhiteners:
-    """W_j of some items (one object, so a mapper sends it whole rather than element by element)."""
-
-    items: np.ndarray  # (n,) sorted
-    W: np.ndarray  # (n, k, k)
-
-
 def whiteners_of(sent: tuple, items: np.ndarray) -> np.ndarray:
     """W_j of ``items`` from the ``ItemWhiteners`` sent so far. They stay as sent, shared by every state of a
     worker, rather than copied into a lookup per state."""
@@ -230,3 +222,11 @@ def whiteners_of(sent: tuple, items: np.ndarray) -> np.ndarray:
         missing = items[~found]
         raise RuntimeError(f"item whiteners of {len(missing)} items (e.g. {missing[0]}) were not sent to this shard")
     return W
+
+
+@dataclass(frozen=True)
+class ItemWhiteners:
+    """W_j of some items (one object, so a mapper sends it whole rather than element by element)."""
+
+    items: np.ndarray  # (n,) sorted
+    W: np.ndarray  # (n, k, k)

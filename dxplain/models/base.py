@@ -109,7 +109,8 @@ class FactorModel:
 
         U, V, attrs = model_store.read_model(path, data, factors=blocks is None)
         if blocks is not None:
-            from .blocks import Blocks, Scratch
+            from ..io.row_blocks import Scratch
+            from .blocks import Blocks
 
             mapper, parts = blocks
             scratch = Scratch(parts.root)
