@@ -26,6 +26,8 @@ import resource
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from .io.proc import peak_resident_kib
+
 log = logging.getLogger(__name__)
 
 Report = Callable[[int, Any], None]
@@ -78,13 +80,9 @@ def peak_rss_mib() -> float:
     started by a flow holding the whole table reported the flow's peak as its own (measured: a spawned
     child of a 1.5 GiB process had ru_maxrss 1.5 GiB and VmHWM 28 MiB).
     """
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)  # kB
-    except OSError:
-        pass
+    peak = peak_resident_kib()
+    if peak is not None:
+        return round(peak / 1024, 1)
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux, bytes on macOS
 
 

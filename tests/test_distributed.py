@@ -10,9 +10,9 @@ from dxplain.distributed.cluster import blas_threads, connect
 from dxplain.distributed.mapper import DaskMapper
 from dxplain.explain.representer import Preprocessed
 from dxplain.io.partitions import write_partitions
+from dxplain.io.row_blocks import call_loaded
 from dxplain.mapper import LocalMapper
 from dxplain.models.als.trainer import ALSMF
-from dxplain.models.blocks import call_loaded
 from dxplain.refresh import RefreshJob, run_passes, shard_users
 
 pytestmark = pytest.mark.distributed

@@ -342,8 +342,9 @@ def test_scores_from_factor_blocks_equal_the_whole_scoring_rule(tmp_path, method
     rows), scores the part's negatives as the whole model's rule does; also when UVᵀ has rank below k
     and the balanced factors have fewer columns."""
     from dxplain.io.partitions import write_partitions
+    from dxplain.io.row_blocks import Scratch
     from dxplain.mapper import LocalMapper
-    from dxplain.models.blocks import Blocks, Scratch
+    from dxplain.models.blocks import Blocks
 
     table, terms, U, V = _sampled()
     if collapsed:

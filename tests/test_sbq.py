@@ -296,7 +296,7 @@ def implicit_problem(seed=4):
 def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(tmp_path, kind, monkeypatch):
     """Each by-user part computes its own candidates' embeddings, and only the item blocks a step needs
     travel: the same prototypes, weights and objective as greedy over every row's embedding."""
-    from dxplain.explain import prototypes_parts
+    from dxplain.explain import part_shard, prototypes_parts
     from dxplain.explain.prototypes import mf_fisher_rows
     from dxplain.explain.prototypes_parts import select_from_parts
     from dxplain.io.partitions import write_partitions
@@ -305,10 +305,10 @@ def test_greedy_over_the_parts_selects_what_greedy_over_the_whole_table_selects(
     if kind == "bce":
         d, model = implicit_problem()
         kind = "expected"  # the Bernoulli curvature
-    elif kind == "user-chunks":  # users' and items' blocks built a few at a time
-        monkeypatch.setattr(prototypes_parts, "USER_BLOCKS", 2)
-        monkeypatch.setattr(prototypes_parts, "ITEM_CHUNK", 3)  # and items' blocks a few at a time
-        monkeypatch.setattr(prototypes_parts, "PASS_ROWS", 7)  # and the passes and the start's rows in chunks
+    elif kind == "user-chunks":  # users' whiteners built a few at a time
+        monkeypatch.setattr(part_shard, "USER_CHUNK", 2)
+        monkeypatch.setattr(prototypes_parts, "ITEM_CHUNK", 3)  # and items' whiteners a few at a time
+        monkeypatch.setattr(part_shard, "PASS_ROWS", 7)  # and the passes and the start's rows in chunks
         d, model = mf_block_problem(seed=11)[:2]
         kind = "empirical"
     elif kind == "fine-ratings":  # over 256 distinct ratings: a shard keeps each row's rating, not a code
@@ -364,8 +364,9 @@ def test_greedy_over_the_parts_reads_the_factors_from_their_blocks_and_holds_nei
     from dxplain.explain.prototypes import mf_fisher_rows
     from dxplain.explain.prototypes_parts import PartShards, select_from_parts
     from dxplain.io.partitions import write_partitions
+    from dxplain.io.row_blocks import Scratch
     from dxplain.mapper import LocalMapper
-    from dxplain.models.blocks import Blocks, Scratch
+    from dxplain.models.blocks import Blocks
 
     d, model, T = mf_block_problem(seed=11)
     parts = write_partitions(str(tmp_path / "parts"), d, rows_per_part=len(d) // 6)
@@ -401,13 +402,14 @@ def test_greedy_over_the_parts_reads_the_factors_from_their_blocks_and_holds_nei
 
 def test_blocks_cut_elsewhere_than_the_parts_are_refused(tmp_path):
     from dxplain.io.partitions import write_partitions
+    from dxplain.io.row_blocks import Scratch
     from dxplain.mapper import LocalMapper
-    from dxplain.models.blocks import Blocks, Scratch, checked_cuts
+    from dxplain.models.blocks import Blocks
 
     d, model, _ = mf_block_problem(seed=11)
     parts = write_partitions(str(tmp_path / "parts"), d, rows_per_part=len(d) // 4)
     mapper, scratch = LocalMapper(), Scratch(parts.root)
     U = Blocks.split(mapper, scratch, model.U, np.array([0, d.n_users]))
     with pytest.raises(ValueError, match="cut at 1 other row ranges"):
-        checked_cuts(U, parts.user_cuts)
+        U.cut_at(parts.user_cuts)
     np.testing.assert_array_equal(U.take([5, 1, 5]), model.U[[5, 1, 5]])

@@ -108,8 +108,9 @@ def test_one_users_top_n_from_factor_blocks_equals_recommend(tmp_path, integer):
     """V's blocks each give their top-n unseen, merged here: the same items in the same order as ranking
     every item at once, ties (integer factors) by item index, seen items left out."""
     from dxplain.explain.targets import recommend_from_blocks
+    from dxplain.io.row_blocks import Scratch
     from dxplain.mapper import LocalMapper
-    from dxplain.models.blocks import Blocks, Scratch
+    from dxplain.models.blocks import Blocks
 
     rng = np.random.default_rng(3)
     d = random_interactions(20, 90, 0.2, seed=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..io.atomic import join, read_text
 from .common import flow_options, print_summary, run_flow, run_options
 
 
@@ -13,7 +14,7 @@ def cmd_evaluate(a) -> int:
     summary = run_flow(evaluate, CONSTRAINTS, a, check=lambda kw: check_available(kw["dataset"]))
     print_summary(summary)
     print()
-    print(open(f"{summary['folder']}/auc_del.md").read())
+    print(read_text(join(summary["folder"], "auc_del.md")))
     return 0
 
 

@@ -33,12 +33,13 @@ from scipy.special import expit
 from .. import progress
 from ..interactions import Interactions
 from ..io import spill
+from ..io.row_blocks import RowSource, block_ranges, take_rows
 from ..io.tables import write_pairs_file
 from ..kernels.bce import DenseTerms, SparseTerms, csr_rows
 from ..kernels.negatives import LowestK, NegativeScore, scan_rows
 from ..kernels.representer import balance_transforms, balance_transforms_from_grams
 from ..mapper import LocalMapper, Mapper
-from ..models.blocks import Blocks, RowSource, block_ranges, take_rows
+from ..models.blocks import Blocks
 from ..models.implicit_mf import ImplicitModel
 
 log = logging.getLogger(__name__)

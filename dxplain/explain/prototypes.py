@@ -19,11 +19,21 @@ from scipy.special import expit
 
 from .. import progress
 from ..interactions import Interactions, Targets
-from ..kernels import fisher as F
+from ..kernels.fisher import (
+    DEFAULT_DAMPING,
+    inverse_cholesky,
+    mf_fisher_grams,
+    mf_halves,
+    mf_scores,
+    whiten_diagonal,
+    whiten_full,
+    whiten_lowrank,
+)
+from ..kernels.pair_halves import PairHalves
 from ..kernels.sbq import (
-    BlockRows,
     Selection,
     ShardState,
+    as_matrix,
     as_rows,
     greedi,
     greedy,
@@ -116,10 +126,8 @@ def select(
     process).
     """
     mapper = mapper or LocalMapper()
-    if isinstance(Phi, BlockRows) and variant in ("stochastic", "mp"):  # they take the rows' CSR form
-        n_users = int(max(Phi.user.max(initial=-1), mu.users.max(initial=-1))) + 1
-        n_items = int(max(Phi.item.max(initial=-1), mu.items.max(initial=-1))) + 1
-        Phi, mu = Phi.to_csr(n_users, n_items), mu.to_csr(n_users, n_items)
+    if variant in ("stochastic", "mp"):  # they multiply Φ whole (a factor model's pairs: their CSR form)
+        Phi, mu = as_matrix(Phi, mu)
     if variant == "greedy":
         Phi = as_rows(Phi)
         m = min(m, n_rows(Phi))
@@ -147,7 +155,7 @@ def sample_scores(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Per training pair, the score's scale r (g = r·∇s) and the expected Fisher weight under the loss.
 
-    Squared loss (Gaussian likelihood): r = y − ŷ, expected weight σ̂² (None: ``mf_fisher_blocks`` takes
+    Squared loss (Gaussian likelihood): r = y − ŷ, expected weight σ̂² (None: ``mf_fisher_grams`` takes
     the mean r²). BCE: r = c(y − σ(s)), expected weight c²σ(s)(1 − σ(s)), the Bernoulli curvature.
     ``s``: the rows' ⟨U_i, V_j⟩ when computed elsewhere (default: from the model's factors)."""
     if s is None:
@@ -165,11 +173,7 @@ def residual_terms(model: FactorModel, rating: np.ndarray, s: np.ndarray) -> tup
 
 
 def mf_fisher_embedding(
-    model: FactorModel,
-    data: Interactions,
-    targets: Targets,
-    kind: str = "empirical",
-    damping: float = F.DEFAULT_DAMPING,
+    model: FactorModel, data: Interactions, targets: Targets, kind: str = "empirical", damping: float = DEFAULT_DAMPING
 ):
     """``mf_fisher_rows`` as CSR rows in the (users + items)·k space (for the generic SBQ variants)."""
     Phi, Phi_T = mf_fisher_rows(model, data, targets, kind, damping)
@@ -177,35 +181,31 @@ def mf_fisher_embedding(
 
 
 def mf_fisher_rows(
-    model: FactorModel,
-    data: Interactions,
-    targets: Targets,
-    kind: str = "empirical",
-    damping: float = F.DEFAULT_DAMPING,
-) -> tuple[BlockRows, BlockRows]:
-    """Fisher embeddings of every training interaction and of the target pairs, for an MF model, in
-    block form (``kernels.sbq.BlockRows``).
+    model: FactorModel, data: Interactions, targets: Targets, kind: str = "empirical", damping: float = DEFAULT_DAMPING
+) -> tuple[PairHalves, PairHalves]:
+    """Fisher embeddings of every training interaction and of the target pairs, for an MF model, as user
+    and item halves (``kernels.pair_halves.PairHalves``).
 
     Training pairs carry their residual (g = r·∇ŷ); targets are predictions without a label, so their
-    embedding is F^{-1/2}∇ŷ. F is block-diagonal: one k×k block per user and per item."""
+    embedding is F^{-1/2}∇ŷ. F keeps one k×k matrix per user and per item (``kernels.fisher``)."""
     t0 = time.perf_counter()
     check_explainable(model, data)
     residual, curvature = sample_scores(model, data)
-    gU, gV = F.mf_scores(model.U, model.V, data.user, data.item, residual)
+    gU, gV = mf_scores(model.U, model.V, data.user, data.item, residual)
     if kind == "identity":
         WU = np.broadcast_to(np.eye(model.k), (data.n_users, model.k, model.k))
         WV = np.broadcast_to(np.eye(model.k), (data.n_items, model.k, model.k))
     else:
-        FU, FV = F.mf_fisher_blocks(model.U, model.V, data.user, data.item, residual, kind, curvature)
-        WU, WV = F.inverse_cholesky(FU, damping), F.inverse_cholesky(FV, damping)
-    Phi = BlockRows(
-        data.user.astype(np.int64), data.item.astype(np.int64), *F.mf_halves(WU, WV, data.user, data.item, gU, gV)
+        FU, FV = mf_fisher_grams(model.U, model.V, data.user, data.item, residual, kind, curvature)
+        WU, WV = inverse_cholesky(FU, damping), inverse_cholesky(FV, damping)
+    Phi = PairHalves(
+        data.user.astype(np.int64), data.item.astype(np.int64), *mf_halves(WU, WV, data.user, data.item, gU, gV)
     )
-    tU, tV = F.mf_scores(model.U, model.V, targets.user, targets.item)
-    Phi_T = BlockRows(
+    tU, tV = mf_scores(model.U, model.V, targets.user, targets.item)
+    Phi_T = PairHalves(
         targets.user.astype(np.int64),
         targets.item.astype(np.int64),
-        *F.mf_halves(WU, WV, targets.user, targets.item, tU, tV),
+        *mf_halves(WU, WV, targets.user, targets.item, tU, tV),
     )
     log.info(
         "Fisher embeddings (%s F): %d training pairs, %d targets, (%d users + %d items)·k=%d in %.1fs",
@@ -223,17 +223,17 @@ def mf_fisher_rows(
 GRADIENT_FISHER = ("empirical", "diagonal", "lowrank", "identity")
 
 
-def gradient_embedding(G, G_T, fisher: str = "empirical", rank: int | None = None, damping: float = F.DEFAULT_DAMPING):
+def gradient_embedding(G, G_T, fisher: str = "empirical", rank: int | None = None, damping: float = DEFAULT_DAMPING):
     """Fisher embeddings from per-sample gradients computed elsewhere (any model): G (n, p) for the
     training points, G_T for the targets. F is estimated from G: full empirical (p×p Cholesky), its
     diagonal, a rank-``rank`` approximation plus δI (for large p), or the identity."""
     G, G_T = np.asarray(G, dtype=np.float64), np.asarray(G_T, dtype=np.float64)
     if fisher == "empirical":
-        phi = F.whiten_full(G.T @ G / len(G), damping)
+        phi = whiten_full(G.T @ G / len(G), damping)
     elif fisher == "diagonal":
-        phi = F.whiten_diagonal(G, damping)
+        phi = whiten_diagonal(G, damping)
     elif fisher == "lowrank":
-        phi = F.whiten_lowrank(G, rank or min(G.shape), damping)
+        phi = whiten_lowrank(G, rank or min(G.shape), damping)
     elif fisher == "identity":
         return G, G_T
     else:

@@ -1,329 +1,49 @@
-"""Exact greedy SBQ for a factor model with the candidates where the by-user parts are: no Φ, no Fisher
-block and no O(n) state in the flow's process (docs/prototypes.md, "At scale").
+"""Exact greedy SBQ for a factor model with the candidates where the by-user parts are: no Φ, no whole
+Fisher matrix and no O(n) state in the flow's process (docs/prototypes.md, "At scale").
 
-What makes it possible (``kernels.sbq.BlockRows``):
+What makes it possible (``kernels.pair_halves.PairHalves``):
 
-* φ_x = [a_x = W_u r_x V_j at user block u, b_x = W_j r_x U_u at item block j], F_b + δI = L_b L_bᵀ, W_b = L_b⁻¹,
-  so k(x, y) = [u_x = u_y]⟨a_x, a_y⟩ + [j_x = j_y]⟨b_x, b_y⟩;
+* φ_x = [a_x = W_u r_x V_j in user u's k columns, b_x = W_j r_x U_u in item j's], with each owner o's
+  whitener W_o = L_o⁻¹, F_o + δI = L_o L_oᵀ, so k(x, y) = [u_x = u_y]⟨a_x, a_y⟩ + [j_x = j_y]⟨b_x, b_y⟩;
 * z_x = ⟨φ_x, μ_T⟩ is zero unless x shares a target's user or item, and a row sharing no user or item with
   a selected point keeps c_x = 0 and r_x = z_x: a row that is neither has gain 0, and greedy never takes it.
 
-So each by-user part is a shard (``PartShard``) that computes z and k_xx only for its *live* rows (those
-sharing a user or an item with a target or a selected point), keeps its scalars for those alone, and
-recomputes a_x, b_x when a kernel column needs them. A user's block needs only the user's own rows, all
-in its part. An item's block needs all its raters, spread over the parts: the few items a step needs (the
-targets' and the selected points' items) are summed over the parts, a map per ITEM_CHUNK items, and
-inverted here.
+So each by-user part is a shard (``explain.part_shard.PartShard``) that computes z and k_xx only for its
+*live* rows (those sharing a user or an item with a target or a selected point), keeps its scalars for
+those alone, and recomputes a_x, b_x when a kernel column needs them. A user's whitener needs only the user's own rows,
+all in its part. An item's needs all its raters, spread over the parts: the few items a step needs (the
+targets' and the selected points' items) have their F_j summed over the parts, a map per ITEM_CHUNK
+items, and inverted here.
 
-The factors are row-block files (``models.blocks``; a small model held here goes to every worker
-whole instead): a shard reads only the rows of U and V a pass or a step touches, and recomputes a row's
-residual and Fisher weight from them rather than keep a float per row. The flow's process holds the
-factors' file names, μ_T (O(targets·k)), the item blocks sent, L and β; a shard, its rows' ids (13 bytes
-each) and its live rows' scalars. The selection equals ``kernels.sbq.greedy`` over ``mf_fisher_rows``.
+The factors are ``models.factor_rows.FactorRows``: row-block files, or a small model held here that goes
+to every worker whole. A shard reads only the rows of U and V a pass or a step touches, and recomputes a
+row's residual and Fisher weight from them rather than keep a float per row. The flow's process holds the
+factors' file names, μ_T (O(targets·k)), the item whiteners sent, L and β; a shard, its rows' ids (13
+bytes each) and its live rows' scalars. The selection equals ``kernels.sbq.greedy`` over
+``mf_fisher_rows``.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..interactions import Targets
-from ..kernels import fisher as F
-from ..kernels.lookup import find_sorted
-from ..kernels.sbq import BlockMean, BlockRows, Candidate, Selection, ShardState, greedy_select, touched_column
+from ..kernels import fisher
+from ..kernels.pair_halves import HalvesMean, PairHalves
+from ..kernels.sbq import Candidate, Selection, greedy_select
 from ..mapper import Mapper
-from ..models.blocks import Blocks, RowSource, checked_cuts, rows_at
-from .prototypes import Progress, residual_terms
+from ..models.factor_rows import factor_rows
+from .part_shard import PartShard
+from .prototypes import Progress
 
 log = logging.getLogger(__name__)
 
 ITEM_CHUNK = 256  # items whose F_j are summed at once: 256·k² floats (2 MB at k = 32), a part's result, held
-# on its worker until the flow takes it: 64 parts' at 1,024 items put 0.5 GB more on a worker at 50M
-USER_BLOCKS = 4096  # users whose k×k blocks are built at once: 4096·k² floats (32 MB at k = 32)
-PASS_ROWS = 1 << 16  # rows scored at once in a pass over a part: their rows of U and V, 32 MB at k = 32
-
-
-@dataclass(frozen=True)
-class ItemBlocks:
-    """W_j of some items (one object, so a mapper sends it whole rather than element by element)."""
-
-    items: np.ndarray  # (n,) sorted
-    W: np.ndarray  # (n, k, k)
-
-
-def item_blocks_of(sent: tuple, items: np.ndarray) -> np.ndarray:
-    """W_j of ``items`` from the ``ItemBlocks`` sent so far. They stay as sent, shared by every state of a
-    worker: a dict per state over the 21,750 items of a 50M run's start cost 0.3 GB a worker."""
-    W = np.empty((len(items), *sent[0].W.shape[1:]))
-    found = np.zeros(len(items), bool)
-    for blocks in sent:
-        pos, hit = find_sorted(blocks.items, items)
-        W[hit] = blocks.W[pos[hit]]
-        found |= hit
-    if not found.all():
-        missing = items[~found]
-        raise RuntimeError(f"item blocks of {len(missing)} items (e.g. {missing[0]}) were not sent to this shard")
-    return W
-
-
-class PartShard(ShardState):
-    """The candidates of by-user part p during greedy SBQ.
-
-    Held for the whole selection, per row, only what identifies it: its item, its rating's code (one byte
-    when the ratings take at most 256 values, as labels and stars do; else the rating, 8) and the item
-    order (the row at each place, and its item): 13 bytes a row, 1.6 GB a worker for the 250M rows of
-    50M implicit interactions with M = 4. The rows are sorted by user, so a user's are a range (``indptr``).
-    A row's residual and Fisher weight are recomputed from ⟨U_u, V_j⟩ whenever a step needs them, since
-    holding them (8 bytes each, and twice that while they are made) put 8.6 GB on a worker at that size.
-    Beyond that: the *live* rows' scalars z, k_xx, r, v (rows sharing a user or an item with a target or
-    a selected point: no other row can be chosen), c_x of the touched rows, and the item blocks W_j it has
-    been sent. The factors are not held: the rows of U and V a step needs are read from their row-block
-    files (``models.blocks.rows_at``)."""
-
-    def __init__(
-        self, parts, p: int, head, U: RowSource | np.ndarray, V: RowSource | np.ndarray, kind: str, offset: int
-    ):
-        d = parts.read_part("user", p).data
-        self.lo, self.U, self.V, self.kind, self.offset, self.head = int(parts.user_cuts[p]), U, V, kind, offset, head
-        # The part's rows are sorted by user: a user's rows are indptr[u − lo]:indptr[u − lo + 1] (a number a
-        # user, not a row), and a row's user is found by search.
-        self.indptr = np.searchsorted(d.user, np.arange(self.lo, int(parts.user_cuts[p + 1]) + 1, dtype=d.user.dtype))
-        self.item = d.item  # int32
-        # Rows in item order, and their items: an int32 ``sorter`` for np.searchsorted would be copied to
-        # int64 on every search (640 µs a lookup in a part of 2M rows), so the sorted items are kept.
-        self.by_item = np.argsort(self.item, kind="stable").astype(np.int32)
-        self.item_sorted = self.item[self.by_item]
-        self.values, self.codes = _coded(d.rating)
-        self.n, self.sigma2 = None, None  # the whole table's n and σ̂², once known (``weighted``)
-
-    # --- a row's terms, recomputed from the factors ---
-
-    def _rating(self, rows: np.ndarray) -> np.ndarray:
-        return self.codes[rows] if self.values is None else self.values[self.codes[rows]]
-
-    def _residuals(self, rows: np.ndarray, Uu: np.ndarray | None = None, Vj: np.ndarray | None = None):
-        """(r, curvature) of these local rows; ``Uu``, ``Vj``: their rows of U and V, if already read."""
-        Uu = rows_at(self.U, self.users_of(rows)) if Uu is None else Uu
-        Vj = rows_at(self.V, self.item[rows]) if Vj is None else Vj
-        return residual_terms(self.head, self._rating(rows), np.einsum("ij,ij->i", Uu, Vj))
-
-    def _weights(self, rows: np.ndarray, Uu: np.ndarray | None = None, Vj: np.ndarray | None = None):
-        return F.fisher_weights(self.kind, *self._residuals(rows, Uu, Vj), self.n, self.sigma2)
-
-    def _passes(self):
-        """The part's rows in item order, PASS_ROWS at a time, with their rows of U and V: a chunk's items
-        are a narrow range, so it reads a block or two of V (and this part's block of U)."""
-        for a in range(0, len(self.by_item), PASS_ROWS):
-            rows = self.by_item[a : a + PASS_ROWS]
-            yield rows, rows_at(self.U, self.users_of(rows)), rows_at(self.V, self.item[rows])
-
-    def sums(self) -> tuple[int, float]:
-        rss = 0.0
-        for rows, Uu, Vj in self._passes():
-            r = self._residuals(rows, Uu, Vj)[0]
-            rss += float(r @ r)
-        return len(self), rss
-
-    def weighted(self, n: int, sigma2: float) -> PartShard:
-        new = copy.copy(self)
-        new.n, new.sigma2 = n, sigma2
-        return new
-
-    def traces(self) -> tuple[float, float]:
-        """Σ over this part's rows of w‖V_j‖² and w‖U_u‖²: its share of Σ tr F_u and Σ tr F_j."""
-        tu = tv = 0.0
-        for rows, Uu, Vj in self._passes():
-            w = self._weights(rows, Uu, Vj)
-            tu += float(w @ np.einsum("ij,ij->i", Vj, Vj))
-            tv += float(w @ np.einsum("ij,ij->i", Uu, Uu))
-        return tu, tv
-
-    # --- rows of some users or items ---
-
-    def __len__(self) -> int:
-        return len(self.item)
-
-    def users_of(self, rows: np.ndarray) -> np.ndarray:
-        """The user of each local row."""
-        return self.lo + np.searchsorted(self.indptr, rows, side="right") - 1
-
-    def _user_bounds(self, users) -> tuple[np.ndarray, np.ndarray]:
-        """[lo, hi) of each user's rows here (empty for a user of another part)."""
-        at = np.asarray(users, np.int64) - self.lo
-        ok = (at >= 0) & (at < len(self.indptr) - 1)
-        at = np.where(ok, at, 0)  # an index into indptr, also where ok is False (np.where reads both sides)
-        lo = np.where(ok, self.indptr[at], 0)
-        return lo, np.where(ok, self.indptr[at + 1], 0)
-
-    def user_rows(self, users: np.ndarray) -> np.ndarray:
-        """The local rows of ``users`` (ascending users give ascending rows)."""
-        return _ranges(*self._user_bounds(users))
-
-    def item_rows(self, items: np.ndarray) -> np.ndarray:
-        """The local rows of ``items``, item by item (each item's ascending)."""
-        return self.by_item[_ranges(*_bounds(self.item_sorted, items))]
-
-    def items_of(self, users: np.ndarray) -> np.ndarray:
-        return np.unique(self.item[self.user_rows(users)])
-
-    def item_grams(self, items: np.ndarray, V_items: np.ndarray) -> np.ndarray:
-        """This part's share of F_j for ``items`` (sorted; their rows of V, ``V_items``, come with them rather
-        than each part map every block of V they fall in): Σ over their raters here of w U_u U_uᵀ."""
-        rows = self.item_rows(items)
-        owner = np.searchsorted(items, self.item[rows])
-        Uu = rows_at(self.U, self.users_of(rows))
-        return F.owner_grams(owner, Uu, self._weights(rows, Uu, V_items[owner]), len(items))
-
-    def target_user_halves(self, T: Targets, delta_U: float) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in T, a_t = W_u V_j) of the targets whose user has rows in this part."""
-        lo, hi = self._user_bounds(T.user)
-        at = np.flatnonzero(hi > lo)
-        return at, self._user_side(T.user[at].astype(np.int64), rows_at(self.V, T.item[at]), delta_U)
-
-    def start(self, mu: BlockMean, blocks: ItemBlocks, delta_U: float, m: int) -> PartShard:
-        """The state before any selection: live rows are those of a target's user or item."""
-        new = copy.copy(self)
-        new.mu, new.W_items, new.delta_U = mu, (blocks,), delta_U
-        new.m, new.t, new.Ct, new.touched = m, 0, np.empty((m, 0)), np.empty(0, np.int64)
-        new.live = np.empty(0, np.int64)  # sorted local rows; z, k_xx, r, v, open are over these
-        new.z, new.kdiag, new.r, new.v = (np.empty(0) for _ in range(4))
-        new.open = np.empty(0, bool)
-        rows = np.union1d(self.user_rows(mu.users), self.item_rows(mu.items))
-        for a in range(0, len(rows), PASS_ROWS):  # the halves of a popular item's raters, a chunk at a time
-            new.admit(rows[a : a + PASS_ROWS], *new.halves(rows[a : a + PASS_ROWS]))
-        return new
-
-    def n_live(self) -> int:
-        return len(self.live)
-
-    def with_items(self, blocks: ItemBlocks) -> PartShard:
-        new = copy.copy(self)
-        new.W_items = (*self.W_items, blocks)
-        return new
-
-    def admit(self, rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
-        """Make ``rows`` (ascending) live, with halves ``a``, ``b``: z and k_xx, and r = z, v = k_xx, as no
-        selected point shares their user or item yet (c_x = 0). New arrays: earlier states keep theirs."""
-        fresh = ~np.isin(rows, self.live, assume_unique=True)
-        if not fresh.any():
-            return
-        rows, a, b = rows[fresh], a[fresh], b[fresh]
-        X = BlockRows(self.users_of(rows), self.item[rows].astype(np.int64), a, b)
-        kdiag, z = X.squared_norms(), self.mu.inner_rows(X)
-        order = np.argsort(np.concatenate([self.live, rows]), kind="stable")
-        merged = lambda old, add: np.concatenate([old, add])[order]  # noqa: E731
-        self.live = merged(self.live, rows)
-        self.z, self.kdiag, self.r, self.v = (
-            merged(self.z, z),
-            merged(self.kdiag, kdiag),
-            merged(self.r, z),
-            merged(self.v, kdiag),
-        )
-        self.open = merged(self.open, kdiag > 0)
-
-    def halves(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(a, b) of these local rows: a = W_u r V_j, b = W_j r U_u."""
-        users = self.users_of(rows)
-        Uu, Vj = rows_at(self.U, users), rows_at(self.V, self.item[rows])
-        r = self._residuals(rows, Uu, Vj)[0][:, None]
-        a = self._user_side(users, r * Vj, self.delta_U)
-        gV = r * Uu
-        if self.kind == "identity" or not len(rows):
-            return a, gV
-        items, owner = np.unique(self.item[rows], return_inverse=True)
-        return a, F.apply_blocks(item_blocks_of(self.W_items, items), owner, gV)
-
-    def _user_side(self, users: np.ndarray, g: np.ndarray, delta_U: float) -> np.ndarray:
-        """W_u g for rows of ``users`` (all in this part): each user's block from the user's own rows,
-        USER_BLOCKS users at a time (their k×k blocks are the largest temporaries here)."""
-        if self.kind == "identity" or not len(users):
-            return g
-        distinct, owner = np.unique(users, return_inverse=True)
-        out = np.empty_like(g)
-        for c in range(0, len(distinct), USER_BLOCKS):
-            chunk = distinct[c : c + USER_BLOCKS]
-            lo, hi = self._user_bounds(chunk)
-            rows, block = _ranges(lo, hi), np.repeat(np.arange(len(chunk)), hi - lo)
-            Vj = rows_at(self.V, self.item[rows])
-            Fu = F.owner_grams(block, Vj, self._weights(rows, Vj=Vj), len(chunk))
-            at = np.flatnonzero((owner >= c) & (owner < c + len(chunk)))
-            out[at] = F.apply_blocks(F.damped_inverse_factor(Fu, delta_U), owner[at] - c, g[at])
-        return out
-
-    def user_items(self, user: int) -> np.ndarray:
-        return self.item[self.user_rows(np.array([user]))]
-
-    def neighbours(self, user: int, item: int) -> np.ndarray:
-        """The local rows of this user or this item, ascending."""
-        return np.union1d(self.user_rows(np.array([user])), self.item_rows(np.array([item])))
-
-    # ``ShardState.best`` over the live rows: position x of z, k_xx, r, v is local row live[x] (ascending,
-    # so ties still go to the lowest row).
-    def _row_of(self, x: int) -> int:
-        return int(self.live[x])
-
-    def _row(self, x: int) -> BlockRows:
-        row = self._row_of(x)
-        a, b = self.halves(np.array([row]))
-        return BlockRows(self.users_of(np.array([row])), self.item[[row]].astype(np.int64), a, b)
-
-    def _c(self, x: int) -> np.ndarray:
-        row = self._row_of(x)
-        pos = np.searchsorted(self.touched, row)
-        if pos < len(self.touched) and self.touched[pos] == row:
-            return self.Ct[: self.t, pos].copy()
-        return np.zeros(self.t)
-
-    def add(self, s: Candidate, d: float, beta_t: float) -> PartShard:
-        """The state after appending s to S (``kernels.sbq.BlockShardState.add``, over live rows): the rows of
-        s's user and item turn live, their kernel column is appended to c_x, and r, v are updated."""
-        new = copy.copy(self)
-        rows = self.neighbours(int(s.phi.user[0]), int(s.phi.item[0]))
-        a, b = self.halves(rows)
-        new.admit(rows, a, b)
-        touched, Ct, col = touched_column(
-            self.touched, self.Ct, self.t, self.m, rows, self.users_of(rows), self.item[rows], a, b, s, d
-        )
-        new.t, new.touched, new.Ct = self.t + 1, touched, Ct
-        at = np.searchsorted(new.live, touched)  # every touched row is live
-        new.r, new.v = new.r.copy(), new.v.copy()
-        new.r[at] -= col * beta_t
-        new.v[at] -= col**2
-        x = s.index - self.offset
-        if 0 <= x < len(self):
-            new.open = new.open.copy()
-            new.open[np.searchsorted(new.live, x)] = False
-        return new
-
-
-def _coded(values: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-    """(distinct values, a byte per row) when there are at most 256 distinct values, else (None, values)."""
-    distinct, codes = np.unique(values, return_inverse=True)
-    return (distinct, codes.astype(np.uint8)) if len(distinct) <= 256 else (None, values)
-
-
-def _bounds(sorted_keys: np.ndarray, keys) -> tuple[np.ndarray, np.ndarray]:
-    """[lo, hi) of each key in ``sorted_keys``. The keys are cast to its dtype: numpy would otherwise cast
-    the whole sorted array (a copy of the part's column per lookup)."""
-    keys = np.asarray(keys).astype(sorted_keys.dtype, copy=False)
-    return np.searchsorted(sorted_keys, keys), np.searchsorted(sorted_keys, keys, side="right")
-
-
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """lo[0]..hi[0]−1, lo[1]..hi[1]−1, … concatenated."""
-    n = hi - lo
-    starts = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n)
-    return (starts + np.arange(int(n.sum()))).astype(np.int64)
-
-
-def rows_of(F, index) -> np.ndarray:
-    """Rows of a factor held here or kept in blocks (read here)."""
-    return F.take(index) if isinstance(F, Blocks) else F[index]
+# on its worker until the flow takes it
 
 
 def _call(state, method: str, *args):
@@ -335,13 +55,13 @@ def _best(state: PartShard):
     return (c, None) if c is None else (c, state.user_items(int(c.phi.user[0])))
 
 
-def _add(state: PartShard, W_items: ItemBlocks, cand: Candidate, d: float, beta_t: float) -> PartShard:
+def _add(state: PartShard, W_items: fisher.ItemWhiteners, cand: Candidate, d: float, beta_t: float) -> PartShard:
     return state.with_items(W_items).add(cand, d, beta_t)
 
 
 class PartShards:
     """The by-user parts as SBQ shards on ``mapper`` (``kernels.sbq.greedy_select``'s ``best``/``add``);
-    ``start`` computes the damping, the targets' item blocks and μ_T from the parts."""
+    ``start`` computes the damping, the targets' item whiteners and μ_T from the parts."""
 
     def __init__(self, mapper: Mapper, parts, model, kind: str, damping: float, offsets: np.ndarray):
         self.mapper, self.kind = mapper, kind
@@ -349,9 +69,10 @@ class PartShards:
         t0 = time.perf_counter()
         # Factors in row-block files (U cut as the by-user parts are): a shard reads the rows it needs,
         # and nothing holds them whole. A model held here (a small table) goes to every worker whole.
-        self.U, self.V = checked_cuts(model.U, parts.user_cuts), checked_cuts(model.V, parts.item_cuts)
+        self.U = factor_rows(model.U).cut_at(parts.user_cuts)
+        self.V = factor_rows(model.V).cut_at(parts.item_cuts)
         self.k = model.U.shape[1]
-        sources = [F.source if isinstance(F, Blocks) else mapper.put(F, broadcast=True) for F in (self.U, self.V)]
+        sources = [rows.task_source(mapper) for rows in (self.U, self.V)]
         head = dataclasses.replace(model, U=np.empty((0, self.k)), V=np.empty((0, self.k)))  # the loss's terms
         head_h = mapper.put(head, broadcast=True)
         self.states = mapper.persist(
@@ -388,20 +109,19 @@ class PartShards:
             _call, [(st, method, *args) for st in self.states], name=f"sbq-{method}", near_first=True
         )
 
-    def item_blocks(self, items: np.ndarray) -> ItemBlocks:
+    def item_whiteners(self, items: np.ndarray) -> fisher.ItemWhiteners:
         """W_j for ``items`` not sent before: F_j summed over the parts as they finish, inverted here,
-        ITEM_CHUNK items at a time (a part's share of F_j is a dense (items, k, k) array: the items of
-        1,000 implicit users' rows, negatives included, made it 2.5 GiB in the flow at 5M)."""
+        ITEM_CHUNK items at a time (a part's share of F_j is a dense (items, k, k) array)."""
         k = self.k
         items = np.array(sorted(set(items.tolist()) - self.known), np.int64)
         if self.kind == "identity" or not len(items):
-            return ItemBlocks(np.empty(0, np.int64), np.empty((0, k, k)))
+            return fisher.ItemWhiteners(np.empty(0, np.int64), np.empty((0, k, k)))
         W = np.empty((len(items), k, k))
         for c in range(0, len(items), ITEM_CHUNK):
             chunk = items[c : c + ITEM_CHUNK]
             Fj, pending, next_part = np.zeros((len(chunk), k, k)), {}, 0
             # Summed in part order, whatever order the parts finish in: the same rounding on any mapper.
-            V_chunk = rows_of(self.V, chunk)
+            V_chunk = self.V.take(chunk)
             for p, part in self.mapper.imap(
                 _call, [(st, "item_grams", chunk, V_chunk) for st in self.states], name="sbq-items", near_first=True
             ):
@@ -409,34 +129,38 @@ class PartShards:
                 while next_part in pending:
                     Fj += pending.pop(next_part)
                     next_part += 1
-            W[c : c + len(chunk)] = F.damped_inverse_factor(Fj, self.delta_V)
+            W[c : c + len(chunk)] = fisher.damped_inverse_factor(Fj, self.delta_V)
         self.known.update(items.tolist())
-        return ItemBlocks(items, W)
+        return fisher.ItemWhiteners(items, W)
 
     def start(self, T: Targets, m: int) -> float:
         """Live rows and μ_T; returns ‖μ_T‖²."""
         t0 = time.perf_counter()
         users = np.unique(T.user)
         their_items = np.unique(np.concatenate([*self._map("items_of", users), T.item.astype(np.int64)]))
-        blocks = self.item_blocks(their_items)
+        whiteners = self.item_whiteners(their_items)
         # A target user with no training row has F_u = 0, so W_u = I/√δ (the whole-table embedding's value).
         scale = 1.0 if self.kind == "identity" else np.sqrt(max(self.delta_U, np.finfo(float).tiny))
-        a = rows_of(self.V, T.item) / scale
+        a = self.V.take(T.item) / scale
         for at, rows in self._map("target_user_halves", T, self.delta_U):
             a[at] = rows
-        gV = rows_of(self.U, T.user)
-        b = gV if self.kind == "identity" else F.apply_blocks(blocks.W, np.searchsorted(blocks.items, T.item), gV)
-        mu = BlockMean.of(BlockRows(T.user.astype(np.int64), T.item.astype(np.int64), a, b))
-        mu_h, blocks_h = self.mapper.put(mu, broadcast=True), self.mapper.put(blocks, broadcast=True)
-        self.inputs += [mu_h, blocks_h]
+        gV = self.U.take(T.user)
+        b = (
+            gV
+            if self.kind == "identity"
+            else fisher.apply_per_owner(whiteners.W, np.searchsorted(whiteners.items, T.item), gV)
+        )
+        mu = HalvesMean.of(PairHalves(T.user.astype(np.int64), T.item.astype(np.int64), a, b))
+        mu_h, whiteners_h = self.mapper.put(mu, broadcast=True), self.mapper.put(whiteners, broadcast=True)
+        self.inputs += [mu_h, whiteners_h]
         self.states = self.mapper.persist(
             _call,
-            [(st, "start", mu_h, blocks_h, self.delta_U, m) for st in self.states],
+            [(st, "start", mu_h, whiteners_h, self.delta_U, m) for st in self.states],
             name="sbq-start",
             near_first=True,
         )
         log.info(
-            "SBQ start: %d live candidates (sharing a user or an item with a target), %d item blocks, %.1fs",
+            "SBQ start: %d live candidates (sharing a user or an item with a target), %d item whiteners, %.1fs",
             sum(self._map("n_live")),
             len(self.known),
             time.perf_counter() - t0,
@@ -451,10 +175,10 @@ class PartShards:
         return [c for c, _ in found]
 
     def add(self, cand: Candidate, d: float, beta_t: float):
-        # Every row of the chosen user and of the chosen item turns live: their item blocks go out first.
-        blocks = self.item_blocks(np.append(self.user_items[cand.index], cand.phi.item[0]))
+        # Every row of the chosen user and of the chosen item turns live: their item whiteners go out first.
+        whiteners = self.item_whiteners(np.append(self.user_items[cand.index], cand.phi.item[0]))
         self.user_items.clear()
-        W_h = self.mapper.put(blocks)  # fetched once by each worker: the tasks run where their states are
+        W_h = self.mapper.put(whiteners)  # fetched once by each worker: the tasks run where their states are
         self.inputs.append(W_h)
         self.states = self.mapper.persist(
             _add, [(st, W_h, cand, d, beta_t) for st in self.states], name="sbq-add", near_first=True
@@ -468,7 +192,7 @@ def select_from_parts(
     targets: Targets,
     m: int,
     kind: str = "empirical",
-    damping: float = F.DEFAULT_DAMPING,
+    damping: float = fisher.DEFAULT_DAMPING,
     offsets: np.ndarray | None = None,
 ) -> Selection:
     """Greedy SBQ (the paper's Algorithm 1) for ``model``'s targets with the training pairs in ``parts``'s
@@ -482,7 +206,7 @@ def select_from_parts(
     m = min(m, parts.n_interactions)
     sel = greedy_select(Progress(shards, m, "SBQ greedy (parts)"), m, c)
     log.info(
-        "SBQ over %d by-user parts: %d prototypes, %d item blocks sent, %.1fs",
+        "SBQ over %d by-user parts: %d prototypes, %d item whiteners sent, %.1fs",
         len(shards.states),
         len(sel.index),
         len(shards.known),

@@ -30,6 +30,7 @@ from ..io.validation import index_of
 from ..kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
 from ..kernels.sbq import mean_embedding
 from ..models.als.trainer import DEFAULT_K
+from ..models.factor_rows import factor_rows
 from ..params import FACTORS, Interval, OneOf, validate
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
@@ -52,12 +53,13 @@ CONSTRAINTS = {
 @task(cache_policy=NO_CACHE)
 def top_n_of(parts, mf, u: np.ndarray, top_n: int):
     """The user's top-N unseen items: read from the user's part (a BCE table's sampled negatives stay
-    recommendable, as in the refresh); factors kept in blocks are scored a block of V per task."""
+    recommendable, as in the refresh); factors kept in row-block files are scored a block of V per task."""
     seen = parts.read_users(int(u[0]), int(u[0]) + 1).data
     seen = seen.subset(seen.rating > 0) if mf.loss == "bce" else seen
-    if isinstance(mf.U, np.ndarray):
-        return recommend(mf.U, mf.V, seen, u, top_n)
-    return recommend_from_blocks(mf.U, mf.V, seen, int(u[0]), top_n)
+    return factor_rows(mf.U).visit(
+        lambda U: recommend(U, mf.V, seen, u, top_n),
+        lambda U: recommend_from_blocks(U, mf.V, seen, int(u[0]), top_n),
+    )
 
 
 @task(cache_policy=NO_CACHE)

@@ -74,28 +74,27 @@ def exists(path: Location) -> bool:
     return _exists(join(path, "zarr.json"))
 
 
-def write_model(path: Location, U, V, meta: dict, data: Interactions) -> Location:
-    """Write factors and their attributes atomically (local folder or fsspec URL); the attributes tie
-    them to ``data`` by fingerprint. ``meta`` holds at least ``kind``, ``loss`` and ``lam``.
+def write_model(path: Location, U: np.ndarray, V: np.ndarray, meta: dict, data: Interactions) -> Location:
+    """Write factors held here and their attributes atomically (local folder or fsspec URL); the attributes
+    tie them to ``data`` by fingerprint. ``meta`` holds at least ``kind``, ``loss`` and ``lam``."""
+    return write_model_rows(path, (U.shape, U.dtype, [(0, U)]), (V.shape, V.dtype, [(0, V)]), meta, data)
 
-    U and V are arrays, or row blocks kept elsewhere (anything with ``shape`` and ``rows()`` yielding
-    (first row, block), as ``models.blocks.Blocks``): written a block at a time, never whole here."""
+
+def write_model_rows(path: Location, user: tuple, item: tuple, meta: dict, data: Interactions) -> Location:
+    """``write_model`` for factors given as (shape, dtype, row blocks): the blocks are (first row, block)
+    pairs in row order (``models.factor_rows.FactorRows.rows``), written one at a time, so factors kept in
+    row-block files are never whole here."""
     path = join(path)
     with atomic_dir(path) as tmp:
         g = zarr.open_group(str(tmp), mode="w")
-        for name, F in (("user_factors", U), ("item_factors", V)):
-            if isinstance(F, np.ndarray):
-                g.create_array(name, data=F, chunks=(min(ROW_CHUNK, max(1, len(F))), F.shape[1]))
-                continue
-            z = g.create_array(
-                name, shape=F.shape, dtype="float64", chunks=(min(ROW_CHUNK, max(1, F.shape[0])), F.shape[1])
-            )
-            for a, block in F.rows():  # in row order, one writer: a chunk two blocks share is written whole
+        for name, (shape, dtype, blocks) in (("user_factors", user), ("item_factors", item)):
+            z = g.create_array(name, shape=shape, dtype=dtype, chunks=(min(ROW_CHUNK, max(1, shape[0])), shape[1]))
+            for a, block in blocks:  # in row order, one writer: a chunk two blocks share is written whole
                 z[a : a + len(block)] = block
         g.create_array("user_ids", data=_ids_to_zarr(data.user_ids))
         g.create_array("item_ids", data=_ids_to_zarr(data.item_ids))
         g.attrs.update(
-            {**meta, "k": int(U.shape[1]), "fingerprint": data.fingerprint(), "dxplain_version": __version__}
+            {**meta, "k": int(user[0][1]), "fingerprint": data.fingerprint(), "dxplain_version": __version__}
         )
     return path
 

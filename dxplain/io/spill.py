@@ -6,9 +6,9 @@ here, an item is read back (a plain read, not a memory map, so it never counts i
 resident set) when it is used, one at a time: ~3m arrays a sweep, from the page cache, against a sweep
 of tens of seconds.
 
-Block files (``save_file``, ``save_arrays``, ``scratch_folder``): what tasks pass each other through a
+Task files (``save_file``, ``save_arrays``, ``scratch_folder``): what tasks pass each other through a
 folder the workers share, e.g. the row blocks of factor matrices no process holds whole
-(``models.blocks``). Each is written whole or not at all.
+(``io.row_blocks``). Each is written whole or not at all.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class SpillList:
     """``append``, ``pop(0)``, ``len`` and iteration over arrays stored one file each in a private
     temporary folder (removed by ``close``, when the list is collected, or at the process's exit). A
     process that cannot clean up (killed, or ended by Ctrl-C's ``os._exit``) leaves its folder behind;
-    the next list made in the same place removes it (``_remove_orphans``), as block files' scratch folders."""
+    the next list made in the same place removes it (``_remove_orphans``), as with scratch folders."""
 
     def __init__(self, folder: str | Path | None = None):
         base = Path(folder) if folder is not None else Path(tempfile.gettempdir())
@@ -66,7 +66,7 @@ class SpillList:
 
 
 def save_file(path, a: np.ndarray) -> str:
-    """Write ``a`` to the .npy file ``path`` (a task's block), whole or not at all (``atomic.atomic_path``):
+    """Write ``a`` to the .npy file ``path`` (a task's result), whole or not at all (``atomic.atomic_path``):
     a task rerun after its worker died mid-write rewrites it, and no reader sees half of it. No fsync:
     these files last one run. Returns the path, as a string."""
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
@@ -75,7 +75,7 @@ def save_file(path, a: np.ndarray) -> str:
 
 
 def load(path: str, mmap: bool = False) -> np.ndarray:
-    """A block written by ``save_file``; ``mmap`` maps it (only the pages read become resident)."""
+    """An array written by ``save_file``; ``mmap`` maps it (only the pages read become resident)."""
     return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
 
 
@@ -101,7 +101,7 @@ def scratch_folder(root) -> Path:
     there), for the files tasks pass each other."""
     if not is_local(root):
         raise ValueError(
-            f"{root}: factors kept in block files need a local (or network-mounted) folder the "
+            f"{root}: factors kept in row-block files need a local (or network-mounted) folder the "
             "workers share; use a local --out"
         )
     base = Path(str(root).removeprefix("file://"))
@@ -122,7 +122,7 @@ def _owned_folder(base: Path, prefix: str) -> Path:
 
 def _remove_orphans(base: Path, prefix: str) -> None:
     """Remove the folders ``prefix``* under ``base`` whose owner, a process on this host, is gone: a run
-    killed before it could clean up leaves gigabytes of blocks at Amazon scale. Another host's, or a live
+    killed before it could clean up leaves gigabytes of files at Amazon scale. Another host's, or a live
     process's, are left alone, and so is a folder without an owner (being created, or not ours to judge)."""
     host = socket.gethostname()
     for folder in base.glob(prefix + "*"):

@@ -21,22 +21,21 @@ Candidates may be split into shards (``ShardState``): each keeps its own rows of
 best candidate; the driver (``greedy_select``) keeps L and β. One shard is the in-memory algorithm; many
 shards on a mapper (``explain.prototypes.MappedShards``) run exactly the same arithmetic row by row.
 
-A factor model's Fisher kernel is block-diagonal, so its embeddings are kept in block form
-(``BlockRows``: per pair, a user half and an item half) and ``BlockShardState`` runs the same steps
-storing c_x only for the candidates that share a user or an item with a selected point: every other
-c_x is exactly zero. Its memory is O(n·k + touched·m) instead of O(n·m).
+Candidates come as a dense array, a sparse matrix, or another form that registers its implementations of
+the generic functions here (``n_rows``, ``as_rows``, ``mean_embedding``, ``inner``, ``shard_state``,
+``as_matrix``): a factor model's pairs as a user half and an item half (``kernels.pair_halves``), whose
+shard state keeps c_x only where it is not exactly zero.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import singledispatch
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import solve_triangular
-
-from .lookup import find_sorted
 
 # A candidate whose posterior variance has fallen below this share of its prior variance lies in the
 # span of the selected points: adding it would make K_SS singular, and its gain is rounding noise.
@@ -70,102 +69,27 @@ class Candidate:
     r: float
 
 
-@dataclass
-class BlockRows:
-    """Fisher embeddings of factor-model pairs in block form: φ_x = [a_x at user block user[x], b_x at item
-    block item[x]] in a (users + items)·k space (``kernels.fisher.mf_embedding`` is its CSR form).
-
-    Two rows' kernel is [user equal]·⟨a, a'⟩ + [item equal]·⟨b, b'⟩: zero unless they share a user or an
-    item, so a kernel column needs only the rows of one user and one item."""
-
-    user: np.ndarray  # (n,) int64
-    item: np.ndarray  # (n,) int64
-    a: np.ndarray  # (n, k) user halves
-    b: np.ndarray  # (n, k) item halves
-
-    def __len__(self) -> int:
-        return len(self.user)
-
-    def __getitem__(self, rows) -> BlockRows:
-        rows = np.arange(len(self))[rows] if isinstance(rows, slice) else np.asarray(rows)
-        return BlockRows(self.user[rows], self.item[rows], self.a[rows], self.b[rows])
-
-    def squared_norms(self) -> np.ndarray:
-        return np.einsum("ij,ij->i", self.a, self.a) + np.einsum("ij,ij->i", self.b, self.b)
-
-    def to_csr(self, n_users: int, n_items: int) -> sp.csr_array:
-        n, k = self.a.shape
-        cols = np.concatenate([block_columns(self.user, k), block_columns(n_users + self.item, k)], axis=1)
-        return sp.csr_array(
-            (np.concatenate([self.a, self.b], axis=1).ravel(), cols.ravel(), np.arange(0, 2 * k * n + 1, 2 * k)),
-            shape=(n, (n_users + n_items) * k),
-        )
-
-
-def block_columns(block: np.ndarray, k: int) -> np.ndarray:
-    """The k columns of each block (a user's, or n_users + an item's) in the (users + items)·k space."""
-    return np.asarray(block, np.int64)[:, None] * k + np.arange(k)
-
-
-@dataclass
-class BlockMean:
-    """μ_T of ``BlockRows`` targets: the mean of their halves per distinct user and per distinct item."""
-
-    users: np.ndarray  # sorted distinct target users
-    U: np.ndarray  # (len(users), k)
-    items: np.ndarray
-    V: np.ndarray
-
-    @classmethod
-    def of(cls, T: BlockRows) -> BlockMean:
-        n = len(T)
-        users, iu = np.unique(T.user, return_inverse=True)
-        items, ii = np.unique(T.item, return_inverse=True)
-        U, V = np.zeros((len(users), T.a.shape[1])), np.zeros((len(items), T.b.shape[1]))
-        np.add.at(U, iu, T.a / n)
-        np.add.at(V, ii, T.b / n)
-        return cls(users, U, items, V)
-
-    def to_csr(self, n_users: int, n_items: int) -> sp.csr_array:
-        """μ as a (1, p) row of the space of ``BlockRows.to_csr``."""
-        k = self.U.shape[1]
-        cols = np.concatenate([block_columns(self.users, k).ravel(), block_columns(n_users + self.items, k).ravel()])
-        return sp.csr_array(
-            (np.concatenate([self.U.ravel(), self.V.ravel()]), (np.zeros(len(cols), np.int64), cols)),
-            shape=(1, (n_users + n_items) * k),
-        )
-
-    def inner(self, other: BlockMean) -> float:
-        _, i, j = np.intersect1d(self.users, other.users, assume_unique=True, return_indices=True)
-        _, p, q = np.intersect1d(self.items, other.items, assume_unique=True, return_indices=True)
-        return float(np.vdot(self.U[i], other.U[j]) + np.vdot(self.V[p], other.V[q]))
-
-    def inner_rows(self, X: BlockRows) -> np.ndarray:
-        """⟨φ_x, μ⟩ for every row x: its user half against μ's block of its user, the same for items."""
-        return _half_inner(X.user, X.a, self.users, self.U) + _half_inner(X.item, X.b, self.items, self.V)
-
-
-def _half_inner(owner: np.ndarray, X: np.ndarray, keys: np.ndarray, M: np.ndarray) -> np.ndarray:
-    pos, hit = find_sorted(keys, owner)
-    out = np.zeros(len(owner))
-    out[hit] = np.einsum("ij,ij->i", X[hit], M[pos[hit]])
-    return out
-
-
+@singledispatch
 def n_rows(Phi) -> int:
-    return len(Phi) if isinstance(Phi, BlockRows) else Phi.shape[0]
+    """The number of candidates (rows) in Φ."""
+    return Phi.shape[0]
 
 
-def as_rows(Phi) -> np.ndarray | sp.csr_array | BlockRows:
-    if isinstance(Phi, BlockRows):
-        return Phi
+@singledispatch
+def as_rows(Phi):
+    """Φ in the form the steps index: CSR if sparse, else a C-contiguous float64 array."""
     return sp.csr_array(Phi) if sp.issparse(Phi) else np.ascontiguousarray(Phi, dtype=np.float64)
 
 
-def mean_embedding(Phi_T) -> np.ndarray | sp.csr_array | BlockMean:
-    """μ_T = (1/|T|) Σ_t φ(t) as a (1, p) row (sparse if Φ_T is; a ``BlockMean`` of ``BlockRows``)."""
-    if isinstance(Phi_T, BlockRows):
-        return BlockMean.of(Phi_T)
+@singledispatch
+def as_matrix(Phi, mu) -> tuple:
+    """(Φ, μ) as matrices, for the variants that multiply them whole (stochastic greedy, matching pursuit)."""
+    return Phi, mu
+
+
+@singledispatch
+def mean_embedding(Phi_T):
+    """μ_T = (1/|T|) Σ_t φ(t) as a (1, p) row (sparse if Φ_T is)."""
     if sp.issparse(Phi_T):  # a sparse product keeps μ sparse even when p is (users + items)·k
         n = Phi_T.shape[0]
         return sp.csr_array(sp.csr_array(np.full((1, n), 1.0 / n)) @ Phi_T)
@@ -192,10 +116,9 @@ def squared_norms(Phi) -> np.ndarray:
     return np.einsum("ij,ij->i", Phi, Phi)
 
 
+@singledispatch
 def inner(a, b) -> float:
-    """⟨a, b⟩ of two (1, p) rows, dense or sparse (or ‖μ‖² of a ``BlockMean``)."""
-    if isinstance(a, BlockMean):
-        return a.inner(b)
+    """⟨a, b⟩ of two (1, p) rows, dense or sparse."""
     if sp.issparse(a) or sp.issparse(b):
         prod = (a @ b.T) if sp.issparse(a) else (b @ np.ravel(a))
         return float(prod.toarray().sum() if sp.issparse(prod) else np.sum(prod))
@@ -224,9 +147,11 @@ class ShardState:
     def __sizeof__(self) -> int:
         # What Dask weighs a task's inputs by when it places the next step: a state is kept where it is
         # only if its arrays count (an object's own size is a few dozen bytes).
-        arrays = list(vars(self).values())
-        arrays += [getattr(v, f) for v in arrays if isinstance(v, BlockRows) for f in ("user", "item", "a", "b")]
-        return object.__sizeof__(self) + sum(v.nbytes for v in arrays if isinstance(v, np.ndarray))
+        return object.__sizeof__(self) + sum(v.nbytes for v in self.held() if isinstance(v, np.ndarray))
+
+    def held(self) -> list:
+        """What this state holds, for ``__sizeof__``: its attributes (a subclass adds the arrays inside them)."""
+        return list(vars(self).values())
 
     def best(self) -> Candidate | None:
         """The shard's candidate of largest gain r²/v (the lowest index among equal gains)."""
@@ -273,107 +198,10 @@ class ShardState:
         return new
 
 
-class BlockShardState(ShardState):
-    """``ShardState`` for ``BlockRows``: the same steps, with c_x kept only for the rows that share a user or
-    an item with a selected point (``touched``). Every other row's kernel with S is zero, so its c_x is
-    zero and its r and v stay z and k_xx, as in the dense state (the same values up to rounding: kernel
-    entries are dot products of halves rather than sparse column sums); memory is O(touched·m).
-
-    Subclasses may hold the halves elsewhere: they override ``halves`` (a and b of some rows) and
-    ``admit`` (rows whose z and k_xx are first needed, before a step touches them)."""
-
-    def __init__(self, Phi: BlockRows, mu: BlockMean, m: int, offset: int = 0):
-        self.Phi = Phi
-        self._index(Phi.user, Phi.item, m, offset)
-        self.kdiag = Phi.squared_norms()
-        self.z = mu.inner_rows(Phi)
-        self.r, self.v = self.z.copy(), self.kdiag.copy()
-        self.open = self.kdiag > 0
-
-    def _index(self, user: np.ndarray, item: np.ndarray, m: int, offset: int) -> None:
-        self.user, self.item, self.m, self.offset = user, item, m, offset
-        self.by_user, self.by_item = np.argsort(user, kind="stable"), np.argsort(item, kind="stable")
-        self.user_sorted, self.item_sorted = user[self.by_user], item[self.by_item]
-        self.touched = np.empty(0, np.int64)  # sorted local rows whose c_x is stored
-        self.Ct = np.empty((m, 0))  # their c_x, column by column
-        self.t = 0
-
-    def halves(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(a, b) of these local rows."""
-        return self.Phi.a[rows], self.Phi.b[rows]
-
-    def admit(self, new: BlockShardState, rows: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
-        """Give ``new`` (the next state, its r and v already copied) z and k_xx of ``rows``, whose halves
-        are ``a``, ``b``: here every row's are known from the start."""
-
-    def _row(self, x: int) -> BlockRows:
-        a, b = self.halves(np.array([x]))
-        return BlockRows(self.user[[x]], self.item[[x]], a, b)
-
-    def _c(self, x: int) -> np.ndarray:
-        pos = np.searchsorted(self.touched, x)
-        if pos < len(self.touched) and self.touched[pos] == x:
-            return self.Ct[: self.t, pos].copy()
-        return np.zeros(self.t)
-
-    def neighbours(self, user: int, item: int) -> np.ndarray:
-        """The local rows of this user or this item, ascending."""
-        u0, u1 = np.searchsorted(self.user_sorted, [user, user + 1])
-        i0, i1 = np.searchsorted(self.item_sorted, [item, item + 1])
-        return np.union1d(self.by_user[u0:u1], self.by_item[i0:i1])
-
-    def add(self, s: Candidate, d: float, beta_t: float) -> BlockShardState:
-        """As ``ShardState.add``, over the touched rows and s's neighbours only. The touched rows and their
-        c_x are copied into the new state (O(touched·m)), so replaying a step gives the same values."""
-        new = copy.copy(self)
-        new.r, new.v = self.r.copy(), self.v.copy()
-        rows = self.neighbours(int(s.phi.user[0]), int(s.phi.item[0]))
-        a, b = self.halves(rows)
-        self.admit(new, rows, a, b)
-        touched, Ct, col = touched_column(
-            self.touched, self.Ct, self.t, self.m, rows, self.user[rows], self.item[rows], a, b, s, d
-        )
-        new.t, new.touched, new.Ct = self.t + 1, touched, Ct
-        new.r[touched] -= col * beta_t
-        new.v[touched] -= col**2
-        x = s.index - self.offset
-        if 0 <= x < len(new.open):
-            new.open = new.open.copy() if new.open is self.open else new.open
-            new.open[x] = False
-        return new
-
-
-def touched_column(
-    touched: np.ndarray,
-    Ct: np.ndarray,
-    t: int,
-    m: int,
-    rows: np.ndarray,
-    users: np.ndarray,
-    items: np.ndarray,
-    a: np.ndarray,
-    b: np.ndarray,
-    s: Candidate,
-    d: float,
-):
-    """Step t's entry of c_x = L⁻¹k_Sx once s joins S, for the touched rows: the earlier touched ones and
-    ``rows`` (s's neighbours: their ``users``, ``items`` and halves ``a``, ``b``). Returns the new touched
-    rows (sorted), their (m, touched) c buffer with row t written, and that row."""
-    kcol = np.where(users == s.phi.user[0], a @ s.phi.a[0], 0.0)
-    kcol += np.where(items == s.phi.item[0], b @ s.phi.b[0], 0.0)
-    grown = np.union1d(touched, rows)
-    C = np.zeros((m, len(grown)))
-    C[:t, np.searchsorted(grown, touched)] = Ct[:t]
-    k_all = np.zeros(len(grown))
-    k_all[np.searchsorted(grown, rows)] = kcol
-    col = (k_all - s.c @ C[:t]) / d
-    C[t] = col
-    return grown, C, col
-
-
+@singledispatch
 def shard_state(Phi, mu, m: int, offset: int = 0) -> ShardState:
-    """The shard state for these rows: block form for ``BlockRows``, dense otherwise."""
-    return (BlockShardState if isinstance(Phi, BlockRows) else ShardState)(Phi, mu, m, offset)
+    """The shard state for these rows (``ShardState`` for a dense or sparse Φ)."""
+    return ShardState(Phi, mu, m, offset)
 
 
 def greedy_select(shards, m: int, c: float) -> Selection:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from ..kernels.als import pair_scores
+from .factor_rows import FactorRows, factor_rows
 
 # Factors whose every score is below this times the ratings' spread have collapsed (``check_not_degenerate``).
 COLLAPSED = 1e-6
@@ -27,8 +28,8 @@ class FactorModel:
     so an explainer refuses a loss it does not know rather than explain it with the wrong formula.
     """
 
-    U: np.ndarray  # (n_users, k)
-    V: np.ndarray  # (n_items, k)
+    U: np.ndarray | FactorRows  # (n_users, k): an array, or rows kept elsewhere (``models.factor_rows``)
+    V: np.ndarray | FactorRows  # (n_items, k)
     mu: float  # global offset added to every score (the mean removed before fitting)
     lam: float | None  # λ; None for factors imported without one
     n_train: int  # |D|
@@ -42,29 +43,22 @@ class FactorModel:
         return self.U.shape[1]
 
     def predict(self, u: np.ndarray, i: np.ndarray) -> np.ndarray:
-        if isinstance(self.U, np.ndarray):
-            return self.mu + pair_scores(self.U, self.V, u, i)
-        at = np.arange(len(u))  # factors in row-block files (``models.blocks``): only these rows are read
-        return self.mu + pair_scores(self.U.take(u), self.V.take(i), at, at)
+        U, u_at = factor_rows(self.U).indexed(u)
+        V, i_at = factor_rows(self.V).indexed(i)
+        return self.mu + pair_scores(U, V, u_at, i_at)
 
     def whole(self) -> FactorModel:
         """This model with its factors as arrays here: gathered from their row-block files, if kept so."""
-        return self if isinstance(self.U, np.ndarray) else replace(self, U=self.U.gather(), V=self.V.gather())
+        return replace(self, U=factor_rows(self.U).gather(), V=factor_rows(self.V).gather())
 
     def check_not_degenerate(self, data) -> None:
         """Refuse factors that are zero, or so near it that every score is below ``COLLAPSED`` times the
         ratings' spread (every recommendation then a tie broken by rounding), naming why. The longest
-        rows' norms bound every |score|; factors kept in row blocks (``models.blocks``) find them there.
+        rows' norms bound every |score|, wherever the factors are kept (``FactorRows.max_row_norm``).
 
         Squared loss on ratings of a single value is a cause (centring makes every target 0); a λ large
         enough that the optimum is UVᵀ = 0 is the other, and ALS only approaches that zero."""
-
-        def longest_row(F):
-            if not isinstance(F, np.ndarray):
-                return F.max_row_norm()
-            return float(np.sqrt(np.max(np.einsum("ij,ij->i", F, F), initial=0.0)))
-
-        scale = longest_row(self.U) * longest_row(self.V)
+        scale = factor_rows(self.U).max_row_norm() * factor_rows(self.V).max_row_norm()
         lo, hi = data.rating_range()
         if scale > 0 and (lo == hi or scale > COLLAPSED * (hi - lo)):
             return
@@ -101,7 +95,10 @@ class FactorModel:
         """Write the model to a Zarr store at ``path`` (atomically), tied to ``data`` by its fingerprint."""
         from ..io import model_store
 
-        return model_store.write_model(path, self.U, self.V, self.metadata(), data)
+        U, V = factor_rows(self.U), factor_rows(self.V)
+        return model_store.write_model_rows(
+            path, (U.shape, U.dtype, U.rows()), (V.shape, V.dtype, V.rows()), self.metadata(), data
+        )
 
     @classmethod
     def load(cls, path, data=None, blocks: tuple | None = None) -> FactorModel:
@@ -112,7 +109,8 @@ class FactorModel:
 
         U, V, attrs = model_store.read_model(path, data, factors=blocks is None)
         if blocks is not None:
-            from .blocks import Blocks, Scratch
+            from ..io.row_blocks import Scratch
+            from .blocks import Blocks
 
             mapper, parts = blocks
             scratch = Scratch(parts.root)

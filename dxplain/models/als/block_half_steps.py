@@ -10,8 +10,9 @@ import numpy as np
 
 from ...interactions import Interactions
 from ...io import spill
+from ...io.row_blocks import Ref, RowSource, Scratch, call_loaded, take_rows
 from ...kernels import als, anderson
-from ..blocks import Blocks, BlockVectors, PerBlock, Ref, RowSource, Scratch, call_loaded, take_rows
+from ..blocks import Blocks, BlockVectors, PerBlock
 from .losses import SQUARED
 from .part_half_steps import MappedHalfSteps, load_part, stationarity_part, stationarity_total, stationarity_triple
 
@@ -69,7 +70,7 @@ class BlockHalfSteps(MappedHalfSteps):
 
     Each part is written once as a compact file: its rows' (indptr, columns renumbered 0..c−1, y) and the c
     distinct columns it touches. A half-step's task reads it, reads just those c rows of the fixed side
-    (``models.blocks.take_rows``), solves its rows and writes its block. The stopping rule's passes send back
+    (``io.row_blocks.take_rows``), solves its rows and writes its block. The stopping rule's passes send back
     three numbers a part (a by-item part's come with its half-step, from the rows of U it read: ``items``'
     ``measure``, one read of U's rows a part and sweep fewer); the objective's norms and the balancing
     transforms' Grams are sums of the blocks'; Anderson's vectors are blocks too
@@ -84,7 +85,9 @@ class BlockHalfSteps(MappedHalfSteps):
     def __init__(self, mapper, parts, data: Interactions, mu: float, ridge: float, loss=SQUARED):
         super().__init__(mapper, parts, data, ridge, loss)
         self.scratch = Scratch(parts.root)
-        self._measured = None  # ((V's paths, U's paths, λ), the by-item parts' triples): the last items(measure=λ)
+        # ((V's paths, U's paths, λ), ∇_V f's blocks or None, the by-item parts' triples or None): the last
+        # items(measure=λ)
+        self._measured = None
         self.parts = {}
         for side, cuts in self.cuts.items():
             names = self.scratch.names(f"part-{side}", len(cuts) - 1)
@@ -163,22 +166,25 @@ class BlockHalfSteps(MappedHalfSteps):
                 Blocks(self.mapper, self.scratch, tuple(paths), np.asarray(self.cuts["item"]), U.k)
                 for paths in zip(*done)
             )
-            self._measured = (V.paths, U.paths, measure), gV
+            self._measured = (V.paths, U.paths, measure), gV, None
             return V
         outs = self.scratch.names("als-item", len(args))
         done = self.mapper.map(
             call_loaded, [(_solve_measured, *a, self.n, measure, out) for a, out in zip(args, outs)], name="als-item"
         )
         V = Blocks(self.mapper, self.scratch, tuple(path for path, _ in done), np.asarray(self.cuts["item"]), U.k)
-        self._measured = (V.paths, U.paths, measure), [triple for _, triple in done]
+        self._measured = (V.paths, U.paths, measure), None, [triple for _, triple in done]
         return V
 
     def stationarity(self, U: Blocks, V: Blocks, lam, bound):
         T_U, T_V, floor = als.bound_transforms(U.gram(), V.gram()) if bound else (None, None, None)
-        key, kept = self._measured or (None, None)
-        known = key == (V.paths, U.paths, lam)
-        gV = kept if known and isinstance(kept, Blocks) else None  # ∇_V f from an exact items' half-step
-        item_triples = kept if known and not bound and gV is None else None
+        # What the last items' half-step kept for this (V, U, λ): ∇_V f's blocks (an exact half-step) or the
+        # items' stationarity triples (a measured one).
+        key, gV, item_triples = self._measured or (None, None, None)
+        if key != (V.paths, U.paths, lam):
+            gV = item_triples = None
+        if bound:
+            item_triples = None
         sides = (("user", U, V, (T_U, T_V, floor)),)
         if item_triples is None and gV is None:
             sides += (("item", V, U, (T_V, T_U, floor)),)
