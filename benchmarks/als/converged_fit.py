@@ -1,6 +1,6 @@
 """Time to a converged ALS-MF fit against implicit's default 15-iteration fit of the same data, in one run.
 
-    python benchmarks/converged_fit.py        # synthetic ml-1m-sized set, k = 32, identity tolerances 1e-4 and 1e-6
+    python -m benchmarks.als.converged_fit        # synthetic ml-1m-sized set, k = 32, identity tolerances 1e-4 and 1e-6
 
 dxplain trains ``ALSMF(k, identity_tol=tol)``: Anderson-accelerated exact ALS sweeps until the bound the
 gradient gives on the representer identity's relative error is ≤ tol (``kernels.als.identity_bound``),
@@ -15,9 +15,7 @@ two-sweep warm-up first: their one-time cost is stated in docs/scaling.md, not c
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -25,17 +23,12 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from als_vs_implicit import load  # noqa: E402
-
-from dxplain.explain.representer import Preprocessed, fidelity  # noqa: E402
-from dxplain.explain.targets import recommend  # noqa: E402
-from dxplain.kernels.als import pair_scores  # noqa: E402
-from dxplain.models.mf import ALSMF  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.als.common import ALS, named_interactions
+from benchmarks.common import CACHE, parser
+from dxplain.explain.representer import Preprocessed, fidelity
+from dxplain.explain.targets import recommend
+from dxplain.kernels.als import pair_scores
+from dxplain.models.mf import ALSMF
 
 
 def implicit_fit_seconds(data, k: int, threads: int) -> float:
@@ -64,19 +57,19 @@ def identity_errors(model, data, users: np.ndarray, top_n: int) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--dataset", default="synthetic-ml1m")
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--tols", default="1e-4,1e-6", help="identity tolerances to train to; the last is the headline")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="implicit fits before and after dxplain's (median of all)")
     ap.add_argument("--sample", type=int, default=1000, help="users whose top-10 targets measure the identity")
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
+    ap.add_argument("--cache", default=str(CACHE))
     a = ap.parse_args()
     import implicit
     from numba import set_num_threads
 
-    data = load(a.dataset, Path(a.cache))
+    data = named_interactions(a.dataset, Path(a.cache))
     users = np.sort(np.random.default_rng(0).choice(data.n_users, min(a.sample, data.n_users), replace=False))
     set_num_threads(a.threads)
     with threadpool_limits(1, user_api="blas"):
@@ -116,8 +109,8 @@ def main():
         "implicit_fit_median_s": round(implicit_median, 3),
         "fits": fits,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "converged_fit.json").write_text(json.dumps(out, indent=2) + "\n")
+    ALS.mkdir(parents=True, exist_ok=True)
+    (ALS / "converged_fit.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "fits"}))
 
 

@@ -1,6 +1,6 @@
 """Pick the default λ of ALS-MF on a validation split of ml-100k; report test RMSE against baselines.
 
-    python benchmarks/select_lambda.py            # writes benchmarks/results/select_lambda.json
+    python -m benchmarks.als.select_lambda            # writes benchmarks/results/als/select_lambda.json
 
 Protocol: one seeded random 80/10/10 split of the ratings (train/validation/test). For each λ of the
 grid (k = 32) the model is trained to the gradient-norm tolerance on train; λ with the lowest
@@ -10,20 +10,15 @@ validation RMSE is the default. Baselines: the global mean, and user + item bias
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dxplain.datasets import resolve_dataset  # noqa: E402
-from dxplain.models.mf import ALSMF  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.als.common import ALS
+from benchmarks.common import parser
+from dxplain.datasets import resolve_dataset
+from dxplain.models.mf import ALSMF
 
 
 def rmse(pred, y) -> float:
@@ -45,7 +40,7 @@ def fit_biases(tr, reg: float, sweeps: int = 30):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--lams", default="1e-4,2e-4,3e-4,4e-4,6e-4,1e-3,2e-3")
     ap.add_argument("--seed", type=int, default=0)
@@ -89,8 +84,8 @@ def main():
         print(json.dumps(row), flush=True)
     best = min(out["grid"], key=lambda r: r["val_rmse"])
     out["chosen"] = best
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "select_lambda.json").write_text(json.dumps(out, indent=2))
+    ALS.mkdir(parents=True, exist_ok=True)
+    (ALS / "select_lambda.json").write_text(json.dumps(out, indent=2))
     print(json.dumps({k: v for k, v in out.items() if k != "grid"}, indent=2))
 
 

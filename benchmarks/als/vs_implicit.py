@@ -1,7 +1,7 @@
 """ALS per sweep: dxplain's half-steps (the trainer's sweep; exact ones by the fused numba kernel and by the numpy
 batches) vs implicit, in one run.
 
-    python benchmarks/als_vs_implicit.py            # ml-100k and a synthetic ml-1m-sized set, k = 32, 64
+    python -m benchmarks.als.vs_implicit            # ml-100k and a synthetic ml-1m-sized set, k = 32, 64
 
 One sweep is both half-steps (every user's solve, then every item's). The trainer's sweep (``ALSMF``'s default)
 takes ``DEFAULT_CG_STEPS`` warm-started CG steps per user from the previous sweep's rows
@@ -17,9 +17,7 @@ ml-1m's shape: 6,040 users × 3,449 items, ~1M ratings (``datasets.synthetic.gen
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -27,24 +25,11 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dxplain.datasets import resolve_dataset  # noqa: E402
-from dxplain.datasets.synthetic import generate  # noqa: E402
-from dxplain.kernels import als  # noqa: E402
-from dxplain.models.mf import DEFAULT_CG_STEPS, DEFAULT_RIDGE, LocalHalfSteps, SquaredRows, csr_view  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
-ML1M_SHAPE = {"n_interactions": 1_000_000, "n_users": 6040, "n_items": 3449}
-
-
-def load(name: str, cache: Path):
-    if name == "synthetic-ml1m":
-        folder = cache / name
-        if not (folder / "interactions.parquet").exists():
-            generate(folder, ML1M_SHAPE["n_interactions"], ML1M_SHAPE["n_users"], ML1M_SHAPE["n_items"], seed=0)
-        return resolve_dataset(str(folder)).interactions
-    return resolve_dataset(name).interactions
+from benchmarks.als.common import ALS, named_interactions
+from benchmarks.als.tables import vs_implicit_table
+from benchmarks.common import CACHE, parser
+from dxplain.kernels import als
+from dxplain.models.mf import DEFAULT_CG_STEPS, DEFAULT_RIDGE, LocalHalfSteps, SquaredRows, csr_view
 
 
 def dxplain_sweep_seconds(data, k: int, sweeps: int, fused: bool, threads: int) -> float:
@@ -103,16 +88,16 @@ def implicit_iteration_seconds(data, k: int, sweeps: int, threads: int) -> float
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--datasets", default="movielens-100k,synthetic-ml1m")
     ap.add_argument("--k", default="32,64")
     ap.add_argument("--sweeps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
+    ap.add_argument("--cache", default=str(CACHE))
     a = ap.parse_args()
     rows = []
     for name in a.datasets.split(","):
-        data = load(name, Path(a.cache))
+        data = named_interactions(name, Path(a.cache))
         for k in map(int, a.k.split(",")):
             trainer = trainer_sweep_seconds(data, k, a.sweeps, a.threads)
             fused = dxplain_sweep_seconds(data, k, a.sweeps, True, a.threads)
@@ -140,21 +125,9 @@ def main():
             print(json.dumps(rows[-1]), flush=True)
     import implicit
 
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "als_vs_implicit.json").write_text(
-        json.dumps({"implicit": implicit.__version__, "rows": rows}, indent=2)
-    )
-    print(
-        "| data set | k | dxplain trainer (s/sweep) | dxplain exact fused | dxplain exact numpy | implicit (s/iter) "
-        "| trainer / implicit | fused / implicit |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['dataset']} | {r['k']} | {r['dxplain_trainer_s']:.3f} | {r['dxplain_fused_s']:.3f} | "
-            f"{r['dxplain_numpy_s']:.3f} | {r['implicit_s']:.3f} | {r['trainer_over_implicit']:.2f}× | "
-            f"{r['fused_over_implicit']:.2f}× |"
-        )
+    ALS.mkdir(parents=True, exist_ok=True)
+    (ALS / "vs_implicit.json").write_text(json.dumps({"implicit": implicit.__version__, "rows": rows}, indent=2))
+    print(vs_implicit_table())
 
 
 if __name__ == "__main__":

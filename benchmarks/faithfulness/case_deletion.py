@@ -1,12 +1,12 @@
 """Case-deletion evaluation (issue 4): run the evaluate flow per dataset, then collect its outputs.
 
-    python benchmarks/case_deletion.py      # breast-cancer and digits-4v9 at 40×40, synthetic-sparse at 3×8,
-                                            # movielens-100k SGD-MF at 2×5, ALS-MF, SoftImpute and two-tower at 2×8;
-                                            # ~4 h on 2 cores
-    python benchmarks/case_deletion.py --only movielens-100k --trials 5 --targets 10
-    python benchmarks/case_deletion.py --only movielens-100k --model two-tower    # 2×8, ~40 min on 2 cores
+    python -m benchmarks.faithfulness.case_deletion
+        # breast-cancer and digits-4v9 at 40×40, synthetic-sparse at 3×8, movielens-100k SGD-MF at 2×5,
+        # ALS-MF, SoftImpute and two-tower at 2×8; ~4 h on 2 cores
+    python -m benchmarks.faithfulness.case_deletion --only movielens-100k --trials 5 --targets 10
+    python -m benchmarks.faithfulness.case_deletion --only movielens-100k --model two-tower    # 2×8, ~40 min on 2 cores
 
-Copies each run's deletions.csv, auc_del.md and deletion_curves.png to benchmarks/results/case_deletion/<dataset>.*
+Copies each run's deletions.csv, auc_del.md and deletion_curves.png to benchmarks/results/faithfulness/<dataset>.*
 and adds to the Markdown a comparison on common targets: influence functions have no samples of one
 sign for some targets (the λ·sign(θ) term shifts every sample's score), so each method's AUC is also
 reported over only the (trial, target, side) curves that every method has.
@@ -14,19 +14,17 @@ reported over only the (trial, target, side) curves that every method has.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import shutil
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import RESULTS, parser
+from dxplain.evaluation.deletion import summarise
+from dxplain.evaluation.report import curve_aucs
 
-from dxplain.evaluation.deletion import summarise  # noqa: E402
-from dxplain.evaluation.report import curve_aucs  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results" / "case_deletion"
+FAITHFULNESS = RESULTS / "faithfulness"
 # (dataset, model): (trials, targets) — the sizes in docs/faithfulness.md; CF retraining is the costly part.
 PLAN = {
     ("breast-cancer", None): (40, 40),
@@ -65,14 +63,14 @@ def common_targets(csv_path: Path) -> str:
 def main() -> None:
     from dxplain.flows.evaluate import evaluate
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--only", help="one dataset")
     ap.add_argument("--model", help="one CF model (als, softimpute, sgd, two-tower)")
     ap.add_argument("--trials", type=int)
     ap.add_argument("--targets", type=int)
     ap.add_argument("--out", default="dxplain-out")
     args = ap.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    FAITHFULNESS.mkdir(parents=True, exist_ok=True)
     for (name, model), (trials, targets) in PLAN.items():
         if (args.only and name != args.only) or (args.model and model != args.model):
             continue
@@ -87,10 +85,10 @@ def main() -> None:
 
 
 def collect(name: str, folder: Path) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    FAITHFULNESS.mkdir(parents=True, exist_ok=True)
     from dxplain.evaluation.report import deletion_plot_png
 
-    shutil.copy(folder / "deletions.csv", RESULTS / f"{name}.csv")
+    shutil.copy(folder / "deletions.csv", FAITHFULNESS / f"{name}.csv")
     md = (folder / "auc_del.md").read_text()
     rows = [
         {**r, "fraction": float(r["fraction"]), "delta": float(r["delta"])}
@@ -98,10 +96,10 @@ def collect(name: str, folder: Path) -> None:
     ]
     png = deletion_plot_png(rows, md.splitlines()[0].lstrip("# "))  # redrawn with this version's labels
     if png:
-        (RESULTS / f"{name}.png").write_bytes(png)
+        (FAITHFULNESS / f"{name}.png").write_bytes(png)
     md += common_targets(folder / "deletions.csv")
-    (RESULTS / f"{name}.md").write_text(md)
-    (RESULTS / f"{name}.summary.json").write_text((folder / "summary.json").read_text())
+    (FAITHFULNESS / f"{name}.md").write_text(md)
+    (FAITHFULNESS / f"{name}.summary.json").write_text((folder / "summary.json").read_text())
     print(md)
 
 

@@ -1,6 +1,6 @@
 """Prepare ml-100k (GroupLens layout) for ``dxplain gammli fit``: feature tables and a warm + cold split.
 
-    python benchmarks/gammli_data.py [--src ../shared/data/ml-100k-grouplens] [--out bench-data/ml100k]
+    python -m benchmarks.gammli.data [--src ../shared/data/ml-100k-grouplens] [--out bench-data/ml100k]
 
 writes ``users.parquet`` (user, age, gender, occupation: the last two dictionary-encoded, i.e. categorical
 by dtype), ``items.parquet`` (item, year, 19 genre flags; the one item without a release date gets the
@@ -11,21 +11,20 @@ ratings (warm); ``pairs.parquet`` is 50 test pairs for ``gammli explain``.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.common import ROOT, parser
 from dxplain.io.features import movielens_feature_tables
 
 
 def main(argv=None):
-    here = Path(__file__).resolve().parents[1]
-    p = argparse.ArgumentParser()
-    p.add_argument("--src", default=str(here.parent / "shared" / "data" / "ml-100k-grouplens"))
-    p.add_argument("--out", default=str(here / "bench-data" / "ml100k"))
+    p = parser(__doc__)
+    p.add_argument("--src", default=str(ROOT.parent / "shared" / "data" / "ml-100k-grouplens"))
+    p.add_argument("--out", default=str(ROOT / "bench-data" / "ml100k"))
     p.add_argument("--cold-users", type=float, default=0.1)
     p.add_argument("--test", type=float, default=0.2)
     p.add_argument("--seed", type=int, default=0)

@@ -1,7 +1,7 @@
 """MovieLens-100k with its features: GAMMLI against the project's plain MF, the bias baseline and the peers.
 
-    python benchmarks/gammli_data.py                       # the split (bench-data/ml100k)
-    flock /tmp/dxplain-heavy.lock nice -n 5 python benchmarks/gammli_ml100k.py
+    python -m benchmarks.gammli.data                       # the split (bench-data/ml100k)
+    flock /tmp/dxplain-heavy.lock nice -n 5 python -m benchmarks.gammli.ml100k
 
 Same files as the CLI contract run: ``train.parquet`` (80% of the ratings of 90% of the users) and
 ``test.parquet`` (the other 20% = warm, plus every rating of the held-out 10% of users = cold). No tuning
@@ -11,9 +11,7 @@ is ``ALSMF`` with its defaults (k = 32, λ = 2·15/|D|). Writes ``benchmarks/res
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,14 +19,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gammli_peers as P  # noqa: E402
-
-from dxplain.gammli.fit import Config, fit_gammli  # noqa: E402
-from dxplain.gammli.model import index_pairs  # noqa: E402
-from dxplain.interactions import Interactions  # noqa: E402
-from dxplain.io.features import read_features  # noqa: E402
-from dxplain.models.mf import ALSMF  # noqa: E402
+import benchmarks.gammli.peers as P
+from benchmarks.common import RESULTS, ROOT, parser
+from dxplain.gammli.fit import Config, fit_gammli
+from dxplain.gammli.model import index_pairs
+from dxplain.interactions import Interactions
+from dxplain.io.features import read_features
+from dxplain.models.mf import ALSMF
 
 PAPER_ML1M = {"GAMMLI": 0.9187, "FM": 0.8584, "XGBoost": 1.0622, "SVD": 1.1373}
 
@@ -49,13 +46,12 @@ def plain_mf(u, i, y, ut, it, n_users, n_items, seed):
 
 
 def main(argv=None):
-    here = Path(__file__).resolve().parents[1]
-    p = argparse.ArgumentParser()
-    p.add_argument("--data", default=str(here / "bench-data" / "ml100k"))
+    p = parser(__doc__)
+    p.add_argument("--data", default=str(ROOT / "bench-data" / "ml100k"))
     p.add_argument("--rank", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip", nargs="*", default=[])
-    p.add_argument("--out", default=str(here / "benchmarks" / "results" / "gammli" / "ml100k.json"))
+    p.add_argument("--out", default=str(RESULTS / "gammli" / "ml100k.json"))
     a = p.parse_args(argv)
     data = Path(a.data)
     users, items = (

@@ -1,11 +1,12 @@
 """MovieLens-100k's cold start over several seeded splits: how much of a model gap is the choice of 94 users.
 
-    flock /tmp/dxplain-heavy.lock nice -n 5 python benchmarks/gammli_ml100k_splits.py --seeds 0 1 2 3 4
+    flock /tmp/dxplain-heavy.lock nice -n 5 python -m benchmarks.gammli.ml100k_splits --seeds 0 1 2 3 4
 
 The cold test set of one split is every rating of 94 held-out users, so its RMSE moves with which users
 are drawn: a user's mean rating varies far more than any model's correction of it. Per split seed s this
-runs ``gammli_data.py --seed s`` (the split: held-out users and warm test rows) and ``gammli_ml100k.py`` on
-it (every model, its own seeds fixed at 0; nothing is tuned on the test file), keeps each split's result in
+runs ``benchmarks.gammli.data --seed s`` (the split: held-out users and warm test rows) and
+``benchmarks.gammli.ml100k`` on it, each in its own process (every model, its own seeds fixed at 0; nothing
+is tuned on the test file), keeps each split's result in
 ``benchmarks/results/gammli/ml100k-splits/s<seed>.json``, and writes ``ml100k_splits.json``: per model the
 mean and sample SD of warm and cold RMSE over the splits, and GAMMLI's paired cold-RMSE difference to each
 other model (mean, its standard error, and on how many splits GAMMLI was lower).
@@ -13,18 +14,19 @@ other model (mean, its standard error, and on how many splits GAMMLI was lower).
 
 from __future__ import annotations
 
-import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gammli_data  # noqa: E402
-import gammli_ml100k  # noqa: E402
+from benchmarks.common import RESULTS, ROOT, parser
 
-ROOT = Path(__file__).resolve().parent.parent
+
+def run(module: str, *args: str) -> None:
+    """``python -m <module> <args>`` from the repository root, as a user runs it; stop if it fails."""
+    subprocess.run([sys.executable, "-m", module, *args], check=True, cwd=ROOT)
 
 
 def summary(runs: dict[int, dict]) -> dict:
@@ -51,17 +53,17 @@ def summary(runs: dict[int, dict]) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
+    p = parser(__doc__)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--data", default=str(ROOT / "bench-data"))
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gammli" / "ml100k_splits.json"))
+    p.add_argument("--out", default=str(RESULTS / "gammli" / "ml100k_splits.json"))
     a = p.parse_args(argv)
     each = Path(a.out).parent / "ml100k-splits"
     runs = {}
     for s in a.seeds:
         data = Path(a.data) / f"ml100k-s{s}"
-        gammli_data.main(["--seed", str(s), "--out", str(data)])
-        gammli_ml100k.main(["--data", str(data), "--out", str(each / f"s{s}.json")])
+        run("benchmarks.gammli.data", "--seed", str(s), "--out", str(data))
+        run("benchmarks.gammli.ml100k", "--data", str(data), "--out", str(each / f"s{s}.json"))
         runs[s] = json.loads((each / f"s{s}.json").read_text())
         result = summary(runs)
         Path(a.out).write_text(json.dumps(result, indent=1))  # after every split: a cut run keeps what it did

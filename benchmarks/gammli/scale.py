@@ -1,6 +1,6 @@
 """GAMMLI at scale: `dxplain gammli fit` on eq. 6 data of N interactions, on a 2-worker LocalCluster.
 
-    flock /tmp/dxplain-heavy.lock nice -n 5 python benchmarks/gammli_scale.py --sizes 1000000 10000000
+    flock /tmp/dxplain-heavy.lock nice -n 5 python -m benchmarks.gammli.scale --sizes 1000000 10000000
 
 Per size: the data is made by `dxplain datasets synth --kind gammli` (users = items = √(10·N), the
 simulation's 10% density; kept under ``--data``), then fitted by the CLI in its own process, exactly as a
@@ -12,7 +12,6 @@ per stage, peak RSS (VmHWM) of the flow's process and of each worker. Writes
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.common import RESULTS, ROOT, parser
 
 
 def cli(*args: str) -> float:
@@ -75,13 +74,13 @@ def run(n_obs: int, workers: int, max_sweeps: int, data: Path, out: Path) -> dic
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
+    p = parser(__doc__)
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--max-sweeps", type=int, default=100)
     p.add_argument("--data", default=str(ROOT / "bench-data"), help="where the synthetic tables are kept")
     p.add_argument("--fits", default="/tmp/dxplain-gammli-scale", help="where the fits' --out folders go")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gammli" / "scale.json"))
+    p.add_argument("--out", default=str(RESULTS / "gammli" / "scale.json"))
     a = p.parse_args(argv)
     rows = []
     for n in a.sizes:

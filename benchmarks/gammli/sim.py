@@ -1,6 +1,6 @@
 """The simulation of the paper's eq. 6 (Table 1 and Table 3's simulation columns), GAMMLI beside its peers.
 
-    flock /tmp/dxplain-heavy.lock nice -n 5 python benchmarks/gammli_sim.py --seeds 0 1 2 3 4 [--size 1000]
+    flock /tmp/dxplain-heavy.lock nice -n 5 python -m benchmarks.gammli.sim --seeds 0 1 2 3 4 [--size 1000]
 
 Per seed: eq. 6 at size × size (5 features per side, 10 groups, rank 3, 90% missing, N(0,1) noise);
 10% of users held out entirely (cold), 20% of the other ratings as the warm test. Regression and the
@@ -11,7 +11,6 @@ binarised classification; GAMMLI and every peer of ``gammli_peers`` on the same 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -19,12 +18,11 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gammli_peers as P  # noqa: E402
-
-from dxplain.gammli.fit import Config, fit_gammli  # noqa: E402
-from dxplain.gammli.synthetic import TRUE_MAIN, TRUE_PAIRS, eq6  # noqa: E402
-from dxplain.io.features import features_from_table  # noqa: E402
+import benchmarks.gammli.peers as P
+from benchmarks.common import RESULTS, parser
+from dxplain.gammli.fit import Config, fit_gammli
+from dxplain.gammli.synthetic import TRUE_MAIN, TRUE_PAIRS, eq6
+from dxplain.io.features import features_from_table
 
 PAPER_TABLE1 = {
     "GAMMLI": {"mae": 0.3613, "rmse": 0.5405, "auc": 0.9760, "log_loss": 0.1972},
@@ -129,14 +127,14 @@ def _seed_job(args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
+    p = parser(__doc__)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--size", type=int, default=1000)
     p.add_argument("--tasks", nargs="+", default=["regression", "classification"])
     p.add_argument("--grid-rounds", type=int, default=2)
     p.add_argument("--peers", nargs="+", default=["XGBoost", "EBM", "SVD", "FM", "bias", "mean"])
     p.add_argument("--processes", type=int, default=2)
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "gammli" / "sim.json"))
+    p.add_argument("--out", default=str(RESULTS / "gammli" / "sim.json"))
     a = p.parse_args(argv)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     runs = []

@@ -1,16 +1,10 @@
-"""Markdown tables for docs/gammli.md from benchmarks/results/gammli/*.json.
-
-python benchmarks/gammli_report.py
-"""
+"""The docs' tables of the GAMMLI area (docs/gammli.md), from ``benchmarks/results/gammli/``."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 
-RES = Path(__file__).resolve().parent / "results" / "gammli"
+from benchmarks.common import load_result, markdown
 
 
 def _ms(vals):
@@ -45,7 +39,8 @@ def _task_table(data, runs, task) -> list[str]:
     return out
 
 
-def sim_tables(data) -> str:
+def sim_tables() -> str:
+    data = load_result("gammli/sim.json")
     runs = data["runs"]
     out = [
         f"Seeds {[r['seed'] for r in runs]}, size {data['args']['size']}×{data['args']['size']}, "
@@ -66,7 +61,8 @@ def sim_tables(data) -> str:
     return "\n".join(out)
 
 
-def ml100k_table(data) -> str:
+def ml100k_table() -> str:
+    data = load_result("gammli/ml100k.json")
     out = [
         f"{data['n_train']} training ratings, {data['n_test']} test ratings of which {data['n_cold']} cold. "
         f"GAMMLI chose K={data['gammli']['K']}, L={data['gammli']['L']}, λ={data['gammli']['lam']:.3g}, "
@@ -84,18 +80,23 @@ def ml100k_table(data) -> str:
     return "\n".join(out)
 
 
-def main():
-    for name, fn in (("sim.json", sim_tables), ("ml100k.json", ml100k_table)):
-        if (RES / name).exists():
-            print(f"### {name}\n\n{fn(json.loads((RES / name).read_text()))}\n")
-    if (RES / "scale.json").exists():
-        s = json.loads((RES / "scale.json").read_text())
-        print("### scale.json\n\n| N | users=items | seconds per stage | sweeps | peak RSS MiB (flow; workers) |")
-        print("|---|---|---|---|---|")
-        for r in s["runs"]:
-            print(f"| {r['n']} | {r['users']} | {r['seconds']} | {r['sweeps']} | {r['peak_rss_mib']} |")
-        print(f"\nslopes: {s['slopes']}")
-
-
-if __name__ == "__main__":
-    main()
+def scale_table() -> str:
+    """Seconds per stage of each size, their cost slope log(t₂/t₁)/log(N₂/N₁), and the peak RSS."""
+    r = load_result("gammli/scale.json")
+    stages = ("parts", "stage1", "stage2", "grid", "refit_additive", "stage3", "total")
+    body = []
+    for run in r["runs"]:
+        workers = ", ".join(f"{v:,.0f}" for v in run["peak_rss_mib"]["workers"].values())
+        body.append(
+            f"| {run['n'] / 1e6:.0f}M | "
+            + " | ".join(f"{run['seconds'][st]:,.1f} s" for st in stages)
+            + f" | {run['peak_rss_mib']['flow']:,.0f} | {workers} |"
+        )
+    for slopes in r["slopes"].values():
+        body.append("| slope | " + " | ".join(f"{slopes[st]:.2f}" for st in stages) + " | | |")
+    sweeps = r["runs"][0]["sweeps"] * (len(r["runs"][0]["backfit_sweeps"]) + 1)
+    return markdown(
+        f"| N | parts | stage 1 | stage 2 | grid (1 point) | refit | stage 3 ({sweeps} sweeps) | total | flow MiB | "
+        "workers MiB |",
+        body,
+    )

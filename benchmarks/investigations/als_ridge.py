@@ -1,9 +1,9 @@
 """Is the slow convergence at k = 64 the price of a λ that overfits (#22 item 1)? Validation error and training
 to the identity, per ridge, on the 1M scaling set.
 
-    python benchmarks/als_ridge.py --ridges 7.5,15,30,60
+    python -m benchmarks.investigations.als_ridge --ridges 7.5,15,30,60
 
-One process, 2 threads. A seeded 90/10 split of ``benchmarks/scaling.py``'s set; for each ridge λ|D|/2 (the
+One process, 2 threads. A seeded 90/10 split of ``benchmarks/scaling/refresh.py``'s set; for each ridge λ|D|/2 (the
 default is 15, ``models.mf.DEFAULT_RIDGE``) ``ALSMF(k, identity_tol=1e-5, polish_iters=0)`` trains on the 90%
 for at most ``--max-sweeps`` sweeps; printed: the validation RMSE, the sweeps and seconds it took, the
 identity bound it reached and how many of the k factors are above 10⁻³ of the largest. A study, not a
@@ -12,7 +12,6 @@ product path: findings are in docs/scaling.md ("What makes it slow").
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -20,24 +19,21 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from scaling import dataset  # noqa: E402
-
-from dxplain.datasets import resolve_dataset  # noqa: E402
-from dxplain.errors import DegenerateError  # noqa: E402
-from dxplain.kernels.als import pair_scores  # noqa: E402
-from dxplain.models.mf import ALSMF  # noqa: E402
+from benchmarks.common import CACHE, parser
+from benchmarks.scaling.common import dataset
+from dxplain.datasets import resolve_dataset
+from dxplain.errors import DegenerateError
+from dxplain.kernels.als import pair_scores
+from dxplain.models.mf import ALSMF
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--size", type=int, default=1_000_000, help="interactions of the scaling set")
     ap.add_argument("--ridges", default="7.5,15,30,60", help="ridges λ|D|/2 to fit, comma-separated")
     ap.add_argument("--k", type=int, default=64)
     ap.add_argument("--max-sweeps", type=int, default=150)
-    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dxplain" / "bench")
+    ap.add_argument("--cache", type=Path, default=CACHE)
     a = ap.parse_args(argv)
 
     data = resolve_dataset(str(dataset(a.cache, a.size))).interactions

@@ -1,19 +1,19 @@
 """Why ALS-MF converges slowly on the scaling sets (#22 item 1): sweeps to a stationary model, per solver variant.
 
-    python benchmarks/als_solvers.py --variant anderson --sweeps 80        # today's trainer's sweeps
-    python benchmarks/als_solvers.py --variant plain --sweeps 60
-    python benchmarks/als_solvers.py --variant balanced --sweeps 60
-    python benchmarks/als_solvers.py --variant anderson --memory 30 --sweeps 80
-    python benchmarks/als_solvers.py --variant anderson --no-guard --float64 --sweeps 60
-    python benchmarks/als_solvers.py --variant newton-mr --sweeps 20 --newton 6
-    python benchmarks/als_solvers.py --variant anderson --k 8 --sweeps 30 --every 5   # the control
-    python benchmarks/als_solvers.py --variant anderson --sweeps 60 --spectrum        # UVᵀ's and E's spectra
-    python benchmarks/als_solvers.py --variant reduced-newton --sweeps 20 --newton 12 --products 60
-    python benchmarks/als_solvers.py --variant anderson --sweeps 60 --every 60 --reduced-spectrum 40
-    python benchmarks/als_solvers.py --variant anderson --sweeps 80 --init svd       # a spectral start
-    python benchmarks/als_solvers.py --variant anderson --rank 64 --sweeps 60 --every 5  # ratings of rank 64
+    python -m benchmarks.investigations.als_solvers --variant anderson --sweeps 80        # today's trainer's sweeps
+    python -m benchmarks.investigations.als_solvers --variant plain --sweeps 60
+    python -m benchmarks.investigations.als_solvers --variant balanced --sweeps 60
+    python -m benchmarks.investigations.als_solvers --variant anderson --memory 30 --sweeps 80
+    python -m benchmarks.investigations.als_solvers --variant anderson --no-guard --float64 --sweeps 60
+    python -m benchmarks.investigations.als_solvers --variant newton-mr --sweeps 20 --newton 6
+    python -m benchmarks.investigations.als_solvers --variant anderson --k 8 --sweeps 30 --every 5   # the control
+    python -m benchmarks.investigations.als_solvers --variant anderson --sweeps 60 --spectrum  # UVᵀ's and E's spectra
+    python -m benchmarks.investigations.als_solvers --variant reduced-newton --sweeps 20 --newton 12 --products 60
+    python -m benchmarks.investigations.als_solvers --variant anderson --sweeps 60 --every 60 --reduced-spectrum 40
+    python -m benchmarks.investigations.als_solvers --variant anderson --sweeps 80 --init svd       # a spectral start
+    python -m benchmarks.investigations.als_solvers --variant anderson --rank 64 --sweeps 60 --every 5  # rank 64
 
-One process, 2 BLAS threads, the 1M scaling set (``benchmarks/scaling.py``'s: 10,000 users × 2,500 items,
+One process, 2 BLAS threads, the 1M scaling set (``benchmarks/scaling/refresh.py``'s: 10,000 users × 2,500 items,
 Zipf degrees, ratings of rank 8 plus noise; ``--rank`` another rank), its popularity-drawn supplied targets
 (10 a user) and the default λ. Every ``--every`` sweeps it prints f, ‖∇f‖ and each side's relative fidelity
 error (median / p99 over the targets, measured as a refresh does: balanced factors, Σ attributions against
@@ -41,7 +41,6 @@ A study, not a product path: findings are in docs/scaling.md ("Solvers tried aga
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -51,18 +50,15 @@ import pyarrow.parquet as pq
 from scipy.sparse.linalg import LinearOperator, minres
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from scaling import dataset, supplied_targets  # noqa: E402
-
-from dxplain.datasets import resolve_dataset  # noqa: E402
-from dxplain.explain.representer import Preprocessed, relative_error  # noqa: E402
-from dxplain.io.interactions import index_of  # noqa: E402
-from dxplain.kernels import anderson  # noqa: E402
-from dxplain.kernels.als import pair_scores  # noqa: E402
-from dxplain.kernels.representer import balance_transforms  # noqa: E402
-from dxplain.models.mf import UPHILL_SLACK, LocalHalfSteps, MFModel, default_lam  # noqa: E402
+from benchmarks.common import CACHE, parser
+from benchmarks.scaling.common import dataset, supplied_targets
+from dxplain.datasets import resolve_dataset
+from dxplain.explain.representer import Preprocessed, relative_error
+from dxplain.io.interactions import index_of
+from dxplain.kernels import anderson
+from dxplain.kernels.als import pair_scores
+from dxplain.kernels.representer import balance_transforms
+from dxplain.models.mf import UPHILL_SLACK, LocalHalfSteps, MFModel, default_lam
 
 
 def fidelity(U, V, data, mu, lam, u, i) -> str:
@@ -274,7 +270,7 @@ def reduced_spectrum(hs, V, lam, count) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--size", type=int, default=1_000_000, help="interactions of the scaling set")
     ap.add_argument(
         "--variant", default="anderson", choices=["plain", "balanced", "anderson", "newton-mr", "reduced-newton"]
@@ -307,7 +303,7 @@ def main(argv=None) -> int:
         choices=["random", "svd"],
         help="the trainer's seeded random start, or the top-k SVD of the centred ratings (spectral_start)",
     )
-    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dxplain" / "bench")
+    ap.add_argument("--cache", type=Path, default=CACHE)
     a = ap.parse_args(argv)
     if a.rank < 1:
         ap.error(f"--rank {a.rank}: give the ratings' rank, at least 1")

@@ -1,6 +1,6 @@
 """Page faults of numpy temporaries in a Dask worker, with and without Dask's MALLOC_TRIM_THRESHOLD_.
 
-    python benchmarks/worker_malloc.py
+    python -m benchmarks.investigations.worker_malloc
 
 Runs the same block-wise numpy task (300 rounds of ~10 MB temporaries) in this process and on a
 1-worker LocalCluster started with Dask's default worker environment and without the variable, and
@@ -17,6 +17,8 @@ import time
 import dask
 import numpy as np
 from distributed import Client, LocalCluster
+
+from benchmarks.common import parser
 
 
 def task() -> dict:
@@ -48,6 +50,7 @@ def on_worker(environ: dict) -> dict:
 
 
 if __name__ == "__main__":
+    parser(__doc__).parse_args()
     default = dask.config.get("distributed.nanny.pre-spawn-environ")
     print("in-process           ", task())
     print("worker, Dask default ", on_worker(default))

@@ -4,24 +4,25 @@ On ml-100k's real Q_u, r_u (ψ from a D = 8 IKM fit on the 80% training split, �
 at the uniform θ; reported: the mean and max gap f(θ) − f* per user after k iterations (f* from pairwise
 FW run to its 1e-12 FW-gap), and seconds.
 
-    python benchmarks/kolmogorov_fw_steps.py
+    python -m benchmarks.kolmogorov.fw_steps
 """
 
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import RESULTS, parser
 from dxplain.datasets import resolve_dataset
 from dxplain.kernels import kolmogorov as K
 from dxplain.kolmogorov.data import probabilities
 from dxplain.kolmogorov.fit import fit_ikm
 
-OUT = Path(__file__).parent / "results" / "kolmogorov"
+OUT = RESULTS / "kolmogorov"
 
 
 def main() -> None:
+    parser(__doc__).parse_args()
     data = resolve_dataset("movielens-100k").interactions
     train = data.subset(np.random.default_rng(0).random(len(data)) >= 0.2)
     P = probabilities(train, "explicit", 5.0, 4.0, 1, 0)

@@ -9,23 +9,22 @@ sample of items and its rate is per item. On the sample, both SDP values are com
 difference, and ours against its own certified gap), and both relaxations are rounded by the same
 procedure to compare g(ψ). One BLAS thread throughout, so the local rate is per core.
 
-    python benchmarks/kolmogorov_psi_throughput.py [--items 100000] [--sample 100] [--cluster]
+    python -m benchmarks.kolmogorov.psi_throughput [--items 100000] [--sample 100] [--cluster]
 """
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import threadpool_limits
 
+from benchmarks.common import RESULTS, parser
 from dxplain.kernels import kolmogorov as K
 from dxplain.kolmogorov.fit import psi_task
 from dxplain.mapper import LocalMapper
 
-OUT = Path(__file__).parent / "results" / "kolmogorov"
+OUT = RESULTS / "kolmogorov"
 D = 16
 
 
@@ -60,7 +59,7 @@ def cvxpy_sdp(St: np.ndarray, **settings):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--items", type=int, default=100_000)
     ap.add_argument("--users", type=int, default=20_000)
     ap.add_argument("--sample", type=int, default=100)

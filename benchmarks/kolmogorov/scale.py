@@ -5,24 +5,24 @@ a user would (``dxplain kolmogorov fit --workers 2``, λ and μ given so no vali
 records wall time, the BCD objective and the peak resident memory of the flow process and of each
 worker (VmHWM, from the mapper).
 
-    python benchmarks/kolmogorov_scale.py --interactions 10000000 --dim 16 --iterations 2
+    python -m benchmarks.kolmogorov.scale --interactions 10000000 --dim 16 --iterations 2
 """
 
-import argparse
 import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import RESULTS, parser
 from dxplain.cli import main as cli
 from dxplain.datasets.synthetic import generate
 
-OUT = Path(__file__).parent / "results" / "kolmogorov"
+OUT = RESULTS / "kolmogorov"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--interactions", type=int, default=10_000_000)
     ap.add_argument("--dim", type=int, default=16)
     ap.add_argument("--iterations", type=int, default=2)

@@ -1,17 +1,17 @@
 """The ml-100k 80/20 split the CLI run in docs/kolmogorov.md uses: a prepared training folder (with the
 item titles) and a test Parquet file (user, item, rating); a pair is a test pair with probability 0.2
-(seed 0), as in benchmarks/kolmogorov_table4.py.
+(seed 0), as in benchmarks/kolmogorov/table4.py.
 
-    python benchmarks/kolmogorov_split.py /tmp/kmrun
+    python -m benchmarks.kolmogorov.split /tmp/kmrun
 """
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks.common import parser
 from dxplain.datasets import resolve_dataset
 from dxplain.io.interactions import write_dataset
 
@@ -32,4 +32,6 @@ def main(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ap = parser(__doc__)
+    ap.add_argument("folder", help="where the training folder and test.parquet go")
+    main(ap.parse_args().folder)

@@ -7,21 +7,20 @@ over all iterations"). Two rates: the rounded SDR candidate alone (Table 2, what
 the ψ-step's output (best of candidate and incumbent, then 1-flip). Fig. A.2: training RMSE per iteration
 of IKM with SDR and with the exhaustive ψ-step, checked monotone.
 
-    python benchmarks/kolmogorov_table3.py [--seeds 10] [--iterations 10]
+    python -m benchmarks.kolmogorov.table3 [--seeds 10] [--iterations 10]
 """
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.common import RESULTS, parser
 from dxplain.interactions import Interactions
 from dxplain.kolmogorov.fit import fit_ikm
 
-OUT = Path(__file__).parent / "results" / "kolmogorov"
+OUT = RESULTS / "kolmogorov"
 
 
 def uniform_data(U: int, I: int, seed: int) -> Interactions:
@@ -31,7 +30,7 @@ def uniform_data(U: int, I: int, seed: int) -> Interactions:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--iterations", type=int, default=10)
     a = ap.parse_args()

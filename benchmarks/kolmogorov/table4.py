@@ -4,19 +4,18 @@ NRMSE beside it (KM ÷ R_max = 5, the others ÷ (R_max − R_min) = 4); the maxi
 and their stability between D = 16 and D = 24; held-out rule precision against random pairs of the same
 popularity.
 
-    python benchmarks/kolmogorov_table4.py [--dims 4 8 16 24] [--iterations 5]
+    python -m benchmarks.kolmogorov.table4 [--dims 4 8 16 24] [--iterations 5]
 
 The split: pairs drawn with probability 0.2 (seed 0) are the test set; test pairs whose user or item has
 no training rating are dropped for every model (the CLI's --skip-unseen).
 """
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import RESULTS, parser
 from dxplain.datasets import resolve_dataset
 from dxplain.kolmogorov import report
 from dxplain.kolmogorov import rules as R
@@ -24,7 +23,7 @@ from dxplain.kolmogorov.data import probabilities
 from dxplain.kolmogorov.fit import fit_ikm, select_regularisers
 from dxplain.models.mf import ALSMF
 
-OUT = Path(__file__).parent / "results" / "kolmogorov"
+OUT = RESULTS / "kolmogorov"
 LAMS, MUS = (0.0, 1.0, 4.0), (0.0, 0.5, 2.0)
 
 
@@ -65,7 +64,7 @@ def nmf_predictor(train, D: int, seed: int):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--dims", type=int, nargs="+", default=[4, 8, 16, 24])
     ap.add_argument("--iterations", type=int, default=5)
     a = ap.parse_args()

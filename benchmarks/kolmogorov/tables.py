@@ -1,36 +1,28 @@
-"""docs/kolmogorov.md's tables from benchmarks/results/kolmogorov/*.json (no figure typed by hand).
+"""The docs' tables of the Kolmogorov area (docs/kolmogorov.md), from ``benchmarks/results/kolmogorov/``."""
 
-python benchmarks/kolmogorov_report.py
-"""
-
-import json
-from pathlib import Path
-
-RESULTS = Path(__file__).parent / "results" / "kolmogorov"
+from benchmarks.common import load_result, markdown
 
 
-def load(name):
-    f = RESULTS / name
-    return json.loads(f.read_text()) if f.exists() else None
+def table3() -> str:
+    r = load_result("kolmogorov/table3.json")
 
+    def fmt(v):
+        return " ".join(f"{t:.4f}" for t in v)
 
-def table3(r) -> str:
-    rows = [
+    return markdown(
         "| D | item ψ-steps | SDR rounded alone (×10⁻³) | ψ-step output (×10⁻³) | paper (×10⁻³) | "
         "train RMSE SDR per iteration | exhaustive | monotone |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for x in r["rows"]:
-        fmt = lambda v: " ".join(f"{t:.4f}" for t in v)  # noqa: E731
-        rows.append(
+        [
             f"| {x['D']} | {x['item_steps']} | {1e3 * x['error_rate_rounded']:.2f} | "
             f"{1e3 * x['error_rate_psi_step']:.2f} | {r['paper_error_rate_x1e3'][str(x['D'])]} | "
             f"{fmt(x['rmse_sdr_mean'])} | {fmt(x['rmse_exhaustive_mean'])} | {x['monotone']} |"
-        )
-    return "\n".join(rows)
+            for x in r["rows"]
+        ],
+    )
 
 
-def table4(r) -> str:
+def table4() -> str:
+    r = load_result("kolmogorov/table4.json")
     models = ("KM", "MF", "K-means", "NMF")
     rows = [
         "| D | " + " | ".join(f"{m} RMSE★ | {m} NRMSE" for m in models) + " | KM λ, μ |",
@@ -42,7 +34,8 @@ def table4(r) -> str:
     return "\n".join(rows)
 
 
-def rules(r) -> str:
+def rules() -> str:
+    r = load_result("kolmogorov/table4.json")
     rows = [
         "| D | rules | maximal items | held-out P(likes j \\| likes i): rules | random pairs | "
         "P(likes i \\| likes j): rules | random pairs |",
@@ -59,17 +52,3 @@ def rules(r) -> str:
             f"{b['precision_i_to_j']:.3f} | {m['precision_j_to_i']:.3f} | {b['precision_j_to_i']:.3f} |"
         )
     return "\n".join(rows)
-
-
-def main() -> None:
-    for name, fn in (("table3.json", table3), ("table4.json", table4), ("table4.json", rules)):
-        r = load(name)
-        if r:
-            print(f"\n{name} ({fn.__name__})\n")
-            print(fn(r))
-    for f in sorted(RESULTS.glob("psi_throughput_*.json")) + sorted(RESULTS.glob("scale_*.json")):
-        print(f"\n{f.name}\n\n```json\n{f.read_text()}\n```")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,44 +1,41 @@
 """Reproduce App. C of the representer paper on ml-100k: find false negatives, remove them, retrain.
 
-    python benchmarks/negatives_appc.py --seeds 5            # ~25 min on 2 cores
-    python benchmarks/negatives_appc.py --select-ridge       # the default λ: validation recall@20
+    python -m benchmarks.negatives.appc --seeds 5       # ~25 min on 2 cores
+    python -m benchmarks.negatives.appc --select-ridge  # the default λ: validation recall@20
 
 Protocol (docs/methods.md §1, paper App. C): ratings ≥ 4 are positives; a random 50/50 split of them per
 seed; the base model is BCE MF with every unobserved training pair a negative of weight 0.05. Each
 method flags the p% lowest-scoring negatives (p ∈ {1, 2, 5, 10}); we report (a) the share of flagged
 negatives that are test positives (the false negatives we can check) and (b) the change in test
 recall@20 after retraining without them (same initialisation and solver). Retrainings run as Dask
-tasks on a LocalCluster. Mean ± 95% CI (t over seeds). Writes benchmarks/results/negatives_appc.{json,md,png}.
+tasks on a LocalCluster. Mean ± 95% CI (t over seeds). Writes benchmarks/results/negatives/appc.{json,md,png}.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dxplain.config import Settings  # noqa: E402
-from dxplain.datasets import resolve_dataset  # noqa: E402
-from dxplain.distributed.cluster import connect  # noqa: E402
-from dxplain.evaluation.deletion import summarise as t_interval  # noqa: E402
-from dxplain.explain import negatives as N  # noqa: E402
-from dxplain.explain.targets import recommend  # noqa: E402
+from benchmarks.common import RESULTS, parser
+from dxplain.config import Settings
+from dxplain.datasets import resolve_dataset
+from dxplain.distributed.cluster import connect
+from dxplain.evaluation.deletion import summarise as t_interval
+from dxplain.explain import negatives as N
+from dxplain.explain.targets import recommend
 from dxplain.models.implicit_mf import (
     ImplicitMF,
     dense_terms,
     positive_pairs,
-    sample_negatives,  # noqa: E402
+    sample_negatives,
     sparse_terms,
 )
 
-RESULTS = Path(__file__).parent / "results"
+NEGATIVES = RESULTS / "negatives"
 PERCENTS = (1, 2, 5, 10)
 
 
@@ -182,7 +179,7 @@ def select_ridge(P, k) -> None:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
@@ -203,8 +200,8 @@ def main():
     with connect(Settings.from_env(workers=a.workers)) as client:
         runs = [run_seed(P, s, a.k, client, a.sampled, a.ridge) for s in range(a.seeds)]
     summary = summarise(runs)
-    RESULTS.mkdir(exist_ok=True)
-    name = f"negatives_appc_sampled{a.sampled}" if a.sampled else "negatives_appc"
+    NEGATIVES.mkdir(parents=True, exist_ok=True)
+    name = f"appc_sampled{a.sampled}" if a.sampled else "appc"
     res = {
         "protocol": __doc__.strip().splitlines()[0],
         "seeds": a.seeds,
@@ -216,10 +213,10 @@ def main():
         "summary": summary,
         "runs": runs,
     }
-    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=2))
+    (NEGATIVES / f"{name}.json").write_text(json.dumps(res, indent=2))
     md = markdown(summary, runs)
-    (RESULTS / f"{name}.md").write_text(md)
-    plot(summary, RESULTS / f"{name}.png")
+    (NEGATIVES / f"{name}.md").write_text(md)
+    plot(summary, NEGATIVES / f"{name}.png")
     print(md)
 
 

@@ -1,41 +1,35 @@
 """Scale: the all-unobserved negative scan of a 40k users × 40k items implicit set (1.6·10⁹ pairs, k = 64).
 
-    python benchmarks/negatives_scan.py                        # 40k × 40k, 1M positives, k = 64, p = 1%
-    python benchmarks/negatives_scan.py --users 4000 --items 4000 --positives 100000   # a quick look
+    python -m benchmarks.negatives.scan                        # 40k × 40k, 1M positives, k = 64, p = 1%
+    python -m benchmarks.negatives.scan --users 4000 --items 4000 --positives 100000   # a quick look
 
 The model is BCE MF trained on sampled negatives (4 per positive, a short L-BFGS run: throughput does
 not depend on convergence); the scan then scores *every* unobserved pair with the representer's
 aggregated importance and keeps the lowest p% on a 2-worker LocalCluster (1 BLAS thread each).
 In the same run it times plain float32 matmuls of the scan's block shapes on one core — the rate
 the three products of a block (scores, ⟨R_i, Q_j⟩) would reach with nothing else to do — and reads
-each worker's peak RSS. Writes benchmarks/results/negatives_scan.json.
+each worker's peak RSS. Writes benchmarks/results/negatives/scan.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import resource
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dxplain.config import Settings  # noqa: E402
-from dxplain.datasets import resolve_dataset  # noqa: E402
-from dxplain.datasets.synthetic import generate  # noqa: E402
-from dxplain.distributed.cluster import connect  # noqa: E402
-from dxplain.distributed.mapper import DaskMapper  # noqa: E402
-from dxplain.explain import negatives as N  # noqa: E402
-from dxplain.kernels.negatives import scan_rows  # noqa: E402
-from dxplain.models.implicit_mf import ImplicitMF, dense_terms, positive_pairs, sample_negatives, sparse_terms  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.common import CACHE, RESULTS, parser, peak_rss_gib
+from dxplain.config import Settings
+from dxplain.datasets import resolve_dataset
+from dxplain.datasets.synthetic import generate
+from dxplain.distributed.cluster import connect
+from dxplain.distributed.mapper import DaskMapper
+from dxplain.explain import negatives as N
+from dxplain.kernels.negatives import scan_rows
+from dxplain.models.implicit_mf import ImplicitMF, dense_terms, positive_pairs, sample_negatives, sparse_terms
 
 
 def matmul_pairs_per_second(n_items: int, k: int, reps: int = 20) -> tuple[float, float]:
@@ -54,24 +48,15 @@ def matmul_pairs_per_second(n_items: int, k: int, reps: int = 20) -> tuple[float
     return rows * n_items / dt, 2 * rows * n_items * 3 * k / dt / 1e9
 
 
-def peak_rss_gib() -> float:
-    """VmHWM: this process's own peak RSS. (getrusage's ru_maxrss survives exec, so a spawned worker
-    would report its parent's peak.)"""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--users", type=int, default=40_000)
-    ap.add_argument("--items", type=int, default=40_000)
-    ap.add_argument("--positives", type=int, default=1_000_000)
-    ap.add_argument("--k", type=int, default=64)
-    ap.add_argument("--percent", type=float, default=1.0)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
+    ap = parser(__doc__)
+    ap.add_argument("--users", type=int, default=40_000, help="users of the generated implicit set")
+    ap.add_argument("--items", type=int, default=40_000, help="items of the generated implicit set")
+    ap.add_argument("--positives", type=int, default=1_000_000, help="its interactions, every one a positive")
+    ap.add_argument("--k", type=int, default=64, help="factors of the BCE MF model")
+    ap.add_argument("--percent", type=float, default=1.0, help="share of the unobserved pairs flagged (p)")
+    ap.add_argument("--workers", type=int, default=2, help="workers of the LocalCluster")
+    ap.add_argument("--cache", default=str(CACHE))
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     folder = Path(a.cache) / f"implicit-{a.users}x{a.items}-{a.positives}"
@@ -114,8 +99,8 @@ def main():
         "peak_rss_gib_client": round(peak_rss_gib(), 2),
         "lowest_score": float(v[0]) if len(v) else None,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "negatives_scan.json").write_text(json.dumps(res, indent=2))
+    (RESULTS / "negatives").mkdir(parents=True, exist_ok=True)
+    (RESULTS / "negatives" / "scan.json").write_text(json.dumps(res, indent=2))
     print(json.dumps(res, indent=2))
 
 

@@ -4,17 +4,16 @@ KernelExplainer on a sample of the same pairs (one process).
 The pairs are (positive, negative) pairs drawn from all 351 rows (the 20% test split has only ~1,100);
 the reference is the seed's 80% training split and OPAUC is fitted on it.
 
-    python benchmarks/pairwise_cluster.py [--pairs 10000] [--shap-sample 100]
+    python -m benchmarks.pairwise.cluster [--pairs 10000] [--shap-sample 100]
 """
 
-import argparse
 import time
 
 import numpy as np
-from pairwise_common import uci, write
-from pairwise_peers import shap_values
 from threadpoolctl import threadpool_limits
 
+from benchmarks.common import parser
+from benchmarks.pairwise.common import shap_values, uci, write
 from dxplain.config import Settings
 from dxplain.distributed.cluster import connect
 from dxplain.distributed.mapper import DaskMapper
@@ -26,7 +25,7 @@ from dxplain.pairwise.shapley import default_h, default_m, reference
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--pairs", type=int, default=10_000)
     ap.add_argument("--shap-sample", type=int, default=100)
     ap.add_argument("--local-sample", type=int, default=200)

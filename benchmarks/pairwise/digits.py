@@ -2,23 +2,23 @@
 1v9): OPAUC (9 positive), RAIPair on a few test (9, 1) pairs: the deviation scores φ̂ (Fig. 3, how sparse)
 and the top 8% of pixels highlighted on each pair (Fig. 4, a PNG).
 
-    python benchmarks/pairwise_digits.py [--pairs 4]
+    python -m benchmarks.pairwise.digits [--pairs 4]
 """
 
-import argparse
 import math
 
 import numpy as np
-from pairwise_common import RESULTS, timed, write
 from threadpoolctl import threadpool_limits
 
+from benchmarks.common import parser
+from benchmarks.pairwise.common import PAIRWISE, timed, write
 from dxplain.pairwise.models import OPAUC
 from dxplain.pairwise.pairs import choose_pairs, split
 from dxplain.pairwise.shapley import raipair, reference
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -85,7 +85,7 @@ def plot(Xt, pi, pj, rows):
             ax.set_yticks([])
             ax.set_title(("9 (positive)" if row == 1 else "1 (negative)") + ": top 8% red", fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / "digits.png", dpi=110)
+    fig.savefig(PAIRWISE / "digits.png", dpi=110)
 
 
 if __name__ == "__main__":

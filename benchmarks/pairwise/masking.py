@@ -6,18 +6,17 @@ Each seed: stratified 80/20 split, OPAUC on the train rows (the reference set), 
 replaced by the training mean, and the test AUC is averaged over the pairs' rankings. ASIPair runs where
 D ≤ 16 (Heart, Diabetes); Parkinson (D = 22) and Ionosphere (D = 34) are above its cap.
 
-    python benchmarks/pairwise_masking.py [--seeds 5] [--pairs 20]
+    python -m benchmarks.pairwise.masking [--seeds 5] [--pairs 20]
 """
 
-import argparse
 import json
 
 import numpy as np
-from pairwise_common import RESULTS, UCI_SETS, timed, uci, write
-from pairwise_peers import shap_values
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
+from benchmarks.common import parser
+from benchmarks.pairwise.common import PAIRWISE, UCI_SETS, shap_values, timed, uci, write
 from dxplain.pairwise.explain import MASK_P, explain_pairs, masking_curve, random_rankings, top_features
 from dxplain.pairwise.models import OPAUC
 from dxplain.pairwise.pairs import choose_pairs, split
@@ -60,13 +59,13 @@ def ci95(v):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--sets", default=",".join(UCI_SETS))
     ap.add_argument("--only", default=None, help="run one set:seed and keep it (resumable chunks); no summary")
     a = ap.parse_args()
-    runs_dir = RESULTS / "masking_runs"
+    runs_dir = PAIRWISE / "masking_runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     todo = [tuple(a.only.split(":"))] if a.only else [(n, str(s)) for n in a.sets.split(",") for s in range(a.seeds)]
     todo = [(n, s) for n, s in todo if not (runs_dir / f"{n}_{s}_{a.pairs}.json").exists()]
@@ -133,7 +132,7 @@ def plot(out):
     axes[0][0].set_ylabel("test AUC")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / "masking.png", dpi=110)
+    fig.savefig(PAIRWISE / "masking.png", dpi=110)
 
 
 if __name__ == "__main__":

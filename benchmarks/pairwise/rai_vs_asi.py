@@ -4,17 +4,17 @@ top-⌈0.1·D⌉ sets), over a grid of H (permutations) and M (measurements), OP
 ASIPair needs D ≤ 16: Heart (13) and Diabetes (8) are used whole; Parkinson (22) and Ionosphere (34) are
 cut to their first 12 features (a scaled-down stand-in, said so in the output).
 
-    python benchmarks/pairwise_rai_vs_asi.py [--pairs 10] [--seed 0]
+    python -m benchmarks.pairwise.rai_vs_asi [--pairs 10] [--seed 0]
 """
 
-import argparse
 import json
 import math
 
 import numpy as np
-from pairwise_common import RESULTS, UCI_SETS, uci, write
 from threadpoolctl import threadpool_limits
 
+from benchmarks.common import parser
+from benchmarks.pairwise.common import PAIRWISE, UCI_SETS, uci, write
 from dxplain.pairwise.models import OPAUC
 from dxplain.pairwise.pairs import choose_pairs, split
 from dxplain.pairwise.shapley import asipair, default_h, default_m, raipair, reference
@@ -23,14 +23,14 @@ CUT = 12
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hs", default="5,20,80,320")
     ap.add_argument("--sets", default=",".join(UCI_SETS), help="run these and merge into the existing results")
     a = ap.parse_args()
     hs = [int(h) for h in a.hs.split(",")]
-    old = RESULTS / "rai_vs_asi.json"
+    old = PAIRWISE / "rai_vs_asi.json"
     out = json.loads(old.read_text()) if old.exists() else {}
     if out.get("pairs") != a.pairs or out.get("H") != hs or out.get("seed") != a.seed:
         out = {"pairs": a.pairs, "seed": a.seed, "H": hs, "sets": {}}

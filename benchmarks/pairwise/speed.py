@@ -1,15 +1,15 @@
 """Fig. 2 and the vectorisation target: seconds per pair against D for ASIPair and RAIPair (LowRank on the
 paper's synthetic data, N = 1000, 80% as reference), and vectorised ASIPair against a per-coalition loop.
 
-    python benchmarks/pairwise_speed.py [--pairs 3] [--big 16,32,64,128,256,784]
+    python -m benchmarks.pairwise.speed [--pairs 3] [--big 16,32,64,128,256,784]
+    python -m benchmarks.pairwise.speed --plot     # redraw speed.png from speed.json
 """
 
-import argparse
-
 import numpy as np
-from pairwise_common import slope, synthetic, timed, write
 from threadpoolctl import threadpool_limits
 
+from benchmarks.common import load_result, parser
+from benchmarks.pairwise.common import PAIRWISE, slope, synthetic, timed, write
 from dxplain.pairwise.brute import loop_shapley
 from dxplain.pairwise.models import LowRank
 from dxplain.pairwise.shapley import asipair, default_h, default_m, raipair, reference
@@ -22,12 +22,46 @@ def setup(D, seed=0, N=1000):
     return zeta, reference(zeta, X[:n]), X[n:]
 
 
+def speed_plot(r):
+    """Fig. 2: seconds per pair against D (log-log), ASIPair and RAIPair."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    rows = r["rows"]
+    ax.plot(
+        [x["D"] for x in rows if x["asipair_s"]],
+        [x["asipair_s"] for x in rows if x["asipair_s"]],
+        "o-",
+        label="ASIPair",
+    )
+    ax.plot(
+        [x["D"] for x in rows],
+        [x["raipair_s"] for x in rows],
+        "s-",
+        label=f"RAIPair (slope {r['raipair_slope_D_ge_16']:.2f} for D ≥ 16)",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("D")
+    ax.set_ylabel("seconds per pair (1 thread)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(PAIRWISE / "speed.png", dpi=110)
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--big", default="16,32,64,128,256,784")
     ap.add_argument("--loop-d", type=int, default=10)
+    ap.add_argument("--plot", action="store_true", help="only redraw speed.png from speed.json")
     a = ap.parse_args()
+    if a.plot:
+        speed_plot(load_result("pairwise/speed.json"))
+        return
     rows = []
     with threadpool_limits(1):  # one core: the per-pair cost, not the machine's load
         for D in range(2, 10):
@@ -93,6 +127,7 @@ def main():
     }
     print(out["raipair_slope_D_ge_16"])
     write("speed", out)
+    speed_plot(out)
 
 
 if __name__ == "__main__":

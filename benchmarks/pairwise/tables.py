@@ -1,20 +1,10 @@
-"""Markdown tables for docs/pairwise.md from benchmarks/results/pairwise/*.json (nothing typed by hand).
+"""The docs' tables of the pairwise area (docs/pairwise.md), from ``benchmarks/results/pairwise/``."""
 
-python benchmarks/pairwise_report.py
-"""
-
-import json
-from pathlib import Path
-
-RESULTS = Path(__file__).parent / "results" / "pairwise"
+from benchmarks.common import load_result
 
 
-def load(name):
-    f = RESULTS / f"{name}.json"
-    return json.loads(f.read_text()) if f.exists() else None
-
-
-def speed(r):
+def speed_table() -> str:
+    r = load_result("pairwise/speed.json")
     lines = [
         f"Vectorised ASIPair vs a per-coalition Python loop at D = {v['D']}, reference {v['reference']} rows "
         f"(same kernels, one coalition per call): {v['vectorised_s']:.3f} s vs {v['loop_s']:.3f} s per pair, "
@@ -35,7 +25,8 @@ def speed(r):
     return "\n".join(lines)
 
 
-def masking(r):
+def masking_table() -> str:
+    r = load_result("pairwise/masking.json")
     out = []
     for name, s in r["sets"].items():
         methods = [m for m in ("asipair", "raipair", "shap_kernel", "shap_permutation", "random") if m in s["curve"][0]]
@@ -58,7 +49,8 @@ def masking(r):
     return "\n".join(out)
 
 
-def rai_vs_asi(r):
+def rai_vs_asi_table() -> str:
+    r = load_result("pairwise/rai_vs_asi.json")
     out = []
     for name, s in r["sets"].items():
         cut = f", first {s['cut_to_first_features']} features" if s["cut_to_first_features"] else ""
@@ -86,7 +78,8 @@ def rai_vs_asi(r):
     return "\n".join(out)
 
 
-def cluster_local(r):
+def cluster_local_table() -> str:
+    r = load_result("pairwise/cluster_local.json")
     return (
         f"In one process (no cluster; the heavy lock was held when this ran): RAIPair on {r['local_sample']} "
         f"Ionosphere pairs (D = {r['D']}, M = {r['M']}, H = {r['H']}): **{r['local_pairs_per_s']:.1f} pairs/s**; "
@@ -95,7 +88,8 @@ def cluster_local(r):
     )
 
 
-def cluster(r):
+def cluster_table() -> str:
+    r = load_result("pairwise/cluster.json")
     return (
         f"{r['pairs']:,} Ionosphere pairs (D = {r['D']}, M = {r['M']}, H = {r['H']}) with RAIPair on a 2-worker "
         f"LocalCluster: {r['cluster_seconds']:.0f} s, **{r['cluster_pairs_per_s']:.1f} pairs/s** "
@@ -105,55 +99,11 @@ def cluster(r):
     )
 
 
-def digits(r):
+def digits_table() -> str:
+    r = load_result("pairwise/digits.json")
     secs = ", ".join(f"{p['seconds']:.2f}" for p in r["pairs"])
     nz = ", ".join(f"{p['nonzero_deviation_share']:.2f}" for p in r["pairs"])
     return (
         f"8×8 digits 1 vs 9 (D = {r['D']}, test AUC {r['test_auc']:.3f}); RAIPair on {len(r['pairs'])} pairs: "
         f"{secs} s each; share of non-zero deviations φ̂: {nz}. Picture: `benchmarks/results/pairwise/digits.png`."
     )
-
-
-def speed_plot(r):
-    """Fig. 2: seconds per pair against D (log-log), ASIPair and RAIPair."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    rows = r["rows"]
-    ax.plot(
-        [x["D"] for x in rows if x["asipair_s"]],
-        [x["asipair_s"] for x in rows if x["asipair_s"]],
-        "o-",
-        label="ASIPair",
-    )
-    ax.plot(
-        [x["D"] for x in rows],
-        [x["raipair_s"] for x in rows],
-        "s-",
-        label=f"RAIPair (slope {r['raipair_slope_D_ge_16']:.2f} for D ≥ 16)",
-    )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("D")
-    ax.set_ylabel("seconds per pair (1 thread)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(RESULTS / "speed.png", dpi=110)
-
-
-if __name__ == "__main__":
-    if load("speed"):
-        speed_plot(load("speed"))
-    for name, fn in (
-        ("speed", speed),
-        ("masking", masking),
-        ("rai_vs_asi", rai_vs_asi),
-        ("cluster", cluster),
-        ("cluster_local", cluster_local),
-        ("digits", digits),
-    ):
-        r = load(name)
-        print(f"### {name}\n\n{fn(r) if r else '(not run)'}\n")

@@ -1,7 +1,7 @@
 """The SBQ paper's applications (Khanna et al. 2019, §6), on data that ships with scikit-learn and ml-100k.
 
     pip install -e '.[bench]'
-    python benchmarks/sbq_applications.py --seeds 10       # ~3 min on 2 cores
+    python -m benchmarks.prototypes.applications --seeds 10       # ~3 min on 2 cores
 
 (a) data cleaning: an ℓ2 logistic regression; the targets are the test points of one half of the test
     set that it misclassifies (with their true labels). Remove the top m SBQ prototypes (or m random
@@ -19,27 +19,23 @@
 
 SBQ's Fisher kernel here has rank p + 1 (the model's parameters), so it selects at most p + 1 points;
 the m and budget grids stay below that. Mean ± 95% CI (t over seeds). Writes
-benchmarks/results/sbq_applications.{json,md,png}.
+benchmarks/results/prototypes/applications.{json,md,png}.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import RESULTS, parser
+from dxplain.evaluation.deletion import summarise as t_interval
+from dxplain.kernels import fisher as F
+from dxplain.kernels.sbq import greedy, mean_embedding, objective_of
+from dxplain.models.logistic import LogisticRegression
 
-from dxplain.evaluation.deletion import summarise as t_interval  # noqa: E402
-from dxplain.kernels import fisher as F  # noqa: E402
-from dxplain.kernels.sbq import greedy, mean_embedding, objective_of  # noqa: E402
-from dxplain.models.logistic import LogisticRegression  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
+PROTOTYPES = RESULTS / "prototypes"
 LAM = 1e-2
 COLOURS = {"sbq": "C0", "sbq-identity": "C1", "self-influence": "C2", "random": "C3"}
 
@@ -216,7 +212,7 @@ def recommendations(n_users, ms, seed):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--rec-users", type=int, default=20)
     args = ap.parse_args()
@@ -234,10 +230,10 @@ def main() -> None:
         print(f"{name} done at {time.perf_counter() - t0:.0f}s", flush=True)
     res["recommendations"] = recommendations(args.rec_users, (5, 10, 20), 0)
     res["seconds"] = round(time.perf_counter() - t0, 1)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "sbq_applications.json").write_text(json.dumps(res, indent=1, default=float))
+    PROTOTYPES.mkdir(parents=True, exist_ok=True)
+    (PROTOTYPES / "applications.json").write_text(json.dumps(res, indent=1, default=float))
     md = report(res, grids)
-    (RESULTS / "sbq_applications.md").write_text(md)
+    (PROTOTYPES / "applications.md").write_text(md)
     plot(res, grids)
     print(md)
 
@@ -249,7 +245,7 @@ def fmt(values, pct=True) -> str:
 
 def report(res, grids) -> str:
     L = [
-        f"# SBQ applications ({res['seeds']} seeds, mean ± 95% CI; `python benchmarks/sbq_applications.py "
+        f"# SBQ applications ({res['seeds']} seeds, mean ± 95% CI; `python -m benchmarks.prototypes.applications "
         f"--seeds {res['seeds']}`)",
         "",
     ]
@@ -344,7 +340,7 @@ def plot(res, grids) -> None:
         ax.set(title=f"(c) summarisation — {name}", xlabel="m", ylabel="mean test log-likelihood")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "sbq_applications.png", dpi=110)
+    fig.savefig(PROTOTYPES / "applications.png", dpi=110)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """SBQ at scale: n = 10⁶ candidates, m = 100 prototypes, on this machine; and GreeDi against greedy.
 
-    python benchmarks/sbq_scale.py                    # both cases below, ~10 min on 2 cores
-    python benchmarks/sbq_scale.py --n 200000         # smaller
+    python -m benchmarks.prototypes.scale             # both cases below, ~10 min on 2 cores
+    python -m benchmarks.prototypes.scale --n 200000  # smaller
 
 Case "logistic": a logistic regression on n synthetic samples with p = 127 features (+ intercept), so the
 Fisher kernel has rank 128 ≥ m; targets are 10,000 held-out samples; F is the empirical Fisher.
@@ -11,34 +11,22 @@ lists of 1,000 users; F block-diagonal per user and item; Φ is sparse (2k entri
 Reported per case: seconds per greedy step; kernel evaluations per second (n per step); the step's
 arithmetic rate against this machine's dense matmul (GEMM) rate and a streaming read of Φ, measured in
 the same run; peak RSS; objective reduction of GreeDi (2, 4, 8 parts), stochastic greedy and matching
-pursuit relative to greedy. Writes benchmarks/results/sbq_scale.json.
+pursuit relative to greedy. Writes benchmarks/results/prototypes/scale.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dxplain.kernels import fisher as F  # noqa: E402
-from dxplain.kernels.sbq import greedi, greedy, matching_pursuit, mean_embedding, stochastic_greedy  # noqa: E402
-from dxplain.models.logistic import LogisticRegression  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
-
-
-def peak_rss_gib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 2**20
-    return float("nan")
+from benchmarks.common import RESULTS, parser, peak_rss_gib
+from dxplain.kernels import fisher as F
+from dxplain.kernels.sbq import greedi, greedy, matching_pursuit, mean_embedding, stochastic_greedy
+from dxplain.models.logistic import LogisticRegression
 
 
 def gemm_gflops(n=2048, reps=5) -> float:
@@ -160,14 +148,14 @@ def run(case: str, n: int, m: int, gemm: float) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--m", type=int, default=100)
     ap.add_argument("--cases", default="logistic,mf")
     args = ap.parse_args()
     gemm = gemm_gflops()
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / ("sbq_scale.json" if args.n == 1_000_000 else f"sbq_scale_{args.n}.json")
+    (RESULTS / "prototypes").mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "prototypes" / ("scale.json" if args.n == 1_000_000 else f"scale_{args.n}.json")
     res = json.loads(path.read_text()) if path.exists() else {"cases": []}
     for c in args.cases.split(","):  # a case run again replaces its earlier result
         out = run(c, args.n, args.m, gemm)

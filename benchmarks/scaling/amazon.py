@@ -1,17 +1,17 @@
 """Amazon-scale SBQ prototypes and negative-sample aggregation (issue 24): 1M–50M Amazon-like interactions
 on the 2-worker LocalCluster.
 
-    python benchmarks/amazon_scale.py --sizes 5m,20m,50m     # ~the recorded run
-    python benchmarks/amazon_scale.py --sizes 1m --check     # and greedy over the whole table, compared
-    python benchmarks/amazon_scale.py --stages negatives --sizes 1m --check   # negatives, and their checks
-    python benchmarks/amazon_scale.py --stages negatives --sizes 50m --closed-form   # the closed-form check only
-    python benchmarks/amazon_scale.py --sizes 1m --implicit    # SBQ on BCE MF trained over the parts
+    python -m benchmarks.scaling.amazon --sizes 5m,20m,50m     # ~the recorded run
+    python -m benchmarks.scaling.amazon --sizes 1m --check     # and greedy over the whole table, compared
+    python -m benchmarks.scaling.amazon --stages negatives --sizes 1m --check   # negatives, and their checks
+    python -m benchmarks.scaling.amazon --stages negatives --sizes 50m --closed-form   # the closed-form check only
+    python -m benchmarks.scaling.amazon --sizes 1m --implicit    # SBQ on BCE MF trained over the parts
 
 Negatives (``--stages negatives``): ``dxplain negatives --negatives 4 --positive-threshold none --percent 1``
 (every interaction a positive, M = 4 sampled negatives per positive, the lowest 1% flagged by the
 representer), BCE MF trained over the training table's parts for ``--neg-sweeps`` sweeps (to stationarity
 it takes hundreds at 1M: over 18 minutes there). Recorded in
-``benchmarks/results/amazon/negatives.json`` with its stage seconds, peaks and ‖∇f‖. ``--check`` runs the
+``benchmarks/results/scaling/amazon/negatives.json`` with its stage seconds, peaks and ‖∇f‖. ``--check`` runs the
 same command ``--in-memory`` (the same algorithm on this process's mapper) and compares the flagged
 sets, and compares the closed form I_neg with the naive sum over the positives that share the user or
 the item, on 1,000 of the sampled negatives.
@@ -29,19 +29,17 @@ ephemeral mode):
    measured (exact greedy over the by-user parts, ``explain.prototypes_parts``).
 
 Records each run's stage seconds and the VmHWM of the flow's process and of every worker into
-``benchmarks/results/amazon/sbq.json``, and the cost slope of each stage between sizes (1 = linear).
+``benchmarks/results/scaling/amazon/sbq.json``, and the cost slope of each stage between sizes (1 = linear).
 ``--check`` also selects with greedy over every row's embedding in this process (whole table: use it at
 1M) and compares the prototypes and weights.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -50,38 +48,40 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import ROOT, cli_command, parser
+from benchmarks.scaling.common import AMAZON_SIZES, SCALING, amazon_dataset
+from dxplain.explain.targets import recommend
+from dxplain.interactions import Interactions
+from dxplain.models.base import FactorModel
 
-from dxplain.datasets.synthetic import generate  # noqa: E402
-from dxplain.explain.targets import recommend  # noqa: E402
-from dxplain.interactions import Interactions  # noqa: E402
-from dxplain.models.base import FactorModel  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results" / "amazon"
-CACHE = Path.home() / ".cache" / "dxplain" / "bench"
-SIZES = {"100k": 100_000, "1m": 1_000_000, "5m": 5_000_000, "20m": 20_000_000, "50m": 50_000_000}
+RESULTS = SCALING / "amazon"
 
 
-def dataset(n: int) -> Path:
-    folder = CACHE / f"amazon-{n}"
-    if not (folder / "interactions.parquet").exists():
-        t0 = time.perf_counter()
-        generate(folder, n, kind="amazon", seed=0)
-        print(f"generated {folder} in {time.perf_counter() - t0:.0f}s", flush=True)
-    return folder
+def run_cli(cmd: list[str], log: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``cmd`` from the repository root, append its stderr to ``log`` if given, stop if it fails."""
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as fh:  # the run's own log (its stages' timings and counts)
+            fh.write(f"$ {' '.join(cmd)}\n{p.stderr}\n")
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return p
+
+
+def runs_from_5m(results: dict) -> list[dict]:
+    """The recorded runs of 5M interactions and more, by size: the ones the cost slopes are taken over."""
+    return sorted(
+        (r for r in results["runs"].values() if r["interactions"] >= AMAZON_SIZES["5m"]),
+        key=lambda r: r["interactions"],
+    )
 
 
 def prototypes(folder: Path, out: Path, args: list[str], a) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "dxplain.cli",
+    cmd = cli_command(
         "prototypes",
-        "--dataset",
-        str(folder),
-        "--out",
-        str(out),
+        folder,
+        out,
         "--k",
         str(a.k),
         "--workers",
@@ -92,14 +92,9 @@ def prototypes(folder: Path, out: Path, args: list[str], a) -> dict:
         "0",
         *args,
         *(["--implicit"] if a.implicit else []),
-    ]
+    )
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "prototypes.log", "a") as log:  # the run's own log (its stages' timings and counts)
-        log.write(f"$ {' '.join(cmd)}\n{p.stderr}\n")
-    if p.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    run_cli(cmd, out / "prototypes.log")
     runs = sorted((out / "prototypes").iterdir(), key=lambda f: f.stat().st_mtime)
     summary = json.loads((runs[-1] / "summary.json").read_text())
     summary["wall_seconds"] = time.perf_counter() - t0
@@ -149,15 +144,10 @@ def check(folder: Path, summary: dict, targets: Path, m: int) -> dict:
 
 
 def negatives(folder: Path, out: Path, a, in_memory: bool = False) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "dxplain.cli",
+    cmd = cli_command(
         "negatives",
-        "--dataset",
-        str(folder),
-        "--out",
-        str(out),
+        folder,
+        out,
         "--negatives",
         "4",
         "--positive-threshold",
@@ -171,11 +161,9 @@ def negatives(folder: Path, out: Path, a, in_memory: bool = False) -> dict:
         "--newton-steps",
         "0",
         *(["--in-memory"] if in_memory else ["--workers", "2"]),
-    ]
+    )
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    if p.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    run_cli(cmd)
     (run,) = (out / "negatives").iterdir()
     summary = json.loads((run / "summary.json").read_text())
     summary.update(wall_seconds=time.perf_counter() - t0, folder=str(run))
@@ -244,7 +232,7 @@ def slope(sizes: list[int], values: list[float]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--sizes", default="5m,20m,50m")
     ap.add_argument("--m", type=int, default=100)
     ap.add_argument("--k", type=int, default=32)
@@ -294,8 +282,8 @@ def run_negatives(a) -> None:
     path = RESULTS / "negatives.json"
     results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     for name in a.sizes.split(","):
-        n = SIZES[name]
-        folder = dataset(n)
+        n = AMAZON_SIZES[name]
+        folder = amazon_dataset(n)
         out = Path(a.out) / f"negatives-{name}"
         shutil.rmtree(out, ignore_errors=True)  # a fresh model store: the run trains
         got = negatives(folder, out / "cluster", a)
@@ -333,9 +321,7 @@ def run_negatives(a) -> None:
         results["runs"][name] = run
         print(json.dumps({name: run}, indent=1), flush=True)
         # After every size (a later size that fails leaves the slopes measured so far); from 5M up, as SBQ's.
-        done = sorted(
-            (r for r in results["runs"].values() if r["interactions"] >= SIZES["5m"]), key=lambda r: r["interactions"]
-        )
+        done = runs_from_5m(results)
         if len(done) > 1:
             sizes = [r["interactions"] for r in done]
             results["slopes"] = {
@@ -350,8 +336,8 @@ def run_sbq(a) -> None:
     path = RESULTS / ("sbq_implicit.json" if a.implicit else "sbq.json")
     results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     for name in a.sizes.split(","):
-        n = SIZES[name]
-        folder = dataset(n)
+        n = AMAZON_SIZES[name]
+        folder = amazon_dataset(n)
         if a.from_negatives:  # the negatives stage's run: its model, parts and train stage
             out = Path(a.out) / f"negatives-{name}" / "cluster"
             (model,) = (out / "models").glob("*-implicit-*.zarr")
@@ -401,9 +387,7 @@ def run_sbq(a) -> None:
         print(json.dumps({name: run}, indent=1), flush=True)
         path.write_text(json.dumps(results, indent=1))
     # The issue's slope is from 5M up (1M is the equality check's size, where fixed costs dominate).
-    done = sorted(
-        (r for r in results["runs"].values() if r["interactions"] >= SIZES["5m"]), key=lambda r: r["interactions"]
-    )
+    done = runs_from_5m(results)
     if len(done) > 1:
         sizes = [r["interactions"] for r in done]
         results["slopes"] = {

@@ -1,7 +1,7 @@
 """Explanation throughput: the fused (numba) and the numpy representer vs a per-pair loop vs plain matmul, in one run.
 
-    python benchmarks/explain_throughput.py --dataset movielens-100k
-    python benchmarks/explain_throughput.py --dataset synthetic-5m --users 2000
+    python -m benchmarks.scaling.explain_throughput --dataset movielens-100k
+    python -m benchmarks.scaling.explain_throughput --dataset synthetic-5m --users 2000
 
 Counts *scored training interactions*: every (target, training interaction) pair Definition 1 scores
 (the user's history for the item side, the item's raters for the user side). All timings use one
@@ -12,7 +12,6 @@ processes, with an empty and with a filled cache.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -24,25 +23,11 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dxplain.datasets import resolve_dataset  # noqa: E402
-from dxplain.datasets.synthetic import generate  # noqa: E402
-from dxplain.explain.representer import Preprocessed, RepresenterExplainer  # noqa: E402
-from dxplain.explain.targets import recommend  # noqa: E402
-from dxplain.models.mf import ALSMF  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
-
-
-def load(name: str, cache: Path):
-    if name.startswith("synthetic-"):
-        n = int(float(name.split("-")[1].rstrip("m")) * 1e6)
-        folder = cache / name
-        if not (folder / "interactions.parquet").exists():
-            generate(folder, n, seed=0)
-        return resolve_dataset(str(folder))
-    return resolve_dataset(name)
+from benchmarks.common import CACHE, ROOT, parser
+from benchmarks.scaling.common import SCALING, named_dataset
+from dxplain.explain.representer import Preprocessed, RepresenterExplainer
+from dxplain.explain.targets import recommend
+from dxplain.models.mf import ALSMF
 
 
 def per_pair_loop(data, pre, t, budget_pairs: int) -> tuple[int, float]:
@@ -94,7 +79,7 @@ print(time.perf_counter() - t0)
 def compile_seconds() -> tuple[float, float]:
     """Import + first call of the fused kernel in a fresh process: with an empty numba cache, then cached."""
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
         run = [sys.executable, "-c", COMPILE_PROBE]
         cold, warm = (
             float(subprocess.run(run, env=env, check=True, capture_output=True, text=True).stdout) for _ in range(2)
@@ -132,7 +117,7 @@ def plain_gemm_gflops(k: int, n: int = 4096) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--dataset", default="movielens-100k")
     ap.add_argument("--users", type=int, default=0, help="explain a random sample of users (0 = all)")
     ap.add_argument("--top-n", type=int, default=10)
@@ -140,10 +125,10 @@ def main():
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--loop-pairs", type=int, default=200_000, help="pairs the per-pair loop scores")
     ap.add_argument("--repeats", type=int, default=3, help="timings per path; the best is kept")
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
+    ap.add_argument("--cache", default=str(CACHE))
     a = ap.parse_args()
     with threadpool_limits(limits=1, user_api="blas"):
-        ds = load(a.dataset, Path(a.cache))
+        ds = named_dataset(a.dataset, Path(a.cache))
         d = ds.interactions
         # Throughput does not depend on convergence: a short ALS gives realistic factors quickly.
         t0 = time.perf_counter()
@@ -201,8 +186,8 @@ def main():
             "numba_first_call_seconds_cached": round(cached_s, 2),
         }
     )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"explain_throughput_{a.dataset}.json").write_text(json.dumps(res, indent=2))
+    SCALING.mkdir(parents=True, exist_ok=True)
+    (SCALING / f"explain_throughput_{a.dataset}.json").write_text(json.dumps(res, indent=2))
     print(json.dumps(res, indent=2))
 
 

@@ -2,7 +2,7 @@
 process after each step of the load (reading the catalogue, the scan, parting P, sampling N, parting
 D), the peak reset between steps (``/proc/self/clear_refs``), so each line's HWM is that step's own.
 
-    python benchmarks/flow_memory.py --size 50m
+    python -m benchmarks.scaling.flow_memory --size 50m
 
 The steps are the ones ``flows.common.load_training`` and ``partition`` run, on the 2-worker
 LocalCluster, into a scratch folder that is removed at the end. Linux only (``/proc``). The output is
@@ -11,12 +11,12 @@ printed; docs/scaling.md quotes it.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 import time
 
-from amazon_scale import SIZES, dataset
+from benchmarks.common import parser
+from benchmarks.scaling.common import AMAZON_SIZES, amazon_dataset
 
 
 def memory(label: str, t0: float) -> None:
@@ -31,11 +31,11 @@ def memory(label: str, t0: float) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="50m", choices=sorted(SIZES))
+    ap = parser(__doc__)
+    ap.add_argument("--size", default="50m", choices=sorted(AMAZON_SIZES))
     ap.add_argument("--per-positive", type=int, default=4)
     a = ap.parse_args()
-    folder = dataset(SIZES[a.size])
+    folder = amazon_dataset(AMAZON_SIZES[a.size])
     t0 = time.perf_counter()
     from dxplain.config import Settings
     from dxplain.distributed.cluster import connect

@@ -1,7 +1,7 @@
 """Heavy items (issue 3): the user side of the most-rated items, exact and approximate, in one run.
 
-    python benchmarks/heavy_items.py                                   # synthetic-5m, 3 heaviest items
-    python benchmarks/heavy_items.py --dataset synthetic-20m --targets 20000
+    python -m benchmarks.scaling.heavy_items                                   # synthetic-5m, 3 heaviest items
+    python -m benchmarks.scaling.heavy_items --dataset synthetic-20m --targets 20000
 
 For each of the heaviest items (R raters), T random target users are explained on the user side
 (top-10 positive and top-10 negative raters each) three ways, with one BLAS thread:
@@ -10,32 +10,25 @@ For each of the heaviest items (R raters), T random target users are explained o
   * hnsw      — approximate: faiss HNSW over the α-scaled raters (``explain.ann``), by L2 on the MIPS
                 augmentation or by inner product directly; candidates re-ranked exactly; recall = share of
                 the exact top-10 (each sign) found; seconds include building the index
-Writes benchmarks/results/heavy_items_<dataset>.json.
+Writes benchmarks/results/scaling/heavy_items_<dataset>.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from explain_throughput import load  # noqa: E402
-
-import dxplain.kernels.representer as K  # noqa: E402
-from dxplain.explain.ann import hnsw_search  # noqa: E402
-from dxplain.explain.representer import Preprocessed, RepresenterExplainer  # noqa: E402
-from dxplain.interactions import Targets  # noqa: E402
-from dxplain.models.mf import ALSMF, MFModel  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results"
+import dxplain.kernels.representer as K
+from benchmarks.common import CACHE, parser
+from benchmarks.scaling.common import SCALING, named_dataset
+from dxplain.explain.ann import hnsw_search
+from dxplain.explain.representer import Preprocessed, RepresenterExplainer
+from dxplain.interactions import Targets
+from dxplain.models.mf import ALSMF, MFModel
 
 
 def user_side(ex: RepresenterExplainer, t: Targets, top_k: int, search=None) -> tuple[K.Attributions, float]:
@@ -57,20 +50,20 @@ def recall(exact: K.Attributions, approx: K.Attributions) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--dataset", default="synthetic-5m")
     ap.add_argument("--items", type=int, default=3, help="how many of the most-rated items")
     ap.add_argument("--targets", type=int, default=20000, help="target users per item")
     ap.add_argument("--top-k", type=int, default=10)
     ap.add_argument("--k", type=int, default=64)
     ap.add_argument("--ef", default="64,128,256", help="HNSW efSearch values to measure")
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
+    ap.add_argument("--cache", default=str(CACHE))
     a = ap.parse_args()
     with threadpool_limits(limits=1, user_api="blas"):
         import faiss
 
         faiss.omp_set_num_threads(1)
-        d = load(a.dataset, Path(a.cache)).interactions
+        d = named_dataset(a.dataset, Path(a.cache)).interactions
         saved = Path(a.cache) / a.dataset / f"als-k{a.k}-8sweeps.npz"  # trained once, reused by reruns
         if saved.exists():
             z = np.load(saved)
@@ -128,8 +121,8 @@ def main():
         "faiss_threads": 1,
         "items": rows,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"heavy_items_{a.dataset}.json").write_text(json.dumps(res, indent=1) + "\n")
+    SCALING.mkdir(parents=True, exist_ok=True)
+    (SCALING / f"heavy_items_{a.dataset}.json").write_text(json.dumps(res, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """dxplain's own top-10 on a trained model: dense reference, norm-ordered scan, and an HNSW index.
 
-    python benchmarks/own_topn.py --size 20m          # the scaling benchmark's 20M set and its stored model
+    python -m benchmarks.scaling.own_topn --size 20m          # the scaling benchmark's 20M set and its stored model
 
-Reads the set and the model a ``benchmarks/scaling.py`` run stored (``--cache``, as there). On a random
+Reads the set and the model a ``benchmarks/scaling/refresh.py`` run stored (``--cache``, as there). On a random
 sample of users, with one BLAS thread and one faiss thread, it times:
 
 - ``dense``: ``kernels.topn.top_n_unseen``, every user block against every item (the path before);
@@ -13,30 +13,28 @@ sample of users, with one BLAS thread and one faiss thread, it times:
   exact top-10 on the first 1,000 sampled users. Its build time is reported apart from the queries.
 
 Per-user seconds × users gives the whole set's single-core cost. Results go to
-``benchmarks/results/own_topn.json`` (one entry per size), rendered into docs/scaling.md by report.py.
+``benchmarks/results/scaling/own_topn.json`` (one entry per size), rendered into docs/scaling.md by
+``benchmarks.render``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import CACHE, parser
+from benchmarks.scaling.common import SCALING, SIZES
+from dxplain.datasets import resolve_dataset
+from dxplain.explain.representer import Preprocessed
+from dxplain.kernels import topn
+from dxplain.kernels.representer import BLOCK_ELEMENTS
+from dxplain.models.base import FactorModel
 
-from dxplain.datasets import resolve_dataset  # noqa: E402
-from dxplain.explain.representer import Preprocessed  # noqa: E402
-from dxplain.kernels import topn  # noqa: E402
-from dxplain.kernels.representer import BLOCK_ELEMENTS  # noqa: E402
-from dxplain.models.base import FactorModel  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results" / "own_topn.json"
-SIZES = {"1m": 1_000_000, "5m": 5_000_000, "20m": 20_000_000, "50m": 50_000_000}
+RESULTS = SCALING / "own_topn.json"
 N = 10
 
 
@@ -104,12 +102,12 @@ def timed(f, *args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--size", default="20m", choices=list(SIZES))
     ap.add_argument("--users", type=int, default=20_000, help="sampled users timed by each method")
     ap.add_argument("--recall-users", type=int, default=1_000)
     ap.add_argument("--ef", default="64,256", help="HNSW efSearch values")
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
+    ap.add_argument("--cache", default=str(CACHE))
     a = ap.parse_args()
     folder = Path(a.cache) / f"scaling-{SIZES[a.size]}"
     d = resolve_dataset(str(folder)).interactions

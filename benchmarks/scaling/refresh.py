@@ -1,7 +1,7 @@
 """Scaling benchmark (issue 3): the whole refresh on synthetic sets of 1M–50M interactions.
 
-    python benchmarks/scaling.py                                  # 1M, 5M, 20M, 50M; every mode
-    python benchmarks/scaling.py --sizes 1m,5m --modes supplied   # a quick look
+    python -m benchmarks.scaling.refresh                                 # 1M, 5M, 20M, 50M; every mode
+    python -m benchmarks.scaling.refresh --sizes 1m,5m --modes supplied  # a quick look
 
 Each size runs ``dxplain refresh`` as a user would (a subprocess: a LocalCluster of 2 workers, Prefect's
 ephemeral mode), in each of these modes:
@@ -33,81 +33,26 @@ and a PNG plot of cost against |D|).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from dxplain.datasets import resolve_dataset  # noqa: E402
-from dxplain.datasets.synthetic import generate  # noqa: E402
-
-RESULTS = Path(__file__).parent / "results" / "scaling"
-SIZES = {"1m": 1_000_000, "5m": 5_000_000, "20m": 20_000_000, "50m": 50_000_000}
-TARGETS_PER_USER = 10
-
-
-def dataset(cache: Path, n: int, rank: int = 8) -> Path:
-    """The scaling set of n interactions; its ratings have the given rank plus noise (8: the recorded sets)."""
-    folder = cache / (f"scaling-{n}" if rank == 8 else f"scaling-{n}-rank{rank}")
-    if not (folder / "interactions.parquet").exists():
-        t0 = time.perf_counter()
-        generate(folder, n, n_users=n // 100, n_items=n // 400, seed=0, rank=rank)
-        print(f"generated {folder} in {time.perf_counter() - t0:.0f}s", flush=True)
-    return folder
-
-
-def supplied_targets(folder: Path, popular: bool = True) -> Path:
-    """10 unseen items per user, drawn by popularity (what another recommender would plausibly list), or
-    uniformly over the catalogue (the control)."""
-    path = folder / ("targets-10.parquet" if popular else "targets-10-uniform.parquet")
-    if path.exists():
-        return path
-    d = resolve_dataset(str(folder)).interactions
-    rng = np.random.default_rng(1)
-    p = d.item_degree() / len(d) if popular else None
-    seen = d.user.astype(np.int64) * d.n_items + d.item  # sorted: interactions are sorted by (user, item)
-    users, items = [], []
-    for start in range(0, d.n_users, 100_000):
-        u = np.arange(start, min(d.n_users, start + 100_000))
-        cand = rng.choice(d.n_items, size=(len(u), 4 * TARGETS_PER_USER), p=p)
-        key = u[:, None] * d.n_items + cand
-        pos = np.minimum(np.searchsorted(seen, key), len(seen) - 1)
-        ok = seen[pos] != key
-        cand = np.where(ok, cand, -1)
-        cand.sort(axis=1)
-        ok = (cand >= 0) & np.concatenate([np.ones((len(u), 1), bool), cand[:, 1:] != cand[:, :-1]], axis=1)
-        # Keep 10 of each user's distinct unseen candidates, the lowest ids after the sort (ids carry no
-        # popularity order: the generator shuffles its Zipf weights); a few heavy users may get fewer.
-        rank = np.cumsum(ok, axis=1)
-        take = ok & (rank <= TARGETS_PER_USER)
-        users.append(np.repeat(u, take.sum(axis=1)))
-        items.append(cand[take])
-    u, i = np.concatenate(users), np.concatenate(items)
-    pq.write_table(pa.table({"user": d.user_ids.take(pa.array(u)), "item": d.item_ids.take(pa.array(i))}), path)
-    return path
+from benchmarks.common import CACHE, ROOT, cli_command, parser
+from benchmarks.scaling.common import SCALING, SIZES, TARGETS_PER_USER, dataset, supplied_targets
 
 
 def refresh(folder: Path, out: Path, mode: str, a) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "dxplain.cli",
+    cmd = cli_command(
         "refresh",
-        "--dataset",
-        str(folder),
-        "--out",
-        str(out),
+        folder,
+        out,
         "--k",
         str(a.k),
         "--top-k",
@@ -118,14 +63,14 @@ def refresh(folder: Path, out: Path, mode: str, a) -> dict:
         str(a.max_sweeps),
         "--newton-steps",
         "0",
-    ]
+    )
     cmd += (
         ["--top-n", str(TARGETS_PER_USER)]
         if mode == "own"
         else ["--targets", str(supplied_targets(folder, popular=mode == "supplied"))]
     )
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
     (out / f"{mode}.log").write_text(p.stderr)
     if p.returncode != 0:
@@ -333,15 +278,15 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--sizes", default="1m,5m,20m,50m")
     ap.add_argument("--modes", default="supplied,own,uniform")
     ap.add_argument("--k", type=int, default=64)
     ap.add_argument("--rank", type=int, default=8, help="the synthetic ratings' rank (8: the recorded sets)")
     ap.add_argument("--max-sweeps", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "dxplain" / "bench"))
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--cache", default=str(CACHE))
+    ap.add_argument("--out", default=str(SCALING))
     a = ap.parse_args()
     if a.rank < 1:
         ap.error(f"--rank {a.rank}: give the ratings' rank, at least 1")
@@ -378,8 +323,8 @@ def main():
 
 
 def replot():
-    rows = json.loads((RESULTS / "scaling.json").read_text())
-    plot(rows, RESULTS / "scaling.png")
+    rows = json.loads((SCALING / "scaling.json").read_text())
+    plot(rows, SCALING / "scaling.png")
 
 
 if __name__ == "__main__":
