@@ -20,7 +20,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from benchmarks.common import CACHE, parser
-from benchmarks.scaling.common import dataset
+from benchmarks.scaling.common import scaling_dataset
 from dxplain.datasets import resolve_dataset
 from dxplain.errors import DegenerateError
 from dxplain.kernels.als import pair_scores
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", type=Path, default=CACHE)
     a = ap.parse_args(argv)
 
-    data = resolve_dataset(str(dataset(a.cache, a.size))).interactions
+    data = resolve_dataset(str(scaling_dataset(a.cache, a.size))).interactions
     held_out = np.random.default_rng(0).random(len(data)) < 0.1
     train, val = data.subset(~held_out), data.subset(held_out)
     mu = train.rating_mean()

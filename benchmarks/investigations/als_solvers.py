@@ -51,7 +51,7 @@ from scipy.sparse.linalg import LinearOperator, minres
 from threadpoolctl import threadpool_limits
 
 from benchmarks.common import CACHE, parser
-from benchmarks.scaling.common import dataset, supplied_targets
+from benchmarks.scaling.common import scaling_dataset, supplied_targets
 from dxplain.datasets import resolve_dataset
 from dxplain.explain.representer import Preprocessed, relative_error
 from dxplain.io.interactions import index_of
@@ -308,7 +308,7 @@ def main(argv=None) -> int:
     if a.rank < 1:
         ap.error(f"--rank {a.rank}: give the ratings' rank, at least 1")
 
-    folder = dataset(a.cache, a.size, a.rank)
+    folder = scaling_dataset(a.cache, a.size, a.rank)
     data = resolve_dataset(str(folder)).interactions
     targets = pq.read_table(supplied_targets(folder))
     u = index_of(targets["user"], data.user_ids, "user", "targets")

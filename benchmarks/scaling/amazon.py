@@ -54,7 +54,7 @@ from dxplain.explain.targets import recommend
 from dxplain.interactions import Interactions
 from dxplain.models.base import FactorModel
 
-RESULTS = SCALING / "amazon"
+AMAZON = SCALING / "amazon"
 
 
 def run_cli(cmd: list[str], log: Path | None = None) -> subprocess.CompletedProcess:
@@ -271,7 +271,7 @@ def main() -> None:
         ap.error("--from-negatives explains the negatives' BCE model: add --implicit")
     if a.implicit and a.check:
         ap.error("--check compares with greedy over the explicit table; run it without --implicit")
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    AMAZON.mkdir(parents=True, exist_ok=True)
     if "negatives" in a.stages.split(","):
         run_negatives(a)
     if "sbq" in a.stages.split(","):
@@ -279,7 +279,7 @@ def main() -> None:
 
 
 def run_negatives(a) -> None:
-    path = RESULTS / "negatives.json"
+    path = AMAZON / "negatives.json"
     results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     for name in a.sizes.split(","):
         n = AMAZON_SIZES[name]
@@ -333,7 +333,7 @@ def run_negatives(a) -> None:
 
 
 def run_sbq(a) -> None:
-    path = RESULTS / ("sbq_implicit.json" if a.implicit else "sbq.json")
+    path = AMAZON / ("sbq_implicit.json" if a.implicit else "sbq.json")
     results = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     for name in a.sizes.split(","):
         n = AMAZON_SIZES[name]
@@ -341,7 +341,7 @@ def run_sbq(a) -> None:
         if a.from_negatives:  # the negatives stage's run: its model, parts and train stage
             out = Path(a.out) / f"negatives-{name}" / "cluster"
             (model,) = (out / "models").glob("*-implicit-*.zarr")
-            done = json.loads((RESULTS / "negatives.json").read_text())["runs"][name]
+            done = json.loads((AMAZON / "negatives.json").read_text())["runs"][name]
             train = {
                 "model": str(model),
                 "from": "negatives.json",

@@ -20,7 +20,7 @@ AMAZON_SIZES = {"100k": 100_000, "1m": 1_000_000, "5m": 5_000_000, "20m": 20_000
 TARGETS_PER_USER = 10
 
 
-def dataset(cache: Path, n: int, rank: int = 8) -> Path:
+def scaling_dataset(cache: Path, n: int, rank: int = 8) -> Path:
     """The scaling set of n interactions; its ratings have the given rank plus noise (8: the recorded sets)."""
     folder = cache / (f"scaling-{n}" if rank == 8 else f"scaling-{n}-rank{rank}")
     if not (folder / "interactions.parquet").exists():

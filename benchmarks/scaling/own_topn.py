@@ -34,7 +34,7 @@ from dxplain.kernels import topn
 from dxplain.kernels.representer import BLOCK_ELEMENTS
 from dxplain.models.base import FactorModel
 
-RESULTS = SCALING / "own_topn.json"
+OWN_TOPN = SCALING / "own_topn.json"
 N = 10
 
 
@@ -151,9 +151,9 @@ def main():
         "hnsw": ann,
     }
     print(json.dumps(row), flush=True)
-    rows = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    rows = json.loads(OWN_TOPN.read_text()) if OWN_TOPN.exists() else []
     rows = sorted([r for r in rows if r["size"] != a.size] + [row], key=lambda r: r["interactions"])
-    RESULTS.write_text(json.dumps(rows, indent=2) + "\n")
+    OWN_TOPN.write_text(json.dumps(rows, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from benchmarks.common import CACHE, ROOT, cli_command, parser
-from benchmarks.scaling.common import SCALING, SIZES, TARGETS_PER_USER, dataset, supplied_targets
+from benchmarks.scaling.common import SCALING, SIZES, TARGETS_PER_USER, scaling_dataset, supplied_targets
 
 
 def refresh(folder: Path, out: Path, mode: str, a) -> dict:
@@ -296,7 +296,7 @@ def main():
     rows = json.loads(store.read_text()) if store.exists() else []
     for name in a.sizes.split(","):
         n = SIZES[name]
-        folder = dataset(Path(a.cache), n, a.rank)
+        folder = scaling_dataset(Path(a.cache), n, a.rank)
         # Counts from the Parquet footers: no second load of the whole table, no cache file to keep in step.
         info = {key: pq.read_metadata(folder / f"{key}.parquet").num_rows for key in ("interactions", "users", "items")}
         for mode in a.modes.split(","):
