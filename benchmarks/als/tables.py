@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
-from benchmarks.common import RESULTS, markdown
+from benchmarks.common import load_result, markdown
 
 
 def lambda_table() -> str:
-    r = json.loads((RESULTS / "als" / "select_lambda.json").read_text())
+    r = load_result("als/select_lambda.json")
     n = r["train"]
     rows = [
         "| model | λ | ridge λ\\|D\\|/2 | validation RMSE | test RMSE | ‖∇f‖ at stop | effective rank | fit (s) |",
@@ -27,8 +25,7 @@ def lambda_table() -> str:
 
 
 def vs_implicit_table() -> str:
-    f = RESULTS / "als" / "vs_implicit.json"
-    res = json.loads(f.read_text())
+    res = load_result("als/vs_implicit.json")
     header = (
         f"| data set | users × items | ratings | k | dxplain trainer's sweep s (CG users, exact items) | "
         f"exact fused s/sweep | exact numpy s/sweep | implicit {res['implicit']} s/iteration | "
@@ -47,7 +44,7 @@ def vs_implicit_table() -> str:
 
 
 def converged_fit_table() -> str:
-    r = json.loads((RESULTS / "als" / "converged_fit.json").read_text())
+    r = load_result("als/converged_fit.json")
     header = (
         f"| identity tolerance | sweeps | Newton steps | dxplain fit s | implicit {r['implicit']} 15 iterations s "
         f"(median of {len(r['implicit_fit_seconds'])}) | dxplain / implicit | ‖∇f‖ | bound ε item · user | "

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
-from benchmarks.common import RESULTS, include
+from benchmarks.common import include, load_result
 
 
 def scan_table() -> str:
-    r = json.loads((RESULTS / "negatives" / "scan.json").read_text())
+    r = load_result("negatives/scan.json")
     workers = list(r["peak_rss_gib_per_worker"].values())
     return "\n".join(
         [

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
-from benchmarks.common import RESULTS, include
+from benchmarks.common import include, load_result
 
 
 def scale_table() -> str:
-    r = json.loads((RESULTS / "prototypes" / "scale.json").read_text())
+    r = load_result("prototypes/scale.json")
     rows = [
         "| case | Φ | greedy, 100 steps | per step | kernel evals/s | GFLOP/s (share of GEMM) | share of read bound | "
         "L⁻¹k state | peak RSS |",

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from benchmarks.common import RESULTS, include, markdown
+from benchmarks.common import RESULTS, include, load_result, markdown
 
 
 def throughput_table() -> str:
@@ -43,7 +43,7 @@ def throughput_table() -> str:
 
 
 def heavy_items_table() -> str:
-    r = json.loads((RESULTS / "scaling" / "heavy_items_synthetic-5m.json").read_text())
+    r = load_result("scaling/heavy_items_synthetic-5m.json")
 
     def ann(item, metric, ef):
         h = next(h for h in item["hnsw"] if h["metric"] == metric and h["ef_search"] == ef)
@@ -64,9 +64,9 @@ def heavy_items_table() -> str:
 def own_topn_table() -> str:
     """The refresh's recommend stage with own top-10 targets before (dense GEMM) and after (bounded scan),
     beside the kernels' single-core cost per user and the HNSW index measured against them."""
-    kernel = {r["size"]: r for r in json.loads((RESULTS / "scaling" / "own_topn.json").read_text())}
-    before = {r["size"]: r for r in json.loads((RESULTS / "scaling" / "own_before.json").read_text())}
-    after = {r["size"]: r for r in json.loads((RESULTS / "scaling" / "scaling.json").read_text()) if r["mode"] == "own"}
+    kernel = {r["size"]: r for r in load_result("scaling/own_topn.json")}
+    before = {r["size"]: r for r in load_result("scaling/own_before.json")}
+    after = {r["size"]: r for r in load_result("scaling/scaling.json") if r["mode"] == "own"}
 
     def stage(rows, n):
         return f"{rows[n]['recommend_wall_s']:.1f} s" if n in rows else "—"
@@ -96,7 +96,7 @@ def own_topn_table() -> str:
 def amazon_sbq_table(name: str = "sbq") -> str:
     """``benchmarks/results/scaling/amazon/<name>.json``: explicit ratings (sbq) or the implicit reading
     (sbq_implicit, whose model may be the negatives run's)."""
-    r = json.loads((RESULTS / "scaling" / "amazon" / f"{name}.json").read_text())
+    r = load_result(f"scaling/amazon/{name}.json")
     rows = [
         "| interactions | candidates | targets (distinct items) | train (sweeps) | SBQ: load | SBQ: select, m = 100 | "
         "flow peak | worker peaks | whole-table check |",
@@ -161,7 +161,7 @@ def worker_peaks(peaks: dict) -> str:
 
 
 def amazon_negatives_table() -> str:
-    r = json.loads((RESULTS / "scaling" / "amazon" / "negatives.json").read_text())
+    r = load_result("scaling/amazon/negatives.json")
     stages = ("load", "partition", "train", "flag")
     rows = [
         "| interactions = \\|P\\| | \\|D\\| = \\|P\\| + \\|N\\| | users × items | "
