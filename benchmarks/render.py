@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.als import tables as als
-from benchmarks.common import ROOT
+from benchmarks.common import ROOT, load_result
 from benchmarks.faithfulness import tables as faithfulness
 from benchmarks.gammli import tables as gammli
 from benchmarks.kolmogorov import tables as kolmogorov
@@ -30,27 +30,33 @@ from benchmarks.scaling import tables as scaling
 
 DOCS = ROOT / "docs"
 
-# page → marker → renderer: each table lives in exactly one page.
+
+def table(render: Callable[[dict], str], path: str) -> Callable[[], str]:
+    """``render`` of ``benchmarks/results/<path>``, read when the table is drawn."""
+    return lambda: render(load_result(path))
+
+
+# page → marker → renderer (and the results file it draws): each table lives in exactly one page.
 TABLES: dict[str, dict[str, Callable[[], str]]] = {
-    "model.md": {"lambda-table": als.lambda_table},
+    "model.md": {"lambda-table": table(als.lambda_table, "als/select_lambda.json")},
     "scaling.md": {
         "throughput-table": scaling.throughput_table,
-        "als-vs-implicit-table": als.vs_implicit_table,
-        "converged-fit-table": als.converged_fit_table,
-        "heavy-items-table": scaling.heavy_items_table,
+        "als-vs-implicit-table": table(als.vs_implicit_table, "als/vs_implicit.json"),
+        "converged-fit-table": table(als.converged_fit_table, "als/converged_fit.json"),
+        "heavy-items-table": table(scaling.heavy_items_table, "scaling/heavy_items_synthetic-5m.json"),
         "own-topn-table": scaling.own_topn_table,
         "scaling-table": scaling.scaling_table,
     },
     "negatives.md": {
         "negatives-appc-table": negatives.appc_table,
         "negatives-appc-sampled4-table": negatives.appc_sampled4_table,
-        "negatives-scan-table": negatives.scan_table,
-        "amazon-negatives-table": scaling.amazon_negatives_table,
+        "negatives-scan-table": table(negatives.scan_table, "negatives/scan.json"),
+        "amazon-negatives-table": table(scaling.amazon_negatives_table, "scaling/amazon/negatives.json"),
     },
     "prototypes.md": {
-        "sbq-scale-table": prototypes.scale_table,
-        "amazon-sbq-table": scaling.amazon_sbq_table,
-        "amazon-sbq-implicit-table": lambda: scaling.amazon_sbq_table("sbq_implicit"),
+        "sbq-scale-table": table(prototypes.scale_table, "prototypes/scale.json"),
+        "amazon-sbq-table": table(scaling.amazon_sbq_table, "scaling/amazon/sbq.json"),
+        "amazon-sbq-implicit-table": table(scaling.amazon_sbq_table, "scaling/amazon/sbq_implicit.json"),
         "sbq-applications": prototypes.applications_table,
     },
     "faithfulness.md": {
@@ -60,22 +66,22 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
         ),
     },
     "gammli.md": {
-        "gammli-ml100k-table": gammli.ml100k_table,
-        "gammli-sim-table": gammli.sim_tables,
-        "gammli-scale-table": gammli.scale_table,
+        "gammli-ml100k-table": table(gammli.ml100k_table, "gammli/ml100k.json"),
+        "gammli-sim-table": table(gammli.sim_tables, "gammli/sim.json"),
+        "gammli-scale-table": table(gammli.scale_table, "gammli/scale.json"),
     },
     "kolmogorov.md": {
-        "kolmogorov-table3": kolmogorov.table3,
-        "kolmogorov-table4": kolmogorov.table4,
-        "kolmogorov-rules": kolmogorov.rules,
+        "kolmogorov-table3": table(kolmogorov.table3, "kolmogorov/table3.json"),
+        "kolmogorov-table4": table(kolmogorov.table4, "kolmogorov/table4.json"),
+        "kolmogorov-rules": table(kolmogorov.rules, "kolmogorov/table4.json"),
     },
     "pairwise.md": {
-        "pairwise-speed": pairwise.speed_table,
-        "pairwise-masking": pairwise.masking_table,
-        "pairwise-rai-vs-asi": pairwise.rai_vs_asi_table,
-        "pairwise-cluster": pairwise.cluster_table,
-        "pairwise-cluster-local": pairwise.cluster_local_table,
-        "pairwise-digits": pairwise.digits_table,
+        "pairwise-speed": table(pairwise.speed_table, "pairwise/speed.json"),
+        "pairwise-masking": table(pairwise.masking_table, "pairwise/masking.json"),
+        "pairwise-rai-vs-asi": table(pairwise.rai_vs_asi_table, "pairwise/rai_vs_asi.json"),
+        "pairwise-cluster": table(pairwise.cluster_table, "pairwise/cluster.json"),
+        "pairwise-cluster-local": table(pairwise.cluster_local_table, "pairwise/cluster_local.json"),
+        "pairwise-digits": table(pairwise.digits_table, "pairwise/digits.json"),
     },
 }
 

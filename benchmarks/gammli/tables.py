@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.common import load_result, markdown
+from benchmarks.common import markdown
 
 
 def _ms(vals):
@@ -39,8 +39,29 @@ def _task_table(data, runs, task) -> list[str]:
     return out
 
 
-def sim_tables() -> str:
-    data = load_result("gammli/sim.json")
+def scale_table(r: dict) -> str:
+    """Seconds per stage of each size, their cost slope log(t₂/t₁)/log(N₂/N₁), and the peak RSS."""
+    stages = ("parts", "stage1", "stage2", "grid", "refit_additive", "stage3", "total")
+    body = []
+    for run in r["runs"]:
+        workers = ", ".join(f"{v:,.0f}" for v in run["peak_rss_mib"]["workers"].values())
+        body.append(
+            f"| {run['n'] / 1e6:.0f}M | "
+            + " | ".join(f"{run['seconds'][st]:,.1f} s" for st in stages)
+            + f" | {run['peak_rss_mib']['flow']:,.0f} | {workers} |"
+        )
+    for slopes in r["slopes"].values():
+        body.append("| slope | " + " | ".join(f"{slopes[st]:.2f}" for st in stages) + " | | |")
+    sweeps = r["runs"][0]["sweeps"] * (len(r["runs"][0]["backfit_sweeps"]) + 1)
+    return markdown(
+        f"| N | parts | stage 1 | stage 2 | grid (1 point) | refit | stage 3 ({sweeps} sweeps) | total | flow MiB | "
+        "workers MiB |",
+        body,
+    )
+
+
+def sim_tables(data: dict) -> str:
+    """docs/gammli.md: eq. 6's simulation, GAMMLI and its peers, mean ± sd over seeds, and the kept terms."""
     runs = data["runs"]
     out = [
         f"Seeds {[r['seed'] for r in runs]}, size {data['args']['size']}×{data['args']['size']}, "
@@ -61,8 +82,8 @@ def sim_tables() -> str:
     return "\n".join(out)
 
 
-def ml100k_table() -> str:
-    data = load_result("gammli/ml100k.json")
+def ml100k_table(data: dict) -> str:
+    """docs/gammli.md: warm and cold RMSE on ml-100k of GAMMLI, the plain MF, the baselines and peers."""
     out = [
         f"{data['n_train']} training ratings, {data['n_test']} test ratings of which {data['n_cold']} cold. "
         f"GAMMLI chose K={data['gammli']['K']}, L={data['gammli']['L']}, λ={data['gammli']['lam']:.3g}, "
@@ -78,25 +99,3 @@ def ml100k_table() -> str:
         )
     out.append(f"\nPaper (ml-1m, RMSE): {data['paper_ml1m_rmse']}.")
     return "\n".join(out)
-
-
-def scale_table() -> str:
-    """Seconds per stage of each size, their cost slope log(t₂/t₁)/log(N₂/N₁), and the peak RSS."""
-    r = load_result("gammli/scale.json")
-    stages = ("parts", "stage1", "stage2", "grid", "refit_additive", "stage3", "total")
-    body = []
-    for run in r["runs"]:
-        workers = ", ".join(f"{v:,.0f}" for v in run["peak_rss_mib"]["workers"].values())
-        body.append(
-            f"| {run['n'] / 1e6:.0f}M | "
-            + " | ".join(f"{run['seconds'][st]:,.1f} s" for st in stages)
-            + f" | {run['peak_rss_mib']['flow']:,.0f} | {workers} |"
-        )
-    for slopes in r["slopes"].values():
-        body.append("| slope | " + " | ".join(f"{slopes[st]:.2f}" for st in stages) + " | | |")
-    sweeps = r["runs"][0]["sweeps"] * (len(r["runs"][0]["backfit_sweeps"]) + 1)
-    return markdown(
-        f"| N | parts | stage 1 | stage 2 | grid (1 point) | refit | stage 3 ({sweeps} sweeps) | total | flow MiB | "
-        "workers MiB |",
-        body,
-    )

@@ -1,28 +1,10 @@
 """The docs' tables of the Kolmogorov area (docs/kolmogorov.md), from ``benchmarks/results/kolmogorov/``."""
 
-from benchmarks.common import load_result, markdown
+from benchmarks.common import markdown
 
 
-def table3() -> str:
-    r = load_result("kolmogorov/table3.json")
-
-    def fmt(v):
-        return " ".join(f"{t:.4f}" for t in v)
-
-    return markdown(
-        "| D | item ψ-steps | SDR rounded alone (×10⁻³) | ψ-step output (×10⁻³) | paper (×10⁻³) | "
-        "train RMSE SDR per iteration | exhaustive | monotone |",
-        [
-            f"| {x['D']} | {x['item_steps']} | {1e3 * x['error_rate_rounded']:.2f} | "
-            f"{1e3 * x['error_rate_psi_step']:.2f} | {r['paper_error_rate_x1e3'][str(x['D'])]} | "
-            f"{fmt(x['rmse_sdr_mean'])} | {fmt(x['rmse_exhaustive_mean'])} | {x['monotone']} |"
-            for x in r["rows"]
-        ],
-    )
-
-
-def table4() -> str:
-    r = load_result("kolmogorov/table4.json")
+def table4(r: dict) -> str:
+    """docs/kolmogorov.md: Table 4, test RMSE in stars and the paper's NRMSE per D."""
     models = ("KM", "MF", "K-means", "NMF")
     rows = [
         "| D | " + " | ".join(f"{m} RMSE★ | {m} NRMSE" for m in models) + " | KM λ, μ |",
@@ -34,8 +16,8 @@ def table4() -> str:
     return "\n".join(rows)
 
 
-def rules() -> str:
-    r = load_result("kolmogorov/table4.json")
+def rules(r: dict) -> str:
+    """docs/kolmogorov.md: mined rules' held-out precision against random pairs of the same popularity."""
     rows = [
         "| D | rules | maximal items | held-out P(likes j \\| likes i): rules | random pairs | "
         "P(likes i \\| likes j): rules | random pairs |",
@@ -52,3 +34,21 @@ def rules() -> str:
             f"{b['precision_i_to_j']:.3f} | {m['precision_j_to_i']:.3f} | {b['precision_j_to_i']:.3f} |"
         )
     return "\n".join(rows)
+
+
+def table3(r: dict) -> str:
+    """docs/kolmogorov.md: Table 3, SDR's error rate against exhaustive search per D."""
+
+    def fmt(v):
+        return " ".join(f"{t:.4f}" for t in v)
+
+    return markdown(
+        "| D | item ψ-steps | SDR rounded alone (×10⁻³) | ψ-step output (×10⁻³) | paper (×10⁻³) | "
+        "train RMSE SDR per iteration | exhaustive | monotone |",
+        [
+            f"| {x['D']} | {x['item_steps']} | {1e3 * x['error_rate_rounded']:.2f} | "
+            f"{1e3 * x['error_rate_psi_step']:.2f} | {r['paper_error_rate_x1e3'][str(x['D'])]} | "
+            f"{fmt(x['rmse_sdr_mean'])} | {fmt(x['rmse_exhaustive_mean'])} | {x['monotone']} |"
+            for x in r["rows"]
+        ],
+    )

@@ -1,10 +1,8 @@
 """The docs' tables of the pairwise area (docs/pairwise.md), from ``benchmarks/results/pairwise/``."""
 
-from benchmarks.common import load_result
 
-
-def speed_table() -> str:
-    r = load_result("pairwise/speed.json")
+def speed_table(r: dict) -> str:
+    """docs/pairwise.md: Fig. 2's seconds per pair against D, and vectorised ASIPair against a loop."""
     lines = [
         f"Vectorised ASIPair vs a per-coalition Python loop at D = {v['D']}, reference {v['reference']} rows "
         f"(same kernels, one coalition per call): {v['vectorised_s']:.3f} s vs {v['loop_s']:.3f} s per pair, "
@@ -25,8 +23,8 @@ def speed_table() -> str:
     return "\n".join(lines)
 
 
-def masking_table() -> str:
-    r = load_result("pairwise/masking.json")
+def masking_table(r: dict) -> str:
+    """docs/pairwise.md: Fig. 1's test AUC after masking the top p% of features, per set."""
     out = []
     for name, s in r["sets"].items():
         methods = [m for m in ("asipair", "raipair", "shap_kernel", "shap_permutation", "random") if m in s["curve"][0]]
@@ -49,8 +47,8 @@ def masking_table() -> str:
     return "\n".join(out)
 
 
-def rai_vs_asi_table() -> str:
-    r = load_result("pairwise/rai_vs_asi.json")
+def rai_vs_asi_table(r: dict) -> str:
+    """docs/pairwise.md: RAIPair's error and top-10% overlap against ASIPair over H and M."""
     out = []
     for name, s in r["sets"].items():
         cut = f", first {s['cut_to_first_features']} features" if s["cut_to_first_features"] else ""
@@ -78,8 +76,8 @@ def rai_vs_asi_table() -> str:
     return "\n".join(out)
 
 
-def cluster_local_table() -> str:
-    r = load_result("pairwise/cluster_local.json")
+def cluster_local_table(r: dict) -> str:
+    """docs/pairwise.md: RAIPair in one process against shap, pairs per second."""
     return (
         f"In one process (no cluster; the heavy lock was held when this ran): RAIPair on {r['local_sample']} "
         f"Ionosphere pairs (D = {r['D']}, M = {r['M']}, H = {r['H']}): **{r['local_pairs_per_s']:.1f} pairs/s**; "
@@ -88,8 +86,8 @@ def cluster_local_table() -> str:
     )
 
 
-def cluster_table() -> str:
-    r = load_result("pairwise/cluster.json")
+def cluster_table(r: dict) -> str:
+    """docs/pairwise.md: 10⁴ pairs on the 2-worker cluster against shap's KernelExplainer."""
     return (
         f"{r['pairs']:,} Ionosphere pairs (D = {r['D']}, M = {r['M']}, H = {r['H']}) with RAIPair on a 2-worker "
         f"LocalCluster: {r['cluster_seconds']:.0f} s, **{r['cluster_pairs_per_s']:.1f} pairs/s** "
@@ -99,8 +97,8 @@ def cluster_table() -> str:
     )
 
 
-def digits_table() -> str:
-    r = load_result("pairwise/digits.json")
+def digits_table(r: dict) -> str:
+    """docs/pairwise.md: Figs. 3–4 on the 8×8 digits, seconds and sparsity per pair."""
     secs = ", ".join(f"{p['seconds']:.2f}" for p in r["pairs"])
     nz = ", ".join(f"{p['nonzero_deviation_share']:.2f}" for p in r["pairs"])
     return (

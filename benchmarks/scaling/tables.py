@@ -9,7 +9,27 @@ import numpy as np
 from benchmarks.common import RESULTS, include, load_result, markdown
 
 
+def heavy_items_table(r: dict) -> str:
+    """docs/scaling.md: the heaviest items' user side, before, exact and by HNSW."""
+
+    def ann(item, metric, ef):
+        h = next(h for h in item["hnsw"] if h["metric"] == metric and h["ef_search"] == ef)
+        return f"{h['seconds']:.3g} s, recall {(h['recall_positive'] + h['recall_negative']) / 2:.3f}"
+
+    return markdown(
+        "| item raters | before (re-gather per chunk) | exact, norm-ordered | HNSW inner product, ef 32 | ef 128 | "
+        "HNSW on the L2 augmentation, ef 128 |",
+        [
+            f"| {it['raters']:,} | {it['split_seconds']:.3g} s | **{it['streamed_seconds']:.3g} s** "
+            f"({it['streamed_speedup_vs_split']:.1f}×) | {ann(it, 'inner-product', 32)} | "
+            f"{ann(it, 'inner-product', 128)} | {ann(it, 'l2-augmented', 128)} |"
+            for it in r["items"]
+        ],
+    )
+
+
 def throughput_table() -> str:
+    """docs/scaling.md: explanation throughput, fused and numpy against a loop and plain matmul."""
     rows = [
         "| data set | \\|D\\| | users × top-10 targets | scored pairs | fused pairs/s | numpy pairs/s | "
         "per-pair loop pairs/s | fused GFLOP/s | numpy GFLOP/s | same-shape matmul GFLOP/s | fused share | "
@@ -40,25 +60,6 @@ def throughput_table() -> str:
             f"{r['plain_gemm_gflops_4096']:.1f} | {fused[3]} |"
         )
     return "\n".join(rows)
-
-
-def heavy_items_table() -> str:
-    r = load_result("scaling/heavy_items_synthetic-5m.json")
-
-    def ann(item, metric, ef):
-        h = next(h for h in item["hnsw"] if h["metric"] == metric and h["ef_search"] == ef)
-        return f"{h['seconds']:.3g} s, recall {(h['recall_positive'] + h['recall_negative']) / 2:.3f}"
-
-    return markdown(
-        "| item raters | before (re-gather per chunk) | exact, norm-ordered | HNSW inner product, ef 32 | ef 128 | "
-        "HNSW on the L2 augmentation, ef 128 |",
-        [
-            f"| {it['raters']:,} | {it['split_seconds']:.3g} s | **{it['streamed_seconds']:.3g} s** "
-            f"({it['streamed_speedup_vs_split']:.1f}×) | {ann(it, 'inner-product', 32)} | "
-            f"{ann(it, 'inner-product', 128)} | {ann(it, 'l2-augmented', 128)} |"
-            for it in r["items"]
-        ],
-    )
 
 
 def own_topn_table() -> str:
@@ -93,10 +94,9 @@ def own_topn_table() -> str:
     )
 
 
-def amazon_sbq_table(name: str = "sbq") -> str:
-    """``benchmarks/results/scaling/amazon/<name>.json``: explicit ratings (sbq) or the implicit reading
-    (sbq_implicit, whose model may be the negatives run's)."""
-    r = load_result(f"scaling/amazon/{name}.json")
+def amazon_sbq_table(r: dict) -> str:
+    """docs/prototypes.md: the Amazon-like SBQ runs, of explicit ratings (``amazon/sbq.json``) or of their
+    implicit reading (``amazon/sbq_implicit.json``, whose model may be the negatives run's)."""
     rows = [
         "| interactions | candidates | targets (distinct items) | train (sweeps) | SBQ: load | SBQ: select, m = 100 | "
         "flow peak | worker peaks | whole-table check |",
@@ -160,8 +160,8 @@ def worker_peaks(peaks: dict) -> str:
     return " / ".join(f"{v:,.0f}" for v in sorted(peaks["workers"].values()))
 
 
-def amazon_negatives_table() -> str:
-    r = load_result("scaling/amazon/negatives.json")
+def amazon_negatives_table(r: dict) -> str:
+    """docs/negatives.md: the Amazon-like negatives runs, stage seconds and peaks per size."""
     stages = ("load", "partition", "train", "flag")
     rows = [
         "| interactions = \\|P\\| | \\|D\\| = \\|P\\| + \\|N\\| | users × items | "
