@@ -1,0 +1,63 @@
+"""The docs' tables of the ALS area, from ``benchmarks/results/als/``."""
+
+from __future__ import annotations
+
+from benchmarks.common import markdown
+
+
+def lambda_table(r: dict) -> str:
+    """docs/model.md: validation and test RMSE per λ of the grid, beside the global mean and the biases."""
+    n = r["train"]
+    rows = [
+        "| model | λ | ridge λ\\|D\\|/2 | validation RMSE | test RMSE | ‖∇f‖ at stop | effective rank | fit (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    rows.append(f"| global mean | | | {r['global_mean']['val_rmse']:.4f} | {r['global_mean']['test_rmse']:.4f} | | | |")
+    b = r["user_item_biases"]
+    rows.append(f"| user + item biases (reg {b['reg']}) | | | {b['val_rmse']:.4f} | {b['test_rmse']:.4f} | | | |")
+    for g in r["grid"]:
+        mark = " **(default)**" if g["lam"] == r["chosen"]["lam"] else ""
+        rows.append(
+            f"| ALS-MF k={r['k']}{mark} | {g['lam']:g} | {g['lam'] * n / 2:.1f} | {g['val_rmse']:.4f} | "
+            f"{g['test_rmse']:.4f} | {g['grad_norm']:.1e} | {g['effective_rank']} | {g['seconds']} |"
+        )
+    return "\n".join(rows)
+
+
+def vs_implicit_table(res: dict) -> str:
+    """docs/scaling.md: seconds per ALS sweep, dxplain's trainer and exact kernels against implicit."""
+    header = (
+        f"| data set | users × items | ratings | k | dxplain trainer's sweep s (CG users, exact items) | "
+        f"exact fused s/sweep | exact numpy s/sweep | implicit {res['implicit']} s/iteration | "
+        f"trainer / implicit | exact fused / implicit | exact numpy / implicit |"
+    )
+    return markdown(
+        header,
+        [
+            f"| {r['dataset']} | {r['users']:,} × {r['items']:,} | {r['ratings']:,} | {r['k']} | "
+            f"{r['dxplain_trainer_s']:.3f} | {r['dxplain_fused_s']:.3f} | {r['dxplain_numpy_s']:.3f} | "
+            f"{r['implicit_s']:.3f} | **{r['trainer_over_implicit']:.2f}×** | {r['fused_over_implicit']:.2f}× | "
+            f"{r['numpy_over_implicit']:.2f}× |"
+            for r in res["rows"]
+        ],
+    )
+
+
+def converged_fit_table(r: dict) -> str:
+    """docs/scaling.md: time to a fit at each identity tolerance against implicit's 15 iterations."""
+    header = (
+        f"| identity tolerance | sweeps | Newton steps | dxplain fit s | implicit {r['implicit']} 15 iterations s "
+        f"(median of {len(r['implicit_fit_seconds'])}) | dxplain / implicit | ‖∇f‖ | bound ε item · user | "
+        f"measured max item · user | measured median item · user |"
+    )
+    return markdown(
+        header,
+        [
+            f"| {f['identity_tol']:g} | {f['sweeps']} | {f['newton_steps']} | {f['seconds']:.1f} | "
+            f"{r['implicit_fit_median_s']:.2f} | **{f['over_implicit']:.1f}×** | {f['grad_norm']:.1e} | "
+            f"{f['identity_bound']['item']:.1e} · {f['identity_bound']['user']:.1e} | "
+            f"{f['identity']['item']['max']:.1e} · {f['identity']['user']['max']:.1e} | "
+            f"{f['identity']['item']['median']:.1e} · {f['identity']['user']['median']:.1e} |"
+            for f in r["fits"]
+        ],
+    )

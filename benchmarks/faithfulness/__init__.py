@@ -1,0 +1,1 @@
+"""Faithfulness: case deletion, the evaluate flow per data set."""

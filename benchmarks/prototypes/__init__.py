@@ -1,0 +1,1 @@
+"""SBQ prototypes: the paper's applications and selection at 10⁶ candidates."""

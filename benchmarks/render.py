@@ -1,0 +1,137 @@
+"""Render the docs' result tables from benchmarks/results/ (no figure is typed by hand).
+
+    python -m benchmarks.render          # print every table
+    python -m benchmarks.render --docs   # rewrite them between the markers of the docs/ pages
+    python -m benchmarks.render --check  # exit 1 if a page differs from what --docs would write
+
+Each area renders its own tables (``benchmarks/<area>/tables.py``); ``TABLES`` says which page and marker
+each one fills. A table lives between ``<!-- name -->`` and ``<!-- /name -->`` in exactly one page. Tables
+come from the JSON results, or, where a benchmark writes its own Markdown (scaling, negatives App. C, SBQ
+applications, case deletion), that Markdown is included as it is. A table whose marker is not in its page
+yet is printed, and ``--check`` names it, but it does not fail. ``tests/test_docs.py`` checks that the
+committed pages equal this rendering.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.als import tables as als
+from benchmarks.common import ROOT, load_result
+from benchmarks.faithfulness import tables as faithfulness
+from benchmarks.gammli import tables as gammli
+from benchmarks.kolmogorov import tables as kolmogorov
+from benchmarks.negatives import tables as negatives
+from benchmarks.pairwise import tables as pairwise
+from benchmarks.prototypes import tables as prototypes
+from benchmarks.scaling import tables as scaling
+
+DOCS = ROOT / "docs"
+
+
+def table(render: Callable[[dict], str], path: str) -> Callable[[], str]:
+    """``render`` of ``benchmarks/results/<path>``, read when the table is drawn."""
+    return lambda: render(load_result(path))
+
+
+# page → marker → renderer (and the results file it draws): each table lives in exactly one page.
+TABLES: dict[str, dict[str, Callable[[], str]]] = {
+    "model.md": {"lambda-table": table(als.lambda_table, "als/select_lambda.json")},
+    "scaling.md": {
+        "throughput-table": scaling.throughput_table,
+        "als-vs-implicit-table": table(als.vs_implicit_table, "als/vs_implicit.json"),
+        "converged-fit-table": table(als.converged_fit_table, "als/converged_fit.json"),
+        "heavy-items-table": table(scaling.heavy_items_table, "scaling/heavy_items_synthetic-5m.json"),
+        "own-topn-table": scaling.own_topn_table,
+        "scaling-table": scaling.scaling_table,
+    },
+    "negatives.md": {
+        "negatives-appc-table": negatives.appc_table,
+        "negatives-appc-sampled4-table": negatives.appc_sampled4_table,
+        "negatives-scan-table": table(negatives.scan_table, "negatives/scan.json"),
+        "amazon-negatives-table": table(scaling.amazon_negatives_table, "scaling/amazon/negatives.json"),
+    },
+    "prototypes.md": {
+        "sbq-scale-table": table(prototypes.scale_table, "prototypes/scale.json"),
+        "amazon-sbq-table": table(scaling.amazon_sbq_table, "scaling/amazon/sbq.json"),
+        "amazon-sbq-implicit-table": table(scaling.amazon_sbq_table, "scaling/amazon/sbq_implicit.json"),
+        "sbq-applications": prototypes.applications_table,
+    },
+    "faithfulness.md": {
+        "case-deletion-sparse": faithfulness.case_deletion("breast-cancer", "digits-4v9", "synthetic-sparse"),
+        "case-deletion-cf": faithfulness.case_deletion(
+            "movielens-100k-sgd", "movielens-100k-als", "movielens-100k-softimpute", "movielens-100k-two-tower"
+        ),
+    },
+    "gammli.md": {
+        "gammli-ml100k-table": table(gammli.ml100k_table, "gammli/ml100k.json"),
+        "gammli-sim-table": table(gammli.sim_tables, "gammli/sim.json"),
+        "gammli-scale-table": table(gammli.scale_table, "gammli/scale.json"),
+    },
+    "kolmogorov.md": {
+        "kolmogorov-table3": table(kolmogorov.table3, "kolmogorov/table3.json"),
+        "kolmogorov-table4": table(kolmogorov.table4, "kolmogorov/table4.json"),
+        "kolmogorov-rules": table(kolmogorov.rules, "kolmogorov/table4.json"),
+    },
+    "pairwise.md": {
+        "pairwise-speed": table(pairwise.speed_table, "pairwise/speed.json"),
+        "pairwise-masking": table(pairwise.masking_table, "pairwise/masking.json"),
+        "pairwise-rai-vs-asi": table(pairwise.rai_vs_asi_table, "pairwise/rai_vs_asi.json"),
+        "pairwise-cluster": table(pairwise.cluster_table, "pairwise/cluster.json"),
+        "pairwise-cluster-local": table(pairwise.cluster_local_table, "pairwise/cluster_local.json"),
+        "pairwise-digits": table(pairwise.digits_table, "pairwise/digits.json"),
+    },
+}
+
+
+def fill(text: str, tables: dict[str, Callable[[], str]]) -> str:
+    """``text`` with each marker pair's content replaced by its rendered table; markers it lacks are skipped."""
+    for name, render in tables.items():
+        start = f"<!-- {name} -->\n"
+        if start not in text:
+            continue
+        a = text.index(start) + len(start)
+        b = text.index(f"<!-- /{name} -->", a)
+        text = text[:a] + render() + "\n" + text[b:]
+    return text
+
+
+def render_docs(docs: Path = DOCS) -> dict[Path, str]:
+    """Every page that holds tables, as ``--docs`` would write it."""
+    return {docs / page: fill((docs / page).read_text(), tables) for page, tables in TABLES.items()}
+
+
+def unplaced(docs: Path = DOCS) -> list[str]:
+    """The tables whose marker is not in their page yet."""
+    return [
+        f"{page}: {name}"
+        for page, tables in TABLES.items()
+        for name in tables
+        if f"<!-- {name} -->\n" not in (docs / page).read_text()
+    ]
+
+
+def write_docs(docs: Path = DOCS) -> None:
+    for path, text in render_docs(docs).items():
+        if path.read_text() != text:
+            path.write_text(text)
+
+
+if __name__ == "__main__":
+    if "--docs" in sys.argv:
+        write_docs()
+    elif "--check" in sys.argv:
+        stale = [str(p) for p, text in render_docs().items() if p.read_text() != text]
+        print(
+            "\n".join(
+                f"{p}: tables differ from benchmarks/results (run python -m benchmarks.render --docs)" for p in stale
+            )
+        )
+        print("\n".join(f"not placed yet, {m}" for m in unplaced()), file=sys.stderr)
+        sys.exit(1 if stale else 0)
+    else:
+        for page, tables in TABLES.items():
+            for name, render in tables.items():
+                print(f"<!-- {page}: {name} -->\n{render()}", end="\n\n")
