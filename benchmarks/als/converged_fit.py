@@ -28,7 +28,7 @@ from benchmarks.common import CACHE, parser
 from dxplain.explain.representer import Preprocessed, fidelity
 from dxplain.explain.targets import recommend
 from dxplain.kernels.als import pair_scores
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 
 
 def implicit_fit_seconds(data, k: int, threads: int) -> float:
@@ -73,7 +73,7 @@ def main():
     users = np.sort(np.random.default_rng(0).choice(data.n_users, min(a.sample, data.n_users), replace=False))
     set_num_threads(a.threads)
     with threadpool_limits(1, user_api="blas"):
-        ALSMF(k=a.k, max_sweeps=2, polish_iters=0).fit(data)  # loads numba's cached kernels
+        ALSMF(k=a.k, max_sweeps=2, newton_steps=0).fit(data)  # loads numba's cached kernels
         implicit_s = [implicit_fit_seconds(data, a.k, a.threads) for _ in range(a.repeats)]
         fits = []
         for tol in map(float, a.tols.split(",")):

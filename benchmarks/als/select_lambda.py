@@ -18,7 +18,7 @@ import numpy as np
 from benchmarks.als.common import ALS
 from benchmarks.common import parser
 from dxplain.datasets import resolve_dataset
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 
 
 def rmse(pred, y) -> float:

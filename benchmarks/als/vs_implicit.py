@@ -29,7 +29,9 @@ from benchmarks.als.common import ALS, named_interactions
 from benchmarks.als.tables import vs_implicit_table
 from benchmarks.common import CACHE, parser
 from dxplain.kernels import als
-from dxplain.models.mf import DEFAULT_CG_STEPS, DEFAULT_RIDGE, LocalHalfSteps, SquaredRows, csr_view
+from dxplain.models.als.half_steps import LocalHalfSteps, csr_view
+from dxplain.models.als.losses import SquaredRows
+from dxplain.models.als.trainer import DEFAULT_CG_STEPS, DEFAULT_RIDGE
 
 
 def dxplain_sweep_seconds(data, k: int, sweeps: int, fused: bool, threads: int) -> float:

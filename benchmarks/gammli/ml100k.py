@@ -25,7 +25,7 @@ from dxplain.gammli.fit import Config, fit_gammli
 from dxplain.gammli.model import index_pairs
 from dxplain.interactions import Interactions
 from dxplain.io.features import read_features
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 
 PAPER_ML1M = {"GAMMLI": 0.9187, "FM": 0.8584, "XGBoost": 1.0622, "SVD": 1.1373}
 

@@ -4,7 +4,7 @@ to the identity, per ridge, on the 1M scaling set.
     python -m benchmarks.investigations.als_ridge --ridges 7.5,15,30,60
 
 One process, 2 threads. A seeded 90/10 split of ``benchmarks/scaling/refresh.py``'s set; for each ridge λ|D|/2 (the
-default is 15, ``models.mf.DEFAULT_RIDGE``) ``ALSMF(k, identity_tol=1e-5, polish_iters=0)`` trains on the 90%
+default is 15, ``models.als.trainer.DEFAULT_RIDGE``) ``ALSMF(k, identity_tol=1e-5, newton_steps=0)`` trains on the 90%
 for at most ``--max-sweeps`` sweeps; printed: the validation RMSE, the sweeps and seconds it took, the
 identity bound it reached and how many of the k factors are above 10⁻³ of the largest. A study, not a
 product path: findings are in docs/scaling.md ("What makes it slow").
@@ -24,7 +24,7 @@ from benchmarks.scaling.common import scaling_dataset
 from dxplain.datasets import resolve_dataset
 from dxplain.errors import DegenerateError
 from dxplain.kernels.als import pair_scores
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 
 
 def main(argv=None) -> int:
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
             lam = 2 * ridge / len(train)
             t0 = time.perf_counter()
             try:
-                m = ALSMF(k=a.k, lam=lam, identity_tol=1e-5, max_sweeps=a.max_sweeps, polish_iters=0).fit(train)
+                m = ALSMF(k=a.k, lam=lam, identity_tol=1e-5, max_sweeps=a.max_sweeps, newton_steps=0).fit(train)
             except DegenerateError as exc:
                 print(f"ridge {ridge:g}: {exc}", flush=True)
                 continue

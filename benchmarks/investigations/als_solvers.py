@@ -54,16 +54,18 @@ from benchmarks.common import CACHE, parser
 from benchmarks.scaling.common import scaling_dataset, supplied_targets
 from dxplain.datasets import resolve_dataset
 from dxplain.explain.representer import Preprocessed, relative_error
-from dxplain.io.interactions import index_of
+from dxplain.io.validation import index_of
 from dxplain.kernels import anderson
 from dxplain.kernels.als import pair_scores
 from dxplain.kernels.representer import balance_transforms
-from dxplain.models.mf import UPHILL_SLACK, LocalHalfSteps, MFModel, default_lam
+from dxplain.models.als.half_steps import LocalHalfSteps
+from dxplain.models.als.trainer import UPHILL_SLACK, default_lam
+from dxplain.models.base import FactorModel
 
 
 def fidelity(U, V, data, mu, lam, u, i) -> str:
     """Each side's relative identity error, median / p99 over the targets (item side: u's history)."""
-    pre = Preprocessed.from_model(MFModel(U, V, mu, lam, len(data)), data)
+    pre = Preprocessed.from_model(FactorModel(U, V, mu, lam, len(data)), data)
     s = pair_scores(pre.Ut, pre.Vt, u, i)
     out = []
     for side, x in (("item", pair_scores(pre.A, pre.Vt, u, i)), ("user", pair_scores(pre.Ut, pre.B, u, i))):

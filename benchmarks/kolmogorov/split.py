@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from benchmarks.common import parser
 from dxplain.datasets import resolve_dataset
-from dxplain.io.interactions import write_dataset
+from dxplain.io.dataset_folders import write_dataset
 
 
 def main(folder: str) -> None:

@@ -21,7 +21,7 @@ from dxplain.kolmogorov import report
 from dxplain.kolmogorov import rules as R
 from dxplain.kolmogorov.data import probabilities
 from dxplain.kolmogorov.fit import fit_ikm, select_regularisers
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 
 OUT = RESULTS / "kolmogorov"
 LAMS, MUS = (0.0, 1.0, 4.0), (0.0, 0.5, 2.0)
@@ -100,7 +100,7 @@ def main() -> None:
         row["top12_beta"] = [{"item": int(ids[k]), "beta": float(beta[k])} for k in top]
         row["rule_check"] = report.held_out_rules(m, train, held, 4.0, 0)
         t = time.perf_counter()
-        mf = ALSMF(k=D, max_sweeps=40, polish_iters=20).fit(train)  # a budget: RMSE, not ‖∇f‖, is measured here
+        mf = ALSMF(k=D, max_sweeps=40, newton_steps=20).fit(train)  # a budget: RMSE, not ‖∇f‖, is measured here
         pred = mf.predict(u, i)
         row["MF"] = {
             "rmse_stars": report.rmse(pred, y),

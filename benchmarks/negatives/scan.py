@@ -66,7 +66,7 @@ def main():
     t0 = time.perf_counter()
     with threadpool_limits(2, "blas"):
         nu, ni = sample_negatives(P, 4, seed=0)
-        m = ImplicitMF(k=a.k, max_iter=30, polish_iters=0).fit(sparse_terms(P, nu, ni, 0.05))
+        m = ImplicitMF(k=a.k, lbfgs_steps=30, newton_steps=0).fit(sparse_terms(P, nu, ni, 0.05))
     train_s = time.perf_counter() - t0
     terms = dense_terms(P, 0.05)  # the scan: every unobserved pair
     score = N.negative_score("representer", m, terms, P)

@@ -185,7 +185,7 @@ def recommendations(n_users, ms, seed):
     from dxplain.datasets import resolve_dataset
     from dxplain.explain.prototypes import mf_fisher_embedding
     from dxplain.explain.targets import recommend
-    from dxplain.models.mf import ALSMF
+    from dxplain.models.als.trainer import ALSMF
 
     data = resolve_dataset("movielens-100k").interactions
     model = ALSMF(k=32, seed=0).fit(data)

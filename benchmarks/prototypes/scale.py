@@ -69,14 +69,14 @@ def mf_case(n: int, seed: int = 0):
     from dxplain.datasets.synthetic import generate
     from dxplain.explain.prototypes import mf_fisher_embedding
     from dxplain.explain.targets import recommend
-    from dxplain.io.interactions import read_dataset
-    from dxplain.models.mf import ALSMF
+    from dxplain.io.dataset_folders import read_dataset
+    from dxplain.models.als.trainer import ALSMF
 
     folder = Path(tempfile.mkdtemp()) / "synthetic"
     generate(folder, n, seed=seed)
     data = read_dataset(folder).interactions
     t = time.perf_counter()
-    model = ALSMF(k=32, seed=seed, polish_iters=0).fit(data)  # a Fisher kernel needs no stationary point
+    model = ALSMF(k=32, seed=seed, newton_steps=0).fit(data)  # a Fisher kernel needs no stationary point
     fit_s = time.perf_counter() - t
     users = np.random.default_rng(seed).choice(data.n_users, 1000, replace=False)
     T = recommend(model.U, model.V, data, users, 10)

@@ -121,7 +121,7 @@ def check(folder: Path, summary: dict, targets: Path, m: int) -> dict:
     """Greedy over every row's embedding in this process, against the flow's prototypes."""
     from dxplain.datasets import resolve_dataset
     from dxplain.explain.prototypes import mf_fisher_rows
-    from dxplain.io.interactions import read_targets
+    from dxplain.io.targets import read_targets
     from dxplain.kernels.sbq import greedy, mean_embedding
 
     data = resolve_dataset(str(folder)).interactions

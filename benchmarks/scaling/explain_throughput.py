@@ -27,7 +27,7 @@ from benchmarks.common import CACHE, ROOT, parser
 from benchmarks.scaling.common import SCALING, named_dataset
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer
 from dxplain.explain.targets import recommend
-from dxplain.models.mf import ALSMF
+from dxplain.models.als.trainer import ALSMF
 
 
 def per_pair_loop(data, pre, t, budget_pairs: int) -> tuple[int, float]:
@@ -132,7 +132,7 @@ def main():
         d = ds.interactions
         # Throughput does not depend on convergence: a short ALS gives realistic factors quickly.
         t0 = time.perf_counter()
-        m = ALSMF(k=a.k, max_sweeps=8, polish_iters=0).fit(d)  # default λ = 30/|D|
+        m = ALSMF(k=a.k, max_sweeps=8, newton_steps=0).fit(d)  # default λ = 30/|D|
         train_s = time.perf_counter() - t0
         pre = Preprocessed.from_model(m, d)
         rng = np.random.default_rng(0)

@@ -37,12 +37,12 @@ def main() -> None:
     a = ap.parse_args()
     folder = amazon_dataset(AMAZON_SIZES[a.size])
     t0 = time.perf_counter()
+    from dxplain import ingest
     from dxplain.config import Settings
     from dxplain.distributed.cluster import connect
     from dxplain.distributed.mapper import DaskMapper
-    from dxplain.io import partitions
     from dxplain.io.atomic import join
-    from dxplain.io.interactions import read_catalogue_ids
+    from dxplain.io.dataset_folders import read_catalogue_ids
     from dxplain.models.implicit_mf import sample_in_parts
 
     out = tempfile.mkdtemp(prefix="dxplain-flow-memory-")
@@ -53,15 +53,15 @@ def main() -> None:
             memory("cluster", t0)
             user_ids, item_ids = read_catalogue_ids(str(folder))
             memory("catalogue", t0)
-            P = partitions.scan_source(mapper, str(folder / "interactions.parquet"), user_ids, item_ids)
+            P = ingest.scan_source(mapper, str(folder / "interactions.parquet"), user_ids, item_ids)
             memory("scan", t0)
-            P_parts = partitions.stream_partitions(mapper, str(folder / "interactions.parquet"), P, join(out, "P"))
+            P_parts = ingest.stream_partitions(mapper, str(folder / "interactions.parquet"), P, join(out, "P"))
             memory("partition P", t0)
             source = join(out, "sampled", "interactions.parquet")
             D = sample_in_parts(mapper, P_parts, a.per_positive, 0, source)
             memory("sample negatives", t0)
             del P  # as in the flow: P's summary goes once D's is made (``flows.common.sampled_training``)
-            partitions.stream_partitions(mapper, source, D, join(out, "D"))
+            ingest.stream_partitions(mapper, source, D, join(out, "D"))
             memory("partition D", t0)
     finally:
         shutil.rmtree(out, ignore_errors=True)

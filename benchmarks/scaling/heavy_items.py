@@ -28,7 +28,8 @@ from benchmarks.scaling.common import SCALING, named_dataset
 from dxplain.explain.ann import hnsw_search
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer
 from dxplain.interactions import Targets
-from dxplain.models.mf import ALSMF, MFModel
+from dxplain.models.als.trainer import ALSMF
+from dxplain.models.base import FactorModel
 
 
 def user_side(ex: RepresenterExplainer, t: Targets, top_k: int, search=None) -> tuple[K.Attributions, float]:
@@ -67,10 +68,10 @@ def main():
         saved = Path(a.cache) / a.dataset / f"als-k{a.k}-8sweeps.npz"  # trained once, reused by reruns
         if saved.exists():
             z = np.load(saved)
-            m = MFModel(z["U"], z["V"], float(z["mu"]), float(z["lam"]), len(d))
+            m = FactorModel(z["U"], z["V"], float(z["mu"]), float(z["lam"]), len(d))
         else:
             t0 = time.perf_counter()
-            m = ALSMF(k=a.k, max_sweeps=8, polish_iters=0).fit(d)  # attributions' cost does not depend on convergence
+            m = ALSMF(k=a.k, max_sweeps=8, newton_steps=0).fit(d)  # attributions' cost does not depend on convergence
             print(f"trained in {time.perf_counter() - t0:.0f}s", flush=True)
             np.savez(saved, U=m.U, V=m.V, mu=m.mu, lam=m.lam)
         ex = RepresenterExplainer(d, Preprocessed.from_model(m, d))
