@@ -541,8 +541,8 @@ def test_negative_scan_on_cluster_equals_in_memory(client, method):
     ranges = N.shard_ranges(terms.n_users, 7, 4)
     assert len(ranges) == 4 and ranges[0][0] == 0 and ranges[-1][1] == terms.n_users
     assert all(a % 7 == 0 for a, _ in ranges)
-    want = N.scan(score, terms, K, block_rows=7)
-    got = N.select_lowest(score, terms, 5, DaskMapper(client), n_shards=4, block_rows=7)
+    want = N.scan(score, terms, K, tile_rows=7)
+    got = N.select_lowest(score, terms, 5, DaskMapper(client), n_shards=4, tile_rows=7)
     assert len(want[0]) == K
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
@@ -633,6 +633,7 @@ def test_sampled_negatives_in_parts_on_cluster_equal_in_process(client, tmp_path
     import pyarrow.parquet as pq
 
     from dxplain.explain import negatives as N
+    from dxplain.explain import negatives_parts as NP
     from dxplain.kernels.bce import SparseTerms
     from dxplain.models.implicit_mf import ImplicitMF, positive_pairs, sample_negatives, training_table
 
@@ -642,8 +643,8 @@ def test_sampled_negatives_in_parts_on_cluster_equal_in_process(client, tmp_path
     score = N.negative_score("representer", ImplicitMF(k=3).fit(terms), terms, P)
     table = training_table(P, nu, ni)
     parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 4)
-    local = N.select_lowest_parts(score, parts, terms.n_neg, 5, LocalMapper(), tmp_path / "a.parquet")
-    dist = N.select_lowest_parts(score, parts, terms.n_neg, 5, DaskMapper(client), tmp_path / "b.parquet")
+    local = NP.select_lowest_parts(score, parts, terms.n_neg, 5, LocalMapper(), tmp_path / "a.parquet")
+    dist = NP.select_lowest_parts(score, parts, terms.n_neg, 5, DaskMapper(client), tmp_path / "b.parquet")
     for a, b in zip(dist, local):
         np.testing.assert_array_equal(a, b)
     assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))

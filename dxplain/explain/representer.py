@@ -21,6 +21,7 @@ from ..interactions import Interactions, Targets, stable_id_order
 from ..kernels import als
 from ..kernels import representer as K
 from ..kernels.als import pair_scores
+from ..kernels.balance import balance_transforms
 from ..models.base import FactorModel
 
 SIDES = ["item", "user"]
@@ -100,8 +101,8 @@ def _group_targets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def balanced_factors(model: FactorModel) -> tuple[np.ndarray, np.ndarray]:
-    """(Ũ, Ṽ) = (U T_U, V T_V) with ŨᵀŨ = ṼᵀṼ and ŨṼᵀ = UVᵀ (``kernels.representer.balance_transforms``)."""
-    T_U, T_V = K.balance_transforms(model.U, model.V)
+    """(Ũ, Ṽ) = (U T_U, V T_V) with ŨᵀŨ = ṼᵀṼ and ŨṼᵀ = UVᵀ (``kernels.balance.balance_transforms``)."""
+    T_U, T_V = balance_transforms(model.U, model.V)
     return model.U @ T_U, model.V @ T_V
 
 

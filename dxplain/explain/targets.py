@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..interactions import Interactions, Targets
-from ..kernels.representer import BLOCK_ELEMENTS
+from ..kernels.representer import ELEMENT_BUDGET
 from ..kernels.topn import FIRST_ITEM_BLOCK, SCAN_MIN_ITEMS, NormOrder, top_n_merged, top_n_unseen, top_n_unseen_pruned
 
 
@@ -15,7 +15,7 @@ def recommend(
     data: Interactions,
     users: np.ndarray,
     n: int,
-    budget: int = BLOCK_ELEMENTS,
+    budget: int = ELEMENT_BUDGET,
     dense: bool | None = None,
 ) -> Targets:
     """Every given user's top-n unseen items by score ⟨U_u, V_j⟩, best first, ties by item index.

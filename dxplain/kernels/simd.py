@@ -68,7 +68,7 @@ def _vector_at(builder, array, offset, vec_type):
 def lane_extrema16(typingctx, x, full, hi, lo):
     """hi[j], lo[j] ← the max and min of x[j], x[j + 16], … below ``full`` (a positive multiple of 16), j < 16.
 
-    Two 16-double vectors of running extrema over 16-entry blocks (vmaxpd and vminpd on AVX-512); the same
+    Two 16-double vectors of running extrema over each 16 entries (vmaxpd and vminpd on AVX-512); the same
     values as the scalar loop, since max and min do not round."""
     _check_rows("lane_extrema16", x=(x, types.float64), hi=(hi, types.float64), lo=(lo, types.float64))
     sig = types.void(x, types.int64, hi, lo)
