@@ -154,8 +154,8 @@ def estimate_threshold(
 ) -> float:
     """An estimate of a value that at least K negatives reach, from evenly spaced tiles of users.
 
-    Without a bound every shard must buffer its own K lowest, and at p = 1% of 1.6·10⁹ pairs that
-    buffering (not the matrix products) was 5/6 of the scan's time (measured). The estimate is the
+    Without a bound every shard must buffer its own K lowest, and on large catalogues that buffering,
+    not the matrix products, takes most of the scan's time. The estimate is the
     ``margin``·p quantile of a ~2% sample; ``lowest`` checks that it held and rescans if not, so the
     result stays exact.
     """

@@ -89,8 +89,8 @@ class PartScore:
     def scores(self, parts, p: int, users: np.ndarray, items: np.ndarray) -> np.ndarray:
         """``at(parts, p, items).pairs(users, items)``, the same values, with the pairs taken in item order
         one block of Vs (and B) at a time, each read where it lies. ``at`` copies out every row its items
-        touch first: at 50M a part's 1.6M negatives touch 1.5M of 3.2M items, 384 MB a factor read at
-        random, twice a part (flag's slope from 5M, where the rows it touches are a fifth as many, was 1.23)."""
+        touch first: on a large table a part's negatives touch a large share of the items, a factor's worth
+        of rows read at random, twice a part."""
         if self.kind == "random":
             return self.at(parts, p, items).pairs(users, items)
         a = int(parts.user_cuts[p])
@@ -198,8 +198,8 @@ def select_lowest_parts(
     K = int(math.ceil(percent / 100.0 * n_neg))
     n_parts = len(parts.user_cuts) - 1
     score_h = score if isinstance(score, PartScore) else mapper.put(score, broadcast=True)
-    # Two rounds, exact: asking every part for the global K lowest made each part at 50M (K = 2M, 1.6M
-    # negatives a part) send all its scores to this process, 200M merged here. First each part sends its
+    # Two rounds, exact: asking every part for the global K lowest makes each part send nearly all its scores
+    # to this process once K is near a part's negatives (every score merged here). First each part sends its
     # share of K with a margin; the K-th lowest of what came is a cut. A part that sent all its negatives,
     # or whose last sent value is at or above the cut, holds nothing unsent below it; any other part is
     # asked again for K. (Its unsent values lie above its last sent one, in the total order.)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..interactions import Interactions, Targets
 from ..kernels.representer import ELEMENT_BUDGET
-from ..kernels.topn import FIRST_ITEM_BLOCK, SCAN_MIN_ITEMS, NormOrder, top_n_merged, top_n_unseen, top_n_unseen_pruned
+from ..kernels.topn import FIRST_ITEM_SLICE, SCAN_MIN_ITEMS, NormOrder, top_n_merged, top_n_unseen, top_n_unseen_pruned
 
 
 def recommend(
@@ -41,7 +41,7 @@ def recommend(
     users = np.asarray(users, dtype=np.int64)
     dense = data.n_items <= SCAN_MIN_ITEMS if dense is None else dense
     # The scan's user blocks meet its first item block within the budget; the dense path's every item.
-    block = max(1, budget // max(1, data.n_items if dense else FIRST_ITEM_BLOCK))
+    block = max(1, budget // max(1, data.n_items if dense else FIRST_ITEM_SLICE))
     order = None if dense else NormOrder.of(V)
     out_u, out_i, out_r = [], [], []
     for a in range(0, len(users), block):

@@ -180,18 +180,18 @@ def refresh(
                     name: v for name, v in (("max_sweeps", max_sweeps), ("polish_iters", newton_steps)) if v is not None
                 }
                 m, model_path = train_or_load(
-                    training.name,
-                    data,
-                    model,
-                    settings.out,
-                    k,
-                    lam,
-                    seed,
-                    mapper,
-                    parts,
-                    budget,
-                    implicit,
-                    neg_weight,
+                    name=training.name,
+                    data=data,
+                    model=None,  # one given with --model was read while loading
+                    out=settings.out,
+                    k=k,
+                    lam=lam,
+                    seed=seed,
+                    mapper=mapper,
+                    parts=parts,
+                    budget=budget,
+                    implicit=implicit,
+                    neg_weight=neg_weight,
                     fidelity_tol=tol,
                 )
             mapper.release_memory()  # what training freed, before the explanation's working set

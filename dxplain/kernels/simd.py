@@ -9,8 +9,8 @@ spelled as vectors:
 - ``compress_positions8``: AVX-512's register compress (``vpcompressq``), then a plain vector store. Only where
   numba targets AVX-512 (``HAS_AVX512``; elsewhere it is a typing error, not a compile-time abort); callers keep
   a scalar twin for other machines. The memory form of the compress (LLVM's generic
-  ``llvm.masked.compressstore``) is microcoded on AMD's Zen 4 and ran 5× slower than the scalar appends there
-  (4.3 against 0.84 ns an entry), so it is not used.
+  ``llvm.masked.compressstore``) is microcoded on AMD's Zen 4, slower there than the scalar appends, so it is
+  not used.
 
 numba's cache is keyed on the calling module's source, not on this one's: after editing this file, clear the
 callers' caches (``__pycache__/*.nbi``) or touch them.
