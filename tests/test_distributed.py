@@ -486,11 +486,11 @@ def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
         assert half.stationarity(U, V, lam, bound=False)[2] is None
 
 
-def test_job_from_model_on_the_cluster_equals_the_whole_table(client, tmp_path):
-    from test_partitions import _job_from_model_equals_create
+def test_alpha_pass_on_the_cluster_equals_the_whole_table(client, tmp_path):
+    from test_partitions import _alpha_pass_equals_alpha_from_table
 
     d = random_interactions(110, 80, 0.2, seed=24)
-    _job_from_model_equals_create(d, ALSMF(k=5, lam=3e-3).fit(d), tmp_path, DaskMapper(client))
+    _alpha_pass_equals_alpha_from_table(d, ALSMF(k=5, lam=3e-3).fit(d), tmp_path, DaskMapper(client))
 
 
 def test_worker_killed_mid_training_loses_nothing(tmp_path):

@@ -252,7 +252,7 @@ def test_shard_count_keeps_each_shards_output_under_its_budget(fitted):
     assert shard_count(1, d, n_targets=10**6, top_k=0) == int(np.ceil(10**6 * every / 8_000_000))
 
 
-def _job_from_model_equals_create(d, m, root, mapper):
+def _alpha_pass_equals_alpha_from_table(d, m, root, mapper):
     """``alpha_pass`` (α and B by tasks over the parts) against ``alpha_from_table`` (from the whole table)."""
     pre = Preprocessed.from_model(m, d)
     job = RefreshJob(*alpha_pass(m, write_partitions(root, d, 150), mapper), d.item_degree(), top_n=5, top_k=3)
@@ -269,17 +269,17 @@ def _job_from_model_equals_create(d, m, root, mapper):
     return job
 
 
-def test_job_from_model_computes_alpha_and_b_on_the_parts_as_the_whole_table_does(fitted, tmp_path, monkeypatch):
+def test_alpha_pass_computes_alpha_and_b_on_the_parts_as_the_whole_table_does(fitted, tmp_path, monkeypatch):
     d, _ = fitted
     m = ALSMF(k=5, lam=3e-3).fit(d)
-    _job_from_model_equals_create(d, m, tmp_path, LocalMapper())
+    _alpha_pass_equals_alpha_from_table(d, m, tmp_path, LocalMapper())
     written = []
     real = partitions._write
     monkeypatch.setattr(partitions, "_write", lambda loc, *a: (written.append(loc), real(loc, *a)))
-    _job_from_model_equals_create(d, m, tmp_path, LocalMapper())
+    _alpha_pass_equals_alpha_from_table(d, m, tmp_path, LocalMapper())
     assert written == []  # the same model on the same data: α reused, B recomputed
     m2 = ALSMF(k=5, lam=3e-3, seed=1).fit(d)  # another model: every α part rewritten, then the index
-    _job_from_model_equals_create(d, m2, tmp_path, LocalMapper())
+    _alpha_pass_equals_alpha_from_table(d, m2, tmp_path, LocalMapper())
     assert written and all("alpha" in str(loc) for loc in written)
 
 

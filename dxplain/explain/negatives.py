@@ -15,7 +15,8 @@ Four ways to score a negative (i, j), lower = flag first:
 The scan over *all* unobserved pairs keeps the lowest K = p%·|N| in tiles of users × the catalogue,
 mapped over user shards by any ``Mapper`` (``select_lowest``): each shard returns its K lowest, merged
 here in O(K) memory. Shard boundaries are multiples of the tile's rows, so every pair is scored by the
-same tile computation however many shards there are, and the result is identical.
+same tile computation however many shards there are, and the result is identical. The negatives of a
+training table kept in parts are scored where the parts are, by ``explain.negatives_parts``.
 """
 
 from __future__ import annotations

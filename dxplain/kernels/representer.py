@@ -4,7 +4,8 @@ For a target (i', j') and the nuclear-norm solution Θ̂ = ŨṼᵀ:
   item-based (the user's own items):  Θ̂_{i'j'} = Σ_{j:(i',j)∈D} α_{i'j} ⟨Ṽ_j, Ṽ_{j'}⟩
   user-based (other users of j'):     Θ̂_{i'j'} = Σ_{i:(i,j')∈D} α_{ij'} ⟨Ũ_i, Ũ_{i'}⟩
 with α_ij = −ℓ'(y_ij, s_ij)/(λ|D|). Both sides have one shape — a *group* (a user's history, or an
-item's raters) scored against the group's targets — so one batched routine serves both.
+item's raters) scored against the group's targets — so one batched routine serves both. The balanced
+factors Ũ, Ṽ come from ``kernels.balance``.
 """
 
 from __future__ import annotations
