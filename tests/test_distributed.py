@@ -13,7 +13,7 @@ from dxplain.io.partitions import write_partitions
 from dxplain.io.row_blocks import call_loaded
 from dxplain.mapper import LocalMapper
 from dxplain.models.als.trainer import ALSMF
-from dxplain.refresh import RefreshJob, run_passes, shard_users
+from dxplain.refresh import RefreshJob, alpha_from_table, run_passes, shard_users
 
 pytestmark = pytest.mark.distributed
 
@@ -88,19 +88,23 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
     d = random_interactions(80, 60, 0.2, seed=11)
     m = ALSMF(k=5, lam=3e-3).fit(d)
     # Small parts: each shard reads its users from several by-user parts; several item parts make the user side.
-    job = RefreshJob.create(
-        d, Preprocessed.from_model(m, d), write_partitions(tmp_path / "parts", d, 150), top_n=5, top_k=3
+    job = RefreshJob(
+        *alpha_from_table(d, Preprocessed.from_model(m, d), write_partitions(tmp_path / "parts", d, 150)),
+        d.item_degree(),
+        top_n=5,
+        top_k=3,
     )
     assert len(job.parts.user_cuts) > 4 and len(job.parts.item_cuts) > 4
     shards = shard_users(d, 6)
     assert sum(len(s) for s in shards) == d.n_users
     (tmp_path / "mem").mkdir()
     (tmp_path / "dask").mkdir()
-    mem, mem_passes = run_passes(LocalMapper(), job, shards, str(tmp_path / "mem"))
-    dsk, passes = run_passes(DaskMapper(client), job, shards, str(tmp_path / "dask"))
+    mem_passes = run_passes(LocalMapper(), job, shards, str(tmp_path / "mem"))
+    passes = run_passes(DaskMapper(client), job, shards, str(tmp_path / "dask"))
+    mem, dsk = mem_passes.entries, passes.entries
     # The same user-side tasks on both; none spans two item parts.
-    assert passes["user_side_tasks"] == mem_passes["user_side_tasks"] >= len(job.parts.item_cuts) - 1
-    assert passes["user_side_rows"] == mem_passes["user_side_rows"] > 0
+    assert len(passes.user_side) == len(mem_passes.user_side) >= len(job.parts.item_cuts) - 1
+    assert sum(c["rows"] for c in passes.user_side) == sum(c["rows"] for c in mem_passes.user_side) > 0
     assert [e["rows"] for e in mem] == [e["rows"] for e in dsk]
     assert sum(e["targets"] for e in dsk) == 5 * d.n_users
     for a, b in zip(mem, dsk):
@@ -117,7 +121,12 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
 def _job(root, seed=11, n_users=80, n_items=60, top_k=3):
     d = random_interactions(n_users, n_items, 0.2, seed=seed)
     m = ALSMF(k=5, lam=3e-3).fit(d)
-    return d, RefreshJob.create(d, Preprocessed.from_model(m, d), write_partitions(root, d, 300), top_n=5, top_k=top_k)
+    return d, RefreshJob(
+        *alpha_from_table(d, Preprocessed.from_model(m, d), write_partitions(root, d, 300)),
+        d.item_degree(),
+        top_n=5,
+        top_k=top_k,
+    )
 
 
 def _same_files(a_dir, a, b_dir, b):
@@ -134,11 +143,11 @@ def test_tls_cluster_with_certificates_made_here(tmp_path):
     shards = shard_users(d, 4)
     for sub in ("mem", "tls"):
         (tmp_path / sub).mkdir()
-    mem, _ = run_passes(LocalMapper(), job, shards, str(tmp_path / "mem"))
+    mem = run_passes(LocalMapper(), job, shards, str(tmp_path / "mem")).entries
     with connect(Settings(workers=2, blas_threads=1), security=security) as c:
         assert c.scheduler.address.startswith("tls://")
         assert all(addr.startswith("tls://") for addr in c.scheduler_info()["workers"])
-        got, _ = run_passes(DaskMapper(c), job, shards, str(tmp_path / "tls"))
+        got = run_passes(DaskMapper(c), job, shards, str(tmp_path / "tls")).entries
     _same_files(tmp_path / "mem", mem, tmp_path / "tls", got)
 
 
@@ -160,12 +169,12 @@ def test_killed_worker_loses_nothing(tmp_path):
     shards = shard_users(d, 40)
     for sub in ("mem", "kill"):
         (tmp_path / sub).mkdir()
-    mem, _ = run_passes(LocalMapper(), job, shards, str(tmp_path / "mem"))
+    mem = run_passes(LocalMapper(), job, shards, str(tmp_path / "mem")).entries
     with connect(Settings(workers=2, blas_threads=1)) as c:
         pids = c.run(os.getpid)
         result = {}
         runner = threading.Thread(
-            target=lambda: result.update(entries=run_passes(DaskMapper(c), job, shards, str(tmp_path / "kill"))[0])
+            target=lambda: result.update(entries=run_passes(DaskMapper(c), job, shards, str(tmp_path / "kill")).entries)
         )
         runner.start()
         deadline = time.time() + 60
@@ -483,11 +492,11 @@ def test_gradient_over_parts_equals_the_whole_table_gradient(client, tmp_path):
         assert half.stationarity(U, V, lam, bound=False)[2] is None
 
 
-def test_job_from_model_on_the_cluster_equals_the_whole_table(client, tmp_path):
-    from test_partitions import check_job_from_model_equals_create
+def test_alpha_pass_on_the_cluster_equals_the_whole_table(client, tmp_path):
+    from test_partitions import check_alpha_pass_equals_alpha_from_table
 
     d = random_interactions(110, 80, 0.2, seed=24)
-    check_job_from_model_equals_create(d, ALSMF(k=5, lam=3e-3).fit(d), tmp_path, DaskMapper(client))
+    check_alpha_pass_equals_alpha_from_table(d, ALSMF(k=5, lam=3e-3).fit(d), tmp_path, DaskMapper(client))
 
 
 def test_worker_killed_mid_training_loses_nothing(tmp_path):
@@ -539,8 +548,8 @@ def test_negative_scan_on_cluster_equals_in_memory(client, method):
     ranges = N.shard_ranges(terms.n_users, 7, 4)
     assert len(ranges) == 4 and ranges[0][0] == 0 and ranges[-1][1] == terms.n_users
     assert all(a % 7 == 0 for a, _ in ranges)
-    want = N.scan(score, terms, K, block_rows=7)
-    got = N.select_lowest(score, terms, 5, DaskMapper(client), n_shards=4, block_rows=7)
+    want = N.scan(score, terms, K, tile_rows=7)
+    got = N.select_lowest(score, terms, 5, DaskMapper(client), n_shards=4, tile_rows=7)
     assert len(want[0]) == K
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
@@ -631,6 +640,7 @@ def test_sampled_negatives_in_parts_on_cluster_equal_in_process(client, tmp_path
     import pyarrow.parquet as pq
 
     from dxplain.explain import negatives as N
+    from dxplain.explain import negatives_parts as NP
     from dxplain.kernels.bce import SparseTerms
     from dxplain.models.implicit_mf import ImplicitMF, positive_pairs, sample_negatives, training_table
 
@@ -640,8 +650,8 @@ def test_sampled_negatives_in_parts_on_cluster_equal_in_process(client, tmp_path
     score = N.negative_score("representer", ImplicitMF(k=3).fit(terms), terms, P)
     table = training_table(P, nu, ni)
     parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 4)
-    local = N.select_lowest_parts(score, parts, terms.n_neg, 5, LocalMapper(), tmp_path / "a.parquet")
-    dist = N.select_lowest_parts(score, parts, terms.n_neg, 5, DaskMapper(client), tmp_path / "b.parquet")
+    local = NP.select_lowest_parts(score, parts, terms.n_neg, 5, LocalMapper(), tmp_path / "a.parquet")
+    dist = NP.select_lowest_parts(score, parts, terms.n_neg, 5, DaskMapper(client), tmp_path / "b.parquet")
     for a, b in zip(dist, local):
         np.testing.assert_array_equal(a, b)
     assert pq.read_table(tmp_path / "a.parquet").equals(pq.read_table(tmp_path / "b.parquet"))

@@ -454,3 +454,19 @@ def test_a_model_fitted_on_other_data_is_refused_before_anything_is_written(data
     with pytest.raises(InputError, match="fitted on other data"):
         refresh(dataset=str(dataset), model=str(tmp_path / "other.zarr"), out=str(tmp_path / "out"), in_memory=True)
     assert not (tmp_path / "out").exists()  # no part store, no run folder
+
+
+def test_a_given_model_is_read_from_its_store_once(dataset, tmp_path, monkeypatch):
+    """``--model``: the store is read once, while loading (checked against the data there), not again to train."""
+    from dxplain.datasets import resolve_dataset
+    from dxplain.io import model_store
+    from dxplain.models.als.trainer import ALSMF
+
+    data = resolve_dataset(str(dataset)).interactions
+    ALSMF(k=4, lam=5e-3).fit(data).save(tmp_path / "m.zarr", data)
+    real, reads = model_store.read_model, []
+    monkeypatch.setattr(model_store, "read_model", lambda *a, **kw: reads.append(a[0]) or real(*a, **kw))
+    s = refresh(
+        dataset=str(dataset), model=str(tmp_path / "m.zarr"), out=str(tmp_path / "out"), shards=2, in_memory=True
+    )
+    assert reads == [str(tmp_path / "m.zarr")] and s["model"] == str(tmp_path / "m.zarr")

@@ -28,7 +28,7 @@ def test_ridge_solve_rows_batches_when_block_is_small(small, monkeypatch):
     rng = np.random.default_rng(2)
     V = rng.normal(size=(small.n_items, 4))
     full = als.ridge_solve_rows(small.user_indptr, small.item, small.rating, V, ridge=1.0, fused=False)
-    monkeypatch.setattr(als, "BLOCK_ELEMENTS", 16)  # forces one row per batch
+    monkeypatch.setattr(als, "ELEMENT_BUDGET", 16)  # forces one row per batch
     tiny = als.ridge_solve_rows(small.user_indptr, small.item, small.rating, V, ridge=1.0, fused=False)
     np.testing.assert_allclose(full, tiny, rtol=1e-12)
 

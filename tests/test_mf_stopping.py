@@ -9,7 +9,7 @@ from dxplain.explain.representer import Preprocessed, relative_error
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Interactions
 from dxplain.kernels import als, anderson
-from dxplain.kernels.representer import balance_transforms
+from dxplain.kernels.balance import balance_transforms
 from dxplain.models.als.trainer import ALSMF, MIN_TARGET_COS
 
 

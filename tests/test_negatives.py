@@ -6,6 +6,7 @@ from conftest import random_interactions
 from scipy.special import expit
 
 from dxplain.explain import negatives as N
+from dxplain.explain import negatives_parts as NP
 from dxplain.kernels.bce import SparseTerms
 from dxplain.kernels.negatives import LowestK
 from dxplain.models.implicit_mf import ImplicitMF, ImplicitModel, dense_terms, positive_pairs, sample_negatives
@@ -28,7 +29,7 @@ def setup(seed=0, n_users=9, n_items=11, k=3, excluded=True):
 
 def negatives_of(terms):
     """(u, i) of every negative in N, from the dense weights (c = w)."""
-    C, Y = terms.block(0, terms.n_users)
+    C, Y = terms.tile(0, terms.n_users)
     return np.nonzero((C == W) & (Y == 0))
 
 
@@ -46,7 +47,7 @@ def test_representer_aggregate_equals_naive_sum_over_positives():
     assert len(naive) == terms.n_neg
     np.testing.assert_allclose(score.pairs(nu, ni), naive, rtol=1e-10, atol=1e-14)
     # The float32 scan block holds the same values; non-negatives are not candidates.
-    block = score.block(0, terms.n_users)
+    block = score.tile(0, terms.n_users)
     np.testing.assert_allclose(block[nu, ni], naive, rtol=1e-4, atol=1e-7 * np.abs(naive).max())
 
 
@@ -114,7 +115,7 @@ def test_trained_model_satisfies_representer_identity():
     lam = 0.2 / terms.n_terms  # a small ridge, so that the scores are far from 0
     m = ImplicitMF(k=4, lam=lam, seed=1).fit(terms)
     assert m.grad_norm <= 1e-4 * m.lam
-    C, Y = terms.block(0, terms.n_users)
+    C, Y = terms.tile(0, terms.n_users)
     S = m.U @ m.V.T
     alpha = -C * (expit(S) - Y) / (m.lam * m.n_train)
     pu, pi = P.user, P.item
@@ -140,17 +141,17 @@ def test_scan_keeps_exactly_the_lowest_and_any_split_agrees(method):
     P, terms, m = setup(seed=5, n_users=13, n_items=17)
     score = N.negative_score(method, m, terms, P, seed=3)
     K = N.flag_count(terms, 10)
-    blocks = np.vstack([score.block(a, min(a + 2, terms.n_users)) for a in range(0, terms.n_users, 2)])
-    C, Y = terms.block(0, terms.n_users)
+    blocks = np.vstack([score.tile(a, min(a + 2, terms.n_users)) for a in range(0, terms.n_users, 2)])
+    C, Y = terms.tile(0, terms.n_users)
     blocks[(C != W) | (Y != 0)] = np.inf
     want = brute_force_lowest(blocks, K)
-    got = N.scan(score, terms, K, block_rows=2)  # small blocks: the scan streams and compacts
+    got = N.scan(score, terms, K, tile_rows=2)  # small tiles: the scan streams and compacts
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     # The union of aligned shards, merged, is the same selection (what the cluster path relies on).
     merged = LowestK(K)
     for a, b in ((6, 13), (0, 2), (2, 6)):
-        merged.push(*N.scan(score, terms, K, rows=(a, b), block_rows=2))
+        merged.push(*N.scan(score, terms, K, rows=(a, b), tile_rows=2))
     for a, b in zip(merged.result(), want):
         np.testing.assert_array_equal(a, b)
     assert not np.isin(got[1] * terms.n_items + got[2], P.user.astype(np.int64) * terms.n_items + P.item).any()
@@ -188,10 +189,10 @@ def test_estimated_bound_keeps_the_selection_exact_and_a_bad_bound_is_caught(mon
     P, terms, m = setup(seed=7, n_users=30, n_items=25)
     score = N.negative_score("representer", m, terms, P)
     K = N.flag_count(terms, 3)
-    exact = N.scan(score, terms, K, block_rows=2)
-    t = N.estimate_threshold(score, terms, K, block_rows=2, sample_share=0.3)
+    exact = N.scan(score, terms, K, tile_rows=2)
+    t = N.estimate_threshold(score, terms, K, tile_rows=2, sample_share=0.3)
     assert np.isfinite(t)
-    got = N.lowest(lambda th: N.scan(score, terms, K, block_rows=2, threshold=th), score, terms, K, 2)
+    got = N.lowest(lambda th: N.scan(score, terms, K, tile_rows=2, threshold=th), score, terms, K, 2)
     for a, b in zip(got, exact):
         np.testing.assert_array_equal(a, b)
     # A bound below the K-th lowest value: too few candidates, so the scan is redone without it.
@@ -200,7 +201,7 @@ def test_estimated_bound_keeps_the_selection_exact_and_a_bad_bound_is_caught(mon
 
     def scan_fn(th):
         calls.append(th)
-        return N.scan(score, terms, K, block_rows=2, threshold=th)
+        return N.scan(score, terms, K, tile_rows=2, threshold=th)
 
     got = N.lowest(scan_fn, score, terms, K, 2)
     assert len(calls) == 2 and calls[1] == np.inf
@@ -230,15 +231,15 @@ def test_sampled_negatives_scored_in_parts_flag_what_the_whole_list_flags(tmp_pa
     parts = write_partitions(str(tmp_path / "parts"), table, rows_per_part=len(table) // 5)
     assert len(parts.user_cuts) > 4
     if method == "two-rounds":
-        monkeypatch.setattr(N, "SHARE_MARGIN", 0.0)
-        monkeypatch.setattr(N, "SHARE_EXTRA", 2)
+        monkeypatch.setattr(NP, "SHARE_MARGIN", 0.0)
+        monkeypatch.setattr(NP, "SHARE_EXTRA", 2)
         method = "representer"
     score = N.negative_score(method, m, terms, P, seed=3)
     whole = N.flag_table(terms, score, 10)
-    with caplog.at_level(logging.INFO, logger=N.__name__):
-        got = N.select_lowest_parts(score, parts, terms.n_neg, 10, LocalMapper(), tmp_path / "cleaned.parquet")
+    with caplog.at_level(logging.INFO, logger=NP.__name__):
+        got = NP.select_lowest_parts(score, parts, terms.n_neg, 10, LocalMapper(), tmp_path / "cleaned.parquet")
     asked_again = [r.getMessage() for r in caplog.records if "asked again" in r.getMessage()]
-    assert bool(asked_again) == (N.SHARE_EXTRA == 2), asked_again
+    assert bool(asked_again) == (NP.SHARE_EXTRA == 2), asked_again
     for a, b in zip(got, whole):
         np.testing.assert_array_equal(a, b)
     cleaned = pq.read_table(tmp_path / "cleaned.parquet")
@@ -364,10 +365,10 @@ def test_scores_from_factor_blocks_equal_the_whole_scoring_rule(tmp_path, method
         grad_norm=np.nan,
     )
     want = N.negative_score(method, model, terms, P, seed=3)
-    rule = N.part_scores(method, blocks, parts, seed=3)
+    rule = NP.part_scores(method, blocks, parts, seed=3)
     assert len(parts.user_cuts) > 3 and len(parts.item_cuts) > 2
     for p in range(len(parts.user_cuts) - 1):
-        nu, ni = N.part_negatives(parts, p)
+        nu, ni = NP.part_negatives(parts, p)
         score = rule.at(parts, p, ni)
         if method != "random":
             assert len(score.Us) == parts.user_cuts[p + 1] - parts.user_cuts[p]  # the part's users only

@@ -17,7 +17,7 @@ from dxplain.io.partitions import write_partitions
 from dxplain.io.tables import parquet_chunks
 from dxplain.mapper import LocalMapper
 from dxplain.models.als.trainer import ALSMF
-from dxplain.refresh import RefreshJob, passes, plan, run_passes, shard_users
+from dxplain.refresh import RefreshJob, alpha_from_table, alpha_pass, passes, plan, run_passes, shard_users, summary
 from dxplain.vocabulary import Vocabulary
 
 
@@ -51,19 +51,25 @@ def test_parts_hold_whole_histories_and_whole_rater_lists(fitted, tmp_path):
 
 def _run(job, shards, run_dir):
     run_dir.mkdir()
-    entries, passes = run_passes(LocalMapper(), job, shards, str(run_dir))
+    results = run_passes(LocalMapper(), job, shards, str(run_dir))
+    entries = results.entries
     # the shards' Parquet files beside _meta/, which holds their entries; the stage is gone once all are written
     assert sorted(p.name for p in run_dir.iterdir()) == sorted([e["file"] for e in entries] + ["_meta"])
     assert sorted(p.name for p in (run_dir / "_meta").iterdir()) == sorted(
         e["file"].replace(".parquet", ".json") for e in entries
     )
-    return entries, passes
+    return entries, results
 
 
 @pytest.mark.parametrize("rows_per_part", [1, 150, 10**9])  # one item per part, several, one part
 def test_shard_explanations_from_parts_equal_the_whole_table(fitted, tmp_path, rows_per_part):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, write_partitions(tmp_path / "parts", d, rows_per_part), top_n=5, top_k=3)
+    job = RefreshJob(
+        *alpha_from_table(d, pre, write_partitions(tmp_path / "parts", d, rows_per_part)),
+        d.item_degree(),
+        top_n=5,
+        top_k=3,
+    )
     ex = RepresenterExplainer(d, pre)
     shards = shard_users(d, 3)
     entries, _ = _run(job, shards, tmp_path / "run")
@@ -84,15 +90,17 @@ def test_shard_explanations_from_parts_equal_the_whole_table(fitted, tmp_path, r
 
 def test_user_side_tasks_do_not_change_the_output(fitted, tmp_path, monkeypatch):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, write_partitions(tmp_path / "parts", d, 400), top_n=5, top_k=3)
+    job = RefreshJob(
+        *alpha_from_table(d, pre, write_partitions(tmp_path / "parts", d, 400)), d.item_degree(), top_n=5, top_k=3
+    )
     shards = shard_users(d, 5)
     whole, passes = _run(job, shards, tmp_path / "whole")
     n_parts = len(job.parts.item_cuts) - 1
-    assert n_parts <= passes["user_side_tasks"]  # a task never spans item parts
-    monkeypatch.setattr(plan, "ROWS_PER_SHARD", 1)  # every (item block, shard) its own task
+    assert n_parts <= len(passes.user_side)  # a task never spans item parts
+    monkeypatch.setattr(plan, "ROWS_PER_SHARD", 1)  # every (item range, shard) its own task
     split, split_passes = _run(job, shards, tmp_path / "split")
-    assert split_passes["user_side_tasks"] > 3 * passes["user_side_tasks"]
-    assert split_passes["user_side_rows"] == passes["user_side_rows"]
+    assert len(split_passes.user_side) > 3 * len(passes.user_side)
+    assert sum(c["rows"] for c in split_passes.user_side) == sum(c["rows"] for c in passes.user_side)
     for a, b in zip(whole, split):  # the same rows in the same order; values to rounding (other batch shapes)
         ta, tb = pq.read_table(tmp_path / "whole" / a["file"]), pq.read_table(tmp_path / "split" / b["file"])
         for col in ("user", "item", "side", "train_user", "train_item", "rating", "global_importance"):
@@ -101,18 +109,18 @@ def test_user_side_tasks_do_not_change_the_output(fitted, tmp_path, monkeypatch)
 
 
 def test_user_side_tasks_cover_every_target_once_within_budget():
-    from dxplain.refresh.plan import item_blocks, user_side_chunks
+    from dxplain.refresh.plan import cut_user_side, item_ranges
 
     parts = partitions.Partitions("unused", np.array([0, 5]), np.array([0, 100, 300]), None, None, 0)
-    edges = item_blocks(parts)
-    assert edges[0] == 0 and edges[-1] == 300 and 100 in edges and len(edges) == 2 * plan.BLOCKS_PER_PART + 1
+    edges = item_ranges(parts)
+    assert edges[0] == 0 and edges[-1] == 300 and 100 in edges and len(edges) == 2 * plan.RANGES_PER_PART + 1
     rng = np.random.default_rng(0)
     targets = rng.poisson(0.5, size=(6, len(edges) - 1))
-    targets[:, 70] = [50, 0, 40, 30, 0, 60]  # one popular block, above the budget alone
-    plans = [
-        {"shard": s, "block_targets": targets[s].tolist(), "block_rows": (2 * targets[s]).tolist()} for s in range(6)
+    targets[:, 70] = [50, 0, 40, 30, 0, 60]  # one popular range, above the budget alone
+    census = [
+        {"shard": s, "range_targets": targets[s].tolist(), "range_rows": (2 * targets[s]).tolist()} for s in range(6)
     ]
-    chunks = user_side_chunks(parts, plans, rows_per_chunk=100)
+    chunks = cut_user_side(parts, census, rows_per_task=100)
     seen = np.zeros_like(targets)
     for lo, hi, members in chunks:
         assert np.searchsorted(parts.item_cuts, lo, "right") == np.searchsorted(parts.item_cuts, hi - 1, "right")
@@ -121,17 +129,19 @@ def test_user_side_tasks_cover_every_target_once_within_budget():
         assert rows <= 100 or len(members) == 1 or b1 - b0 == 1 and rows <= 200, (lo, hi, members)
         assert all(targets[s, b0:b1].sum() > 0 for s in members)  # no task for a shard with nothing there
         seen[members, b0:b1] += targets[members, b0:b1] > 0
-    assert np.array_equal(seen, targets > 0)  # every (shard, block) with targets in exactly one task
+    assert np.array_equal(seen, targets > 0)  # every (shard, range) with targets in exactly one task
     rows = [2 * targets[m, np.searchsorted(edges, lo) : np.searchsorted(edges, hi)].sum() for lo, hi, m in chunks]
     assert rows == sorted(rows, reverse=True)  # largest first
 
 
 def test_a_run_interrupted_in_the_user_side_pass_resumes_from_its_stage(fitted, tmp_path, monkeypatch):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, write_partitions(tmp_path / "parts", d, 400), top_n=5, top_k=3)
+    job = RefreshJob(
+        *alpha_from_table(d, pre, write_partitions(tmp_path / "parts", d, 400)), d.item_degree(), top_n=5, top_k=3
+    )
     shards = shard_users(d, 4)
     clean, _ = _run(job, shards, tmp_path / "clean")
-    real, calls = passes.user_side_chunk, []
+    real, calls = passes.user_side_task, []
 
     def crash_on_second(*args):
         if calls:
@@ -139,7 +149,7 @@ def test_a_run_interrupted_in_the_user_side_pass_resumes_from_its_stage(fitted, 
         calls.append(real(*args))
         return calls[-1]
 
-    monkeypatch.setattr(passes, "user_side_chunk", crash_on_second)
+    monkeypatch.setattr(passes, "user_side_task", crash_on_second)
     run = tmp_path / "run"
     run.mkdir()
     with pytest.raises(RuntimeError, match="simulated crash"):
@@ -150,9 +160,9 @@ def test_a_run_interrupted_in_the_user_side_pass_resumes_from_its_stage(fitted, 
         raise AssertionError("targets were recommended again instead of read from the stage")
 
     calls.clear()
-    monkeypatch.setattr(passes, "user_side_chunk", lambda *a: calls.append(real(*a)) or calls[-1])
+    monkeypatch.setattr(passes, "user_side_task", lambda *a: calls.append(real(*a)) or calls[-1])
     monkeypatch.setattr(passes, "recommend", no_recommend)
-    entries, _ = run_passes(LocalMapper(), job, shards, str(run))
+    entries = run_passes(LocalMapper(), job, shards, str(run)).entries
     assert [bool(c.get("resumed")) for c in calls] == [True] + [False] * (len(calls) - 1)  # first part kept
     assert [e["sha256"] for e in entries] == [e["sha256"] for e in clean]
     assert not (run / "_meta" / "stage").exists()
@@ -162,7 +172,9 @@ def test_supplied_targets_on_seen_items_and_no_targets(fitted, tmp_path):
     d, pre = fitted
     users = np.arange(25, 60)
     t = Targets.from_pairs(np.repeat(users, 2), np.tile([0, 69], len(users)))  # includes rated items
-    job = RefreshJob.create(d, pre, write_partitions(tmp_path / "parts", d, 100), top_k=2, targets=t)
+    job = RefreshJob(
+        *alpha_from_table(d, pre, write_partitions(tmp_path / "parts", d, 100)), d.item_degree(), top_k=2, targets=t
+    )
     shards = shard_users(d, 6)
     assert shards[0][-1] < 25 and shards[-1][0] >= 60  # the first and last shards have no targets
     entries, _ = _run(job, shards, tmp_path / "run")
@@ -182,9 +194,9 @@ def test_store_is_reused_for_the_same_data_and_alpha_and_never_trusted_half_rewr
     written = []
     real = partitions._write
     monkeypatch.setattr(partitions, "_write", lambda loc, *a: (written.append(loc), real(loc, *a)))
-    RefreshJob.create(d, pre, write_partitions(tmp_path, d, 200))
+    RefreshJob(*alpha_from_table(d, pre, write_partitions(tmp_path, d, 200)), d.item_degree())
     n_files = len(written)
-    RefreshJob.create(d, pre, write_partitions(tmp_path, d, 200))
+    RefreshJob(*alpha_from_table(d, pre, write_partitions(tmp_path, d, 200)), d.item_degree())
     assert len(written) == n_files  # same data and α: reused, nothing rewritten
 
     def crash(loc, *a):
@@ -192,19 +204,23 @@ def test_store_is_reused_for_the_same_data_and_alpha_and_never_trusted_half_rewr
 
     monkeypatch.setattr(partitions, "_write", crash)
     with pytest.raises(OSError):
-        RefreshJob.create(d, pre.with_alpha(pre.alpha * 2), write_partitions(tmp_path, d, 200))  # another model's α
+        RefreshJob(
+            *alpha_from_table(d, pre.with_alpha(pre.alpha * 2), write_partitions(tmp_path, d, 200)), d.item_degree()
+        )  # another model's α
     assert not (tmp_path / "alpha" / "index.json").exists()  # α mid-rewrite has no index: nobody reuses it
     assert (tmp_path / "index.json").exists()  # the data parts did not change and stay reusable
     monkeypatch.setattr(partitions, "_write", lambda loc, *a: (written.append(loc), real(loc, *a)))
     written.clear()
-    job = RefreshJob.create(d, pre, write_partitions(tmp_path, d, 200))
+    job = RefreshJob(*alpha_from_table(d, pre, write_partitions(tmp_path, d, 200)), d.item_degree())
     assert written and all("alpha" in str(loc) for loc in written)  # only α is rewritten
     assert np.array_equal(job.parts.read_users(0, d.n_users).alpha, pre.alpha)
 
 
 def test_store_on_an_fsspec_url(fitted):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, write_partitions("memory://dxplain-test-parts", d, 300))
+    job = RefreshJob(
+        *alpha_from_table(d, pre, write_partitions("memory://dxplain-test-parts", d, 300)), d.item_degree()
+    )
     part = job.parts.read_items(1)
     lo, hi = job.parts.item_range(1)
     assert len(part.data) == int(d.item_degree()[lo:hi].sum()) > 0
@@ -212,7 +228,7 @@ def test_store_on_an_fsspec_url(fitted):
 
 def test_job_carries_factors_only(fitted, tmp_path):
     d, pre = fitted
-    job = RefreshJob.create(d, pre, write_partitions(tmp_path, d))
+    job = RefreshJob(*alpha_from_table(d, pre, write_partitions(tmp_path, d)), d.item_degree())
     assert job.pre.alpha is None and job.pre.A is None  # O(|D|) and O(users·k) that a shard reads or sums itself
     assert job.pre.B is pre.B and job.pre.Ut is pre.Ut and job.pre.Vt is pre.Vt
     assert not any(isinstance(v, np.ndarray) and len(v) == len(d) for v in vars(job.parts).values())
@@ -239,10 +255,10 @@ def test_shard_count_keeps_each_shards_output_under_its_budget(fitted):
     assert shard_count(1, d, n_targets=10**6, top_k=0) == int(np.ceil(10**6 * every / 8_000_000))
 
 
-def check_job_from_model_equals_create(d, m, root, mapper):
-    """``RefreshJob.from_model`` (α and B by tasks over the parts) against ``create`` (from the whole table)."""
+def check_alpha_pass_equals_alpha_from_table(d, m, root, mapper):
+    """``alpha_pass`` (α and B by tasks over the parts) against ``alpha_from_table`` (from the whole table)."""
     pre = Preprocessed.from_model(m, d)
-    job = RefreshJob.from_model(m, write_partitions(root, d, 150), mapper, d.item_degree(), top_n=5, top_k=3)
+    job = RefreshJob(*alpha_pass(m, write_partitions(root, d, 150), mapper), d.item_degree(), top_n=5, top_k=3)
     assert len(job.parts.user_cuts) > 3 and len(job.parts.item_cuts) > 3
     np.testing.assert_allclose(job.parts.read_users(0, d.n_users).alpha, pre.alpha, rtol=1e-12, atol=1e-15)
     for p in range(len(job.parts.item_cuts) - 1):  # the by-item parts' α too, row by row
@@ -256,17 +272,17 @@ def check_job_from_model_equals_create(d, m, root, mapper):
     return job
 
 
-def test_job_from_model_computes_alpha_and_b_on_the_parts_as_the_whole_table_does(fitted, tmp_path, monkeypatch):
+def test_alpha_pass_computes_alpha_and_b_on_the_parts_as_the_whole_table_does(fitted, tmp_path, monkeypatch):
     d, _ = fitted
     m = ALSMF(k=5, lam=3e-3).fit(d)
-    check_job_from_model_equals_create(d, m, tmp_path, LocalMapper())
+    check_alpha_pass_equals_alpha_from_table(d, m, tmp_path, LocalMapper())
     written = []
     real = partitions._write
     monkeypatch.setattr(partitions, "_write", lambda loc, *a: (written.append(loc), real(loc, *a)))
-    check_job_from_model_equals_create(d, m, tmp_path, LocalMapper())
+    check_alpha_pass_equals_alpha_from_table(d, m, tmp_path, LocalMapper())
     assert written == []  # the same model on the same data: α reused, B recomputed
     m2 = ALSMF(k=5, lam=3e-3, seed=1).fit(d)  # another model: every α part rewritten, then the index
-    check_job_from_model_equals_create(d, m2, tmp_path, LocalMapper())
+    check_alpha_pass_equals_alpha_from_table(d, m2, tmp_path, LocalMapper())
     assert written and all("alpha" in str(loc) for loc in written)
 
 
@@ -276,11 +292,13 @@ def test_p99_bound_from_the_shards_decade_counts_holds_the_true_quantile():
     rng = np.random.default_rng(3)
     rel = 10.0 ** rng.uniform(-12, -2, 1001)
     shards = [decade_counts(rel[:400]), decade_counts(rel[400:])]
-    bound = plan.quantile_bound(shards, 0.99)
+    bound = summary.quantile_bound(shards, 0.99)
     p99 = np.quantile(rel, 0.99, method="inverted_cdf")
     assert bound / 10 <= p99 < bound
-    assert plan.quantile_bound([{}, {}], 0.99) is None
-    assert plan.quantile_bound([decade_counts(np.array([1e-9, 500.0]))], 0.99) == float("inf")  # the open last decade
+    assert summary.quantile_bound([{}, {}], 0.99) is None
+    assert summary.quantile_bound([decade_counts(np.array([1e-9, 500.0]))], 0.99) == float(
+        "inf"
+    )  # the open last decade
 
 
 # ---- streamed partitioning: by tasks over row groups, the flow keeping a TableSummary -------------------

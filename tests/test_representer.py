@@ -10,6 +10,7 @@ from dxplain.explain.representer import Preprocessed, RepresenterExplainer
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Targets
 from dxplain.kernels import representer as K
+from dxplain.kernels.balance import balance_transforms
 from dxplain.models.als.trainer import ALSMF
 from dxplain.models.base import FactorModel
 
@@ -17,7 +18,7 @@ from dxplain.models.base import FactorModel
 def test_balance_transforms_keep_the_product_and_balance_the_grams():
     rng = np.random.default_rng(0)
     U, V = rng.normal(size=(50, 6)) * [3, 2, 1, 1, 0.5, 0.1], rng.normal(size=(40, 6))
-    T_U, T_V = K.balance_transforms(U, V)
+    T_U, T_V = balance_transforms(U, V)
     Ut, Vt = U @ T_U, V @ T_V
     np.testing.assert_allclose(Ut @ Vt.T, U @ V.T, atol=1e-10)
     np.testing.assert_allclose(Ut.T @ Ut, Vt.T @ Vt, atol=1e-9)
@@ -29,7 +30,7 @@ def test_balance_transforms_drop_collapsed_directions():
     rng = np.random.default_rng(1)
     U = np.hstack([rng.normal(size=(30, 2)), np.zeros((30, 3))])
     V = np.hstack([rng.normal(size=(20, 2)), np.zeros((20, 3))])
-    T_U, T_V = K.balance_transforms(U, V)
+    T_U, T_V = balance_transforms(U, V)
     assert T_U.shape == (5, 2)
     np.testing.assert_allclose((U @ T_U) @ (V @ T_V).T, U @ V.T, atol=1e-10)
 
@@ -125,7 +126,7 @@ def test_heavy_groups_split_exactly(fitted, monkeypatch):
     t = _targets(d, 60, seed=9)
     ex = RepresenterExplainer(d, pre)
     ref = ex.user_side(t, 3)
-    monkeypatch.setattr(K, "BLOCK_ELEMENTS", 20)  # every item's raters × targets block is split
+    monkeypatch.setattr(K, "ELEMENT_BUDGET", 20)  # every item's raters × targets product is split
     g, _ = ex.groups(t, "user")
     assert len(K.split_heavy_groups(g).hist_ptr) > 2 * len(g.hist_ptr)  # the split really happens
     got = ex.user_side(t, 3)
@@ -224,7 +225,7 @@ def test_grouped_attributions_equal_a_dense_reference_in_both_product_layouts(lo
     or, for groups over the block budget, streamed in (target chunk × history chunk) blocks and merged."""
     monkeypatch.setattr(K, "LONG_ROW", 1 if long_row else 10**9)
     if long_row == "streamed":
-        monkeypatch.setattr(K, "BLOCK_ELEMENTS", 40)  # blocks of 1 target × 40 rows: up to 3 chunks to merge
+        monkeypatch.setattr(K, "ELEMENT_BUDGET", 40)  # products of 1 target × 40 rows: up to 3 chunks to merge
     rng = np.random.default_rng(7)
     n_hist, n_rows, k = 2000, 60, 5
     d = rng.integers(1, 90, size=12)
@@ -290,7 +291,7 @@ def test_approximate_heavy_item_search_finds_the_exact_top_k_and_reports_exact_v
     from dxplain.explain.ann import hnsw_search
 
     monkeypatch.setattr(K, "LONG_ROW", 100)
-    monkeypatch.setattr(K, "BLOCK_ELEMENTS", 10_000)  # the group (3000 rows × 40 targets) is heavy
+    monkeypatch.setattr(K, "ELEMENT_BUDGET", 10_000)  # the group (3000 rows × 40 targets) is heavy
     rng = np.random.default_rng(3)
     n_hist, k = 3000, 8
     g = K.Groups(

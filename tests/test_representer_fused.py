@@ -86,13 +86,13 @@ def test_fused_kernel_writes_nothing_for_groups_without_history_or_targets():
 
 
 def test_fused_equals_numpy_when_a_long_history_takes_its_targets_in_several_products():
-    """1,500 raters and 90 targets: the targets go through BLAS in blocks (≥ MIN_BLOCK_TARGETS each) and
-    every block's rows are selected like the single-product ones."""
+    """1,500 raters and 90 targets: the targets go through BLAS in batches (≥ MIN_BATCH_TARGETS each) and
+    every batch's rows are selected like the single-product ones."""
     from dxplain.kernels import representer_fused as RF
 
     rng = np.random.default_rng(11)
     d, t = 1500, 90
-    assert RF._block_targets(d) < t  # several products for this group
+    assert RF._batch_targets(d) < t  # several products for this group
     g = K.Groups(
         np.array([0, d]),
         rng.permutation(d),
@@ -143,8 +143,9 @@ def test_best_keeps_the_k_largest_ties_by_position_in_position_order(m):
 
 
 def test_lane_bounds_are_the_kth_lane_extrema():
-    """``_importance_bounds`` with 16 lanes (the vector lane pass, ``simd.lane_extrema16``, and the last partial
-    block's scalar one) against numpy's maxima and minima of x[j::16], for rows of whole and partial blocks."""
+    """``_importance_bounds`` with 16 lanes (the vector lane pass, ``simd.lane_extrema16``, and the scalar one
+    over the last, partial 16 entries) against numpy's maxima and minima of x[j::16], for rows of whole and partial
+    sets of 16."""
     from dxplain.kernels import representer_fused as RF
 
     rng = np.random.default_rng(4)

@@ -42,14 +42,14 @@ def random_case(seed, integer):
 def test_the_scan_and_the_reference_give_the_brute_force_items(seed, integer, monkeypatch):
     U, V, ptr, items = random_case(seed, integer)
     n = int(np.random.default_rng(seed).integers(1, 15))
-    monkeypatch.setattr(topn, "FIRST_ITEM_BLOCK", 1 + seed * 37)  # many item blocks, of uneven sizes
+    monkeypatch.setattr(topn, "FIRST_ITEM_SLICE", 1 + seed * 37)  # many item slices, of uneven sizes
     expected = brute_force(U, V, ptr, items, n)
     ref_items, ref_scores = top_n_unseen(U, V, ptr, items, n)
     got_items, got_scores = top_n_unseen_pruned(U, NormOrder.of(V), ptr, items, n, budget=700 + 300 * seed)
     np.testing.assert_array_equal(ref_items, expected)
     np.testing.assert_array_equal(got_items, expected)
     assert np.all(got_items[0] == -1) and np.all(got_scores[0] == -np.inf)  # user 0 has seen everything
-    np.testing.assert_allclose(got_scores, ref_scores, rtol=1e-5, atol=1e-6)  # float32, block shapes differ
+    np.testing.assert_allclose(got_scores, ref_scores, rtol=1e-5, atol=1e-6)  # float32, slice shapes differ
 
 
 def test_ties_go_to_the_smaller_item_index():
@@ -62,14 +62,14 @@ def test_ties_go_to_the_smaller_item_index():
 
 
 def test_the_scan_stops_once_no_unscanned_item_can_enter(monkeypatch):
-    # Ten items of norm 10 aligned with the user, the rest tiny: after the first block no other item can
-    # beat the tenth score, so the scan scores one block and stops.
+    # Ten items of norm 10 aligned with the user, the rest tiny: after the first slice no other item can
+    # beat the tenth score, so the scan scores one slice and stops.
     rng = np.random.default_rng(0)
     V = np.vstack([rng.standard_normal((5000, 4)) * 1e-3, np.tile([10.0, 0, 0, 0], (10, 1))])
     U = np.tile([1.0, 0, 0, 0], (6, 1))
     scored = []
     real_merge = topn._merge
-    monkeypatch.setattr(topn, "FIRST_ITEM_BLOCK", 64)
+    monkeypatch.setattr(topn, "FIRST_ITEM_SLICE", 64)
     monkeypatch.setattr(
         topn, "_merge", lambda bi, bs, S, ids, n: scored.append(S.shape) or real_merge(bi, bs, S, ids, n)
     )

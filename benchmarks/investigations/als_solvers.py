@@ -57,7 +57,7 @@ from dxplain.explain.representer import Preprocessed, relative_error
 from dxplain.io.validation import index_of
 from dxplain.kernels import anderson
 from dxplain.kernels.als import pair_scores
-from dxplain.kernels.representer import balance_transforms
+from dxplain.kernels.balance import balance_transforms
 from dxplain.models.als.half_steps import LocalHalfSteps
 from dxplain.models.als.trainer import UPHILL_SLACK, default_lam
 from dxplain.models.base import FactorModel

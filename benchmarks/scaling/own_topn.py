@@ -31,7 +31,7 @@ from benchmarks.scaling.common import SCALING, SIZES
 from dxplain.datasets import resolve_dataset
 from dxplain.explain.representer import Preprocessed
 from dxplain.kernels import topn
-from dxplain.kernels.representer import BLOCK_ELEMENTS
+from dxplain.kernels.representer import ELEMENT_BUDGET
 from dxplain.models.base import FactorModel
 
 OWN_TOPN = SCALING / "own_topn.json"
@@ -44,7 +44,7 @@ def seen_of(d, users):
 
 
 def dense(Ut, Vt, d, users):
-    block = max(1, BLOCK_ELEMENTS // d.n_items)
+    block = max(1, ELEMENT_BUDGET // d.n_items)
     return np.concatenate(
         [topn.top_n_unseen(Ut[b], Vt, *seen_of(d, b), N)[0] for b in np.array_split(users, -(-len(users) // block))]
     )
@@ -55,10 +55,10 @@ def scan(Ut, Vt, d, users):
     and computed exactly as the bound's candidates."""
     stats = {}
     order = topn.NormOrder.of(Vt)
-    block = max(1, BLOCK_ELEMENTS // topn.FIRST_ITEM_BLOCK)
+    block = max(1, ELEMENT_BUDGET // topn.FIRST_ITEM_SLICE)
     items = np.concatenate(
         [
-            topn.top_n_unseen_pruned(Ut[b], order, *seen_of(d, b), N, BLOCK_ELEMENTS, stats)[0]
+            topn.top_n_unseen_pruned(Ut[b], order, *seen_of(d, b), N, ELEMENT_BUDGET, stats)[0]
             for b in np.array_split(users, -(-len(users) // block))
         ]
     )

@@ -21,6 +21,7 @@ from ..interactions import Interactions, Targets, stable_id_order
 from ..kernels import als
 from ..kernels import representer as K
 from ..kernels.als import pair_scores
+from ..kernels.balance import balance_transforms
 from ..models.base import FactorModel
 
 SIDES = ["item", "user"]
@@ -100,17 +101,16 @@ def _group_targets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def balanced_factors(model: FactorModel) -> tuple[np.ndarray, np.ndarray]:
-    """(Ũ, Ṽ) = (U T_U, V T_V) with ŨᵀŨ = ṼᵀṼ and ŨṼᵀ = UVᵀ (``kernels.representer.balance_transforms``)."""
-    T_U, T_V = K.balance_transforms(model.U, model.V)
+    """(Ũ, Ṽ) = (U T_U, V T_V) with ŨᵀŨ = ṼᵀṼ and ŨṼᵀ = UVᵀ (``kernels.balance.balance_transforms``)."""
+    T_U, T_V = balance_transforms(model.U, model.V)
     return model.U @ T_U, model.V @ T_V
 
 
 def global_importance_of(model: FactorModel, data: Interactions, n_train: int) -> np.ndarray:
     """α = −c·ℓ′/(λ|D|) of the rows of ``data`` (the whole training table, or one part of it: α of a row
     depends on that row only), |D| = ``n_train``."""
-    # One compiled pass (``als.pattern_scores``): numpy's chunked gather loop ran 5× slower in a Dask
-    # worker than here (0.7 s against 0.14 s a 1.7M-row part), its many short GIL releases contending
-    # with the worker's own threads.
+    # One compiled pass (``als.pattern_scores``): numpy's chunked gather loop is several times slower in a
+    # Dask worker, its many short GIL releases contending with the worker's own threads.
     P = als.Pattern(data.user, data.item, None, data.n_users, data.n_items)
     s = als.pattern_scores(np.ascontiguousarray(model.U, np.float64), np.ascontiguousarray(model.V, np.float64), P)
     return K.global_importance(loss_residual(model, data, s), model.lam, n_train)
@@ -148,7 +148,7 @@ class Preprocessed:
 
         B stays because a target item's raters are read by every shard that has a target on it: with B the
         user side's fidelity sum is one dot product per target instead of a pass over the raters in each
-        shard (14% of a shard's time at 50M, measured). A goes: the item side sums over the shard's own
+        shard (a real share of a shard's time at scale). A goes: the item side sums over the shard's own
         users' histories, which it reads once anyway.
         """
         return Preprocessed(self.Ut, self.Vt, None, self.mu, None, self.B, self.loss)
@@ -295,8 +295,8 @@ def attribution_rows(
 def row_order(target: np.ndarray, importance: np.ndarray) -> np.ndarray:
     """The order of output rows: by target, then by decreasing importance, ties in input order.
 
-    The same order as ``np.lexsort((-importance, target))``, measured 1.4× faster on 4M rows: the stable
-    rank by importance and the target make one unique int64 key, so one sort of it suffices.
+    The same order as ``np.lexsort((-importance, target))``, and faster: the stable rank by importance and
+    the target make one unique int64 key, so one sort of it suffices.
     """
     n = len(target)
     rank = np.empty(n, np.int64)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..interactions import Interactions, Targets
-from ..kernels.representer import BLOCK_ELEMENTS
-from ..kernels.topn import FIRST_ITEM_BLOCK, SCAN_MIN_ITEMS, NormOrder, top_n_merged, top_n_unseen, top_n_unseen_pruned
+from ..kernels.representer import ELEMENT_BUDGET
+from ..kernels.topn import FIRST_ITEM_SLICE, SCAN_MIN_ITEMS, NormOrder, top_n_merged, top_n_unseen, top_n_unseen_pruned
 
 
 def recommend(
@@ -15,7 +15,7 @@ def recommend(
     data: Interactions,
     users: np.ndarray,
     n: int,
-    budget: int = BLOCK_ELEMENTS,
+    budget: int = ELEMENT_BUDGET,
     dense: bool | None = None,
 ) -> Targets:
     """Every given user's top-n unseen items by score ⟨U_u, V_j⟩, best first, ties by item index.
@@ -40,8 +40,8 @@ def recommend(
     """
     users = np.asarray(users, dtype=np.int64)
     dense = data.n_items <= SCAN_MIN_ITEMS if dense is None else dense
-    # A batch of users meets the scan's first FIRST_ITEM_BLOCK items within the budget, or every item (dense).
-    batch = max(1, budget // max(1, data.n_items if dense else FIRST_ITEM_BLOCK))
+    # A batch of users meets the scan's first FIRST_ITEM_SLICE items within the budget, or every item (dense).
+    batch = max(1, budget // max(1, data.n_items if dense else FIRST_ITEM_SLICE))
     order = None if dense else NormOrder.of(V)
     out_u, out_i, out_r = [], [], []
     for a in range(0, len(users), batch):

@@ -20,6 +20,7 @@ from ..config import Settings
 from ..datasets.registry import resolve_prepared
 from ..errors import InputError
 from ..explain import negatives as N
+from ..explain import negatives_parts as NP
 from ..io import model_store
 from ..io.results import finish_results, staged_results
 from ..io.targets import pairs_table, read_negatives
@@ -122,7 +123,7 @@ def flag_negatives(method: str, m, terms, P, percent: float, seed: int, n_shards
 
 @task(cache_policy=NO_CACHE)
 def flag_in_parts(method: str, m, terms, P, percent: float, seed: int, parts, mapper, cleaned):
-    return N.select_lowest_parts(
+    return NP.select_lowest_parts(
         N.negative_score(method, m, terms, P, seed), parts, terms.n_neg, percent, mapper, cleaned
     )
 
@@ -155,8 +156,8 @@ def flag_sampled_in_parts(
     with stage(seconds, "train", peaks):
         m = train(trainer, path, D, n_pos, len(D) - n_pos, mapper=mapper, parted=(D, parts), reuse=True, blocks=True)
     with stage(seconds, "flag", peaks):
-        scores = N.part_scores(method, m, parts, trainer.seed)
-        values, users, items = N.select_lowest_parts(
+        scores = NP.part_scores(method, m, parts, trainer.seed)
+        values, users, items = NP.select_lowest_parts(
             scores, parts, len(D) - n_pos, percent, mapper, tmp / "cleaned-negatives.parquet"
         )
     return {

@@ -16,13 +16,12 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
-from ..errors import DegenerateError
 from ..explain.representer import PREDICTION, check_explainable
-from ..io import model_store, runs
+from ..io import runs
 from ..io.targets import read_targets
 from ..models.als.trainer import DEFAULT_K
 from ..params import FACTORS, Interval, validate
-from ..refresh import RefreshJob, run_passes, shard_count, shard_users, summarize
+from ..refresh import PassResults, RefreshJob, alpha_pass, run_passes, run_summary, shard_count, shard_users
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
 CONSTRAINTS = {
@@ -42,7 +41,8 @@ CONSTRAINTS = {
 
 @task(cache_policy=NO_CACHE)
 def preprocess(m, data, parts, top_n: int, top_k: int, targets, mapper) -> RefreshJob:
-    """Balanced factors here; α and B by tasks over the parts, α written beside them for the shards to read."""
+    """Balanced factors here; α and B by tasks over the parts (``refresh.alpha``), α written beside them for the
+    shards to read; the job that the passes share."""
     logger = get_run_logger()
     if m.lam is None:
         logger.warning(
@@ -51,44 +51,14 @@ def preprocess(m, data, parts, top_n: int, top_k: int, targets, mapper) -> Refre
             "but they do not sum to the score"
         )
     check_explainable(m, data)
-    return RefreshJob.from_model(m, parts, mapper, data.item_degree(), top_n=top_n, top_k=top_k, targets=targets)
+    parts, factors = alpha_pass(m, parts, mapper)
+    return RefreshJob(parts, factors, data.item_degree(), top_n=top_n, top_k=top_k, targets=targets)
 
 
 @task(cache_policy=NO_CACHE)
-def explain_all(job: RefreshJob, data, n_shards: int, run_dir: str, mapper):
-    """Shard entries and the passes' stats (``refresh.passes``)."""
+def explain_all(job: RefreshJob, data, n_shards: int, run_dir: str, mapper) -> PassResults:
+    """The three passes (``refresh.passes``): shard entries and the passes' task results."""
     return run_passes(mapper, job, shard_users(data, n_shards), run_dir)
-
-
-def check_result(summary: dict, tol: float, strict: bool) -> None:
-    """Refuse a run that explains nothing; say (and with ``strict`` refuse) one whose attributions miss the
-    score by more than ``tol``, relative. Runs before ``publish``: a refused run never moves LATEST."""
-    if summary["targets"] == 0 or summary["attributions"] == 0:
-        raise DegenerateError(
-            f"the run explained nothing ({summary['targets']} targets, {summary['attributions']} "
-            f"attributions), so it is not published and LATEST stays where it was; check the "
-            f"targets, or the data (users with no unseen item have no recommendation)"
-        )
-    worst = max(summary["fidelity_max_rel_error"].values())  # not None: some target was explained
-    summary["fidelity_tol"], summary["fidelity_ok"] = tol, bool(worst <= tol)
-    if worst > tol:
-        if summary["grad_norm"] is not None:
-            why = f"the model is not stationary enough (‖∇f‖ = {summary['grad_norm']:.1e})"
-        elif summary["lam"] is None:
-            why = (
-                "the imported factors have no λ, so importances are relative and are not meant to sum to the "
-                "score; import them with the --lam and --mu they were fitted with"
-            )
-        else:
-            why = (
-                "the imported factors are not a stationary point of their objective on this data (exact "
-                "attributions need the λ, μ and data they were fitted with, to convergence), or train here"
-            )
-        message = f"fidelity: attributions miss the score by up to {worst:.1e} (relative), above --tol {tol:g}; {why}"
-        if strict:
-            raise DegenerateError(message + ": --strict refuses to publish it")
-        get_run_logger().warning(message)
-        summary["fidelity_warning"] = message  # the CLI repeats it as one line on stderr
 
 
 @task(cache_policy=NO_CACHE)
@@ -196,32 +166,34 @@ def refresh(
                     unseen,
                     len(supplied),
                 )
-            if model:  # fitted on these data: checked before training and the parts are written (an implicit
-                # prepared dataset's positives are parted, and its negatives sampled, while loading)
-                model_store.read_model(model, data, factors=False)
+            if model:  # read once, here: fitted on these data, checked before the parts are written and before
+                # any training (an implicit prepared dataset's positives are parted, and its negatives sampled,
+                # while loading)
+                m, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, None)
         n_targets = len(supplied) if supplied is not None else data.n_users * top_n
         n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
         with stage(seconds, "partition", peaks, at_end):
             parts = partition(training, settings.out, mapper)
         with stage(seconds, "train", peaks, at_end):
-            budget = {
-                name: v for name, v in (("max_sweeps", max_sweeps), ("newton_steps", newton_steps)) if v is not None
-            }
-            m, model_path = train_or_load(
-                training.name,
-                data,
-                model,
-                settings.out,
-                k,
-                lam,
-                seed,
-                mapper,
-                parts,
-                budget,
-                implicit,
-                neg_weight,
-                fidelity_tol=tol,
-            )
+            if not model:
+                budget = {
+                    name: v for name, v in (("max_sweeps", max_sweeps), ("newton_steps", newton_steps)) if v is not None
+                }
+                m, model_path = train_or_load(
+                    name=training.name,
+                    data=data,
+                    model=None,  # one given with --model was read while loading
+                    out=settings.out,
+                    k=k,
+                    lam=lam,
+                    seed=seed,
+                    mapper=mapper,
+                    parts=parts,
+                    budget=budget,
+                    implicit=implicit,
+                    neg_weight=neg_weight,
+                    fidelity_tol=tol,
+                )
             mapper.release_memory()  # what training freed, before the explanation's working set
         with stage(seconds, "preprocess", peaks, at_end):
             job = preprocess(m, data, parts, top_n, top_k, supplied, mapper)
@@ -241,40 +213,49 @@ def refresh(
         if resumed:
             get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
         with stage(seconds, "recommend_explain_write", peaks, at_end):  # targets, attributions, shard files
-            entries, passes = explain_all(job, data, n_shards, str(run_dir), mapper)
+            results = explain_all(job, data, n_shards, str(run_dir), mapper)
         memory = mapper.peak_rss_mib()
-    summary = {
-        "run": str(run_dir),
-        "dataset": dataset,
-        "model": model_path,
-        **summarize(entries, passes),
-        "seconds": round(time.perf_counter() - t0, 2),
-        "stage_seconds": seconds,
-        "peak_rss_mib": memory,
-        "flow_peak_rss_mib_after_stage": peaks,
-        "worker_peak_rss_mib_after_stage": worker_peaks,
-        "grad_norm": m.grad_norm,
-        "loss": m.loss,
-        "prediction": PREDICTION[m.loss],
-        "lam": m.lam,
-        "lam_known": m.lam is not None,
-        "top_n": top_n,
-        "top_k": top_k,
-        "targets_skipped_unseen": unseen,
-    }
-    check_result(summary, tol, strict)
+    # Refuses a run that explained nothing (or, with --strict, one above --tol) before it is published.
+    summary = run_summary(
+        results.entries,
+        results.census,
+        results.user_side,
+        tol,
+        strict,
+        run=str(run_dir),
+        dataset=dataset,
+        model=model_path,
+        seconds=round(time.perf_counter() - t0, 2),
+        stage_seconds=dict(seconds),
+        peak_rss_mib=memory,
+        flow_peak_rss_mib_after_stage=dict(peaks),
+        worker_peak_rss_mib_after_stage=worker_peaks,
+        grad_norm=m.grad_norm,
+        loss=m.loss,
+        prediction=PREDICTION[m.loss],
+        lam=m.lam,
+        lam_known=m.lam is not None,
+        top_n=top_n,
+        top_k=top_k,
+        targets_skipped_unseen=unseen,
+    )
+    if summary.fidelity_warning is not None:
+        get_run_logger().warning(summary.fidelity_warning)  # the CLI repeats it as one line on stderr
+    manifest_summary = summary.as_dict()
     with stage(seconds, "publish", peaks):
-        publish(settings.out, str(run_dir), entries, {"summary": summary})
+        publish(settings.out, str(run_dir), results.entries, {"summary": manifest_summary})
+    # The flow returns the manifest's summary with the publish stage timed too, and what --keep deleted.
+    returned = {**manifest_summary, "stage_seconds": seconds, "flow_peak_rss_mib_after_stage": peaks}
     if keep is not None:
-        summary["pruned_runs"], summary["pruned_stores"], failed = runs.prune(
+        returned["pruned_runs"], returned["pruned_stores"], failed = runs.prune(
             settings.out, keep, training.name, started
         )
         get_run_logger().info(
             "--keep %d: deleted %d older run(s), and %d store(s) only they used%s",
             keep,
-            len(summary["pruned_runs"]),
-            len(summary["pruned_stores"]),
-            "".join(f"\n  {s}" for s in summary["pruned_stores"]),
+            len(returned["pruned_runs"]),
+            len(returned["pruned_stores"]),
+            "".join(f"\n  {s}" for s in returned["pruned_stores"]),
         )
         if failed:
             get_run_logger().warning(
@@ -287,15 +268,15 @@ def refresh(
         "attributions/s in tasks); "
         "fidelity rel. error item median %.1e, p99 < %.0e, max %.1e; user median %.1e, p99 < %.0e, max %.1e "
         "(tol %g); peak RSS MiB %s; LATEST → %s",
-        summary["users"],
-        summary["targets"],
-        summary["attributions"],
-        summary["pairs_scored"],
-        summary["seconds"],
+        summary.users,
+        summary.targets,
+        summary.attributions,
+        summary.pairs_scored,
+        summary.seconds,
         ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
-        summary["attributions_per_second"],
+        summary.attributions_per_second,
         *(
-            summary[f"fidelity_{stat}"][side]
+            getattr(summary, f"fidelity_{stat}")[side]
             for side in ("item", "user")
             for stat in ("median_rel_error", "p99_rel_error_below", "max_rel_error")
         ),
@@ -303,4 +284,4 @@ def refresh(
         {"flow": memory["flow"], "workers": sorted(memory["workers"].values())},
         run_dir,
     )
-    return summary
+    return returned

@@ -91,8 +91,8 @@ def sha256_file(loc: Location) -> str:
     fs, path = filesystem(loc)
     h = hashlib.sha256()
     with fs.open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
+        for piece in iter(lambda: fh.read(1 << 20), b""):
+            h.update(piece)
     return h.hexdigest()
 
 

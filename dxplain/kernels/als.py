@@ -18,10 +18,11 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .representer import SCORE_FLOOR, balance_transforms_from_grams, balanced_norm
+from .balance import balance_transforms_from_grams, balanced_norm
+from .representer import SCORE_FLOOR
 
 # Upper bound on floats in one padded (B, d, k) block: ~64 MB of float64.
-BLOCK_ELEMENTS = 1 << 23
+ELEMENT_BUDGET = 1 << 23
 
 # Half-steps by the compiled kernel (``als_fused``) rather than the numpy batches below, which stay as the
 # tests' reference: the kernel forms each row's Gram in one pass, without padded (B, d, k) stacks
@@ -96,7 +97,7 @@ def ridge_solve_rows(
         members = np.flatnonzero((bucket == level) & (deg > 0))
         d = int(deg[members].max())
         offs = np.arange(d)
-        step = max(1, BLOCK_ELEMENTS // (d * k))
+        step = max(1, ELEMENT_BUDGET // (d * k))
         for a in range(0, len(members), step):
             batch = members[a : a + step]
             valid = offs[None, :] < deg[batch][:, None]
@@ -346,7 +347,7 @@ def curvature_rows(indptr: np.ndarray, cols: np.ndarray, F_cols: np.ndarray, n: 
 def identity_bound(U, V, gU, gV, lam) -> tuple[float, float]:
     """Bounds (ε_item, ε_user) on the representer identity's relative error, from the gradient (U, V) has.
 
-    The explainers use the balanced factors Ũ = U T_U, Ṽ = V T_V (``representer.balance_transforms``,
+    The explainers use the balanced factors Ũ = U T_U, Ṽ = V T_V (``balance.balance_transforms``,
     ŨṼᵀ = UVᵀ). With R the residual matrix, α_ij = 2R_ij/(λ|D|), and G̃_U = −(2/|D|) R Ṽ + λŨ the
     gradient at the balanced factors, the item side of a target (i, j) sums to
 

@@ -7,8 +7,8 @@
 D = P ∪ N: positives P (y = 1, c = 1) and negatives N (y = 0, c = w, the paper's 0.05). Two shapes of N:
 
 * ``DenseTerms`` — N is every unobserved pair except an exclusion list (the paper's setting, and what a
-  cleaned retrain drops). Terms are evaluated in user blocks × the whole catalogue, each block at most
-  ``BLOCK_ELEMENTS`` pairs, so the users × items matrix is never held.
+  cleaned retrain drops). Terms are evaluated in tiles of users × the whole catalogue, each tile at most
+  ``TILE_PAIRS`` pairs, so the users × items matrix is never held.
 * ``SparseTerms`` — N is an explicit list (sampled negatives). Everything goes through sparse products.
 
 Both give the objective with its gradient, the Hessian-vector product (for trust-region Newton) and
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 # Pairs in one dense user block × catalogue (float64): 32 MB, below the size where allocations turn into
 # fresh page-faulting mmaps (as for the explainer, kernels/representer.py).
-BLOCK_ELEMENTS = 1 << 22
+TILE_PAIRS = 1 << 22
 
 
 def csr_rows(indptr: np.ndarray, cols: np.ndarray, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
@@ -67,15 +67,15 @@ class DenseTerms:
     def n_terms(self) -> int:
         return self.n_pos + self.n_neg
 
-    def block_rows(self) -> int:
-        return max(1, BLOCK_ELEMENTS // max(1, self.n_items))
+    def tile_rows(self) -> int:
+        return max(1, TILE_PAIRS // max(1, self.n_items))
 
-    def blocks(self):
-        step = self.block_rows()
+    def tiles(self):
+        step = self.tile_rows()
         for a in range(0, self.n_users, step):
             yield a, min(self.n_users, a + step)
 
-    def block(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    def tile(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
         """(C, Y) for users a:b: weights c_ij (1 on P, w on N, 0 where excluded) and labels y_ij."""
         C = np.full((b - a, self.n_items), self.w)
         Y = np.zeros((b - a, self.n_items))
@@ -89,8 +89,8 @@ class DenseTerms:
     def fun_grad(self, U, V, lam):
         n = self.n_terms
         f, gU, gV = 0.0, np.empty_like(U), np.zeros_like(V)
-        for a, b in self.blocks():
-            C, Y = self.block(a, b)
+        for a, b in self.tiles():
+            C, Y = self.tile(a, b)
             S = U[a:b] @ V.T
             f += float(np.sum(C * (np.logaddexp(0.0, S) - Y * S)))
             G = C * (expit(S) - Y) / n  # c ℓ' / |D|
@@ -104,8 +104,8 @@ class DenseTerms:
         H_U = D V + G dV + λ dU,  H_V = Dᵀ U + Gᵀ dU + λ dV."""
         n = self.n_terms
         hU, hV = np.empty_like(U), np.zeros_like(V)
-        for a, b in self.blocks():
-            C, Y = self.block(a, b)
+        for a, b in self.tiles():
+            C, Y = self.tile(a, b)
             S = U[a:b] @ V.T
             sig = expit(S)
             G = C * (sig - Y) / n
@@ -124,8 +124,8 @@ class DenseTerms:
         VV = np.einsum("ik,il->ikl", V, V).reshape(len(V), k * k)
         A = np.empty((len(U), k * k))
         B = np.zeros((len(V), k * k))
-        for a, b in self.blocks():
-            C, _ = self.block(a, b)
+        for a, b in self.tiles():
+            C, _ = self.tile(a, b)
             sig = expit(U[a:b] @ V.T)
             W = C * sig * (1.0 - sig) / n
             A[a:b] = W @ VV

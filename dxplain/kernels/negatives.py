@@ -5,11 +5,11 @@ Summing Definition 1 over every positive (i', j') ∈ P that shares the negative
     I_neg(i, j) = α_ij (⟨Ũ_i, S^U_j⟩ + ⟨Ṽ_j, S^V_i⟩) = α_ij ⟨[Ũ_i, S^V_i], [S^U_j, Ṽ_j]⟩
     S^U_j = Σ_{i':(i',j)∈P} Ũ_{i'},   S^V_i = Σ_{j':(i,j')∈P} Ṽ_{j'},   α_ij = −w σ(s_ij)/(λ|D|)
 
-so after one pass of segment sums each negative costs O(k), and a block of users × the catalogue is
+so after one pass of segment sums each negative costs O(k), and a tile of users × the catalogue is
 three matrix products. FIA aggregates the same way with other row/column embeddings (explain/negatives.py),
 so every method is "a coefficient of s_ij times ⟨R_i, Q_j⟩" — or a plain function of s_ij (loss), or
 seeded noise (random). The lowest p% over all unobserved pairs is kept by a streaming selection whose
-result does not depend on how the pairs were split into blocks or shards.
+result does not depend on how the pairs were split into tiles or shards.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from scipy.special import expit
 
 from .als import pair_scores
 
-# Pairs in one scored block (float32): the block and its few temporaries stay well below 64 MB.
+# Pairs in one scored tile of users × the catalogue (float32): the tile and its few temporaries stay well below 64 MB.
 SCAN_ELEMENTS = 1 << 22
 
 
@@ -33,7 +33,7 @@ class NegativeScore:
                         (representer, FIA); R and Q are never formed: ⟨R_i, Q_j⟩ = ⟨Us_i, B_j⟩ + ⟨A_i, Vs_j⟩
                         (two users × k arrays fewer to hold, one fewer to send: 1 GB each at 20M Amazon-like)
     kind ``loss``:      −w · softplus(⟨Us_i, Vs_j⟩) (the highest-loss negatives come first)
-    kind ``random``:    uniform noise, seeded per user block
+    kind ``random``:    uniform noise, seeded per user
     """
 
     kind: str
@@ -59,7 +59,7 @@ class NegativeScore:
             return self.coef * expit(s) * (pair_scores(self.Us, self.B, u, i) + pair_scores(self.A, self.Vs, u, i))
         return -self.w * np.logaddexp(0.0, s)  # loss
 
-    def block(self, a: int, b: int) -> np.ndarray:
+    def tile(self, a: int, b: int) -> np.ndarray:
         """Scores of users a:b against the whole catalogue, float32, (b − a, n_items): a rule over whole
         factors (row0 = 0, every item)."""
         Us, Vs = self.Us[a:b].astype(np.float32), self.Vs.astype(np.float32)
@@ -92,7 +92,7 @@ def pair_uniform(u: np.ndarray, i: np.ndarray, seed: int) -> np.ndarray:
 
 
 def scan_rows(n_items: int) -> int:
-    """User rows per scanned block."""
+    """User rows per scanned tile (``SCAN_ELEMENTS`` pairs)."""
     return max(1, SCAN_ELEMENTS // max(1, n_items))
 
 
@@ -101,19 +101,19 @@ class LowestK:
 
     Candidates are buffered and compacted to K whenever the buffer passes 2K, so memory stays O(K)
     however many pairs stream through. Ties are broken by (row, col), which makes the result
-    independent of the order in which blocks or shards arrive — the cluster and in-memory scans agree.
+    independent of the order in which tiles or shards arrive — the cluster and in-memory scans agree.
     """
 
     def __init__(self, K: int, threshold: float = np.inf):
         self.K = int(K)
         # Values above ``threshold`` are never candidates: a known upper bound on the K-th lowest
-        # keeps the buffer small from the first block on.
+        # keeps the buffer small from the first tile on.
         self.threshold = threshold
         self._v, self._r, self._c = [], [], []
         self._n = 0
 
-    def push_block(self, values: np.ndarray, row0: int) -> None:
-        """Offer a dense block whose row r is user row0 + r; +inf entries are never candidates."""
+    def push_tile(self, values: np.ndarray, row0: int) -> None:
+        """Offer a dense tile whose row r is user row0 + r; +inf entries are never candidates."""
         if self.K == 0:
             return
         flat = values.ravel()

@@ -4,7 +4,8 @@ For a target (i', j') and the nuclear-norm solution Θ̂ = ŨṼᵀ:
   item-based (the user's own items):  Θ̂_{i'j'} = Σ_{j:(i',j)∈D} α_{i'j} ⟨Ṽ_j, Ṽ_{j'}⟩
   user-based (other users of j'):     Θ̂_{i'j'} = Σ_{i:(i,j')∈D} α_{ij'} ⟨Ũ_i, Ũ_{i'}⟩
 with α_ij = −ℓ'(y_ij, s_ij)/(λ|D|). Both sides have one shape — a *group* (a user's history, or an
-item's raters) scored against the group's targets — so one batched routine serves both.
+item's raters) scored against the group's targets — so one batched routine serves both. The balanced
+factors Ũ, Ṽ come from ``kernels.balance``.
 """
 
 from __future__ import annotations
@@ -12,58 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg as sla
 
-# Upper bound on floats in one padded (B, d, max(k, t)) block: ~64 MB of float64.
-BLOCK_ELEMENTS = 1 << 22
+# Upper bound on floats in one padded (B, d, max(k, t)) stack of products: ~64 MB of float64.
+ELEMENT_BUDGET = 1 << 22
 
 
 # A score below this has no scale: relative errors divide by at least it (``explain.representer.relative_error``).
 SCORE_FLOOR = 1e-12
-
-
-def balanced_norm(G: np.ndarray, T: np.ndarray) -> float:
-    """‖F T‖₂ from F's Gram G = FᵀF and a ``balance_transforms`` transform T: no row of the balanced factor
-    F T is longer, and both balanced factors have this norm (ŨᵀŨ = ṼᵀṼ = Σ₃), so no score exceeds
-    ‖Ũ_i‖ times it. Only for T from ``balance_transforms``: TᵀGT = Σ₃ is diagonal, so its largest diagonal
-    entry is its largest eigenvalue."""
-    return float(np.sqrt(max(np.max(np.diag(T.T @ G @ T), initial=0.0), 0.0)))
-
-
-def balance_transforms(U: np.ndarray, V: np.ndarray, rtol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
-    """k×r matrices T_U, T_V with Ũ = U T_U, Ṽ = V T_V, ŨṼᵀ = UVᵀ and ŨᵀŨ = ṼᵀṼ = Σ₃ (Algorithm 1).
-
-    Algorithm 1 takes thin SVDs Û = U₁Σ₁V₁ᵀ and V̂ᵀ = U₂Σ₂V₂ᵀ, then the k×k SVD
-    Σ₁V₁ᵀU₂Σ₂ = U₃Σ₃V₃ᵀ, and sets Ũ = U₁U₃√Σ₃, Ṽ = V₂V₃√Σ₃. Since U₁ = U V₁ Σ₁⁻¹ (and likewise for V),
-    the SVDs need only the k×k Gram matrices: the result is two k×k transforms that can be applied
-    to any block of rows, so nothing of size n×k is decomposed. Directions whose squared singular
-    value is below ``rtol``·max carry no part of UVᵀ worth keeping and are dropped (rank collapse).
-    """
-
-    return balance_transforms_from_grams(U.T @ U, V.T @ V, rtol)
-
-
-def balance_transforms_from_grams(
-    G_U: np.ndarray, G_V: np.ndarray, rtol: float = 1e-12
-) -> tuple[np.ndarray, np.ndarray]:
-    """``balance_transforms`` from the Grams UᵀU and VᵀV alone: factors kept in row blocks elsewhere
-    (``models.blocks``) send k×k sums, not rows."""
-
-    def half(G):
-        w, W = sla.eigh(G)
-        keep = w > rtol * max(w.max(), np.finfo(float).tiny)
-        s = np.sqrt(w[keep])
-        return W[:, keep], s
-
-    W1, s1 = half(G_U)
-    W2, s2 = half(G_V)
-    M = (s1[:, None] * (W1.T @ W2)) * s2[None, :]  # Σ₁V₁ᵀU₂Σ₂ with V₁ = W1, U₂ = W2
-    U3, s3, V3t = sla.svd(M)
-    r = int(np.sum(s3 > np.sqrt(rtol) * max(s3.max(initial=0.0), np.finfo(float).tiny)))
-    root = np.sqrt(s3[:r])
-    T_U = (W1 / s1[None, :]) @ U3[:, :r] * root[None, :]
-    T_V = (W2 / s2[None, :]) @ V3t[:r].T * root[None, :]
-    return T_U, T_V
 
 
 def global_importance(residual: np.ndarray, lam: float | None, n: int) -> np.ndarray:
@@ -116,8 +72,8 @@ class Attributions:
 
 
 def split_heavy_groups(g: Groups, budget: int | None = None) -> Groups:
-    """Split the targets of groups whose d×t block would exceed ``budget`` (selection is per target, so exact)."""
-    budget = budget or BLOCK_ELEMENTS
+    """Split the targets of groups whose d×t product would exceed ``budget`` (selection is per target, so exact)."""
+    budget = budget or ELEMENT_BUDGET
     d = np.diff(g.hist_ptr)
     t = np.diff(g.tgt_ptr)
     per = np.maximum(1, budget // np.maximum(d, 1))
@@ -142,7 +98,7 @@ def split_heavy_groups(g: Groups, budget: int | None = None) -> Groups:
 
 # With top-k selection, rows at least this long (heavy items) are computed as (B, t, d) = T·(α⊙H)ᵀ and
 # selected in float64; shorter ones as (B, d, t) = H·Tᵀ with contiguous operands, which numpy multiplies
-# twice as fast for small blocks, then scaled and cast in one pass (measured on both shapes).
+# twice as fast for small stacks, then scaled and cast in one pass.
 LONG_ROW = 2048
 
 # Top-k selection by the compiled kernel (``fused_attributions``) rather than the numpy stacks below:
@@ -167,8 +123,8 @@ def _select_flat(x: np.ndarray, value, top_k: int, d_real: int | None = None) ->
     exact float64 values) or the float64 values themselves. Rounding to float32 is monotone, so a
     float32 threshold that is ≤ the float32 k-th largest passes every true top-k entry; only rows with float32
     ties get more than k candidates, and only those are ranked, in float64 — the result is exact. Short rows take their
-    threshold from a float32 sort (vectorised, ~1 ns an element here; an index-returning
-    ``argpartition`` with two kth was 15x slower). Long rows (heavy items) take it by pruning over
+    threshold from a float32 sort (vectorised; an index-returning ``argpartition`` with two kth is
+    far slower). Long rows (heavy items) take it by pruning over
     the first ``d_real`` entries, which are real (not padding) in every row. Zeros (padding
     included; also magnitudes below float32's smallest subnormal) are never selected.
     """
@@ -196,7 +152,7 @@ def _pruning_thresholds(x: np.ndarray, k: int, d_real: int) -> tuple[np.ndarray,
     The chunk maxima are distinct entries, so at least k entries are ≥ the k-th largest of them,
     which therefore bounds the row's k-th largest from below. A few streaming passes (chunk max/min,
     compare, flat nonzero) leave a handful of candidates per row — instead of sorting the whole
-    (B, t, d) block, which costs several times the matmul for heavy items.
+    (B, t, d) stack, which costs several times the matmul for heavy items.
     """
     m = 4 * k
     starts = np.arange(m) * (d_real // m)
@@ -237,9 +193,9 @@ def _local_at(L: np.ndarray, bb: np.ndarray, tt: np.ndarray, dd: np.ndarray) -> 
 
 
 def heavy_groups(g: Groups, budget: int | None = None) -> np.ndarray:
-    """Groups with at least ``LONG_ROW`` history rows whose history × targets block exceeds ``budget``."""
+    """Groups with at least ``LONG_ROW`` history rows whose history × targets product exceeds ``budget``."""
     d, t = np.diff(g.hist_ptr), np.diff(g.tgt_ptr)
-    return np.flatnonzero((d >= LONG_ROW) & (d * t > (budget or BLOCK_ELEMENTS)))
+    return np.flatnonzero((d >= LONG_ROW) & (d * t > (budget or ELEMENT_BUDGET)))
 
 
 def without_groups(g: Groups, drop: np.ndarray) -> Groups:
@@ -270,16 +226,16 @@ def streamed_group_attributions(
 ) -> Attributions:
     """Top_k positive and negative attributions of one heavy group (say an item with 10⁵ raters).
 
-    The α-scaled history X = α ⊙ F_hist[hist] is gathered once and searched exactly in blocks within
+    The α-scaled history X = α ⊙ F_hist[hist] is gathered once and searched exactly in slices of rows within
     ``budget`` by ``_norm_ordered_top_k``, which stops scanning for a target as soon as no unseen row
-    can enter its top_k — so no block larger than the budget, and no second gather of X, is made.
+    can enter its top_k — so no product larger than the budget, and no second gather of X, is made.
 
-    ``search(X, T, m)``, if given, replaces the blocks by an approximate maximum-inner-product search:
+    ``search(X, T, m)``, if given, replaces the slices by an approximate maximum-inner-product search:
     it returns (t, m) candidate rows of X for T (largest ⟨X, T⟩) and for −T, and the candidates are
     then ranked by their exact importance. Only which rows are found is approximate; every value
     reported is exact.
     """
-    budget = budget or BLOCK_ELEMENTS
+    budget = budget or ELEMENT_BUDGET
     h = np.arange(g.hist_ptr[x], g.hist_ptr[x + 1])
     p = np.arange(g.tgt_ptr[x], g.tgt_ptr[x + 1])
     a_h = alpha[g.hist[h]]
@@ -319,12 +275,12 @@ def _exact_rerank(
 def _norm_ordered_top_k(X: np.ndarray, T: np.ndarray, top_k: int, budget: int) -> tuple[np.ndarray, np.ndarray]:
     """(target, row) pairs of each target's exact top_k largest positive and most negative ⟨X_i, T_u⟩.
 
-    Rows are scanned in blocks in order of decreasing ‖X_i‖ and each target keeps its running top_k per
+    Rows are scanned in slices in order of decreasing ‖X_i‖ and each target keeps its running top_k per
     sign. By Cauchy–Schwarz every unseen row has |⟨X_i, T_u⟩| ≤ ‖X_next‖·‖T_u‖, so a target whose
     k-th best of both signs already exceeds that bound is finished and leaves the scan. α makes the
     norms very uneven (a heavy item of the 5M set: median ‖X_i‖ 5.6·10⁻⁴, largest 0.18), so most
     targets finish after a few percent of the rows — an exact search that beats a graph index there
-    (``benchmarks/heavy_items.py``). Blocks grow from 1024 rows, within ``budget`` elements.
+    (``benchmarks/heavy_items.py``). Slices grow from 1024 rows, within ``budget`` elements.
     """
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))
     perm = np.argsort(-norms, kind="stable")
@@ -336,9 +292,9 @@ def _norm_ordered_top_k(X: np.ndarray, T: np.ndarray, top_k: int, budget: int) -
     start, r = 0, 1024
     while start < d and len(active):
         r = max(1, min(r, budget // len(active)))
-        block = slice(start, min(d, start + r))
-        S = T[active] @ Xs[block].T  # (a, r)
-        rows = np.arange(block.start, block.stop)
+        rows_in = slice(start, min(d, start + r))
+        S = T[active] @ Xs[rows_in].T  # (a, r)
+        rows = np.arange(rows_in.start, rows_in.stop)
         for s in (1.0, -1.0):
             v, i = best[s]
             allv = np.concatenate([v[active], s * S], axis=1)
@@ -346,7 +302,7 @@ def _norm_ordered_top_k(X: np.ndarray, T: np.ndarray, top_k: int, budget: int) -
             top = np.argpartition(-allv, k - 1, axis=1)[:, :k]
             v[active] = np.take_along_axis(allv, top, axis=1)
             i[active] = np.take_along_axis(alli, top, axis=1)
-        start = block.stop
+        start = rows_in.stop
         if start < d:  # the bound on every unseen row (with a margin for rounding in the products)
             bound = ns[start] * qn[active] * (1 + 1e-9)
             kth = np.minimum(best[1.0][0][active].min(axis=1), best[-1.0][0][active].min(axis=1))
@@ -365,9 +321,9 @@ def buckets(g: Groups, k: int, budget: int | None = None):
     """Yield (group indices, padded history length d, padded target count t) per stacked matmul.
 
     Groups are bucketed by history length in √2 steps and by target count in powers of two;
-    each bucket is cut into batches whose (B, d, max(k, t)) block stays within ``budget`` floats.
+    each bucket is cut into batches whose (B, d, max(k, t)) stack stays within ``budget`` floats.
     """
-    budget = budget or BLOCK_ELEMENTS
+    budget = budget or ELEMENT_BUDGET
     d_all, t_all = np.diff(g.hist_ptr), np.diff(g.tgt_ptr)
     live = np.flatnonzero((d_all > 0) & (t_all > 0))
     # History lengths in √2 steps (≤ 41% padding, which argpartition would pay for); targets in powers of 2.
@@ -415,7 +371,7 @@ def grouped_attributions(
     has α = 0 and padded targets a zero row, so their importance is exactly 0 and is never selected
     (``top_k=0`` keeps all real pairs by mask and reports the local importance for them).
 
-    Groups whose (history × targets) block exceeds the budget (the user side of popular items) go to
+    Groups whose (history × targets) product exceeds the budget (the user side of popular items) go to
     ``streamed_group_attributions`` instead, exactly or through an approximate ``search``.
 
     ``fused`` (default ``FUSED``) selects the rest with the compiled kernel (``fused_attributions``);
@@ -437,7 +393,7 @@ def grouped_attributions(
     t_all = np.diff(g.tgt_ptr)
     # Padding points at a real row (position 0) instead of an appended zero row, so no O(n) copy of
     # the factors or of α is made per call: padded history gets α = 0 (importance exactly 0) and
-    # padded target rows of the small T block are zeroed. np.take gathers rows ~3x faster than F[idx].
+    # padded target rows of the small T stack are zeroed. np.take gathers rows faster than F[idx].
     hist_row = g.hist_row.astype(np.intp)
     tgt_row = g.tgt_row.astype(np.intp)
     parts = []
@@ -459,7 +415,7 @@ def grouped_attributions(
             local = _pair_dots(Tt, bb * t + tt, H, bb * d + dd)  # exact, for the few selected pairs
         else:
             # (B, d, t) = H·Tᵀ with contiguous operands (twice numpy's rate of a transposed operand on
-            # small blocks); α applied, laid out as (B, t, d) and cast for selection in one pass.
+            # small stacks); α applied, laid out as (B, t, d) and cast for selection in one pass.
             L = np.matmul(H, np.ascontiguousarray(Tt.transpose(0, 2, 1)))  # (B, d, t) local importances
             if top_k > 0:
                 x = np.empty((len(b), t, d), np.float32)

@@ -5,8 +5,8 @@ the top_k largest positive and most negative importances α_i⟨F_i, T_t⟩ with
 (B, t, d) stacks of the numpy path or its float32 copy, sort and flat index passes:
 
 1. the group's history rows F_i are gathered once, each scaled by its α as it is copied (H = diag(α) F, as the
-   numpy path's product for heavy items); its targets go in blocks of ``SCORE_BLOCK`` scores, one BLAS product
-   I = T Hᵀ per block: the importances themselves, float64, with no pass of their own to scale by α. A selected
+   numpy path's product for heavy items); its targets go in batches of ``SCORE_BATCH`` scores, one BLAS product
+   I = T Hᵀ per batch: the importances themselves, float64, with no pass of their own to scale by α. A selected
    pair's local importance ⟨F_i, T_t⟩ is reported as I / α (within a few ulps of the dot product; the numpy
    path computes it directly);
 2. per target, one vectorised pass deals the row of importances I_t round-robin into
@@ -19,10 +19,9 @@ the top_k largest positive and most negative importances α_i⟨F_i, T_t⟩ with
    same attributions (within a target, in history order rather than by rank), up to rounding: the two
    paths' products sum in different orders, so pairs within a few ulps of each other may rank differently.
 
-The scores are float64 throughout. A float32 scoring pass (half the product's width) with an error
-margin and a float64 re-rank of its candidates was measured slower on ml-100k (item side 29 vs 21 ms,
-user side 34 vs 28 ms): every selected pair then needs a float64 dot product of its own, while the
-product is a third of the kernel's time (docs/scaling.md).
+The scores are float64 throughout: a float32 scoring pass (half the product's width) would need an error
+margin and a float64 re-rank of its candidates, a dot product of its own for every selected pair, while the
+product is only about a third of the kernel's time.
 
 ``@njit(nogil=True, cache=True)``: Dask's threads run it in parallel, and the machine code is cached
 beside this module, so only the first call on a machine compiles (docs/scaling.md states the cost).
@@ -37,11 +36,11 @@ from .gather import gather_rows, gather_scaled_rows
 from .simd import HAS_AVX512, compress_positions8, lane_extrema16
 
 # Scores per BLAS product: 32K float64 (256 KB) stay in L2 for the selection passes (for histories of
-# up to 1,024 rows; longer ones take MIN_BLOCK_TARGETS rows of scores, up to 32·d floats, for the BLAS rate).
-SCORE_BLOCK = 1 << 15
-# ... yet at least this many targets per product: with one thread, (t × 32)·(32 × 3192) ran at
-# 32 GFLOP/s for t = 10 and 49 for t = 32 (OpenBLAS; long histories, the 5M set's popular items).
-MIN_BLOCK_TARGETS = 32
+# up to 1,024 rows; longer ones take MIN_BATCH_TARGETS rows of scores, up to 32·d floats, for the BLAS rate).
+SCORE_BATCH = 1 << 15
+# ... yet at least this many targets per product: a (t × r)·(r × d) product of fewer target rows runs well
+# below BLAS's rate on long histories (a popular item's raters).
+MIN_BATCH_TARGETS = 32
 # At least this many lanes (a vector's worth), so short top_k still prune.
 LANES_MIN = 8
 # Lanes of the tight bound (the k-th largest lane maximum): at least 16 (two AVX-512 vectors), ~1.5·top_k
@@ -59,7 +58,7 @@ def _kth_pair(hi, lo, n, k):
     than k entries above it, and the mirror for lo.
 
     n² branch-free compares on a few lane maxima and minima: cheaper than a sort (or an allocation) at n = 16,
-    and both in one set of loops (90 ns against 108 for two calls of one, k = 10 of 16)."""
+    and both in one set of loops, cheaper than two calls of one."""
     t_hi, t_lo = np.inf, -np.inf
     for a in range(n):
         ha, la = hi[a], lo[a]
@@ -83,8 +82,8 @@ def _sorted16(x):
     """x[:16] in ascending order, as a tuple: Green's 60-comparator sorting network for 16 inputs (Knuth, TAOCP
     vol. 3, §5.3.4), its ten layers of independent comparators one paragraph each.
 
-    Branch-free and held in registers, both lane bounds of a row cost 32 ns this way against 188 for
-    ``_kth_pair``'s n² counts (one thread, random rows). A test feeds it every 0-1 input: a network that sorts
+    Branch-free and held in registers: both lane bounds of a row cost a fraction of ``_kth_pair``'s n²
+    counts. A test feeds it every 0-1 input: a network that sorts
     those sorts any input (the 0-1 principle)."""
     x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
     x8, x9, x10, x11, x12, x13, x14, x15 = x[8], x[9], x[10], x[11], x[12], x[13], x[14], x[15]
@@ -171,18 +170,15 @@ def _importance_bounds(imp, d, lanes, k, hi, lo):
     for top-10, the smallest of 10 lane maxima ~25, and the final ranking is quadratic in that count. Rows
     shorter than two lanes' worth are taken whole (±inf). With 16 lanes (top_k ≤ 11) the lanes are two
     16-double vectors (``simd.lane_extrema16``) and their k-th values come from the sorting network; other lane
-    counts keep them as scalars. ``hi`` and ``lo`` are scratch (≥ lanes entries).
-
-    The vectors took the lane pass from 0.86 to 0.59 ns an entry on random rows of 106 (ml-100k's mean history)
-    and from 0.54 to 0.32 on rows of 250 (with the sorting networks; one thread, AVX-512); 16 scalar chains had
-    taken it from 0.70 to 0.43 before that (lanes in arrays cost a load and a store an entry).
+    counts keep them as scalars. ``hi`` and ``lo`` are scratch (≥ lanes entries). The lanes live in vector
+    registers, not in arrays, which would cost a load and a store an entry.
     """
     if d < 2 * lanes:
         return -np.inf, np.inf
     if lanes == 16:  # top_k ≤ 11, the usual case: the lanes as two vectors, then sorted (k ≤ lanes)
         full = d - d % 16
         lane_extrema16(imp, full, hi, lo)
-        for j in range(d - full):  # the last, partial block
+        for j in range(d - full):  # the last, partial vector of lanes
             hi[j] = max(hi[j], imp[full + j])
             lo[j] = min(lo[j], imp[full + j])
         s_hi, s_lo = _sorted16(hi), _sorted16(lo)
@@ -215,7 +211,7 @@ def _best(pos, val, m, k, sign, keep, w):
 
     Every candidate's sign·value is > 0 (the caller's filter). Up to 16 candidates (the ~14 the bounds leave
     on ml-100k), the sorting network gives the k-th largest τ and one pass keeps those above it and the
-    earliest of those equal to it: 61 ns on 14 candidates against 83 for rank counting (one thread). Up to
+    earliest of those equal to it, cheaper than rank counting at that size. Up to
     SCAN_MAX, a candidate is kept when fewer than k others beat it (larger, or equal and earlier): m² compares
     without a data-dependent branch, cheaper than k scans for the largest remaining (a mispredicted branch
     per new maximum) or a sort. Longer lists (many exact ties, or short rows taken whole) take a stable
@@ -260,38 +256,38 @@ def _best(pos, val, m, k, sign, keep, w):
     return n
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _append_from(x, start, d, tau_hi, tau_lo, c_hi, c_lo, m_hi, m_lo):
+    """``_append_scalar`` over positions start:d, appending after m_hi and m_lo kept ones; the new counts.
+
+    Inlined into each caller at numba's IR level, so the compress path's scalar tail is this loop itself,
+    with no call in between."""
+    for i in range(start, d):
+        v = x[i]
+        c_hi[m_hi] = i
+        m_hi += v >= tau_hi
+        c_lo[m_lo] = i
+        m_lo += v <= tau_lo
+    return m_hi, m_lo
+
+
 @njit(nogil=True, cache=True)
 def _append_scalar(x, d, tau_hi, tau_lo, c_hi, c_lo):
     """(m_hi, m_lo): the positions i < d with x[i] ≥ tau_hi written to c_hi[:m_hi] in order, and those with
     x[i] ≤ tau_lo to c_lo[:m_lo]. Branch-free (most entries are not candidates): a position not kept is written
     one past the last kept, so c_hi and c_lo need room for d (the counts never pass the positions seen)."""
-    m_hi = m_lo = 0
-    for i in range(d):
-        v = x[i]
-        c_hi[m_hi] = i
-        m_hi += v >= tau_hi
-        c_lo[m_lo] = i
-        m_lo += v <= tau_lo
-    return m_hi, m_lo
+    return _append_from(x, 0, d, tau_hi, tau_lo, c_hi, c_lo, 0, 0)
 
 
 @njit(nogil=True, cache=True)
 def _append_compress(x, d, tau_hi, tau_lo, c_hi, c_lo):
-    """``_append_scalar`` by AVX-512's compress, 8 entries at a time (the rest as there): 0.58 against 0.84 ns
-    an entry on rows of 250 (one thread). Each block's full-vector stores stay below its last position + 1."""
+    """``_append_scalar`` by AVX-512's compress, 8 entries at a time, the rest as there. Each vector's
+    full-width stores stay below its last position + 1."""
     m_hi = m_lo = 0
     full = d - d % 8
     for i in range(0, full, 8):
         m_hi, m_lo = compress_positions8(x, i, tau_hi, tau_lo, c_hi, m_hi, c_lo, m_lo)
-    # The tail repeats _append_scalar's loop: calling a variant of it that starts at ``full`` with counts given
-    # cost 0.4 ms of ml-100k's ~21 (A/B in one process, three rounds).
-    for i in range(full, d):
-        v = x[i]
-        c_hi[m_hi] = i
-        m_hi += v >= tau_hi
-        c_lo[m_lo] = i
-        m_lo += v <= tau_lo
-    return m_hi, m_lo
+    return _append_from(x, full, d, tau_hi, tau_lo, c_hi, c_lo, m_hi, m_lo)
 
 
 # The candidates' appends: compressed where numba targets AVX-512, scalar elsewhere (the same positions; a test
@@ -300,10 +296,10 @@ _append_candidates = _append_compress if HAS_AVX512 else _append_scalar
 
 
 @njit(nogil=True, cache=True)
-def _block_targets(d):
-    """Targets per BLAS product for a history of d rows: SCORE_BLOCK scores, but at least
-    MIN_BLOCK_TARGETS, under which a (t × r)·(r × d) product runs at half rate or less."""
-    return max(MIN_BLOCK_TARGETS, SCORE_BLOCK // max(d, 1))
+def _batch_targets(d):
+    """Targets per BLAS product for a history of d rows: SCORE_BATCH scores, but at least
+    MIN_BATCH_TARGETS, under which a (t × r)·(r × d) product runs at half rate or less."""
+    return max(MIN_BATCH_TARGETS, SCORE_BATCH // max(d, 1))
 
 
 @njit(nogil=True, cache=True)
@@ -343,7 +339,7 @@ def fused_group_top_k(
     for g in range(n_groups):
         d = hist_ptr[g + 1] - hist_ptr[g]
         d_max = max(d_max, d)
-        nq = min(tgt_ptr[g + 1] - tgt_ptr[g], _block_targets(d))
+        nq = min(tgt_ptr[g + 1] - tgt_ptr[g], _batch_targets(d))
         t_max = max(t_max, nq)
         l_max = max(l_max, nq * d)
     H = np.empty((d_max, r))
@@ -371,7 +367,7 @@ def fused_group_top_k(
         gather_scaled_rows(F_hist, hist_row, h0, d, a_g, H)  # the product gives the importances
         k = min(top_k, d)
         lanes = lanes_many if d >= 2 * lanes_many else lanes_few  # the group's, for each of its targets
-        step = _block_targets(d)
+        step = _batch_targets(d)
         for q0 in range(tgt_ptr[g], tgt_ptr[g + 1], step):
             nq = min(step, tgt_ptr[g + 1] - q0)
             gather_rows(F_tgt, tgt_row, q0, nq, T)

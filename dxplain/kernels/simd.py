@@ -9,8 +9,8 @@ spelled as vectors:
 - ``compress_positions8``: AVX-512's register compress (``vpcompressq``), then a plain vector store. Only where
   numba targets AVX-512 (``HAS_AVX512``; elsewhere it is a typing error, not a compile-time abort); callers keep
   a scalar twin for other machines. The memory form of the compress (LLVM's generic
-  ``llvm.masked.compressstore``) is microcoded on AMD's Zen 4 and ran 5× slower than the scalar appends there
-  (4.3 against 0.84 ns an entry), so it is not used.
+  ``llvm.masked.compressstore``) is microcoded on AMD's Zen 4, slower there than the scalar appends, so it is
+  not used.
 
 numba's cache is keyed on the calling module's source, not on this one's: after editing this file, clear the
 callers' caches (``__pycache__/*.nbi``) or touch them.
@@ -68,7 +68,7 @@ def _vector_at(builder, array, offset, vec_type):
 def lane_extrema16(typingctx, x, full, hi, lo):
     """hi[j], lo[j] ← the max and min of x[j], x[j + 16], … below ``full`` (a positive multiple of 16), j < 16.
 
-    Two 16-double vectors of running extrema over 16-entry blocks (vmaxpd and vminpd on AVX-512); the same
+    Two 16-double vectors of running extrema over each 16 entries (vmaxpd and vminpd on AVX-512); the same
     values as the scalar loop, since max and min do not round."""
     _check_rows("lane_extrema16", x=(x, types.float64), hi=(hi, types.float64), lo=(lo, types.float64))
     sig = types.void(x, types.int64, hi, lo)

@@ -3,15 +3,15 @@
 Two exact routes with one contract — the n largest float32 scores among the user's unseen items, best
 first, ties by item index, -1 and -inf where fewer than n are unseen:
 
-- ``top_n_unseen``: the reference. One float32 GEMM of a user block against every item, then a
+- ``top_n_unseen``: the reference. One float32 GEMM of a batch of users against every item, then a
   selection over every score: users × items × k flops and several passes over users × items.
-- ``top_n_unseen_pruned``: items scanned in blocks, each user keeping its running top-n and its n-th
+- ``top_n_unseen_pruned``: items scanned in slices, each user keeping its running top-n and its n-th
   best τ_u. Two bounds skip work that cannot change the result:
   - per item, ⟨u, v⟩ ≤ ⟨u_P, v_P⟩ + ‖u_R‖‖v_R‖ (Cauchy–Schwarz on the trailing coordinates R of a
     principal basis): one GEMM of (w + 1)-vectors instead of k-vectors bounds every score, and only the
     items whose bound reaches τ_u are scored exactly. A trained MF model puts most of its scores in a
     few leading directions, so few items pass (docs/scaling.md);
-  - per block, the items are in order of decreasing ‖v‖, so no unscanned item scores above
+  - per slice, the items are in order of decreasing ‖v‖, so no unscanned item scores above
     ‖u‖·‖v_next‖, and a user whose τ_u beats that leaves the scan — the heavy-item search's stopping rule
     (``representer._norm_ordered_top_k``).
 """
@@ -32,12 +32,12 @@ def _float32_margin(k: int) -> float:
     return (2.0 * k + 4.0) * 2.0**-24
 
 
-# First item block of the scan; blocks double from here while users remain (within the budget).
-FIRST_ITEM_BLOCK = 1024
+# Items in the scan's first slice; slices double from here while users remain (within the budget).
+FIRST_ITEM_SLICE = 1024
 
-# Below this many items the dense path is as fast or faster (ml-100k's 1,682: 19 ms against 23; the 1M
-# scaling set's 2,500: even): the scan's first, exact block is then a large share of the items.
-SCAN_MIN_ITEMS = 4 * FIRST_ITEM_BLOCK
+# Below this many items the dense path is as fast or faster: the scan's first, exact slice is then a large
+# share of the items.
+SCAN_MIN_ITEMS = 4 * FIRST_ITEM_SLICE
 
 # Leading principal directions w kept whole in the per-item bound (the rest enter by their norm): a
 # share of k, at least 8 (the 1M scaling model, k = 64, holds its scores in 8 directions; docs/scaling.md).
@@ -47,7 +47,7 @@ PARTIAL_SHARE = 4
 @dataclass
 class NormOrder:
     """The items sorted by decreasing ‖V_j‖ (ties by index), in float32 for the scan, and the bound's
-    factors: built once per call of ``targets.recommend`` and shared by all its user blocks."""
+    factors: built once per call of ``targets.recommend`` and shared by all its batches of users."""
 
     V: np.ndarray  # (n_items, k) float32, rows in norm order
     norms: np.ndarray  # (n_items,) float64, decreasing
@@ -120,18 +120,18 @@ def _top_n_rows(S: np.ndarray, ids: np.ndarray, n: int) -> tuple[np.ndarray, np.
 
 
 def top_n_unseen(
-    U_block: np.ndarray, V: np.ndarray, seen_indptr: np.ndarray, seen_items: np.ndarray, n: int
+    U_batch: np.ndarray, V: np.ndarray, seen_indptr: np.ndarray, seen_items: np.ndarray, n: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-n items by ⟨U_i, V_j⟩ among items the block's users have not rated, best first (the reference).
+    """Top-n items by ⟨U_i, V_j⟩ among items the batch's users have not rated, best first (the reference).
 
     Parameters
     ----------
-    U_block : (b, k) array
-        The block's user factors.
+    U_batch : (b, k) array
+        The batch's user factors.
     V : (n_items, k) array
         Every item's factors.
     seen_indptr, seen_items : arrays
-        The CSR of the block's rated items.
+        The CSR of the batch's rated items.
     n : int
         Items per user.
 
@@ -139,18 +139,18 @@ def top_n_unseen(
     -------
     items, scores : (b, n) arrays
         Best first, ties by item index; where fewer than n items are unseen the tail holds -1 and -inf.
-        Ranking is done in float32 (half the memory traffic of the block; explanations recompute
+        Ranking is done in float32 (half the memory traffic of the scores; explanations recompute
         scores in float64).
     """
-    S = np.asarray(U_block, np.float32) @ np.asarray(V, np.float32).T  # (block, n_items), sized by the caller
-    rows = np.repeat(np.arange(len(U_block)), np.diff(seen_indptr))
+    S = np.asarray(U_batch, np.float32) @ np.asarray(V, np.float32).T  # (batch, n_items), sized by the caller
+    rows = np.repeat(np.arange(len(U_batch)), np.diff(seen_indptr))
     S[rows, seen_items] = -np.inf
     idx, sc = _top_n_rows(S, np.arange(S.shape[1]), n)
     return idx, sc.astype(np.float64)
 
 
 def top_n_merged(ids: np.ndarray, scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The n best of candidates gathered from several item blocks' top-n lists (one user): the same order
+    """The n best of candidates gathered from several item row blocks' top-n lists (one user): the same order
     as ranking every item at once (best first, ties by item index, -1 and -inf padding dropped)."""
     sel, vals = _top_n_rows(np.asarray(scores, np.float64)[None], np.asarray(ids)[None], n)
     ok = sel[0] >= 0
@@ -158,7 +158,7 @@ def top_n_merged(ids: np.ndarray, scores: np.ndarray, n: int) -> tuple[np.ndarra
 
 
 def top_n_unseen_pruned(
-    U_block: np.ndarray,
+    U_batch: np.ndarray,
     order: NormOrder,
     seen_indptr: np.ndarray,
     seen_items: np.ndarray,
@@ -168,30 +168,30 @@ def top_n_unseen_pruned(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``top_n_unseen`` by a scan of the items that scores exactly only what may enter a user's top-n.
 
-    Items are scanned in blocks of decreasing ‖V_j‖ (``order``), from ``FIRST_ITEM_BLOCK`` doubling, within
-    ``budget`` scores per GEMM. Users whose top-n is not yet full score the block exactly. The others
+    Items are scanned in slices of decreasing ‖V_j‖ (``order``), from ``FIRST_ITEM_SLICE`` doubling, within
+    ``budget`` scores per GEMM. Users whose top-n is not yet full score the slice exactly. The others
     bound it first (``NormOrder.user_bound``, one float32 GEMM of w + 1 columns), and only items whose
     bound reaches the user's n-th best τ_u (less a float32 margin) are scored, one dot product each. A user
     with τ_u above ‖U_u‖·‖V_next‖ (Cauchy–Schwarz, with the margin) is finished. Seen items are masked.
 
-    ``stats``, if given, gets the counts of user × item scores computed exactly in blocks
+    ``stats``, if given, gets the counts of user × item scores computed exactly in slices
     (``"block_scores"``), bounded (``"bounds"``) and computed exactly as a bound's candidates
     (``"candidates"``), added to what it holds.
 
     Returns
     -------
     items, scores : (b, n) arrays
-        As ``top_n_unseen``: the same items and float32 scores (to rounding: block shapes differ),
+        As ``top_n_unseen``: the same items and float32 scores (to rounding: slice shapes differ),
         best first, ties by item index.
     """
     counts = {"block_scores": 0, "bounds": 0, "candidates": 0}
-    b, k = U_block.shape
+    b, k = U_batch.shape
     n_items = len(order.item)
-    U32 = np.asarray(U_block, np.float32)
-    Ub = order.user_bound(U_block)
-    unorm = np.sqrt(np.einsum("ij,ij->i", U_block, U_block, dtype=np.float64))
+    U32 = np.asarray(U_batch, np.float32)
+    Ub = order.user_bound(U_batch)
+    unorm = np.sqrt(np.einsum("ij,ij->i", U_batch, U_batch, dtype=np.float64))
     slack = (_float32_margin(k) + _float32_margin(order.w + 1)) * unorm  # × ‖v‖: the bound's rounding
-    # Seen items by sorted position, so each block's are one slice.
+    # Seen items by sorted position, so each slice's seen items are contiguous.
     pos = order.rank[seen_items]
     by_pos = np.argsort(pos, kind="stable")
     seen_pos = pos[by_pos]
@@ -199,8 +199,8 @@ def top_n_unseen_pruned(
     best_i = np.full((b, n), -1, np.int64)
     best_s = np.full((b, n), -np.inf, np.float32)
     active = np.arange(b)
-    slot = np.full(b, -1, np.int64)  # row of each user in the block's scores
-    start, r = 0, FIRST_ITEM_BLOCK
+    slot = np.full(b, -1, np.int64)  # row of each user in the slice's scores
+    start, r = 0, FIRST_ITEM_SLICE
     while start < n_items and len(active):
         stop = min(n_items, start + max(1, min(r, budget // len(active))))
         ids = order.item[start:stop]
@@ -242,10 +242,10 @@ def top_n_unseen_pruned(
 def _merge(
     best_i: np.ndarray, best_s: np.ndarray, S: np.ndarray, ids: np.ndarray, n: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The running top-n (a, n) merged with a block's scores S (a, r) of items ``ids``.
+    """The running top-n (a, n) merged with a slice's scores S (a, r) of items ``ids``.
 
     Only entries at least a lower bound on the merged n-th best can enter: the running n-th best, or for
-    rows not yet full the block's own n-th largest (``np.partition`` of values, 4× faster than an
+    rows not yet full the slice's own n-th largest (``np.partition`` of values, much faster than an
     index-returning argpartition). One compare and flat-nonzero pass finds those few candidates.
     """
     a, r = S.shape

@@ -1,8 +1,8 @@
-"""The refresh in three passes over user blocks (shards) and item ranges, mapped by any ``Mapper``.
+"""The refresh in three passes over user shards and item ranges, mapped by any ``Mapper``.
 
-1. ``plan_shard``: each shard's targets (supplied, or its users' top-n, kept in the run's stage) and
-   how many fall in each item block.
-2. ``user_side_chunk``: item-keyed. Each task takes a range of items inside one item part with every
+1. ``census_shard``: each shard's targets (supplied, or its users' top-n, kept in the run's stage) and
+   how many fall in each item range.
+2. ``user_side_task``: item-keyed. Each task takes a range of items inside one item part with every
    shard's targets on them, reads those items' raters once and explains all the targets together, so
    a popular item's raters are gathered and searched once for all their targets, not once per shard
    holding one of them. Its rows go to the stage, one piece per shard.
@@ -12,13 +12,12 @@
 Item-keying the user side is what keeps its cost linear: with user shards streaming the item parts, a
 target item's raters were gathered and scored once per shard, and shards multiply as |D| grows
 (docs/scaling.md has the measurements). ``run_passes`` runs the three passes on a mapper: in this
-process or on Dask, the same tasks in the same batches, so both write the same bytes.
+process or on Dask, the same tasks in the same batches, so both write the same bytes. α is written
+beside the parts before them, by ``refresh.alpha``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -27,25 +26,17 @@ import numpy as np
 import pyarrow as pa
 
 from .. import progress
-from ..explain.representer import (
-    Preprocessed,
-    RepresenterExplainer,
-    attribution_rows,
-    balanced_factors,
-    fidelity,
-    global_importance_of,
-    item_embedding_rows,
-)
+from ..explain.representer import Preprocessed, RepresenterExplainer, attribution_rows, fidelity
 from ..explain.targets import recommend
-from ..interactions import Interactions, Targets, stable_id_order
+from ..interactions import Targets, stable_id_order
 from ..io import runs
-from ..io.partitions import Part, Partitions, alpha_reusable, finish_alpha, write_alpha, write_alpha_part
+from ..io.partitions import Part, Partitions
 from ..mapper import Mapper
-from .plan import item_blocks, pass_stats, shard_items, user_side_tasks
+from .plan import item_ranges, shard_items, user_side_tasks
 
 log = logging.getLogger(__name__)
 
-# The user-side columns a chunk stages for a shard: the target's position among the shard's targets,
+# The user-side columns a user-side task stages for a shard: the target's position among the shard's targets,
 # then the training row and its attribution.
 USER_SIDE_COLUMNS = ("target", "train_user", "train_item", "rating", "global_importance", "local_importance")
 
@@ -54,12 +45,12 @@ USER_SIDE_COLUMNS = ("target", "train_user", "train_item", "rating", "global_imp
 class RefreshJob:
     """Read-only state every shard needs, scattered to each worker once: O(users + items), never O(|D|).
 
-    The interactions and α stay on storage in ``parts``: a shard reads its own users' part, a user-side
-    task one item part, so no worker holds the whole table.
+    The interactions and α stay on storage in ``parts`` (read with α: ``refresh.alpha`` wrote it): a shard
+    reads its own users' part, a user-side task one item part, so no worker holds the whole table.
     """
 
     parts: Partitions
-    pre: Preprocessed  # Ũ, Ṽ and B only (``Preprocessed.factors``): α comes with each part
+    pre: Preprocessed  # Ũ, Ṽ and B only (``refresh.alpha``): α comes with each part
     item_degree: np.ndarray  # raters per item: the user side's work, known before any part is read
     top_n: int = 10
     top_k: int = 10
@@ -69,79 +60,20 @@ class RefreshJob:
         if self.pre.B is None or self.pre.A is not None or self.pre.alpha is not None:
             raise ValueError("a RefreshJob holds Preprocessed.factors(): B for the user side's sums, no A or α")
 
-    @classmethod
-    def create(
-        cls,
-        data: Interactions,
-        pre: Preprocessed,
-        parts: Partitions,
-        top_n: int = 10,
-        top_k: int = 10,
-        targets: Targets | None = None,
-    ) -> RefreshJob:
-        """Write (or reuse) α beside the partitioned interactions; keep only the factors in memory."""
-        # α is all that changes with the model: the same α is reused, any other rewritten.
-        key = f"{data.fingerprint()}-{hashlib.sha256(np.ascontiguousarray(pre.alpha).tobytes()).hexdigest()[:16]}"
-        parts = write_alpha(parts, data, pre.alpha, key)
-        return cls(parts, pre.factors(), data.item_degree(), top_n, top_k, targets)
 
-    @classmethod
-    def from_model(
-        cls,
-        model,
-        parts: Partitions,
-        mapper: Mapper,
-        item_degree: np.ndarray,
-        top_n: int = 10,
-        top_k: int = 10,
-        targets: Targets | None = None,
-    ) -> RefreshJob:
-        """``create`` with α and B computed where the parts are: one task per part computes α of its rows
-        and writes it beside them, and an item part's task also returns its items' rows of B. This
-        process holds Ũ, Ṽ and B, O(users + items); the same α and B as ``Preprocessed.from_model``."""
-        Ut, Vt = balanced_factors(model)
-        key = model_key(model)
-        parts = dataclasses.replace(parts, with_alpha=False)  # the tasks read the data parts alone
-        write = not alpha_reusable(parts, key)  # the same model on the same data: α is already there
-        model_h, Ut_h = mapper.put(model), mapper.put(Ut)
-        # B needs every item part; the user parts only when their α is (re)written.
-        sides = (("user", parts.user_cuts), ("item", parts.item_cuts)) if write else (("item", parts.item_cuts),)
-        tasks = [(model_h, parts, side, p, write, Ut_h) for side, cuts in sides for p in range(len(cuts) - 1)]
-        B = np.empty((model.V.shape[0], Ut.shape[1]))
-        for t, rows in mapper.imap(alpha_part, tasks, name="alpha"):  # an item part's rows of B into place
-            if rows is not None:
-                lo, hi = parts.item_range(tasks[t][3])
-                B[lo:hi] = rows
-        parts = finish_alpha(parts, key) if write else dataclasses.replace(parts, with_alpha=True)
-        return cls(parts, Preprocessed(Ut, Vt, None, model.mu, None, B, model.loss), item_degree, top_n, top_k, targets)
+@dataclass(frozen=True)
+class PassResults:
+    """What the three passes return (``refresh.summary`` makes the run's summary of it)."""
 
-
-def model_key(model) -> str:
-    """What α depends on besides the data (whose parts live in a store of their own): the factors, μ, λ,
-    |D|, the loss and its negative weight."""
-    h = hashlib.sha256()
-    for a in (model.U, model.V):
-        h.update(memoryview(np.ascontiguousarray(a, np.float64)))  # no copy of the factors
-    h.update(repr((model.mu, model.lam, model.n_train, model.loss, getattr(model, "neg_weight", None))).encode())
-    return h.hexdigest()[:16]
-
-
-def alpha_part(model, parts: Partitions, side: str, p: int, write: bool, Ut: np.ndarray) -> np.ndarray | None:
-    """α of part p's rows (written beside it when ``write``); for an item part, its items' rows of B."""
-    part = parts.read_part(side, p)
-    alpha = global_importance_of(model, part.data, parts.n_interactions)
-    if write:
-        write_alpha_part(parts, side, p, alpha)
-    if side == "user":
-        return None
-    lo, hi = parts.item_range(p)
-    return item_embedding_rows(alpha, part.data, lo, hi, Ut)
+    entries: list[dict]  # every shard's manifest entry (``run_shard``), in shard order, kept ones included
+    census: list[dict]  # pass 1's per shard (``census_shard``); none when every shard was kept
+    user_side: list[dict]  # pass 2's per task (``user_side_task``)
 
 
 def shard_targets(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> Targets:
-    """The targets of a shard's users (a contiguous block): the supplied ones, or their top-n unseen items.
+    """The targets of a shard's users (a contiguous range): the supplied ones, or their top-n unseen items.
 
-    Recommended targets are computed once, by the plan, and kept in the run's stage for the later passes.
+    Recommended targets are computed once, by the census, and kept in the run's stage for the later passes.
     """
     if job.targets is not None:
         return job.targets.for_user_range(int(users[0]), int(users[-1]) + 1)
@@ -157,28 +89,28 @@ def shard_targets(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) 
     return t
 
 
-def plan_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> dict:
-    """Pass 1: the shard's targets, and how many targets and user-side rows fall in each item block.
+def census_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str) -> dict:
+    """Pass 1: the shard's targets, and how many targets and user-side rows fall in each item range.
 
     Rows per target are at most 2·top_k (top_k most positive and most negative), or the item's raters
     when top_k = 0 keeps them all.
     """
     t0 = time.perf_counter()
     t = shard_targets(job, shard, users, run_dir)
-    edges = item_blocks(job.parts)
-    block = np.searchsorted(edges, t.item, side="right") - 1
+    edges = item_ranges(job.parts)
+    in_range = np.searchsorted(edges, t.item, side="right") - 1
     rows = np.full(len(t), 2 * job.top_k) if job.top_k else job.item_degree[t.item]
     n = len(edges) - 1
     return {
         "shard": shard,
         "targets": len(t),
         "seconds": time.perf_counter() - t0,
-        "block_targets": np.bincount(block, minlength=n).tolist(),
-        "block_rows": np.bincount(block, weights=rows, minlength=n).astype(np.int64).tolist(),
+        "range_targets": np.bincount(in_range, minlength=n).tolist(),
+        "range_rows": np.bincount(in_range, weights=rows, minlength=n).astype(np.int64).tolist(),
     }
 
 
-def user_side_chunk(
+def user_side_task(
     job: RefreshJob, lo: int, hi: int, shards: list[tuple[int, np.ndarray]], write: list[int], run_dir: str
 ) -> dict:
     """Pass 2: the user side of every target of these shards on items lo:hi (inside one item part),
@@ -285,7 +217,7 @@ def explain_shard(
 def run_shard(job: RefreshJob, shard: int, users: np.ndarray, run_dir: str, items: list[tuple[int, int]]) -> dict:
     """Pass 3: explain the shard's users' targets and write ``part-<shard>.parquet``; return its manifest entry.
 
-    ``users`` is a contiguous block; ``items`` are the item ranges of the user-side tasks that staged a
+    ``users`` is a contiguous range; ``items`` are the item ranges of the user-side tasks that staged a
     piece for it. A shard already written (a task retried after its write) is kept.
     """
     done = runs.completed_shard(run_dir, shard)
@@ -344,11 +276,11 @@ def in_shard_order(done: dict[int, dict], written: list[dict]) -> list[dict]:
     return [entries[s] for s in sorted(entries)]
 
 
-def run_passes(mapper: Mapper, job: RefreshJob, shards: list[np.ndarray], run_dir: str) -> tuple[list[dict], dict]:
-    """The three passes on ``mapper``; shard entries in shard order and the passes' stats (``pass_stats``).
+def run_passes(mapper: Mapper, job: RefreshJob, shards: list[np.ndarray], run_dir: str) -> PassResults:
+    """The three passes on ``mapper``; what each returned (``PassResults``).
 
     The job (factors, B, where the parts are) is sent to every worker once, so tasks carry only their
-    user block or item range. Every file is written atomically, so a task that runs twice leaves one
+    user range or item range. Every file is written atomically, so a task that runs twice leaves one
     complete file, and shards an interrupted run of this plan already wrote are kept. Each pass waits
     for the one before: user-side tasks need every shard's targets, shards every user-side piece of theirs.
     """
@@ -365,16 +297,16 @@ def run_passes(mapper: Mapper, job: RefreshJob, shards: list[np.ndarray], run_di
 
     done = completed_shards(len(shards), run_dir)
     pending = [s for s in range(len(shards)) if s not in done]
-    plans = run_pass(
-        "plan",
-        plan_shard,
+    census = run_pass(
+        "census",
+        census_shard,
         [(s, shards[s], run_dir) for s in range(len(shards))] if pending else [],
         lambda r: f"shard {r['shard']}, {r['targets']} targets",
     )
-    tasks = user_side_tasks(job.parts, plans, pending)
-    chunks = run_pass(
+    tasks = user_side_tasks(job.parts, census, pending)
+    user_side = run_pass(
         "user-side",
-        user_side_chunk,
+        user_side_task,
         [(lo, hi, [(s, shards[s]) for s in members], write, run_dir) for lo, hi, members, write in tasks],
         lambda r: (
             f"items {r['items'][0]}:{r['items'][1]}, {r['targets']} targets of {r['shards']} shards, {r['rows']} rows"
@@ -388,4 +320,4 @@ def run_passes(mapper: Mapper, job: RefreshJob, shards: list[np.ndarray], run_di
         lambda r: f"shard {r['shard']}, {r['users']} users, {r['targets']} targets, {r['rows']} rows",
     )
     runs.clear_stage(run_dir)
-    return in_shard_order(done, written), pass_stats(plans, chunks)
+    return PassResults(in_shard_order(done, written), census, user_side)

@@ -1,0 +1,51 @@
+"""Balancing a factorisation (Algorithm 1 of the representer paper, docs/methods.md §1): Ũ = U T_U, Ṽ = V T_V
+with ŨṼᵀ = UVᵀ and ŨᵀŨ = ṼᵀṼ, the factors whose rows the representer's inner products compare."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg as sla
+
+
+def balanced_norm(G: np.ndarray, T: np.ndarray) -> float:
+    """‖F T‖₂ from F's Gram G = FᵀF and a ``balance_transforms`` transform T: no row of the balanced factor
+    F T is longer, and both balanced factors have this norm (ŨᵀŨ = ṼᵀṼ = Σ₃), so no score exceeds
+    ‖Ũ_i‖ times it. Only for T from ``balance_transforms``: TᵀGT = Σ₃ is diagonal, so its largest diagonal
+    entry is its largest eigenvalue."""
+    return float(np.sqrt(max(np.max(np.diag(T.T @ G @ T), initial=0.0), 0.0)))
+
+
+def balance_transforms(U: np.ndarray, V: np.ndarray, rtol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
+    """k×r matrices T_U, T_V with Ũ = U T_U, Ṽ = V T_V, ŨṼᵀ = UVᵀ and ŨᵀŨ = ṼᵀṼ = Σ₃ (Algorithm 1).
+
+    Algorithm 1 takes thin SVDs Û = U₁Σ₁V₁ᵀ and V̂ᵀ = U₂Σ₂V₂ᵀ, then the k×k SVD
+    Σ₁V₁ᵀU₂Σ₂ = U₃Σ₃V₃ᵀ, and sets Ũ = U₁U₃√Σ₃, Ṽ = V₂V₃√Σ₃. Since U₁ = U V₁ Σ₁⁻¹ (and likewise for V),
+    the SVDs need only the k×k Gram matrices: the result is two k×k transforms that can be applied
+    to any block of rows, so nothing of size n×k is decomposed. Directions whose squared singular
+    value is below ``rtol``·max carry no part of UVᵀ worth keeping and are dropped (rank collapse).
+    """
+
+    return balance_transforms_from_grams(U.T @ U, V.T @ V, rtol)
+
+
+def balance_transforms_from_grams(
+    G_U: np.ndarray, G_V: np.ndarray, rtol: float = 1e-12
+) -> tuple[np.ndarray, np.ndarray]:
+    """``balance_transforms`` from the Grams UᵀU and VᵀV alone: factors kept in row blocks elsewhere
+    (``models.blocks``) send k×k sums, not rows."""
+
+    def half(G):
+        w, W = sla.eigh(G)
+        keep = w > rtol * max(w.max(), np.finfo(float).tiny)
+        s = np.sqrt(w[keep])
+        return W[:, keep], s
+
+    W1, s1 = half(G_U)
+    W2, s2 = half(G_V)
+    M = (s1[:, None] * (W1.T @ W2)) * s2[None, :]  # Σ₁V₁ᵀU₂Σ₂ with V₁ = W1, U₂ = W2
+    U3, s3, V3t = sla.svd(M)
+    r = int(np.sum(s3 > np.sqrt(rtol) * max(s3.max(initial=0.0), np.finfo(float).tiny)))
+    root = np.sqrt(s3[:r])
+    T_U = (W1 / s1[None, :]) @ U3[:, :r] * root[None, :]
+    T_V = (W2 / s2[None, :]) @ V3t[:r].T * root[None, :]
+    return T_U, T_V
