@@ -137,7 +137,7 @@ def read_model(path: Location, data: Interactions | None = None, factors: bool =
                 raise InputError(
                     f"{path}: its {side} ids differ from the dataset's; re-import the embeddings against this dataset"
                 )
-    attrs = {"mu": 0.0, "loss": "squared", "kind": "imported", "info": {}, **attrs}
+    attrs = {"mu": 0.0, "loss": "squared", "kind": "imported", "info": {}, "settings": {}, **attrs}
     attrs["mu"], attrs["n_train"] = float(attrs["mu"]), int(attrs.get("n_train", 0))
     if not factors:
         return None, None, attrs

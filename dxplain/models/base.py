@@ -17,7 +17,7 @@ from .factor_rows import FactorRows, factor_rows
 COLLAPSED = 1e-6
 
 # Attribute names the store keeps beside the factors (everything but U and V).
-_META = ("mu", "lam", "n_train", "loss", "kind", "grad_norm", "info")
+_META = ("mu", "lam", "n_train", "loss", "kind", "grad_norm", "info", "settings")
 
 
 @dataclass
@@ -37,6 +37,9 @@ class FactorModel:
     kind: str = "als-mf"
     grad_norm: float | None = None
     info: dict = field(default_factory=dict)
+    # the loss's own settings beside λ, as its trainer and explainer read them (iALS: convention, alpha;
+    # biased MF: lam_bias and its bias columns); empty for the plain squared and BCE models
+    settings: dict = field(default_factory=dict)
 
     @property
     def k(self) -> int:
