@@ -126,13 +126,6 @@ def amazon_sbq_table(r: dict) -> str:
         lambda x, st: (x["train"] if st == "train" else x["sbq"])["stage_seconds"][st],
         ("load", "train", "select"),
     )
-    for size, run in r.get("earlier", {}).items():
-        rows += [
-            "",
-            f"Earlier, {run['note']}: {size} selected in {run['sbq']['stage_seconds']['select']:.1f} s, the flow "
-            f"at {run['sbq']['peak_rss_mib']['flow']:,.0f} MiB, the workers at "
-            f"{worker_peaks(run['sbq']['peak_rss_mib'])} MiB.",
-        ]
     for size, run in r.get("stopped", {}).items():
         rows += ["", f"Not completed, {size} ({run['candidates']:,} candidates): {run['note']}."]
     return "\n".join(rows)
@@ -193,12 +186,6 @@ def amazon_negatives_table(r: dict) -> str:
             f"{run['peak_rss_mib']['flow']:,.0f} MiB | {workers} MiB | {check or '—'} |"
         )
     rows += slope_line(runs, lambda x, st: x["stage_seconds"][st], stages)
-    for name, run in r.get("earlier", {}).items():
-        rows += [
-            "",
-            f"Earlier, {run['note']}: {name} took train {run['stage_seconds']['train']:.1f} s, the flow "
-            f"{run['peak_rss_mib']['flow']:,.0f} MiB, the workers {worker_peaks(run['peak_rss_mib'])} MiB.",
-        ]
     return "\n".join(rows)
 
 
