@@ -28,9 +28,16 @@ COMMANDS = (
     "kolmogorov",
     "pairwise",
     "report",
+    "serving",
 )
 # Commands registered by a module of another name; every other command is its module's name.
-MODULE_OF = {"datasets": "data", "train": "data", "import-embeddings": "data"}
+MODULE_OF = {
+    "datasets": "data",
+    "train": "data",
+    "import-embeddings": "data",
+    "predict": "serving",
+    "recommend": "serving",
+}
 
 
 def parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..interactions import Interactions, Targets
 from ..vocabulary import Vocabulary
-from .atomic import Location
+from .atomic import Location, atomic_file
 from .tables import read_table
 from .validation import index_of
 
@@ -92,3 +93,20 @@ def read_negatives(path: str | Path, P: Interactions) -> tuple[np.ndarray, np.nd
 def pairs_table(P: Interactions, u: np.ndarray, i: np.ndarray) -> pa.Table:
     """(user, item) index pairs of ``P``'s id spaces as a table of original ids."""
     return pa.table({"user": P.user_ids.take(pa.array(u)), "item": P.item_ids.take(pa.array(i))})
+
+
+def read_id_list(path: Location, what: str) -> pa.Array:
+    """The ids in a Parquet/CSV file's ``what`` column (or its ``id`` column), e.g. ``recommend --users``."""
+    table = read_table(path)
+    column = next((c for c in (what, "id") if c in table.column_names), None)
+    if column is None:
+        raise InputError(f"{path}: needs a {what!r} (or 'id') column of {what} ids; found {table.column_names}")
+    if table.num_rows == 0:
+        raise InputError(f"{path}: the table has no rows; list at least one {what} id")
+    return table.column(column).combine_chunks()
+
+
+def write_table_file(path: Location, table: pa.Table) -> None:
+    """One Parquet file, written whole to a temporary sibling and then moved onto ``path``."""
+    with atomic_file(path) as fh:
+        pq.write_table(table, fh)
