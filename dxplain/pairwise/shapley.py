@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, raise_if_nonfinite
 from ..kernels import pairwise as K
 
 MAX_D = 20  # 2^20 coalitions: the most ASIPair will ever try
@@ -52,13 +52,13 @@ class Reference:
 
 
 def check_features(X: np.ndarray, what: str) -> None:
-    bad = ~np.isfinite(X)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise InputError(
-            f"{what} has {int(bad.sum())} NaN or infinite feature values (first: row {r}, feature "
-            f"{c}, value {X[r, c]}); drop or impute them before explaining"
-        )
+    raise_if_nonfinite(
+        X,
+        lambda n, r, c: (
+            f"{what} has {n} NaN or infinite feature values (first: row {r}, feature {c}, value "
+            f"{X[r, c]}); drop or impute them before explaining"
+        ),
+    )
 
 
 def reference(zeta, Ri: np.ndarray, Rj: np.ndarray | None = None, ridge: float = K.RIDGE) -> Reference:
