@@ -37,7 +37,7 @@ from ..models.implicit_mf import (
     training_table,
 )
 from ..models.policy import train_implicit
-from ..params import FACTORS, Interval, OneOf, Satisfies, validate
+from ..params import CLUSTER, FACTORS, Interval, OneOf, Satisfies, validate
 from .common import Training, load_data, load_training, open_mapper, partition, stage, warn_if_capped
 
 CONSTRAINTS = {
@@ -50,8 +50,7 @@ CONSTRAINTS = {
     ),
     "neg_weight": Interval(float, 0, open_low=True, example=0.05),
     **FACTORS,
-    "workers": Interval(int, 1, example=2),
-    "shards": Interval(int, 1),
+    **CLUSTER,
     "max_sweeps": Interval(int, 1, example=30),
     "newton_steps": Interval(int, 0),
 }
