@@ -26,7 +26,7 @@ ELEMENT_BUDGET = 1 << 23
 
 # Half-steps by the compiled kernel (``als_fused``) rather than the numpy batches below, which stay as the
 # tests' reference: the kernel forms each row's Gram in one pass, without padded (B, d, k) stacks
-# (benchmarks/als_vs_implicit.py compares them).
+# (``python -m benchmarks.als.vs_implicit`` compares them).
 FUSED = True
 
 
