@@ -57,8 +57,8 @@ def val_loss(task, y, eta) -> float:
 
 
 def _grid_point(table, base, Xu, Xi, K, L, lam, rank, seed, task, sweeps):
-    # Scored without backfitting (``latent.fit_backfitted``): with it a fit of eq. 6 took 307 s instead of
-    # 60 s and chose the same (K, L, λ).
+    # Scored without backfitting (``latent.fit_backfitted``): on eq. 6 it made every grid point several times
+    # slower and chose the same (K, L, λ).
     groups = latent_groups(Xu, Xi, K, L, seed)
     sides = {"user": [(table, 0, len(Xu))], "item": [(table, 0, len(Xi))]}
     fit = fit_latent(LocalMapper(), sides, base, task, "fit", groups, lam, rank, seed, 1e-6, sweeps)
