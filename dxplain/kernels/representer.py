@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Upper bound on floats in one padded (B, d, max(k, t)) stack of products: ~64 MB of float64.
+# The element budget: floats in one padded (B, d, max(k, t)) stack of products at most, ~32 MB of float64.
 ELEMENT_BUDGET = 1 << 22
 
 
