@@ -13,10 +13,10 @@ from pathlib import Path
 def _env_int(name: str, raw: str) -> int:
     """``DXPLAIN_<NAME>``'s integer, checked as the matching CLI option would be."""
     from .errors import InputError
-    from .params import Interval
+    from .params import CLUSTER, Interval
 
     rule = {
-        "workers": Interval(int, 1, example=2),
+        "workers": CLUSTER["workers"],
         "threads_per_worker": Interval(int, 1, example=1),
         "blas_threads": Interval(int, 0, example=1),
     }.get(name, Interval(int))

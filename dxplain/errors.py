@@ -3,6 +3,10 @@
 Every message names the bad value and says how to fix it; kernels trust their inputs.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
 
 class DxplainError(Exception):
     """Base class for errors a user can act on."""
@@ -32,3 +36,14 @@ class DegenerateError(DxplainError, RuntimeError):
 
 class ConvergenceWarning(DxplainWarning):
     """A solver stopped short of its tolerance: the achieved value is in the message."""
+
+
+def raise_if_nonfinite(X, message: Callable[[int, int, int], str]) -> None:
+    """Raise ``InputError(message(count, row, column))`` if the 2-D array ``X`` holds a NaN or an infinity:
+    how many it holds, and where the first one (in row order) stands."""
+    import numpy as np  # here, not at the top: the CLI imports this module before it needs numpy
+
+    bad = ~np.isfinite(X)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        raise InputError(message(int(bad.sum()), r, c))

@@ -97,3 +97,15 @@ FACTORS = {
     "lam": Interval(float, 0, open_low=True, example=3e-4),
     "seed": Interval(int, 0),
 }
+
+# Where a flow runs: LocalCluster workers and the shards its work is cut into (every flow on a mapper).
+CLUSTER = {
+    "workers": Interval(int, 1, example=2),
+    "shards": Interval(int, 1),
+}
+
+# Sampled negatives of implicit feedback: samples per positive and their weight in the BCE loss.
+SAMPLED_NEGATIVES = {
+    "neg_samples": Interval(int, 1, example=4),
+    "neg_weight": Interval(float, 0, open_low=True, example=1),
+}

@@ -6,7 +6,7 @@ import scipy.linalg as sla
 
 from dxplain.gammli.additive import fit_groups
 from dxplain.gammli.fit import make_parts
-from dxplain.gammli.latent import RIDGE_SHARE, group_als
+from dxplain.gammli.latent import RIDGE_SHARE, LatentGroups, group_als
 from dxplain.gammli.model import candidate_terms
 from dxplain.gammli.synthetic import eq6
 from dxplain.gammli.terms import Additive, Term, encode_features
@@ -128,7 +128,9 @@ def test_group_als_is_stationary_on_both_sides(n_parts):
 
     lp = {s: [latent_part(p, s, lo, hi, Additive(), "regression", "all") for p, lo, hi in ps] for s, ps in raw.items()}
     lam = 2.0
-    fit = group_als(LocalMapper(), lp["user"], lp["item"], gu, gi, 4, 3, lam, 3, tol=1e-12, max_sweeps=3000)
+    fit = group_als(
+        LocalMapper(), lp["user"], lp["item"], LatentGroups(gu, gi, 4, 3), lam, 3, tol=1e-12, max_sweeps=3000
+    )
     U, V = fit["U"], fit["V"]
     r = d["y"] - d["y"].mean() - np.einsum("nk,nk->n", U[d["u"]], V[d["i"]])
     Ut = np.array([U[gu == k].mean(0) for k in range(4)])

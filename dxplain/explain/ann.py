@@ -12,7 +12,7 @@ augmentation (Bachrach et al. 2014: x' = [x, √(M² − ‖x‖²)], q' = [q, 0
 makes the norms so uneven that almost every x' sits near [0, M], and that graph found only 10–15% of
 the true top-10 on the 5M set's heaviest item, against 99.5% for the inner-product graph. The kernel
 ranks the candidates by their exact importance, so only which rows are found is approximate;
-``benchmarks/heavy_items.py`` measures recall against exact. On those norms the exact norm-ordered
+``python -m benchmarks.scaling.heavy_items`` measures recall against exact. On those norms the exact norm-ordered
 search of ``kernels.representer`` is faster still (docs/scaling.md), so the refresh uses it; this is
 the path for histories whose norms are even.
 """

@@ -24,7 +24,7 @@ from ..evaluation.faithfulness_cf import cf_plan, cf_trial_case
 from ..evaluation.report import auc_del_markdown, deletion_plot_png
 from ..io.results import csv_bytes, evaluation_cache, write_results
 from ..models.two_tower import encode_features
-from ..params import Interval, OneOf, validate
+from ..params import CLUSTER, Interval, OneOf, validate
 from .common import open_mapper, transient
 
 CF_DATASETS = ("movielens-100k",)
@@ -36,7 +36,7 @@ CONSTRAINTS = {
     "trials": Interval(int, 1, example=40),
     "targets": Interval(int, 1, example=40),
     "n_lam": Interval(float, 0, open_low=True, example=1),
-    "workers": Interval(int, 1, example=2),
+    "workers": CLUSTER["workers"],
 }
 
 

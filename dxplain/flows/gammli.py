@@ -31,7 +31,7 @@ from ..io.ratings import check_labels, ratings_chunks, read_ratings
 from ..io.results import check_out_folder, staged_folder, write_folder, write_into
 from ..io.tables import parquet_bytes
 from ..io.targets import read_pairs
-from ..params import Interval, OneOf, Satisfies, validate
+from ..params import CLUSTER, Interval, OneOf, Satisfies, validate
 from .common import open_mapper
 
 CONSTRAINTS = {
@@ -48,8 +48,7 @@ CONSTRAINTS = {
     "grid_rounds": Interval(int, 1, 5),
     "seed": Interval(int, 0),
     "top_k": Interval(int, 1, example=10),
-    "workers": Interval(int, 1, example=2),
-    "shards": Interval(int, 1),
+    **CLUSTER,
     "categorical": Satisfies(lambda v: all(c.strip() for c in v.split(",")), "a comma-separated list of columns"),
 }
 

@@ -21,7 +21,7 @@ from ..io.results import check_out_folder
 from ..kolmogorov import report
 from ..kolmogorov.data import FEEDBACK, check_options, probabilities
 from ..kolmogorov.fit import SOLVERS, STEPS, fit_ikm, select_regularisers
-from ..params import Interval, OneOf, validate
+from ..params import CLUSTER, Interval, OneOf, validate
 from .common import open_mapper
 
 CONSTRAINTS = {
@@ -38,8 +38,7 @@ CONSTRAINTS = {
     "like_threshold": Interval(float),
     "max_rules": Interval(int, 0, example=2_000_000),
     "seed": Interval(int, 0),
-    "workers": Interval(int, 1, example=2),
-    "shards": Interval(int, 1),
+    **CLUSTER,
 }
 LAM_GRID, MU_GRID = (0.0, 1.0, 4.0), (0.0, 0.5, 2.0)
 

@@ -37,7 +37,7 @@ from ..models.implicit_mf import (
     training_table,
 )
 from ..models.policy import train_implicit
-from ..params import FACTORS, Interval, OneOf, Satisfies, validate
+from ..params import CLUSTER, FACTORS, Interval, OneOf, Satisfies, validate
 from .common import Training, load_data, load_training, open_mapper, partition, stage, warn_if_capped
 
 CONSTRAINTS = {
@@ -50,8 +50,7 @@ CONSTRAINTS = {
     ),
     "neg_weight": Interval(float, 0, open_low=True, example=0.05),
     **FACTORS,
-    "workers": Interval(int, 1, example=2),
-    "shards": Interval(int, 1),
+    **CLUSTER,
     "max_sweeps": Interval(int, 1, example=30),
     "newton_steps": Interval(int, 0),
 }
@@ -128,6 +127,29 @@ def flag_in_parts(method: str, m, terms, P, percent: float, seed: int, parts, ma
     )
 
 
+def fit_summary(
+    method: str, percent: float, negatives: str, trainer: ImplicitMF, n_pos: int, n_neg: int, flagged: int, m, path
+) -> dict:
+    """What every run's summary says: what was flagged among how many negatives, and how far the BCE model
+    stored at ``path`` was fitted."""
+    return {
+        "method": method,
+        "percent": percent,
+        "negatives": negatives,
+        "neg_weight": trainer.neg_weight,
+        "positives": n_pos,
+        "negatives_total": n_neg,
+        "flagged": flagged,
+        "model": str(path),
+        "grad_norm": m.grad_norm,
+        "lam": m.lam,
+        "solver": m.info.get("solver", "lbfgs"),
+        "converged": bool(m.grad_norm <= trainer.rtol * m.lam),
+        "sweeps": m.info.get("sweeps"),
+        "newton_iters": m.info.get("newton_iters"),
+    }
+
+
 def flag_sampled_in_parts(
     dataset: str,
     settings: Settings,
@@ -160,25 +182,9 @@ def flag_sampled_in_parts(
         values, users, items = NP.select_lowest_parts(
             scores, parts, len(D) - n_pos, percent, mapper, tmp / "cleaned-negatives.parquet"
         )
-    return {
-        "method": method,
-        "percent": percent,
-        "negatives": str(per_positive),
-        "neg_weight": trainer.neg_weight,
-        "positives": n_pos,
-        "negatives_total": len(D) - n_pos,
-        "flagged": len(values),
-        "model": str(path),
-        "grad_norm": m.grad_norm,
-        "lam": m.lam,
-        "solver": m.info.get("solver", "lbfgs"),
-        "converged": bool(m.grad_norm <= trainer.rtol * m.lam),
-        "sweeps": m.info.get("sweeps"),
-        "newton_iters": m.info.get("newton_iters"),
-        "users": D.n_users,
-        "items": D.n_items,
-        "sampled_by": "tasks",
-    }, {"flagged": N.flagged_table(values, users, items, D, method)}
+    summary = fit_summary(method, percent, str(per_positive), trainer, n_pos, len(D) - n_pos, len(values), m, path)
+    summary |= {"users": D.n_users, "items": D.n_items, "sampled_by": "tasks"}
+    return summary, {"flagged": N.flagged_table(values, users, items, D, method)}
 
 
 def load_whole(
@@ -246,22 +252,7 @@ def flag_whole(
             values, users, items = flag_negatives(
                 method, m, terms, P, percent, seed, shards or 4 * settings.workers, mapper
             )
-    summary = {
-        "method": method,
-        "percent": percent,
-        "negatives": negatives,
-        "neg_weight": neg_weight,
-        "positives": len(P),
-        "negatives_total": terms.n_neg,
-        "flagged": len(values),
-        "model": str(base_path),
-        "grad_norm": m.grad_norm,
-        "lam": m.lam,
-        "solver": m.info.get("solver", "lbfgs"),
-        "converged": bool(m.grad_norm <= trainer.rtol * m.lam),
-        "sweeps": m.info.get("sweeps"),
-        "newton_iters": m.info.get("newton_iters"),
-    }
+    summary = fit_summary(method, percent, negatives, trainer, len(P), terms.n_neg, len(values), m, base_path)
     tables = {"flagged": N.flagged_table(values, users, items, P, method)}
     if isinstance(terms, SparseTerms) and not sampled:  # a listed set; all-unobserved: "all but flagged"
         tables["cleaned-negatives"] = pairs_table(

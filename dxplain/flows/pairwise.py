@@ -30,7 +30,7 @@ from ..pairwise.explain import (
 from ..pairwise.models import MODELS, two_classes
 from ..pairwise.pairs import attributions_table, choose_pairs, split
 from ..pairwise.shapley import DEFAULT_MAX_D, ETA, MAX_D, SIGMA, check_asipair_size, check_k1, reference
-from ..params import Interval, OneOf, validate
+from ..params import CLUSTER, Interval, OneOf, validate
 from .common import open_mapper, stage
 
 CONSTRAINTS = {
@@ -44,8 +44,7 @@ CONSTRAINTS = {
     "permutations": Interval(int, 1),
     "measurements": Interval(int, 1),
     "max_d": Interval(int, 1, MAX_D, example=DEFAULT_MAX_D),
-    "workers": Interval(int, 1, example=2),
-    "shards": Interval(int, 1),
+    **CLUSTER,
 }
 
 

@@ -31,7 +31,7 @@ from ..kernels.fisher import DEFAULT_DAMPING, FISHER_KINDS
 from ..kernels.sbq import mean_embedding
 from ..models.als.trainer import DEFAULT_K
 from ..models.factor_rows import factor_rows
-from ..params import FACTORS, Interval, OneOf, validate
+from ..params import CLUSTER, FACTORS, SAMPLED_NEGATIVES, Interval, OneOf, validate
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
 CONSTRAINTS = {
@@ -41,10 +41,8 @@ CONSTRAINTS = {
     **FACTORS,
     "top_n": Interval(int, 1, example=10),
     "damping": Interval(float, 0),
-    "workers": Interval(int, 1, example=2),
-    "shards": Interval(int, 1),
-    "neg_samples": Interval(int, 1, example=4),
-    "neg_weight": Interval(float, 0, open_low=True, example=1),
+    **CLUSTER,
+    **SAMPLED_NEGATIVES,
     "max_sweeps": Interval(int, 1, example=8),
     "newton_steps": Interval(int, 0),
 }

@@ -20,7 +20,7 @@ from ..explain.representer import PREDICTION, check_explainable
 from ..io import runs
 from ..io.targets import read_targets
 from ..models.als.trainer import DEFAULT_K
-from ..params import FACTORS, Interval, validate
+from ..params import CLUSTER, FACTORS, SAMPLED_NEGATIVES, Interval, validate
 from ..refresh import PassResults, RefreshJob, alpha_pass, run_passes, run_summary, shard_count, shard_users
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
@@ -28,12 +28,10 @@ CONSTRAINTS = {
     **FACTORS,
     "top_n": Interval(int, 1, example=10),
     "top_k": Interval(int, 0, example=10),
-    "workers": Interval(int, 1, example=2),
-    "shards": Interval(int, 1),
+    **CLUSTER,
     "max_sweeps": Interval(int, 1, example=60),
     "newton_steps": Interval(int, 0),
-    "neg_samples": Interval(int, 1, example=4),
-    "neg_weight": Interval(float, 0, open_low=True, example=1),
+    **SAMPLED_NEGATIVES,
     "tol": Interval(float, 0, open_low=True, example=1e-4),
     "keep": Interval(int, 1, example=7),
 }

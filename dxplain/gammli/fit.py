@@ -29,7 +29,7 @@ from ..mapper import LocalMapper, peak_rss_mib
 from .additive import choose_prefix, fit_groups, n_validation, put_one, screen_pairs, select_terms
 from .latent import RIDGE_SHARE, fit_backfitted, latent_variance, training_residuals
 from .model import INTERCEPT, GAMMLIModel, candidate_terms, index_pairs
-from .select import clusters, grid_search, grid_table
+from .select import grid_search, grid_table, latent_groups
 from .terms import Additive, Term, cluster_matrix, encode_features
 
 
@@ -343,8 +343,7 @@ def fit_gammli_chunks(
     seconds["refit_additive"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    _, gu = clusters(Xu, K, cfg.seed)
-    _, gi = clusters(Xi, L, cfg.seed)
+    groups = latent_groups(Xu, Xi, K, L, cfg.seed)
     additive, D_back, lat, backfit_sweeps = fit_backfitted(
         mapper,
         parts,
@@ -353,10 +352,7 @@ def fit_gammli_chunks(
         smooth,
         cfg.task,
         "all",
-        gu,
-        gi,
-        K,
-        L,
+        groups,
         lam,
         cfg.rank,
         cfg.seed,
@@ -409,8 +405,8 @@ def fit_gammli_chunks(
         lat["V"],
         lat["U_group"],
         lat["V_group"],
-        gu,
-        gi,
+        groups.gu,
+        groups.gi,
         lam,
         RIDGE_SHARE * lam,
         train,

@@ -56,6 +56,16 @@ def latent_part(part: dict, side: str, lo: int, hi: int, base, task: str, use: s
     }
 
 
+@dataclass(frozen=True)
+class LatentGroups:
+    """The clusters of eq. 4: every user's group ``gu`` (of ``K``) and every item's group ``gi`` (of ``L``)."""
+
+    gu: np.ndarray
+    gi: np.ndarray
+    K: int
+    L: int
+
+
 def _moments(p, F, lam, groups, n_groups):
     return G.group_moments(
         p["indptr"], p["cols"], p["m"], p["w"], F, lam, RIDGE_SHARE * lam, groups[p["lo"] : p["hi"]], n_groups
@@ -83,10 +93,7 @@ def group_als(
     mapper,
     user_parts,
     item_parts,
-    gu: np.ndarray,
-    gi: np.ndarray,
-    K: int,
-    L: int,
+    groups: LatentGroups,
     lam: float,
     rank: int,
     seed: int = 0,
@@ -96,13 +103,13 @@ def group_als(
 ) -> dict:
     """Alternate exact half-steps (items, then users) until the largest factor change is ≤ tol·scale."""
     rng = np.random.default_rng(seed)
-    U = rng.normal(scale=0.1, size=(len(gu), rank)) if init is None else init[0]
-    V = np.zeros((len(gi), rank)) if init is None else init[1]
-    gu_h, gi_h = put_one(mapper, gu, broadcast=True), put_one(mapper, gi, broadcast=True)
+    U = rng.normal(scale=0.1, size=(len(groups.gu), rank)) if init is None else init[0]
+    V = np.zeros((len(groups.gi), rank)) if init is None else init[1]
+    gu_h, gi_h = put_one(mapper, groups.gu, broadcast=True), put_one(mapper, groups.gi, broadcast=True)
     sweeps = 0
     for sweeps in range(1, max_sweeps + 1):
-        V_new, Vt = half_step(mapper, item_parts, U, lam, gi_h, L)
-        U_new, Ut = half_step(mapper, user_parts, V_new, lam, gu_h, K)
+        V_new, Vt = half_step(mapper, item_parts, U, lam, gi_h, groups.L)
+        U_new, Ut = half_step(mapper, user_parts, V_new, lam, gu_h, groups.K)
         change = max(np.abs(U_new - U).max(), np.abs(V_new - V).max())
         scale = max(np.abs(U_new).max(), np.abs(V_new).max(), 1e-12)
         U, V = U_new, V_new
@@ -112,7 +119,18 @@ def group_als(
 
 
 def fit_latent(
-    mapper, parts_by_side: dict, base, task, use, gu, gi, K, L, lam, rank, seed=0, tol=1e-10, max_sweeps=500, init=None
+    mapper,
+    parts_by_side: dict,
+    base,
+    task,
+    use,
+    groups: LatentGroups,
+    lam,
+    rank,
+    seed=0,
+    tol=1e-10,
+    max_sweeps=500,
+    init=None,
 ) -> dict:
     """Stage 3 on the residuals of ``base`` over ``use`` rows; ``parts_by_side[side]`` = [(part, lo, hi)].
     Returns the factors, the cluster means, and the persisted parts (for the training residuals)."""
@@ -123,7 +141,7 @@ def fit_latent(
         )
         for side, ps in parts_by_side.items()
     }
-    fit = group_als(mapper, lp["user"], lp["item"], gu, gi, K, L, lam, rank, seed, tol, max_sweeps, init)
+    fit = group_als(mapper, lp["user"], lp["item"], groups, lam, rank, seed, tol, max_sweeps, init)
     fit["parts"] = lp
     return fit
 
@@ -153,10 +171,7 @@ def fit_backfitted(
     smooth,
     task,
     use,
-    gu,
-    gi,
-    K,
-    L,
+    groups: LatentGroups,
     lam,
     rank,
     seed,
@@ -177,26 +192,14 @@ def fit_backfitted(
     lat, D, sweeps = None, None, []
     for r in range(rounds + 1):
         last = r == rounds
-        if lat is not None:
+        init = None if lat is None else (lat["U"], lat["V"])
+        if init is not None:
             (additive,), (D,) = fit_groups(
-                mapper, parts, [additive.terms], LatentOffset(lat["U"], lat["V"]), task, smooth, use=use, grams=grams
+                mapper, parts, [additive.terms], LatentOffset(*init), task, smooth, use=use, grams=grams
             )
+        round_tol, round_sweeps = (tol, max_sweeps) if last else (BACKFIT_TOL, min(BACKFIT_SWEEPS, max_sweeps))
         lat = fit_latent(
-            mapper,
-            parts_by_side,
-            additive,
-            task,
-            use,
-            gu,
-            gi,
-            K,
-            L,
-            lam,
-            rank,
-            seed,
-            tol if last else BACKFIT_TOL,
-            max_sweeps if last else min(BACKFIT_SWEEPS, max_sweeps),
-            init=None if lat is None else (lat["U"], lat["V"]),
+            mapper, parts_by_side, additive, task, use, groups, lam, rank, seed, round_tol, round_sweeps, init
         )
         if not last:
             sweeps.append(lat["sweeps"])

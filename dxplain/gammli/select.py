@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..kernels import gammli as G
 from ..mapper import LocalMapper
 from .additive import n_validation, put_one, rows
-from .latent import fit_latent
+from .latent import LatentGroups, fit_latent
 
 GRID_ROWS = 2_000_000
 K_MAX = 30
@@ -28,6 +28,11 @@ def clusters(X: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(centroids, group of every row): K-means on the feature matrix."""
     C = G.kmeans(X, n, seed)
     return C, G.nearest(X, C)
+
+
+def latent_groups(Xu: np.ndarray, Xi: np.ndarray, K: int, L: int, seed: int) -> LatentGroups:
+    """Eq. 4's clusters: K-means groups of the users (K) and of the items (L) by their feature rows."""
+    return LatentGroups(clusters(Xu, K, seed)[1], clusters(Xi, L, seed)[1], K, L)
 
 
 def _sample(part, keep_share):
@@ -52,12 +57,11 @@ def val_loss(task, y, eta) -> float:
 
 
 def _grid_point(table, base, Xu, Xi, K, L, lam, rank, seed, task, sweeps):
-    # Scored without backfitting (``latent.fit_backfitted``): with it a fit of eq. 6 took 307 s instead of
-    # 60 s and chose the same (K, L, λ).
-    _, gu = clusters(Xu, K, seed)
-    _, gi = clusters(Xi, L, seed)
+    # Scored without backfitting (``latent.fit_backfitted``): on eq. 6 it made every grid point several times
+    # slower and chose the same (K, L, λ).
+    groups = latent_groups(Xu, Xi, K, L, seed)
     sides = {"user": [(table, 0, len(Xu))], "item": [(table, 0, len(Xi))]}
-    fit = fit_latent(LocalMapper(), sides, base, task, "fit", gu, gi, K, L, lam, rank, seed, 1e-6, sweeps)
+    fit = fit_latent(LocalMapper(), sides, base, task, "fit", groups, lam, rank, seed, 1e-6, sweeps)
     u, i, y = rows(table, "val")
     return val_loss(task, y, base.eta(u, i) + np.einsum("nk,nk->n", fit["U"][u], fit["V"][i]))
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InputError
+from ..errors import InputError, raise_if_nonfinite
 from .atomic import Location
 from .tables import read_table
 
@@ -51,11 +51,11 @@ def read_labelled(path: Location, label: str) -> LabelledTable:
     if y_col.null_count:
         raise InputError(f"{path}: label column {label!r} has {y_col.null_count} missing values; drop those rows")
     X = np.column_stack([table.column(c).to_numpy(zero_copy_only=False).astype(np.float64) for c in names])
-    bad = ~np.isfinite(X)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise InputError(
-            f"{path}: {int(bad.sum())} NaN, infinite or missing feature values (first: column "
+    raise_if_nonfinite(
+        X,
+        lambda n, r, c: (
+            f"{path}: {n} NaN, infinite or missing feature values (first: column "
             f"{names[c]!r}, row {r}, value {X[r, c]}); drop or impute them before explaining"
-        )
+        ),
+    )
     return LabelledTable(X, y_col.to_numpy(zero_copy_only=False), names, str(path))

@@ -100,7 +100,7 @@ def write_model_rows(path: Location, user: tuple, item: tuple, meta: dict, data:
 
 
 def read_factor_rows(path: Location, side: str, a: int, b: int) -> np.ndarray:
-    """Rows a:b of a stored model's user (``side="user"``) or item factors: a task's block."""
+    """Rows a:b of a stored model's user (``side="user"``) or item factors: a task's rows."""
     return zarr.open_group(str(join(path)), mode="r")[f"{side}_factors"][a:b]
 
 

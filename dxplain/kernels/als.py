@@ -21,12 +21,12 @@ import scipy.sparse as sp
 from .balance import balance_transforms_from_grams, balanced_norm
 from .representer import SCORE_FLOOR
 
-# Upper bound on floats in one padded (B, d, k) block: ~64 MB of float64.
+# The element budget: floats in one padded (B, d, k) stack at most, ~64 MB of float64.
 ELEMENT_BUDGET = 1 << 23
 
 # Half-steps by the compiled kernel (``als_fused``) rather than the numpy batches below, which stay as the
 # tests' reference: the kernel forms each row's Gram in one pass, without padded (B, d, k) stacks
-# (benchmarks/als_vs_implicit.py compares them).
+# (``python -m benchmarks.als.vs_implicit`` compares them).
 FUSED = True
 
 

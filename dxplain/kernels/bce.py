@@ -28,7 +28,7 @@ from .als import Pattern, pair_scores, pattern_scores, ridge_solve_rows
 
 log = logging.getLogger(__name__)
 
-# Pairs in one dense user block × catalogue (float64): 32 MB, below the size where allocations turn into
+# Pairs in one dense tile of users × the catalogue (float64): 32 MB, below the size where allocations turn into
 # fresh page-faulting mmaps (as for the explainer, kernels/representer.py).
 TILE_PAIRS = 1 << 22
 
@@ -118,7 +118,7 @@ class DenseTerms:
     def curvature_grams(self, U, V):
         """Σ_j c ℓ''_ij V_j V_jᵀ / |D| per user and Σ_i c ℓ''_ij U_i U_iᵀ / |D| per item, as (n, k, k).
 
-        One GEMM per block against the k²-wide outer products (I×k² floats: fine for the catalogues
+        One GEMM per tile against the k²-wide outer products (I×k² floats: fine for the catalogues
         FIA is run on; FIA is a baseline, the representer needs none of this)."""
         n, k = self.n_terms, U.shape[1]
         VV = np.einsum("ik,il->ikl", V, V).reshape(len(V), k * k)

@@ -236,11 +236,10 @@ def barrier_sdp(
 
     When m·μ ≤ ``tol``/2·|1ᵀy| a row is centred once more and stops. Then X = μM⁻¹ has diag ≈ 1; its
     diagonal rescaling X̂ is primal feasible and y dual feasible, so gap = tr(CX̂) − 1ᵀy bounds the
-    distance to the optimum from both sides. Unlike first-order methods (the mixing method crawls on rows
-    whose optimum has small nonzero eigenvalues: 4 % of rows took 10³–10⁵ sweeps, measured), the Newton
-    steps per row hardly vary: ~60 at tol 1e-7. Each step is a few batched LAPACK calls on m × m
-    matrices over the rows still running; a numba twin ran only 1.3–1.7× faster (measured), not worth a
-    compiled kernel.
+    distance to the optimum from both sides. Unlike first-order methods (the mixing method crawls, for
+    thousands of sweeps, on rows whose optimum has small nonzero eigenvalues), the Newton steps per row
+    hardly vary: ~60 at tol 1e-7. Each step is a few batched LAPACK calls on m × m matrices over the rows
+    still running, so a compiled twin has little left to gain.
 
     Returns X̂ (n, m, m), the value tr(CX̂), the certified gap and the Newton steps per row.
     """

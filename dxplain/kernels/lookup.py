@@ -1,5 +1,5 @@
-"""Where values lie in a sorted array of distinct keys: the lookup the id lists, the item blocks sent to
-a shard and μ_T's blocks all need."""
+"""Where values lie in a sorted array of distinct keys: the lookup the id lists, the item whiteners sent to
+a shard and μ_T's per-user and per-item halves all need."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 def find_sorted(keys: np.ndarray, wanted) -> tuple[np.ndarray, np.ndarray]:
     """(pos, hit): each wanted value's position in ``keys`` (sorted, distinct) and whether it is there
     (``pos`` is a valid index either way). The values are searched in sorted order, so each search starts
-    near the last: 4M of 9.8M ids in 0.64 s, against 4.3 s in their own order."""
+    where the last one ended (several times faster than searching them in their own order)."""
     wanted = np.asarray(wanted)
     if not len(keys):
         return np.zeros(len(wanted), np.int64), np.zeros(len(wanted), bool)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Upper bound on floats in one padded (B, d, max(k, t)) stack of products: ~64 MB of float64.
+# The element budget: floats in one padded (B, d, max(k, t)) stack of products at most, ~32 MB of float64.
 ELEMENT_BUDGET = 1 << 22
 
 
@@ -102,7 +102,7 @@ def split_heavy_groups(g: Groups, budget: int | None = None) -> Groups:
 LONG_ROW = 2048
 
 # Top-k selection by the compiled kernel (``fused_attributions``) rather than the numpy stacks below:
-# faster on both benchmark sets (benchmarks/explain_throughput.py, docs/scaling.md).
+# faster on both benchmark sets (``python -m benchmarks.scaling.explain_throughput``, docs/scaling.md).
 FUSED = True
 
 # Rows at least this many times longer than top_k are selected by threshold pruning (see below).
@@ -280,7 +280,7 @@ def _norm_ordered_top_k(X: np.ndarray, T: np.ndarray, top_k: int, budget: int) -
     k-th best of both signs already exceeds that bound is finished and leaves the scan. α makes the
     norms very uneven (a heavy item of the 5M set: median ‖X_i‖ 5.6·10⁻⁴, largest 0.18), so most
     targets finish after a few percent of the rows — an exact search that beats a graph index there
-    (``benchmarks/heavy_items.py``). Slices grow from 1024 rows, within ``budget`` elements.
+    (``python -m benchmarks.scaling.heavy_items``). Slices grow from 1024 rows, within ``budget`` elements.
     """
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))
     perm = np.argsort(-norms, kind="stable")

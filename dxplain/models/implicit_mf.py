@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_NEG_WEIGHT = 0.05
 # λ|D| is the ridge on the *summed* loss, the scale the paper's objective is written in. Chosen on a
-# validation split of ml-100k for recall@20 (benchmarks/negatives_appc.py --select-ridge, docs/negatives.md).
+# validation split of ml-100k for recall@20 (``python -m benchmarks.negatives.appc --select-ridge``, docs/negatives.md).
 DEFAULT_RIDGE = 3.0
 
 

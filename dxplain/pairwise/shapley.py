@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, raise_if_nonfinite
 from ..kernels import pairwise as K
 
 MAX_D = 20  # 2^20 coalitions: the most ASIPair will ever try
@@ -52,13 +52,13 @@ class Reference:
 
 
 def check_features(X: np.ndarray, what: str) -> None:
-    bad = ~np.isfinite(X)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise InputError(
-            f"{what} has {int(bad.sum())} NaN or infinite feature values (first: row {r}, feature "
-            f"{c}, value {X[r, c]}); drop or impute them before explaining"
-        )
+    raise_if_nonfinite(
+        X,
+        lambda n, r, c: (
+            f"{what} has {n} NaN or infinite feature values (first: row {r}, feature {c}, value "
+            f"{X[r, c]}); drop or impute them before explaining"
+        ),
+    )
 
 
 def reference(zeta, Ri: np.ndarray, Rj: np.ndarray | None = None, ridge: float = K.RIDGE) -> Reference:
@@ -151,8 +151,8 @@ def asipair(
 ) -> tuple[np.ndarray, float]:
     """Exact φ (eq. 8) for one pair and ζ(x_i, x_j); v(∅) is ``ref.base``.
 
-    Coalitions go ``chunk`` at a time: their (chunk × reference rows) passes then stay in cache (at D = 10
-    with 800 reference rows, 32 ms per pair at 128 against 37 ms with all 1,022 at once)."""
+    Coalitions go ``chunk`` at a time: their (chunk × reference rows) passes then stay in cache rather than
+    stream all 2^D − 2 coalitions through memory at once."""
     D = ref.D
     z = float(zeta(xi[None], xj[None])[0])
     v = np.empty(2**D)

@@ -36,7 +36,7 @@ from .losses import SQUARED, BCERows, SquaredRows
 
 log = logging.getLogger(__name__)
 
-# Defaults picked on a validation split of ml-100k (benchmarks/select_lambda.py, docs/model.md).
+# Defaults picked on a validation split of ml-100k (``python -m benchmarks.als.select_lambda``, docs/model.md).
 # The loss is an average over D, so the ridge in every ALS solve is λ|D|/2: a fixed λ regularises a
 # light user ever harder as the data grows. The default therefore fixes the ridge, not λ:
 # λ = 2·DEFAULT_RIDGE/|D|, which is the validated λ = 3e-4 on ml-100k.
@@ -54,7 +54,7 @@ STALL_SWEEPS = 30
 DEFAULT_CG_STEPS = 4
 # A run's --tol bounds |Σ attributions − s|/|s| per target; the gradient bounds it by ε/cos θ
 # (``kernels.als.identity_bound``), so a refresh trains to ε ≤ tol·MIN_TARGET_COS: within tol for every
-# target whose score is at least a tenth of ‖Ũ_i‖‖Ṽ_j‖ (benchmarks/converged_fit.py measures the spare).
+# target whose score is at least a tenth of ‖Ũ_i‖‖Ṽ_j‖ (``python -m benchmarks.als.converged_fit`` measures the spare).
 MIN_TARGET_COS = 0.1
 # Block-Jacobi preconditioning stores (n_users + n_items)·k² floats: up to 1 GB, else plain trust-ncg.
 PRECOND_ELEMENTS = 1 << 27
