@@ -67,13 +67,19 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
     },
     "gammli.md": {
         "gammli-ml100k-table": table(gammli.ml100k_table, "gammli/ml100k.json"),
+        "gammli-ml100k-splits-table": table(gammli.ml100k_splits_table, "gammli/ml100k_splits.json"),
         "gammli-sim-table": table(gammli.sim_tables, "gammli/sim.json"),
         "gammli-scale-table": table(gammli.scale_table, "gammli/scale.json"),
     },
     "kolmogorov.md": {
+        "kolmogorov-fw-steps": table(kolmogorov.fw_steps, "kolmogorov/fw_steps.json"),
         "kolmogorov-table3": table(kolmogorov.table3, "kolmogorov/table3.json"),
         "kolmogorov-table4": table(kolmogorov.table4, "kolmogorov/table4.json"),
         "kolmogorov-rules": table(kolmogorov.rules, "kolmogorov/table4.json"),
+        "kolmogorov-psi-throughput": table(kolmogorov.psi_throughput, "kolmogorov/psi_throughput_100000.json"),
+        "kolmogorov-scale": lambda: kolmogorov.scale(
+            load_result("kolmogorov/scale_10000000.json"), load_result("kolmogorov/scale_1000000.json")
+        ),
     },
     "pairwise.md": {
         "pairwise-speed": table(pairwise.speed_table, "pairwise/speed.json"),

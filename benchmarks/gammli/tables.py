@@ -98,3 +98,30 @@ def ml100k_table(data: dict) -> str:
     paper = ", ".join(f"{n} {v}" for n, v in data["paper_ml1m_rmse"].items())
     out.append(f"\nPaper (ml-1m, RMSE): {paper}.")
     return "\n".join(out)
+
+
+def ml100k_splits_table(data: dict) -> str:
+    """docs/gammli.md: warm and cold RMSE over seeded ml-100k splits, by mean cold RMSE, with GAMMLI's paired
+    cold difference to each model."""
+    models = sorted(data["models"].items(), key=lambda m: m[1]["cold"]["mean"])
+    n = len(data["seeds"])
+    seeds = f"{data['seeds'][0]}–{data['seeds'][-1]}"
+    body = []
+    for i, (name, m) in enumerate(models):
+        same = [other for other, o in models[:i] if o["cold"]["per_split"] == m["cold"]["per_split"]]
+        per_split = f"(= {same[0]}'s)" if same else ", ".join(f"{v:.4f}" for v in m["cold"]["per_split"])
+        d = m.get("gammli_cold_minus_this")
+        diff = (
+            f"{d['mean']:.4f} ± {d['se']:.4f} | {d['gammli_lower_on']}/{d['splits']}".replace("-", "−")
+            if d
+            else "– | –"
+        )
+        body.append(
+            f"| {name} | {m['warm']['mean']:.4f} | {m['cold']['mean']:.4f} ± {m['cold']['sd']:.4f} | {per_split} | "
+            f"{diff} |"
+        )
+    return markdown(
+        f"| model | warm RMSE (mean of {n}) | cold RMSE (mean ± sd of {n}) | cold RMSE per split (seeds {seeds}) | "
+        "GAMMLI − model, cold (mean ± se) | GAMMLI lower on |",
+        body,
+    )

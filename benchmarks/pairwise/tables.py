@@ -101,5 +101,5 @@ def digits_table(r: dict) -> str:
     nz = ", ".join(f"{p['nonzero_deviation_share']:.2f}" for p in r["pairs"])
     return (
         f"8×8 digits 1 vs 9 (D = {r['D']}, test AUC {r['test_auc']:.3f}); RAIPair on {len(r['pairs'])} pairs: "
-        f"{secs} s each; share of non-zero deviations φ̂: {nz}. Picture: `benchmarks/results/pairwise/digits.png`."
+        f"{secs} s each; share of non-zero deviations φ̂: {nz} (the pictures are Figs. 3–4 above)."
     )
