@@ -12,26 +12,6 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
-# Tables the renderer has but whose markers the pages do not hold yet (issue 52 moves them under markers);
-# a table leaves this set when its page gets its markers.
-NOT_YET_PLACED = {
-    f"{page}: {name}"
-    for page, names in {
-        "gammli.md": ("gammli-ml100k-table", "gammli-sim-table", "gammli-scale-table"),
-        "kolmogorov.md": ("kolmogorov-table3", "kolmogorov-table4", "kolmogorov-rules"),
-        "pairwise.md": (
-            "pairwise-speed",
-            "pairwise-masking",
-            "pairwise-rai-vs-asi",
-            "pairwise-cluster",
-            "pairwise-cluster-local",
-            "pairwise-digits",
-        ),
-    }.items()
-    for name in names
-}
-
-
 def load_render():
     """``benchmarks.render``, importable from the repository root (``python -m pytest`` runs there)."""
     return importlib.import_module("benchmarks.render")
@@ -67,6 +47,5 @@ def test_every_table_lives_in_exactly_one_page():
         text = page.read_text()
         for name in names:
             owner = page.parent.name == "docs" and name in render.TABLES.get(page.name, {})
-            placed = f"{page.name}: {name}" not in NOT_YET_PLACED
-            assert (f"<!-- {name} -->" in text) in ((owner,) if placed else (owner, False)), f"{page.name}: {name}"
-    assert set(render.unplaced(ROOT / "docs")) <= NOT_YET_PLACED
+            assert (f"<!-- {name} -->" in text) == owner, f"{page.name}: {name}"
+    assert not render.unplaced(ROOT / "docs")
