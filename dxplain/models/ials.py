@@ -94,6 +94,8 @@ class IALS:
     max_sweeps : sweeps at most (one half-step of each side a sweep)
     anderson : sweeps the Anderson step combines; 0 = plain ALS
     seed : the seeded start (uniform on [0, INIT_SCALE), as ``implicit``'s)
+    balance : rescale V after each sweep to the penalty's minimum along UVᵀ's invariances (module docstring);
+        False: plain exact sweeps (with ``anderson`` = 0, ``implicit``'s own iteration with exact solves)
     """
 
     k: int = DEFAULT_K
@@ -193,12 +195,14 @@ class IALS:
         return rng.random((data.n_users, self.k)) * INIT_SCALE, rng.random((data.n_items, self.k)) * INIT_SCALE
 
     def _balanced(self, hs, U, V):
-        """V T_V of the transforms (T_U, T_V), T_U T_Vᵀ = I, that minimise the penalty Σ w_u‖U_u T_U‖² + Σ w_i‖V_i T_V‖²
-        (``kernels.balance``, with the w-weighted Grams): UVᵀ and so the data term stay as they are."""
+        """V P⁻¹ for the P of ``kernels.ials.balancing_transform`` (from the w-weighted Grams): of all (U R, V R⁻ᵀ),
+        which leave UVᵀ and so the data term as they are, the least penalty, reached without a rotation. The next
+        sweep solves U afresh, so only V is rescaled."""
         if not self.balance:
             return V
         A, B = hs.weighted_gram("user", U), hs.weighted_gram("item", V)
-        if min(np.linalg.eigvalsh(A)[0], np.linalg.eigvalsh(B)[0]) <= 0:
+        low = [np.linalg.eigvalsh(M)[[0, -1]] for M in (A, B)]
+        if any(lo <= 1e-12 * hi for lo, hi in low):  # a rank-deficient side: no unique rescaling to take
             return V
         return V @ np.linalg.inv(ials.balancing_transform(A, B))
 
@@ -207,16 +211,19 @@ class IALS:
         U, V = self._start(data, init)
         state, sweeps = Measure(), 0
         accel = anderson.Anderson(self.anderson) if self.anderson else None
-        X = V
+        X = image = V
+        combined = False  # whether X is an Anderson combination (a plain sweep never raises f)
         for sweeps in range(1, self.max_sweeps + 1):
             U_new = hs.users(X)
             V_new = hs.items(U_new)
             trial = hs.measure(U_new, V_new)
             progress.update("train: iALS sweeps", sweeps, self.max_sweeps, f"bound={max(trial.bound):.1e}")
-            if X is not V and trial.objective > state.objective + UPHILL_SLACK * abs(state.objective):
+            if combined and trial.objective > state.objective + UPHILL_SLACK * abs(state.objective):
+                # Forget the combinations and sweep plainly from the last accepted point's rescaled V: unguarded,
+                # they can lead to a saddle such as U = V = 0.
                 log.debug("iALS sweep %d: the Anderson step raised f; plain sweep from the last point", sweeps)
                 accel.reset()
-                X = V
+                X, combined = image, False
                 continue
             U, V, state = U_new, V_new, trial
             log.debug("iALS sweep %d: f=%.10e ‖∇f‖=%.2e bound %s", sweeps, state.objective, state.gnorm, state.bound)
@@ -226,7 +233,8 @@ class IALS:
             if accel:
                 accel.push(image, X)
             # The budget's last sweep is plain (never refused): it ends where a model can be returned.
-            X = accel.extrapolate() if accel and sweeps + 1 < self.max_sweeps else image
+            combined = bool(accel) and sweeps + 1 < self.max_sweeps
+            X = accel.extrapolate() if combined else image
         if accel:
             accel.reset()
         if not np.isfinite(state.objective):  # no sweep accepted (max_sweeps 0): measure the start
