@@ -335,3 +335,38 @@ def test_bad_factors_and_models_are_refused():
     for bad in ({"loss": "squared"}, {"settings": {}}):
         with pytest.raises(UnsupportedModelError):
             explain_ials(replace(m, **bad), d, Targets.from_pairs([0], [0]))
+
+
+def test_the_rescaling_minimises_the_penalty_without_a_rotation():
+    rng = np.random.default_rng(21)
+    U, V = rng.normal(size=(30, 4)), rng.normal(size=(20, 4)) * 3.0
+    wU, wV = rng.integers(1, 5, 30), rng.integers(1, 5, 20)
+    A, B = (U * wU[:, None]).T @ U, (V * wV[:, None]).T @ V
+    P = ials.balancing_transform(A, B)
+    np.testing.assert_allclose(P, P.T, atol=1e-12)
+    assert np.linalg.eigvalsh(P)[0] > 0
+    Pi = np.linalg.inv(P)
+    np.testing.assert_allclose(P.T @ A @ P, Pi @ B @ Pi.T, rtol=1e-9, atol=1e-9)  # the weighted Grams balanced
+
+    def penalty(R):
+        Ri = np.linalg.inv(R)
+        return np.trace(R.T @ A @ R) + np.trace(Ri @ B @ Ri.T)
+
+    best = penalty(P)
+    assert all(penalty(P @ (np.eye(4) + 0.05 * rng.normal(size=(4, 4)))) > best for _ in range(20))
+    np.testing.assert_allclose(ials.balancing_transform(B, B), np.eye(4), atol=1e-9)  # balanced already: P = I
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_the_identity_bound_bounds_each_targets_miss(convention):
+    """Off stationarity, each item-side miss is ⟨∇_U f, V_j⟩/(2λw_u), within ε/cos θ of the score (Cauchy–Schwarz)."""
+    d = signed_interactions(40, 30, 0.3, seed=23)
+    m = IALS(k=4, alpha=2.0, convention=convention, max_sweeps=3, seed=2).fit(d)
+    ex = IALSExplainer(m, d)
+    t = Targets.from_pairs(np.repeat(np.arange(1, 40), 3), np.tile([2, 5, 9], 39))
+    s = ex.scores(t)
+    miss = np.abs(ex.side_sums(t)[0] - s)
+    cos = np.abs(s) / (np.linalg.norm(m.U[t.user], axis=1) * np.linalg.norm(m.V[t.item], axis=1))
+    eps = m.info["identity_bound"]["item"]
+    live = np.abs(s) > 1e-9
+    assert eps > 1e-3 and np.all(miss[live] / np.abs(s[live]) <= eps / cos[live] * (1 + 1e-9))
