@@ -785,3 +785,21 @@ def test_an_interrupted_map_cancels_its_queued_tasks(client):
     while client.run_on_scheduler(queued) and time.time() < deadline:
         time.sleep(0.1)
     assert client.run_on_scheduler(queued) == [] and caught.traceback  # held, yet nothing left queued
+
+
+def test_ials_trained_over_parts_on_the_cluster_equals_in_process(client, tmp_path):
+    """iALS's half-steps and measures as tasks on the workers' parts: the sweeps and factors of the whole table
+    trained here (Spark's convention: per-row ridge weights computed where the parts are)."""
+    from functools import partial
+
+    from dxplain.models.ials import IALS
+    from dxplain.models.ials_half_steps import IALSHalfSteps
+
+    d = random_interactions(80, 60, 0.2, seed=23)
+    parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 4 + 1)
+    trainer = IALS(k=5, convention="spark", alpha=0.5, max_sweeps=40)
+    mem = trainer.fit(d)
+    dsk = trainer.fit(d, half_steps=partial(IALSHalfSteps.over_parts, DaskMapper(client), parts))
+    assert mem.info["sweeps"] == dsk.info["sweeps"] and len(parts.user_cuts) > 2
+    np.testing.assert_allclose(dsk.U, mem.U, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(dsk.V, mem.V, rtol=1e-9, atol=1e-12)

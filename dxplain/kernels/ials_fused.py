@@ -1,0 +1,152 @@
+"""Compiled iALS row loops (numba): the twins of ``ials.half_step`` and ``ials.gradient_rows``, which stay as the
+tests' reference.
+
+A row's system is G + Σ_e (c_e − 1) F_e F_eᵀ + λ w I: the Gram G of the whole other side, shared by every row,
+plus a correction from the row's own entries only. The correction is formed as two Grams of gathered,
+transposed rows scaled by √|c_e − 1| (one for c_e > 1, one for c_e < 1, subtracted), in ``als_fused``'s blocked
+dot products, then the row is solved by its Cholesky factorisation. Entries with c_e = 1 (the ``implicit``
+convention at α|r| = 1) cost nothing beyond the right-hand side, and rows all of whose entries have c_e = 1 share
+one factorisation of G + λw I (``implicit``'s defaults on 0/1 data make every row such a row).
+
+Rows run over numba's threads, interleaved so that light and heavy rows mix; ``nogil`` lets Dask's threads run
+parts side by side. ``cache=True``: compiled once per machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange, uint64
+
+from .als_fused import _dot, _gram_upper, _solve_spd
+
+
+@njit(nogil=True, cache=True)
+def _gather_weighted(F, cols, c, a, d, sign, Gt):
+    """Gt[:, :n] ← √(sign·(c_e − 1)) F_eᵀ for the n entries e of a:a+d with sign·(c_e − 1) > 0; returns n."""
+    k = F.shape[1]
+    n = 0
+    for j in range(d):
+        w = sign * (c[a + j] - 1.0)
+        if w > 0.0:
+            s = np.sqrt(w)
+            f = F[cols[a + j]]
+            for q in range(k):
+                Gt[q, n] = s * f[q]
+            n += 1
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _add_upper(A, S, k, sign):
+    """A[p, q] += sign·S[p, q] for p ≤ q < k."""
+    for p in range(k):
+        for q in range(p, k):
+            A[p, q] += sign * S[p, q]
+
+
+@njit(nogil=True, cache=True)
+def _solve_factored(A, n, b, x):
+    """x[:n] ← A⁻¹b with A's Cholesky factor L in its lower triangle and diagonal (as ``_solve_spd`` leaves it)."""
+    for i in range(n):
+        x[i] = (b[i] - _dot(A[i], x, i)) / A[i, i]
+    for i in range(n - 1, -1, -1):
+        x[i] /= A[i, i]
+        for m in range(i):
+            x[m] -= A[i, m] * x[i]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X):
+    """X[r] ← (G + Σ_{e∈O_r} (c_e − 1) F_e F_eᵀ + lam_w[r] I)⁻¹ Σ_{e∈O_r} c_e p_e F_e for every row r (CSR over
+    ``cols``); a row with a zero right-hand side gets 0.
+
+    Parameters
+    ----------
+    indptr, cols, c, p : int64, int64, float64, float64: the rows' entries, confidences and preferences
+    F : (n_cols, k) float64, C-contiguous: the other side's factors
+    G : (k, k) float64: FᵀF
+    lam_w : (n_rows,) float64: λ w per row
+    n_threads : numba's thread count (``numba.get_num_threads()``; read inside, it would block caching)
+    X : (n_rows, k) float64 output
+    """
+    k = F.shape[1]
+    kp = -(-k // 4) * 4  # the Gram works on blocks of 4 rows: zero rows pad k
+    m = X.shape[0]
+    d_max = 0
+    for r in range(m):
+        d_max = max(d_max, indptr[r + 1] - indptr[r])
+    for t in prange(n_threads):
+        Gt = np.zeros((kp, max(d_max, 1)))
+        A = np.empty((kp, kp))
+        S = np.empty((kp, kp))
+        b = np.empty(kp)
+        x = np.empty(kp)
+        A0 = np.empty((kp, kp))  # G + lam0·I factorised, shared by the rows without a correction
+        lam0 = np.nan
+        for r in range(t, m, n_threads):
+            a, d = indptr[r], indptr[r + 1] - indptr[r]
+            for q in range(k):
+                b[q] = 0.0
+            live, corrected = False, False
+            for j in range(d):
+                corrected = corrected or c[a + j] != 1.0
+                w = c[a + j] * p[a + j]
+                if w != 0.0:
+                    live = True
+                    f = F[cols[a + j]]
+                    for q in range(k):
+                        b[q] += w * f[q]
+            if not live:
+                X[r, :] = 0.0
+                continue
+            if not corrected:  # every c_e = 1: the system is G + λw I, factorised once for a run of such rows
+                if lam_w[r] == lam0:
+                    _solve_factored(A0, k, b, x)
+                else:
+                    for q in range(k):
+                        A0[q, q:k] = G[q, q:k]
+                        A0[q, q] += lam_w[r]
+                    _solve_spd(A0, k, b, x)
+                    lam0 = lam_w[r]
+                X[r, :] = x[:k]
+                continue
+            for q in range(k):
+                A[q, q:k] = G[q, q:k]
+                A[q, q] += lam_w[r]
+            for sign in (1.0, -1.0):
+                n = _gather_weighted(F, cols, c, a, d, sign, Gt)
+                if n > 0:
+                    _gram_upper(Gt, kp, n, S)
+                    _add_upper(A, S, k, sign)
+            _solve_spd(A, k, b, x)
+            X[r, :] = x[:k]
+
+
+@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+def gradient_rows_fused(indptr, cols, c, p, X, F, G, lam_w, g, data):
+    """g[r] ← 2[(G + lam_w[r] I) X_r + Σ_{e∈O_r} ((c_e − 1) s_e − c_e p_e) F_e] and
+    data[r] ← X_rᵀ G X_r + Σ_{e∈O_r} (c_e (p_e − s_e)² − s_e²), s_e = ⟨X_r, F_e⟩: ``ials.gradient_rows`` per row."""
+    k = F.shape[1]
+    for r in prange(X.shape[0]):
+        x, gr = X[r], g[r]
+        xGx = 0.0
+        for q in range(k):
+            s = 0.0
+            for l in range(k):  # noqa: E741 (the maths' index)
+                s += G[q, l] * x[l]
+            gr[q] = s + lam_w[r] * x[q]
+            xGx += s * x[q]
+        acc = 0.0
+        for e in range(uint64(indptr[r]), uint64(indptr[r + 1])):  # unsigned: see als_fused._gram_upper
+            f = F[cols[e]]
+            s = 0.0
+            for q in range(k):
+                s += x[q] * f[q]
+            ce, pe = c[e], p[e]
+            acc += ce * (pe - s) * (pe - s) - s * s
+            w = (ce - 1.0) * s - ce * pe
+            for q in range(k):
+                gr[q] += w * f[q]
+        for q in range(k):
+            gr[q] *= 2.0
+        data[r] = xGx + acc

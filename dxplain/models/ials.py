@@ -1,0 +1,242 @@
+"""Confidence-weighted ALS (iALS; Hu, Koren & Volinsky 2008) trained to a stationary point.
+
+    f(U, V) = Σ_{all u,i} c_ui (p_ui − ⟨U_u, V_i⟩)² + λ (Σ_u w_u ‖U_u‖² + Σ_i w_i ‖V_i‖²)
+
+with the confidences, preferences and ridge weights of a named convention (``kernels.ials``):
+
+- ``implicit``: what the ``implicit`` library's ``AlternatingLeastSquares(regularization=λ, alpha=α)`` minimises:
+  c = α|r| on stored entries (a stored 0 leaves the sum), 1 elsewhere; p = 1[r > 0]; w = 1.
+- ``spark``: what Spark MLlib's ``ALS(implicitPrefs=True, regParam=λ, alpha=α)`` minimises: c = 1 + α|r|,
+  p = 1[r > 0], w = the row's count of r > 0.
+
+The representer identity holds at a stationary point only, on both sides, with the raw factors (Spark's
+weighting leaves UᵀU ≠ VᵀV, so the factors are never balanced), so training stops on the bound that the
+gradient puts on the identity's relative error (``kernels.ials.identity_bound``), not on a count of sweeps.
+
+Solver: sweeps of two exact half-steps (each row's k×k solve against the other side's Gram). f's data term depends
+on UVᵀ only, so (U P, V P⁻¹) for any invertible P changes only the penalty, whose curvature in those directions
+is λ: small, and plain ALS crawls along them. After each sweep V is therefore rescaled by the P that minimises the
+penalty (``kernels.ials.balancing_transform``, identity at a stationary point), and the sweeps are
+Anderson-accelerated on V (``kernels.anderson``; a combination that raises f is dropped for a plain sweep, as in
+``models.als``).
+This is a trainer of its own rather than ``models.als.ALSMF`` with another loss strategy: ALSMF's objective is
+an average over D with a (λ/2)-ridge and its bound uses the balanced factors, neither of which is iALS's, and
+its strategies see only a part's stored entries, where iALS's rows also need the other side's whole Gram.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import progress
+from ..errors import InputError
+from ..interactions import Interactions
+from ..kernels import anderson, ials
+from ..kernels.ials import CONVENTIONS
+from .base import FactorModel
+from .ials_half_steps import IALSHalfSteps, Measure
+
+log = logging.getLogger(__name__)
+
+DEFAULT_K = 32
+# Each library's own default: implicit's ``regularization`` and Spark's ``regParam``; both default α to 1.
+DEFAULT_LAM = {"implicit": 0.01, "spark": 0.1}
+DEFAULT_ALPHA = 1.0
+# The bound is ε/cos θ per target: ε ≤ 1e-7 keeps every target with cos θ ≥ 0.1 within 1e-6 relative.
+IDENTITY_TOL = 1e-7
+ANDERSON_MEMORY = 10
+UPHILL_SLACK = 1e-12  # a combination raising f by more than this (relative; rounding near the optimum) is dropped
+INIT_SCALE = 0.01  # implicit's start: uniform on [0, 0.01)
+
+OBJECTIVE = {
+    "implicit": "Σ_all c (p − ⟨U_u,V_i⟩)² + λ(‖U‖² + ‖V‖²), c = α|r| stored (0 for a stored 0), 1 unobserved",
+    "spark": "Σ_all c (p − ⟨U_u,V_i⟩)² + λ(Σ n_u‖U_u‖² + Σ n_i‖V_i‖²), c = 1 + α|r|, n = positive count",
+}
+
+
+def check_settings(convention: str, alpha: float, lam: float | None) -> None:
+    """Refuse settings the loss has no meaning for, naming the value and the fix (InputError)."""
+    if convention not in CONVENTIONS:
+        raise InputError(f"unknown iALS convention {convention!r}: use one of {', '.join(CONVENTIONS)}")
+    if not np.isfinite(alpha) or alpha <= 0:
+        raise InputError(f"alpha = {alpha!r}: the confidence scale must be a positive number (e.g. 1.0, 40.0)")
+    if lam is not None and (not np.isfinite(lam) or lam <= 0):
+        raise InputError(
+            f"lam = {lam!r}: iALS's explanation divides by λ, so λ must be positive "
+            f"(implicit's default regularization is {DEFAULT_LAM['implicit']}, Spark's regParam {DEFAULT_LAM['spark']})"
+        )
+
+
+def check_data(data: Interactions) -> None:
+    """Refuse stored values that are not finite (a confidence needs |r|)."""
+    if len(data) and not np.all(np.isfinite(data.rating)):
+        bad = data.rating[~np.isfinite(data.rating)][0]
+        raise InputError(f"a stored value is {bad}: iALS's confidences need finite values (drop or fill them)")
+
+
+@dataclass
+class IALS:
+    """iALS trained to a stationary point (module docstring).
+
+    Parameters
+    ----------
+    k : rank
+    lam : λ, as ``implicit``'s ``regularization`` or Spark's ``regParam``; None = that library's default
+    alpha : α, as the library's ``alpha``
+    convention : ``implicit`` or ``spark``
+    identity_tol : stop when the bound on the identity's relative error, max(ε_item, ε_user), is ≤ this; None:
+        stop on ‖∇f‖ ≤ ``tol``
+    tol : the gradient-norm stop when ``identity_tol`` is None
+    max_sweeps : sweeps at most (one half-step of each side a sweep)
+    anderson : sweeps the Anderson step combines; 0 = plain ALS
+    seed : the seeded start (uniform on [0, INIT_SCALE), as ``implicit``'s)
+    balance : rescale V after each sweep to the penalty's minimum along UVᵀ's invariances (module docstring);
+        False: plain exact sweeps (with ``anderson`` = 0, ``implicit``'s own iteration with exact solves)
+    """
+
+    k: int = DEFAULT_K
+    lam: float | None = None
+    alpha: float = DEFAULT_ALPHA
+    convention: str = "implicit"
+    identity_tol: float | None = IDENTITY_TOL
+    tol: float = 1e-9
+    max_sweeps: int = 2000
+    anderson: int = ANDERSON_MEMORY
+    seed: int = 0
+    balance: bool = True
+
+    @property
+    def lam_(self) -> float:
+        return DEFAULT_LAM.get(self.convention, 0.0) if self.lam is None else self.lam
+
+    def fit(
+        self, data: Interactions, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> FactorModel:
+        """Train on ``data`` (stored values r; the unobserved entries are every pair not stored).
+
+        ``half_steps(data, lam, alpha, convention) -> IALSHalfSteps``: where the half-steps run; by default the
+        whole table in this process (``IALSHalfSteps.local``), or ``partial(IALSHalfSteps.over_parts, mapper,
+        parts)``. ``init=(U, V)`` starts from given factors (e.g. an imported model, polished to stationarity);
+        the first sweep solves U from V.
+
+        Every accepted sweep ends with an exact items' half-step, so V is stationary given U to rounding and
+        the user side's identity (an item's users) holds to rounding; the stop bounds the item side's.
+        """
+        check_settings(self.convention, self.alpha, self.lam)
+        check_data(data)
+        if init is not None and (init[0].shape != (data.n_users, self.k) or init[1].shape != (data.n_items, self.k)):
+            raise InputError(
+                f"the start factors have shapes {init[0].shape} and {init[1].shape}, the data needs "
+                f"({data.n_users}, {self.k}) and ({data.n_items}, {self.k}): give factors of these users and items"
+            )
+        t0 = time.perf_counter()
+        lam = self.lam_
+        hs = (half_steps or IALSHalfSteps.local)(data, lam, self.alpha, self.convention)
+        try:
+            U, V, state, sweeps = self._sweeps(data, hs, init)
+        finally:
+            hs.close()
+        seconds = time.perf_counter() - t0
+        converged = self._done(state)
+        log.info(
+            "iALS (%s) k=%d λ=%g α=%g: %d sweeps, ‖∇f‖=%.2e, identity bound %s, %.2fs%s",
+            self.convention,
+            self.k,
+            lam,
+            self.alpha,
+            sweeps,
+            state.gnorm,
+            state.bound,
+            seconds,
+            "" if converged else " (stopped on max_sweeps)",
+        )
+        info = {
+            "sweeps": sweeps,
+            "seed": self.seed,
+            "objective": state.objective,
+            "seconds": seconds,
+            "converged": converged,
+            "identity_tol": self.identity_tol,
+            "identity_bound": {"item": state.bound[0], "user": state.bound[1]},
+        }
+        model = FactorModel(
+            U,
+            V,
+            0.0,
+            lam,
+            len(data),
+            loss="ials",
+            kind="ials",
+            grad_norm=state.gnorm,
+            info=info,
+            settings={"convention": self.convention, "alpha": float(self.alpha)},
+        )
+        model.objective_scaling = OBJECTIVE[self.convention]  # what FactorModel.metadata records
+        model.check_not_degenerate(data)
+        return model
+
+    def converged(self, model: FactorModel) -> bool:
+        """Whether a model this trainer fitted met its stopping rule (not its budget)."""
+        return bool(model.info.get("converged"))
+
+    def _done(self, state: Measure) -> bool:
+        if self.identity_tol is None:
+            return state.gnorm <= self.tol
+        return max(state.bound) <= self.identity_tol
+
+    def _start(self, data: Interactions, init):
+        if init is not None:
+            return np.array(init[0], np.float64), np.array(init[1], np.float64)
+        rng = np.random.default_rng(self.seed)
+        return rng.random((data.n_users, self.k)) * INIT_SCALE, rng.random((data.n_items, self.k)) * INIT_SCALE
+
+    def _balanced(self, hs, U, V):
+        """V P⁻¹ for the P of ``kernels.ials.balancing_transform`` (from the w-weighted Grams): of all (U R, V R⁻ᵀ),
+        which leave UVᵀ and so the data term as they are, the least penalty, reached without a rotation. The next
+        sweep solves U afresh, so only V is rescaled."""
+        if not self.balance:
+            return V
+        A, B = hs.weighted_gram("user", U), hs.weighted_gram("item", V)
+        low = [np.linalg.eigvalsh(M)[[0, -1]] for M in (A, B)]
+        if any(lo <= 1e-12 * hi for lo, hi in low):  # a rank-deficient side: no unique rescaling to take
+            return V
+        return V @ np.linalg.inv(ials.balancing_transform(A, B))
+
+    def _sweeps(self, data: Interactions, hs: IALSHalfSteps, init):
+        """Exact sweeps V ← items(users(X)) from X = V, with X the Anderson combination of the last sweeps'."""
+        U, V = self._start(data, init)
+        state, sweeps = Measure(), 0
+        accel = anderson.Anderson(self.anderson) if self.anderson else None
+        X = image = V
+        combined = False  # whether X is an Anderson combination (a plain sweep never raises f)
+        for sweeps in range(1, self.max_sweeps + 1):
+            U_new = hs.users(X)
+            V_new = hs.items(U_new)
+            trial = hs.measure(U_new, V_new)
+            progress.update("train: iALS sweeps", sweeps, self.max_sweeps, f"bound={max(trial.bound):.1e}")
+            if combined and trial.objective > state.objective + UPHILL_SLACK * abs(state.objective):
+                # Forget the combinations and sweep plainly from the last accepted point's rescaled V: unguarded,
+                # they can lead to a saddle such as U = V = 0.
+                log.debug("iALS sweep %d: the Anderson step raised f; plain sweep from the last point", sweeps)
+                accel.reset()
+                X, combined = image, False
+                continue
+            U, V, state = U_new, V_new, trial
+            log.debug("iALS sweep %d: f=%.10e ‖∇f‖=%.2e bound %s", sweeps, state.objective, state.gnorm, state.bound)
+            if self._done(state):
+                break
+            image = self._balanced(hs, U, V)
+            if accel:
+                accel.push(image, X)
+            # The budget's last sweep is plain (never refused): it ends where a model can be returned.
+            combined = bool(accel) and sweeps + 1 < self.max_sweeps
+            X = accel.extrapolate() if combined else image
+        if accel:
+            accel.reset()
+        if not np.isfinite(state.objective):  # no sweep accepted (max_sweeps 0): measure the start
+            state = hs.measure(U, V)
+        return U, V, state, sweeps

@@ -1,0 +1,137 @@
+"""``IALSHalfSteps``: the iALS half-steps and the measure of a sweep, mapped over the interactions' parts.
+
+A part is a CSR slice of one side's rows with its confidences, preferences and ridge weights (``load_ials_part``);
+each row's whole sum is in its part, and the unobserved entries enter through the other side's Gram, computed
+once per half-step here and sent with the factors. In process the table is one part per side
+(``IALSHalfSteps.local``); over ``io.partitions`` parts on any mapper it is ``IALSHalfSteps.over_parts``
+(the part files of ALS-MF, read by ``models.als.part_half_steps.load_part``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..interactions import Interactions
+from ..kernels import ials
+from ..mapper import LocalMapper
+from .als.half_steps import csr_view
+from .als.part_half_steps import load_part
+
+
+def ials_part(indptr, cols, r, alpha: float, convention: str) -> tuple:
+    """(indptr, cols, c, p, w) of a CSR slice of stored values r (``kernels.ials.confidence``, ``ridge_weights``)."""
+    c, p = ials.confidence(r, alpha, convention)
+    w = ials.ridge_weights(indptr, r, convention)
+    return (np.asarray(indptr, np.int64), np.asarray(cols, np.int64), c, p, w)
+
+
+def ridge_weights_of(data: Interactions, convention: str) -> dict:
+    """Each side's ridge weights w (``kernels.ials.ridge_weights``), O(users + items)."""
+    return {
+        side: ials.ridge_weights(indptr, r, convention)
+        for side, (indptr, _, r) in ((s, csr_view(data, data.rating, s)) for s in ("user", "item"))
+    }
+
+
+def load_ials_part(parts, side: str, p: int, alpha: float, convention: str) -> tuple:
+    """Part p of ``side`` from ``io.partitions`` parts, as ``ials_part``."""
+    return ials_part(*load_part(parts, side, p, 0.0), alpha, convention)
+
+
+def _solve_part(part, F, G, lam: float) -> np.ndarray:
+    indptr, cols, c, p, w = part
+    return ials.half_step(indptr, cols, c, p, F, lam * w, G)
+
+
+def _measure_part(part, a: int, X, F, G, lam: float) -> tuple[float, float, float, float]:
+    """A part's (data term, its rows' penalty Σ λ w ‖X_r‖², Σ of its gradient rows squared, its rows' identity
+    bound): four numbers back, not the gradient."""
+    indptr, cols, c, p, w = part
+    rows = X[a : a + len(indptr) - 1]
+    g, data = ials.gradient_rows(indptr, cols, c, p, rows, F, lam * w, G)
+    return data, ials.penalty(rows, lam * w), float(np.sum(g * g)), ials.identity_bound(rows, g, lam * w, F)
+
+
+@dataclass
+class Measure:
+    """What a measure of (U, V) found: f, ‖∇f‖ and the identity bound (ε_item, ε_user) (``kernels.ials``)."""
+
+    objective: float = np.inf
+    gnorm: float = np.inf
+    bound: tuple = (np.inf, np.inf)
+
+
+class IALSHalfSteps:
+    """The two exact half-steps and the sweep's measure, one task per part on ``mapper``.
+
+    ``parts``: {"user": [part handles], "item": [...]}, each part from ``ials_part`` (or its handle, persisted
+    where it was read); ``cuts``: each side's first row per part, then the row count.
+    """
+
+    def __init__(self, mapper, parts: dict, cuts: dict, lam: float, w: dict):
+        self.mapper, self.parts, self.cuts, self.lam, self.w = mapper, parts, cuts, lam, w
+
+    @classmethod
+    def local(cls, data: Interactions, lam: float, alpha: float, convention: str) -> IALSHalfSteps:
+        """Both sides whole, in this process."""
+        parts, cuts = {}, {}
+        for side, n in (("user", data.n_users), ("item", data.n_items)):
+            parts[side] = [ials_part(*csr_view(data, data.rating, side), alpha, convention)]
+            cuts[side] = np.array([0, n])
+        return cls(LocalMapper(), parts, cuts, lam, {side: part[0][4] for side, part in parts.items()})
+
+    @classmethod
+    def over_parts(cls, mapper, parts, data: Interactions, lam: float, alpha: float, convention: str) -> IALSHalfSteps:
+        """Over the parts of ``parts`` (``io.partitions.Partitions``, holding ``data``), each read once where its
+        task runs and kept there for every sweep. Use as ``IALS.fit(data, functools.partial(
+        IALSHalfSteps.over_parts, mapper, parts))``."""
+        if parts.n_interactions != len(data):
+            raise ValueError(f"the parts hold {parts.n_interactions} interactions, the data {len(data)}")
+        cuts = {"user": np.asarray(parts.user_cuts), "item": np.asarray(parts.item_cuts)}
+        handles = {
+            side: mapper.persist(
+                load_ials_part,
+                [(parts, side, p, alpha, convention) for p in range(len(c) - 1)],
+                name=f"ials-load-{side}",
+            )
+            for side, c in cuts.items()
+        }
+        return cls(mapper, handles, cuts, lam, ridge_weights_of(data, convention))
+
+    def close(self) -> None:
+        """Nothing is kept beyond the parts, which go with this object."""
+
+    def weighted_gram(self, side: str, F: np.ndarray) -> np.ndarray:
+        """Σ_r w_r F_r F_rᵀ over ``side``'s rows: what that side's penalty is, as a function of a k×k transform."""
+        return (F * self.w[side][:, None]).T @ F
+
+    def users(self, V: np.ndarray) -> np.ndarray:
+        return self._half("user", V)
+
+    def items(self, U: np.ndarray) -> np.ndarray:
+        return self._half("item", U)
+
+    def _half(self, side: str, F: np.ndarray) -> np.ndarray:
+        F_h, G = self.mapper.put(F), F.T @ F
+        cuts = self.cuts[side]
+        out = np.empty((int(cuts[-1]), F.shape[1]))
+        tasks = [(part, F_h, G, self.lam) for part in self.parts[side]]
+        for p, rows in self.mapper.imap(_solve_part, tasks, name=f"ials-{side}"):
+            out[cuts[p] : cuts[p + 1]] = rows
+        return out
+
+    def measure(self, U: np.ndarray, V: np.ndarray) -> Measure:
+        """f(U, V), ‖∇f‖ and the identity bound: one map over every part of both sides. The data term comes
+        from the users' parts (each holds its users' whole sums, the unobserved entries through VᵀV)."""
+        U_h, V_h = self.mapper.put(U), self.mapper.put(V)
+        G_U, G_V = U.T @ U, V.T @ V
+        tasks = [(part, int(a), U_h, V_h, G_V, self.lam) for part, a in zip(self.parts["user"], self.cuts["user"])]
+        tasks += [(part, int(a), V_h, U_h, G_U, self.lam) for part, a in zip(self.parts["item"], self.cuts["item"])]
+        out = self.mapper.map(_measure_part, tasks, name="ials-measure")
+        users, items = out[: len(self.parts["user"])], out[len(self.parts["user"]) :]
+        f = sum(d for d, _, _, _ in users) + sum(pen for _, pen, _, _ in out)
+        gsq = sum(g for _, _, g, _ in out)
+        bound = (max(e for *_, e in users), max(e for *_, e in items))
+        return Measure(objective=float(f), gnorm=float(np.sqrt(gsq)), bound=bound)
