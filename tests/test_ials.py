@@ -16,7 +16,7 @@ from dxplain.interactions import Interactions, Targets
 from dxplain.kernels import ials
 from dxplain.mapper import LocalMapper
 from dxplain.models.base import FactorModel
-from dxplain.models.ials import IALS
+from dxplain.models.ials import IALS, OBJECTIVE
 from dxplain.models.ials_half_steps import IALSHalfSteps
 
 CONVENTIONS = ["implicit", "spark"]
@@ -186,7 +186,11 @@ def test_identity_holds_at_a_converged_model_and_fails_off_it(convention):
     d = signed_interactions(50, 40, 0.25, seed=9)
     m = IALS(k=6, alpha=3.0, convention=convention, seed=1).fit(d)
     assert (
-        m.loss == "ials" and m.kind == "ials" and m.mu == 0.0 and m.settings == {"convention": convention, "alpha": 3.0}
+        m.loss == "ials"
+        and m.kind == "ials"
+        and m.mu == 0.0
+        and m.settings["convention"] == convention
+        and m.settings["alpha"] == 3.0
     )
     assert m.info["converged"] and max(m.info["identity_bound"].values()) <= 1e-7
     t = recommend(m.U, m.V, d, np.arange(d.n_users), 5)
@@ -305,8 +309,10 @@ def test_the_model_store_keeps_the_loss_and_its_settings(tmp_path):
         "ials",
         "ials",
         0.1,
-        {"convention": "spark", "alpha": 5.0},
+        m.settings,
     )
+    assert back.settings["convention"] == "spark" and back.settings["alpha"] == 5.0
+    assert back.metadata()["objective_scaling"] == OBJECTIVE["spark"]
     np.testing.assert_array_equal(back.U, m.U)
 
 

@@ -6,8 +6,11 @@ import json
 
 from ..errors import DxplainError
 from ..models.als.trainer import DEFAULT_K
-from ..params import FACTORS, validate
+from ..params import FACTORS, Interval, validate
 
+# train's own options beside the factor rules; --model and --convention are checked by models.catalog
+TRAIN = {**FACTORS, "k": Interval(int, 1, example=32), "alpha": Interval(float, 0, open_low=True, example=1.0)}
+TRAIN["lam_bias"] = FACTORS["lam"]
 LAM_HELP = "λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation)"
 
 
@@ -106,15 +109,33 @@ def cmd_datasets(a) -> int:
 
 def cmd_train(a) -> int:
     from ..datasets import resolve_dataset
-    from ..models.als.trainer import ALSMF
+    from ..models.catalog import TrainSettings, train
 
-    validate(FACTORS, vars(a))
+    validate(TRAIN, vars(a))
+    settings = TrainSettings(
+        model=a.model, k=a.k, lam=a.lam, lam_bias=a.lam_bias, convention=a.convention, alpha=a.alpha,
+        select=a.select, seed=a.seed,
+    )  # fmt: skip
+    settings.check()
     _refuse_existing(a)
     ds = resolve_dataset(a.dataset)
-    m = ALSMF(k=a.k, lam=a.lam, seed=a.seed).fit(ds.interactions)
-    m.save(a.out, ds.interactions)
-    print(f"{a.out}: ALS-MF k={a.k} λ={m.lam:g}, ‖∇f‖={m.grad_norm:.1e}")
+    m, table = train(ds.interactions, settings)
+    m.save(a.out, table)
+    print(f"{a.out}: {describe(m)}")
     return 0
+
+
+def describe(m) -> str:
+    """One line on a trained model: its kind, rank, settings, how close to stationary, and what --select chose."""
+    rank = m.settings.get("rank", m.k)
+    extra = "".join(f" {name}={m.settings[name]:g}" for name in ("lam_bias", "alpha") if name in m.settings)
+    convention = f" ({m.settings['convention']})" if "convention" in m.settings else ""
+    line = f"{m.kind}{convention} k={rank} λ={m.lam:g}{extra}, ‖∇f‖={m.grad_norm:.1e}"
+    chosen = m.settings.get("selected")
+    if chosen:
+        picked = ", ".join(f"{key}={chosen[key]:g}" for key in ("k", "lam", "lam_bias", "alpha") if key in chosen)
+        line += f"; chosen on validation: {picked}"
+    return line
 
 
 def cmd_import_embeddings(a) -> int:
@@ -166,16 +187,30 @@ def register(sub) -> None:
     im.add_argument("--force", action="store_true", help="replace an existing --out")
     d.set_defaults(func=cmd_datasets)
 
-    t = sub.add_parser("train", help="train ALS-MF and store it")
+    t = sub.add_parser("train", help="train a factor model (mf, biased, ials, bce) and store it")
     t.add_argument(
         "--dataset",
         default="movielens-100k",
         help="a dataset name, folder or interaction file (default: movielens-100k)",
     )
     t.add_argument("--out", required=True, help="the model store to write (a .zarr folder)")
-    t.add_argument("-k", "--k", type=int, default=DEFAULT_K, help=f"rank (default {DEFAULT_K})")
-    t.add_argument("--lam", type=float, help=LAM_HELP)
-    t.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")
+    t.add_argument(
+        "--model",
+        default="mf",
+        help="mf (ALS-MF, default), biased (μ + b_u + c_i + ⟨U_u,V_i⟩), ials (confidence-weighted ALS), "
+        "bce (BCE on positives and sampled negatives)",
+    )
+    t.add_argument("-k", "--k", type=int, help=f"rank (default {DEFAULT_K})")
+    t.add_argument("--lam", type=float, help=LAM_HELP + "; ials: implicit's regularization or Spark's regParam")
+    t.add_argument("--lam-bias", type=float, help="biased: λ_b on the biases (default 6/|D|, a ridge of 3)")
+    t.add_argument("--convention", help="ials: implicit (default: implicit's AlternatingLeastSquares) or spark")
+    t.add_argument("--alpha", type=float, help="ials: the confidence scale α, as the convention's library means it")
+    t.add_argument(
+        "--select",
+        action="store_true",
+        help="choose λ (and λ_b, or α for ials) on a seeded validation split, then refit on all the data",
+    )
+    t.add_argument("--seed", type=int, default=0, help="initialisation and split seed (default 0)")
     t.add_argument("--force", action="store_true", help="replace an existing --out")
     t.set_defaults(func=cmd_train)
 

@@ -272,3 +272,35 @@ def _merge_candidates(
     best_i, best_s = best_i.copy(), best_s.copy()
     best_i[rows], best_s[rows] = cand_i[keep].reshape(-1, n), cand_s[keep].reshape(-1, n)
     return best_i, best_s
+
+
+def recall_ndcg_at(
+    U: np.ndarray,
+    V: np.ndarray,
+    seen_indptr: np.ndarray,
+    seen_items: np.ndarray,
+    held_indptr: np.ndarray,
+    held_items: np.ndarray,
+    n: int,
+    batch: int = 256,
+) -> tuple[float, float]:
+    """Mean recall@n and NDCG@n over the users with held-out items (LightGCN's protocol: each user's seen items
+    are never ranked). recall = hits / |held|; NDCG = Σ_hits 1/log₂(rank + 1) over the ideal Σ_{r ≤ min(n, |held|)}.
+
+    ``seen_*`` and ``held_*``: CSRs over every user (rows of U) of the items seen in training and held out."""
+    discount = 1.0 / np.log2(np.arange(2, n + 2))
+    ideal = np.cumsum(discount)
+    recall, ndcg, users = 0.0, 0.0, 0
+    for a in range(0, len(U), batch):
+        b = min(a + batch, len(U))
+        ptr = seen_indptr[a : b + 1]
+        top, _ = top_n_unseen(U[a:b], V, ptr - ptr[0], seen_items[ptr[0] : ptr[-1]], n)
+        for r in range(b - a):
+            held = held_items[held_indptr[a + r] : held_indptr[a + r + 1]]
+            if not len(held):
+                continue
+            hit = np.isin(top[r], held)
+            recall += hit.sum() / len(held)
+            ndcg += (discount * hit).sum() / ideal[min(n, len(held)) - 1]
+            users += 1
+    return (recall / users, ndcg / users) if users else (0.0, 0.0)

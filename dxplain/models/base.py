@@ -89,8 +89,8 @@ class FactorModel:
         """What the store writes beside U and V."""
         meta = {name: getattr(self, name) for name in _META}
         meta["regulariser"] = "l2"  # (λ/2)(‖U‖² + ‖V‖²): what the representer's 1/(λ|D|) assumes
-        meta["objective_scaling"] = getattr(
-            self, "objective_scaling", "(1/|D|) Σ (y − μ − ⟨U_i,V_j⟩)² + (λ/2)(‖U‖² + ‖V‖²)"
+        meta["objective_scaling"] = self.settings.get(  # a loss with settings names its own objective
+            "objective", getattr(self, "objective_scaling", "(1/|D|) Σ (y − μ − ⟨U_i,V_j⟩)² + (λ/2)(‖U‖² + ‖V‖²)")
         )
         return meta
 

@@ -173,9 +173,12 @@ class IALS:
             kind="ials",
             grad_norm=state.gnorm,
             info=info,
-            settings={"convention": self.convention, "alpha": float(self.alpha)},
+            settings={
+                "convention": self.convention,
+                "alpha": float(self.alpha),
+                "objective": OBJECTIVE[self.convention],
+            },
         )
-        model.objective_scaling = OBJECTIVE[self.convention]  # what FactorModel.metadata records
         model.check_not_degenerate(data)
         return model
 
