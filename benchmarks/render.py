@@ -7,7 +7,8 @@
 Each area renders its own tables (``benchmarks/<area>/tables.py``); ``TABLES`` says which page and marker
 each one fills. A table lives between ``<!-- name -->`` and ``<!-- /name -->`` in exactly one page. Tables
 come from the JSON results, or, where a benchmark writes its own Markdown (scaling, negatives App. C, SBQ
-applications, case deletion), that Markdown is included as it is. ``--check`` also fails on a table whose
+applications, case deletion), that Markdown is included as it is (case deletion drops a table that repeats
+the one above it). ``--check`` also fails on a table whose
 marker is not in its page. ``tests/test_docs.py`` checks that the committed pages equal this rendering and
 hold every table.
 """
