@@ -13,7 +13,8 @@ from dxplain.explain.targets import recommend
 from dxplain.interactions import Targets
 from dxplain.models.als.trainer import ALSMF
 from dxplain.models.base import FactorModel
-from dxplain.models.biased_mf import BiasedHalfSteps, BiasedMF, augment, biases, interaction_factors, kappa_of, select
+from dxplain.models.biased_mf import BiasedHalfSteps, BiasedMF, augment, biases, interaction_factors, kappa_of
+from dxplain.models.biased_select import SELECT_MISS_TOL, select
 
 LAM, LAM_BIAS = 3e-3, 1e-2
 
@@ -236,7 +237,8 @@ def test_select_picks_the_best_validation_rmse_and_refits_on_all(data):
     holdout = np.random.default_rng(4).random(len(data)) < 0.1
     part, val = data.subset(~holdout), data.subset(holdout)
     scale = len(data) / len(part)
-    again = BiasedMF(k=best["k"], lam=best["lam"] * scale, lam_bias=1e-2 * scale, miss_tol=1e-10, seed=4).fit(part)
+    fit = BiasedMF(k=best["k"], lam=best["lam"] * scale, lam_bias=1e-2 * scale, miss_tol=SELECT_MISS_TOL, seed=4)
+    again = fit.fit(part)
     rmse = np.sqrt(np.mean((again.predict(val.user, val.item) - val.rating) ** 2))
     assert rmse == pytest.approx(best["val_rmse"], rel=1e-12)
     assert sel["validation"]["rows"] == int(holdout.sum())

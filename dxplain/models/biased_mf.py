@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from functools import partial
-from itertools import product
 
 import numpy as np
 
@@ -45,9 +44,8 @@ OBJECTIVE = (
 # The biases' ridge λ_b|D|/2, the `reg` of b_u = Σ (y − μ − c_i)/(n_u + reg): the user + item bias baseline's
 # validation optimum on ml-100k (docs/model.md).
 DEFAULT_BIAS_RIDGE = 3.0
-# ``select``'s default grids, as ridges (λ|D|/2, λ_b|D|/2) around the defaults: small, 9 fits at one k.
-SELECT_RIDGES = (10.0, 15.0, 20.0)
-SELECT_BIAS_RIDGES = (1.0, 3.0, 10.0)
+# Newton steps per round of the polish (``BiasedMF._polish``): about what the polish takes from a stall.
+POLISH_ROUND = 25
 
 
 def kappa_of(lam: float, lam_bias: float) -> float:
@@ -258,7 +256,7 @@ class BiasedMF:
     miss_tol : stop when the bound on every target's |Σ attributions − s| is ≤ miss_tol on both sides
         (``BiasedHalfSteps.stationarity``): the identity then holds within miss_tol/|s| relative
     tol : the Newton polish (when the sweeps stall) stops at ‖∇f‖ ≤ tol; None = the ‖∇f‖ that bounds the miss by
-        miss_tol/2 at the factors the sweeps left
+        miss_tol at the factors of each of its rounds (``_polish``)
     max_sweeps, newton_steps, anderson, cg_steps, seed : as ``ALSMF``'s
     """
 
@@ -301,16 +299,7 @@ class BiasedMF:
         )
         model = sweeps.fit(data, half_steps=half_steps, init=init)
         if not sweeps.converged(model) and self.newton_steps > 0:
-            # The polish stops on ‖∇f‖; the bound is a row of ∇f times the longest free row over λ, so the
-            # tolerance that delivers miss_tol follows from the factors the sweeps left (half of it: they move).
-            tol = self.tol if self.tol is not None else 0.5 * self.miss_tol * lam / longest_free_row(model)
-            polish = replace(sweeps, tol=tol, max_sweeps=0, newton_steps=self.newton_steps)
-            polished = polish.fit(data, half_steps=half_steps, init=(model.U, model.V))
-            info = polished.info | {
-                "sweeps": model.info["sweeps"],
-                "seconds": model.info["seconds"] + polished.info["seconds"],
-            }
-            model = replace(polished, info=info)
+            model = self._polish(data, sweeps, half_steps, model, lam)
         info = dict(model.info)
         info.pop("identity_tol", None)
         bound = info.pop("identity_bound", None)
@@ -330,74 +319,31 @@ class BiasedMF:
         bound = model.info.get("miss_bound")
         return bound is not None and max(bound.values()) <= self.miss_tol
 
+    def _polish(self, data, sweeps: ALSMF, half_steps, model: FactorModel, lam: float) -> FactorModel:
+        """ALSMF's Newton polish from where the sweeps stalled, in rounds of POLISH_ROUND steps, each from where the
+        last ended, until the bound holds, a round no longer lowers f beyond rounding, or the budget is spent; the
+        factors of the round with the lowest bound are kept.
 
-def select(
-    data: Interactions,
-    ks=(DEFAULT_K,),
-    lams=None,
-    lam_biases=None,
-    seed: int = 0,
-    share: float = 0.1,
-    holdout: np.ndarray | None = None,
-    trainer: BiasedMF | None = None,
-) -> FactorModel:
-    """Choose (k, λ, λ_b) on a validation split by RMSE, then refit on all of ``data``.
+        The polish stops on ‖∇f‖ ≤ tol; the bound is at most ‖∇f‖ times the longest free row over λ, so
+        tol = miss_tol·λ/that row delivers miss_tol (each round takes it at its start). Near rounding ‖∇f‖ can
+        rise again while f falls by a rounding error, so the best round, not the last, is kept."""
 
-    The grids hold the final model's λ and λ_b (for |D| = ``len(data)``); a validation fit on the remaining
-    rows D' uses λ·|D|/|D'| (and λ_b likewise): the same ridge λ|D|/2 in every solve, so that the chosen
-    setting means the same regularisation of a user's rows in both fits.
+        def worst(m):
+            return max(m.info["identity_bound"].values())
 
-    Parameters
-    ----------
-    data : the interactions
-    ks, lams, lam_biases : the grids; lams/lam_biases None = the ridges ``SELECT_RIDGES``/``SELECT_BIAS_RIDGES``
-    seed : the validation split's seed (a ``share`` of the rows, uniformly) and the fits' seed
-    holdout : a boolean mask of the validation rows instead of the seeded split
-    trainer : the other settings of every fit (``BiasedMF``'s defaults if None)
-
-    Returns
-    -------
-    The refitted model, with ``settings["selected"]``: the chosen k, λ, λ_b, the split, and the grid's rows
-    (k, λ, λ_b, validation RMSE, whether the fit met its stopping rule, sweeps).
-    """
-    n = len(data)
-    lams = [2.0 * r / n for r in SELECT_RIDGES] if lams is None else [float(x) for x in lams]
-    lam_biases = [2.0 * r / n for r in SELECT_BIAS_RIDGES] if lam_biases is None else [float(x) for x in lam_biases]
-    ks = [int(k) for k in ks]
-    for name, grid in (("ks", ks), ("lams", lams), ("lam_biases", lam_biases)):
-        if not grid:
-            raise InputError(f"{name}=[]: give at least one value to select from")
-    if holdout is None:
-        if not 0.0 < share < 1.0:
-            raise InputError(f"share={share}: the validation share must be between 0 and 1, e.g. 0.1")
-        holdout = np.random.default_rng(seed).random(n) < share
-    holdout = np.asarray(holdout, bool)
-    if holdout.shape != (n,) or not holdout.any() or holdout.all():
-        raise InputError(
-            f"holdout: a boolean mask of the {n} rows with some validation rows and some training rows "
-            f"(got shape {holdout.shape}, {int(holdout.sum())} validation rows)"
-        )
-    base = trainer or BiasedMF()
-    fit_part, val = data.subset(~holdout), data.subset(holdout)
-    scale = n / len(fit_part)
-    grid = []
-    for k, lam, lam_bias in product(ks, lams, lam_biases):
-        t = replace(base, k=k, lam=lam * scale, lam_bias=lam_bias * scale, seed=seed)
-        m = t.fit(fit_part)
-        rmse = float(np.sqrt(np.mean((m.predict(val.user, val.item) - val.rating) ** 2)))
-        grid.append(
-            {"k": k, "lam": lam, "lam_bias": lam_bias, "val_rmse": rmse, "converged": t.converged(m)}
-            | {"sweeps": m.info["sweeps"], "newton_iters": m.info["newton_iters"]}
-        )
-        log.info("biased MF k=%d λ=%g λ_b=%g: validation RMSE %.4f", k, lam, lam_bias, rmse)
-    best = min(grid, key=lambda row: row["val_rmse"])
-    model = replace(base, k=best["k"], lam=best["lam"], lam_bias=best["lam_bias"], seed=seed).fit(data)
-    model.settings["selected"] = {
-        "k": best["k"],
-        "lam": best["lam"],
-        "lam_bias": best["lam_bias"],
-        "val_rmse": best["val_rmse"],
-        "validation": {"rows": int(holdout.sum()), "share": float(holdout.mean()), "seed": seed},
-        "grid": grid,
-    }
-    return model
+        best = current = model
+        steps, seconds = 0, model.info["seconds"]
+        while steps < self.newton_steps:
+            tol = self.tol if self.tol is not None else self.miss_tol * lam / longest_free_row(current)
+            rounds = replace(sweeps, tol=tol, max_sweeps=0, newton_steps=min(POLISH_ROUND, self.newton_steps - steps))
+            polished = rounds.fit(data, half_steps=half_steps, init=(current.U, current.V))
+            steps += polished.info["newton_iters"]
+            seconds += polished.info["seconds"]
+            if worst(polished) < worst(best):
+                best = polished
+            f, f_before = polished.info["objective"], current.info["objective"]
+            if rounds.converged(best) or not f < f_before - 1e-15 * abs(f_before):
+                break
+            current = polished
+        info = best.info | {"sweeps": model.info["sweeps"], "newton_iters": steps, "seconds": seconds}
+        return replace(best, info=info)
