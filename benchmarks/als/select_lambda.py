@@ -15,28 +15,10 @@ import time
 
 import numpy as np
 
-from benchmarks.als.common import ALS
+from benchmarks.als.common import ALS, fit_biases, rmse
 from benchmarks.common import parser
 from dxplain.datasets import resolve_dataset
 from dxplain.models.als.trainer import ALSMF
-
-
-def rmse(pred, y) -> float:
-    return float(np.sqrt(np.mean((pred - y) ** 2)))
-
-
-def fit_biases(tr, reg: float, sweeps: int = 30):
-    """μ + b_u + b_i by alternating ridge updates: b_u = Σ(y − μ − b_i)/(n_u + reg)."""
-    mu = tr.rating.mean()
-    bu, bi = np.zeros(tr.n_users), np.zeros(tr.n_items)
-    for _ in range(sweeps):
-        bu = np.bincount(tr.user, tr.rating - mu - bi[tr.item], tr.n_users) / (
-            np.bincount(tr.user, minlength=tr.n_users) + reg
-        )
-        bi = np.bincount(tr.item, tr.rating - mu - bu[tr.user], tr.n_items) / (
-            np.bincount(tr.item, minlength=tr.n_items) + reg
-        )
-    return lambda u, i: mu + bu[u] + bi[i]
 
 
 def main():

@@ -23,6 +23,7 @@ from ..kernels import representer as K
 from ..kernels.als import pair_scores
 from ..kernels.balance import balance_transforms
 from ..models.base import FactorModel
+from ..models.biased_mf import KIND as BIASED_KIND
 
 SIDES = ["item", "user"]
 SCHEMA_FIELDS = [
@@ -53,6 +54,11 @@ def check_explainable(model: FactorModel, data: Interactions) -> None:
         raise UnsupportedModelError(
             f"the model's loss {model.loss!r} has no representer formula in dxplain "
             f"(known: {', '.join(LOSSES)}); it is not explained with another loss's α"
+        )
+    if model.kind == BIASED_KIND:
+        raise UnsupportedModelError(
+            "a biased-mf model is explained by dxplain.explain.biased (its bias rows and the bias kernel κ² in "
+            "every local importance); the plain representer's sums would miss its score"
         )
     if model.loss == "bce":
         # A streamed table (``interactions.TableSummary``) has its range only: 0/1 at both ends is then the test.
@@ -101,7 +107,12 @@ def _group_targets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def balanced_factors(model: FactorModel) -> tuple[np.ndarray, np.ndarray]:
-    """(Ũ, Ṽ) = (U T_U, V T_V) with ŨᵀŨ = ṼᵀṼ and ŨṼᵀ = UVᵀ (``kernels.balance.balance_transforms``)."""
+    """(Ũ, Ṽ) = (U T_U, V T_V) with ŨᵀŨ = ṼᵀṼ and ŨṼᵀ = UVᵀ (``kernels.balance.balance_transforms``).
+
+    A biased-mf model's factors come back as they are: its stationary points do not have UᵀU = VᵀV, and the
+    balancing would change the inner products its identity sums (``explain.biased``)."""
+    if model.kind == BIASED_KIND:
+        return np.asarray(model.U, np.float64), np.asarray(model.V, np.float64)
     T_U, T_V = balance_transforms(model.U, model.V)
     return model.U @ T_U, model.V @ T_V
 
