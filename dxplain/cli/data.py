@@ -11,6 +11,8 @@ from ..params import FACTORS, Interval, validate
 # train's own options beside the factor rules; --model and --convention are checked by models.catalog
 TRAIN = {**FACTORS, "k": Interval(int, 1, example=32), "alpha": Interval(float, 0, open_low=True, example=1.0)}
 TRAIN["lam_bias"] = FACTORS["lam"]
+IMPORT = {"lam": FACTORS["lam"], "alpha": TRAIN["alpha"]}
+IMPORT_LOSSES = ("squared", "ials")
 LAM_HELP = "λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation)"
 
 
@@ -140,15 +142,38 @@ def describe(m) -> str:
 
 def cmd_import_embeddings(a) -> int:
     from ..datasets import resolve_dataset
-    from ..io.model_store import import_embeddings
+    from ..io.model_store import import_embeddings, read_embeddings
 
-    validate({"lam": FACTORS["lam"]}, vars(a))
+    validate(IMPORT, vars(a))
+    if a.loss not in IMPORT_LOSSES:
+        raise DxplainError(f"--loss {a.loss!r}: give one of {', '.join(IMPORT_LOSSES)}")
+    if a.loss != "ials" and (a.convention is not None or a.alpha is not None):
+        raise DxplainError("--convention and --alpha are the ials loss's settings: pass --loss ials, or drop them")
     _refuse_existing(a)
     ds = resolve_dataset(a.dataset)
-    import_embeddings(
-        a.out, ds.interactions, a.user_factors, a.item_factors, a.user_ids, a.item_ids, lam=a.lam, mu=a.mu
+    data = ds.interactions
+    if a.loss == "squared":
+        import_embeddings(a.out, data, a.user_factors, a.item_factors, a.user_ids, a.item_ids, lam=a.lam, mu=a.mu)
+        print(f"{a.out}: imported factors for {data.n_users} users and {data.n_items} items")
+        return 0
+    from ..models.ials import DEFAULT_ALPHA
+    from ..models.imports import import_ials
+
+    U, V = read_embeddings(data, a.user_factors, a.item_factors, a.user_ids, a.item_ids)
+    alpha = DEFAULT_ALPHA if a.alpha is None else a.alpha
+    m = import_ials(U, V, data, a.convention or "implicit", alpha, a.lam, a.route)
+    m.save(a.out, data)
+    record = m.settings["import"]
+    moved = ", ".join(f"{side} {v:.1e}" for side, v in record["moved"].items())
+    how = (
+        f"polished to stationarity in {record['sweeps']} sweeps, {record['seconds']:.1f}s (factors moved: {moved}; "
+        f"{record['users_top20_changed']} users' top-20 changed)"
+        if a.route == "polish"
+        else f"users re-solved exactly against the items' factors (moved {moved}): the side over each user's "
+        "own items sums exactly, an item's users do not"
     )
-    print(f"{a.out}: imported factors for {ds.interactions.n_users} users and {ds.interactions.n_items} items")
+    print(f"{a.out}: iALS ({m.settings['convention']}, λ={m.lam:g}, α={alpha:g}) for {data.n_users} users and "
+          f"{data.n_items} items, {how}")  # fmt: skip
     return 0
 
 
@@ -226,6 +251,20 @@ def register(sub) -> None:
     ie.add_argument("--item-ids", help="the .npy/.zarr rows' ids: a text file, one a line, or Parquet with 'id'")
     ie.add_argument("--lam", type=float, help="λ if known (else the 1/(λ|D|) factor is dropped)")
     ie.add_argument("--mu", type=float, default=0.0, help="global offset added to scores")
+    ie.add_argument(
+        "--loss",
+        default="squared",
+        help="the loss the factors were trained on: squared (default) or ials (confidence-weighted ALS, "
+        "e.g. implicit's AlternatingLeastSquares or Spark's implicitPrefs ALS)",
+    )
+    ie.add_argument("--convention", help="ials: implicit (default) or spark; --lam and --alpha mean what it means")
+    ie.add_argument("--alpha", type=float, help="ials: the confidence scale α the factors were trained with")
+    ie.add_argument(
+        "--route",
+        default="polish",
+        help="ials: polish (train on to stationarity, then explain; default) or resolve (solve each user "
+        "exactly against the items' factors, as implicit's explain does)",
+    )
     ie.add_argument("--out", required=True, help="the model store to write (a .zarr folder)")
     ie.add_argument("--force", action="store_true", help="replace an existing --out")
     ie.set_defaults(func=cmd_import_embeddings)

@@ -208,6 +208,20 @@ def align_factors(F: np.ndarray, ids: pa.Array, wanted: pa.Array, side: str, sou
     return F[pos]
 
 
+def read_embeddings(data: Interactions, user_factors, item_factors, user_ids=None, item_ids=None) -> tuple:
+    """External user and item factors (``read_factor_file``) in ``data``'s index order, of one width k."""
+    U, uids = read_factor_file(user_factors, user_ids)
+    V, iids = read_factor_file(item_factors, item_ids)
+    if U.shape[1] != V.shape[1]:
+        raise InputError(
+            f"user factors have k={U.shape[1]} columns but item factors k={V.shape[1]}; "
+            "both towers must end in the same embedding size"
+        )
+    U = align_factors(U, uids, data.user_ids, "user", str(user_factors))
+    V = align_factors(V, iids, data.item_ids, "item", str(item_factors))
+    return U, V
+
+
 def import_embeddings(
     out: str | Path,
     data: Interactions,
@@ -219,15 +233,7 @@ def import_embeddings(
     mu: float = 0.0,
 ) -> Path:
     """Store external factors as a dxplain model aligned to ``data``'s ids (λ unknown unless given)."""
-    U, uids = read_factor_file(user_factors, user_ids)
-    V, iids = read_factor_file(item_factors, item_ids)
-    if U.shape[1] != V.shape[1]:
-        raise InputError(
-            f"user factors have k={U.shape[1]} columns but item factors k={V.shape[1]}; "
-            "both towers must end in the same embedding size"
-        )
-    U = align_factors(U, uids, data.user_ids, "user", str(user_factors))
-    V = align_factors(V, iids, data.item_ids, "item", str(item_factors))
+    U, V = read_embeddings(data, user_factors, item_factors, user_ids, item_ids)
     meta = {
         "kind": "imported",
         "loss": "squared",
