@@ -263,7 +263,7 @@ class BiasedMF:
     k: int = DEFAULT_K
     lam: float | None = None
     lam_bias: float | None = None
-    miss_tol: float = 1e-9
+    miss_tol: float = 1e-8
     tol: float | None = None
     max_sweeps: int = 500
     newton_steps: int = 200
