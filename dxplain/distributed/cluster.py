@@ -157,6 +157,7 @@ def connect(settings: Settings, security=None):
         "NUMBA_NUM_THREADS": str(threads),
     }
     os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
+    numba_threads = os.environ.get("NUMBA_NUM_THREADS")
     log.info(
         "starting a LocalCluster: %d worker processes × %d thread(s), BLAS threads per worker %d",
         settings.workers,
@@ -180,4 +181,12 @@ def connect(settings: Settings, security=None):
         # holds a deserialised copy of the data here (measured: +244 MB of peak RSS for U at 50M, k = 64).
         client.register_plugin(BlasThreads(threads))
         client.register_plugin(IgnoreInterrupt())
-        yield client
+        try:
+            yield client
+        finally:
+            # The nanny left the workers' NUMBA_NUM_THREADS in this process's environment; numba rereads it
+            # when it next compiles, and refuses a value other than the one its threads started with.
+            if numba_threads is None:
+                os.environ.pop("NUMBA_NUM_THREADS", None)
+            else:
+                os.environ["NUMBA_NUM_THREADS"] = numba_threads
