@@ -20,7 +20,8 @@ from ..config import Settings
 from ..errors import InputError
 from ..explain.prototypes import VARIANTS, mf_fisher_rows, prototype_table, select
 from ..explain.prototypes_parts import select_from_parts
-from ..explain.representer import check_explainable, predictions
+from ..explain.representer import check_explainable
+from ..explain.run_rows import predictions
 from ..explain.targets import recommend, recommend_from_blocks
 from ..interactions import Interactions
 from ..io.atomic import is_local

@@ -26,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 
 from .. import progress
-from ..explain.representer import Preprocessed, RepresenterExplainer, attribution_rows, fidelity
+from ..explain.representer import Preprocessed, RepresenterExplainer
+from ..explain.run_rows import attribution_rows, fidelity
 from ..explain.targets import recommend
 from ..interactions import Targets, stable_id_order
 from ..io import runs

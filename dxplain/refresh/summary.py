@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DegenerateError
-from ..explain.representer import ERROR_DECADES
+from ..explain.run_rows import ERROR_DECADES
 
 
 def quantile_bound(decades: list[dict[str, int]], q: float) -> float | None:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..explain.representer import SIDES, decade_counts, relative_error
+from ..explain.run_rows import SIDES, decade_counts, relative_error
 
 SIGNS = ("positive", "negative")
 # One attribution's share of its target's score, |importance| / |score|, counted in quarter decades from

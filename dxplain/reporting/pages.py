@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ..explain.representer import ERROR_DECADES, SIDES
+from ..explain.run_rows import ERROR_DECADES, SIDES
 from .aggregate import SHARE_EDGES, SIGNS, Recommendation, RunRows, fidelity_decades, rows_per_target, summary_rows
 from .html import SEARCH_SCRIPT, bar, esc, grid, key_value_table, number, page, png, pyplot, svg
 
