@@ -33,14 +33,12 @@ from ..kernels import ials
 from ..kernels.representer import SCORE_FLOOR
 from ..models.base import FactorModel
 from ..models.biased_mf import KIND as BIASED_KIND
+from ..models.biased_mf import score_floor as biased_score_floor
 from ..models.ials import check_settings
 
 # What a run's row is: a training row, or one of the extra rows (``unobserved_term``: one of the largest terms
 # of the ``unobserved`` row, shown beside it on request and already counted in it).
 KINDS = ["interaction", "bias", "unobserved", "unobserved_term"]
-# A biased model's relative errors divide by at least this share of the ratings' range: its trainer bounds the
-# miss in rating units, and a target whose score s is near 0 has no relative scale (docs/methods.md §1).
-BIASED_FLOOR_SHARE = 1e-2
 
 
 def _other(side: str) -> str:
@@ -172,9 +170,6 @@ def ials_factors(model: FactorModel):
 
 
 def score_floor(model: FactorModel, data) -> float:
-    """What a relative error divides by at least: ``SCORE_FLOOR``, or for a biased model ``BIASED_FLOOR_SHARE`` of
-    the ratings' range (its trainer's bound is in rating units)."""
-    if model.kind != BIASED_KIND:
-        return SCORE_FLOOR
-    lo, hi = data.rating_range()
-    return max(BIASED_FLOOR_SHARE * (hi - lo), SCORE_FLOOR)
+    """What a relative error divides by at least: ``SCORE_FLOOR``, or for a biased model a share of the ratings'
+    range (``models.biased_mf.score_floor``: its trainer's bound is in rating units)."""
+    return biased_score_floor(data) if model.kind == BIASED_KIND else SCORE_FLOOR

@@ -259,9 +259,9 @@ class RepresenterExplainer:
         """Exact Σ importance per target, item side and user side (``side_sum``)."""
         return self.side_sum(t, "item"), self.side_sum(t, "user")
 
-    def side_sum(self, t: Targets, side: str) -> np.ndarray:
+    def side_sum(self, t: Targets, side: str, extra: np.ndarray | None = None) -> np.ndarray:
         """Σ importance per target on one side, over every training row of that side (not only the top-k) and
-        its extra row.
+        its extra row (``extra``: its importances if already computed by ``extra``).
 
         With the side's representer embedding (A = (α⊙R) V_hist for the item side, B = (α⊙R)ᵀ U_hist for the
         user side, computed in preprocessing) it is ⟨A_{i'}, V_tgt_{j'}⟩ or ⟨B_{j'}, U_tgt_{i'}⟩: O(k) per target.
@@ -270,7 +270,7 @@ class RepresenterExplainer:
         """
         u, i = t.user.astype(np.intp), t.item.astype(np.intp)
         E = self.pre.A if side == "item" else self.pre.B
-        extra = self.extra(t, side)
+        extra = self.extra(t, side) if extra is None else extra
         if E is not None:
             out = pair_scores(E, self.pre.Vt, u, i) if side == "item" else pair_scores(E, self.pre.Ut, i, u)
             return out if extra is None else out + extra
