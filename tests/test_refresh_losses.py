@@ -54,8 +54,12 @@ def run_rows(out) -> pa.Table:
 def indices(table: pa.Table, d: Interactions) -> dict[str, np.ndarray]:
     """The rows' ids as indices of ``d`` (−1 for a null id)."""
     out = {}
-    for column, ids in (("user", d.user_ids), ("item", d.item_ids), ("train_user", d.user_ids),
-                        ("train_item", d.item_ids)):  # fmt: skip
+    for column, ids in (
+        ("user", d.user_ids),
+        ("item", d.item_ids),
+        ("train_user", d.user_ids),
+        ("train_item", d.item_ids),
+    ):
         pos = pc.index_in(table.column(column), value_set=ids)
         out[column] = pc.fill_null(pos, -1).to_numpy(zero_copy_only=False).astype(np.int64)
     return out
@@ -101,8 +105,10 @@ def dense_ials(m: FactorModel, d: Interactions):
     def rows(u, j):
         item = R[u] / (m.lam * wU[u]) * (V @ V[j]) if wU[u] > 0 else np.zeros(d.n_items)
         user = R[:, j] / (m.lam * wV[j]) * (U @ U[u]) if wV[j] > 0 else np.zeros(d.n_users)
-        out = {(u, j, "item", u, -1, "unobserved"): item[~stored[u]].sum(),
-               (u, j, "user", -1, j, "unobserved"): user[~stored[:, j]].sum()}  # fmt: skip
+        out = {
+            (u, j, "item", u, -1, "unobserved"): item[~stored[u]].sum(),
+            (u, j, "user", -1, j, "unobserved"): user[~stored[:, j]].sum(),
+        }
         out.update({(u, j, "item", u, i, "interaction"): item[i] for i in np.flatnonzero(stored[u])})
         out.update({(u, j, "user", v, j, "interaction"): user[v] for v in np.flatnonzero(stored[:, j])})
         return out
@@ -117,7 +123,13 @@ def check_rows_equal_the_dense_formula(table: pa.Table, d: Interactions, rows):
     got = {
         (u, j, s, tu, ti, k): v
         for u, j, s, tu, ti, k, v in zip(
-            ix["user"], ix["item"], side, ix["train_user"], ix["train_item"], kind, table.column("importance").to_numpy()
+            ix["user"],
+            ix["item"],
+            side,
+            ix["train_user"],
+            ix["train_item"],
+            kind,
+            table.column("importance").to_numpy(),
         )
     }
     want = {}
@@ -152,8 +164,19 @@ def test_biased_refresh_publishes_the_exact_rows_and_a_bias_row_per_side(ratings
 def test_ials_refresh_publishes_the_exact_rows_and_an_unobserved_row_per_side(binary, tmp_path, convention):
     folder, d = binary
     out = tmp_path / "out"
-    s = refresh(dataset=str(folder), out=str(out), model_kind="ials", convention=convention, alpha=2.0, lam=0.05,
-                k=4, top_n=3, top_k=0, tol=TOL, in_memory=True)  # fmt: skip
+    s = refresh(
+        dataset=str(folder),
+        out=str(out),
+        model_kind="ials",
+        convention=convention,
+        alpha=2.0,
+        lam=0.05,
+        k=4,
+        top_n=3,
+        top_k=0,
+        tol=TOL,
+        in_memory=True,
+    )
     assert s["model_kind"] == "ials" and s["model_settings"]["convention"] == convention
     assert s["model_settings"]["alpha"] == 2.0 and s["prediction"].startswith("preference")
     assert max(s["fidelity_max_rel_error"].values()) <= TOL
@@ -172,8 +195,28 @@ def test_ials_refresh_publishes_the_exact_rows_and_an_unobserved_row_per_side(bi
 def test_top_k_keeps_the_extra_row_and_the_summary_names_the_kind(binary, tmp_path, capsys):
     folder, _ = binary
     out = tmp_path / "out"
-    code = main(["refresh", "--dataset", str(folder), "--out", str(out), "--model-kind", "ials", "--convention",
-                 "spark", "--lam", "0.05", "--k", "4", "--top-n", "2", "--top-k", "1", "--in-memory"])  # fmt: skip
+    code = main(
+        [
+            "refresh",
+            "--dataset",
+            str(folder),
+            "--out",
+            str(out),
+            "--model-kind",
+            "ials",
+            "--convention",
+            "spark",
+            "--lam",
+            "0.05",
+            "--k",
+            "4",
+            "--top-n",
+            "2",
+            "--top-k",
+            "1",
+            "--in-memory",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     summary = json.loads(printed[: printed.index("\n}") + 2])
@@ -182,6 +225,29 @@ def test_top_k_keeps_the_extra_row_and_the_summary_names_the_kind(binary, tmp_pa
     table = run_rows(out)
     kinds = table.group_by(["user", "item", "side"]).aggregate([("kind", "count_distinct")])
     assert set(kinds.column("kind_count_distinct").to_pylist()) == {2}  # interaction rows and the unobserved row
+    page = tmp_path / "report.html"
+    assert main(["report", str(out), "--out", str(page), "--users", "3", "--reasons", "1"]) == 0
+    html = page.read_text()
+    assert html.count("(all unobserved items)") == html.count("(all unobserved users)") == 3 * 2  # 3 users, top-2
+
+
+@pytest.mark.parametrize(("kind", "chosen"), [("biased", {"lam", "lam_bias", "val_rmse"}), ("ials", {"lam", "alpha"})])
+def test_select_chooses_on_validation_and_the_summary_shows_the_choice(ratings, binary, tmp_path, kind, chosen):
+    folder, d = ratings if kind == "biased" else binary
+    s = refresh(
+        dataset=str(folder),
+        out=str(tmp_path / "out"),
+        model_kind=kind,
+        select=True,
+        k=3,
+        top_n=2,
+        top_k=2,
+        in_memory=True,
+    )
+    selected = s["model_settings"]["selected"]
+    assert chosen <= set(selected) and "grid" not in selected
+    assert s["lam"] == selected["lam"] and "-select1" in s["model"]
+    assert max(s["fidelity_max_rel_error"].values()) <= 1e-4
 
 
 @pytest.mark.parametrize(
@@ -253,3 +319,58 @@ def test_prototypes_and_negatives_refuse_these_models_by_name(ratings, binary):
     for m, data in ((model, b), (biased, d)):
         with pytest.raises(UnsupportedModelError, match="BCE"):
             negative_score("representer", m, None, data)
+
+
+@pytest.fixture(scope="module")
+def client():
+    from dxplain.config import Settings
+    from dxplain.distributed.cluster import connect
+
+    with connect(Settings(workers=2, threads_per_worker=1, blas_threads=1)) as c:
+        yield c
+
+
+@pytest.mark.distributed
+def test_the_ials_passes_on_a_cluster_write_the_same_bytes_as_in_process(client, tmp_path):
+    """Spark's weights (α differs by side) and small parts: the α pass (α per side, B and Bx by item part) and the
+    three passes, on LocalMapper and on a 2-process LocalCluster, write byte-identical shards."""
+    import pyarrow.parquet as pq
+
+    from dxplain.distributed.mapper import DaskMapper
+    from dxplain.io.partitions import write_partitions
+    from dxplain.mapper import LocalMapper
+    from dxplain.models.ials import IALS
+    from dxplain.refresh import RefreshJob, alpha_pass, run_passes, shard_users
+
+    d = binarised(random_interactions(80, 60, 0.2, seed=11))
+    m = IALS(k=5, lam=0.05, alpha=3.0, convention="spark", seed=1).fit(d)
+    entries = {}
+    for name, mapper in (("mem", LocalMapper()), ("dask", DaskMapper(client))):
+        parts, factors = alpha_pass(m, write_partitions(tmp_path / f"parts-{name}", d, 150), mapper, d)
+        assert len(parts.item_cuts) > 4
+        job = RefreshJob(parts, factors, d.item_degree(), top_n=4, top_k=2)
+        (tmp_path / name).mkdir()
+        entries[name] = run_passes(mapper, job, shard_users(d, 6), str(tmp_path / name)).entries
+    assert [e["sha256"] for e in entries["mem"]] == [e["sha256"] for e in entries["dask"]]
+    tables = [pq.read_table(tmp_path / name / e["file"]) for name in ("mem", "dask") for e in entries[name][:1]]
+    assert tables[0].equals(tables[1]) and tables[0].num_rows > 0
+    assert max(e["max_rel_error_item"] for e in entries["mem"]) <= 1e-6
+    assert max(e["max_rel_error_user"] for e in entries["mem"]) <= 1e-6
+
+
+def test_ials_over_parts_of_a_streamed_table_reads_its_ridge_weights_from_the_parts(tmp_path):
+    """A prepared dataset's flow holds a TableSummary, not the rows: Spark's weights (positives per user and per
+    item) come from the parts, equal to the whole table's."""
+    from dxplain.interactions import RowStats, TableSummary
+    from dxplain.io.partitions import write_partitions
+    from dxplain.mapper import LocalMapper
+    from dxplain.models.ials_half_steps import IALSHalfSteps, ridge_weights_of
+
+    d = binarised(random_interactions(40, 30, 0.3, seed=12))
+    parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 3 + 1)
+    assert len(parts.user_cuts) > 3
+    summary = TableSummary(d.user_ids, d.item_ids, RowStats.of(d.user, d.item, d.rating, d.n_users, d.n_items))
+    hs = IALSHalfSteps.over_parts(LocalMapper(), parts, summary, 0.05, 2.0, "spark")
+    whole = ridge_weights_of(d, "spark")
+    for side in ("user", "item"):
+        np.testing.assert_array_equal(hs.w[side], whole[side])

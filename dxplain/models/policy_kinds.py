@@ -67,13 +67,28 @@ def kind_tags(spec: TrainSettings, data, budget: dict, fidelity_tol: float | Non
         lam, lam_bias = t.resolved(len(data))
         if spec.select:
             lam, lam_bias = spec.lam, spec.lam_bias
-        return {"biased-k": spec.k, "lam": lam, "lamb": lam_bias, "s": spec.seed, "miss": t.miss_tol,
-                "select": selected, **budget_tags}  # fmt: skip
+        return {
+            "biased-k": spec.k,
+            "lam": lam,
+            "lamb": lam_bias,
+            "s": spec.seed,
+            "miss": t.miss_tol,
+            "select": selected,
+            **budget_tags,
+        }
     if spec.model == "ials":
         t = _ials_trainer(spec, budget, fidelity_tol)
         lam, alpha = (spec.lam, spec.alpha) if spec.select else (t.lam_, t.alpha)
-        return {"ials-k": spec.k, "conv": t.convention, "lam": lam, "a": alpha, "s": spec.seed,
-                "identity": t.identity_tol, "select": selected, "sweeps": budget.get("max_sweeps")}  # fmt: skip
+        return {
+            "ials-k": spec.k,
+            "conv": t.convention,
+            "lam": lam,
+            "a": alpha,
+            "s": spec.seed,
+            "identity": t.identity_tol,
+            "select": selected,
+            "sweeps": budget.get("max_sweeps"),
+        }
     identity_tol = None if fidelity_tol is None else fidelity_tol * MIN_TARGET_COS  # mf --select: λ from its grid
     return {"k": spec.k, "s": spec.seed, "identity": identity_tol, "select": selected, **budget_tags}
 
