@@ -180,7 +180,8 @@ def refresh(
     k : int
         Rank when training.
     lam : float
-        λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation).
+        λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation; iALS:
+        the library's own default, 0.01 for implicit, 0.1 for spark).
     seed : int
         Initialisation (and negative sampling) seed when training.
     max_sweeps : int
@@ -197,7 +198,8 @@ def refresh(
     tol : float
         Relative fidelity error (|Σ attributions − score| / |score|) above which the run says so. Training
         stops when the gradient bounds that error by tol for every target whose score is at least a
-        tenth of ‖Ũ_i‖‖Ṽ_j‖ (``models.als.trainer.MIN_TARGET_COS``): a looser tol trains fewer sweeps.
+        tenth of ‖Ũ_i‖‖Ṽ_j‖ (``models.als.trainer.MIN_TARGET_COS``): a looser tol trains fewer sweeps. Biased
+        MF divides by max(|score|, 1% of the ratings' range) and trains to the absolute miss tol × that.
     strict : bool
         Refuse to publish a run whose fidelity error exceeds ``tol``.
     keep : int
