@@ -300,6 +300,18 @@ def test_a_stored_model_is_explained_with_its_own_formula_and_a_wrong_kind_is_na
         refresh(dataset=str(folder), model=str(tmp_path / "m.zarr"), model_kind="biased", out=str(out), in_memory=True)
 
 
+def test_a_stored_biased_model_is_explained_with_its_bias_rows(ratings, tmp_path):
+    from dxplain.models.biased_mf import BiasedMF
+
+    folder, d = ratings
+    m = BiasedMF(k=2, lam=0.05, lam_bias=0.01).fit(d)
+    m.save(tmp_path / "b.zarr", d)
+    out = tmp_path / "out"
+    s = refresh(dataset=str(folder), model=str(tmp_path / "b.zarr"), out=str(out), top_n=2, top_k=0, in_memory=True)
+    assert s["model_kind"] == "biased" and max(s["fidelity_max_rel_error"].values()) <= 1e-6
+    check_rows_equal_the_dense_formula(run_rows(out), d, dense_biased(m, d))
+
+
 def test_prototypes_and_negatives_refuse_these_models_by_name(ratings, binary):
     from dxplain.explain.negatives import negative_score
     from dxplain.explain.prototypes import mf_fisher_rows
