@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .explain.representer import predictions
+from .explain.run_rows import predictions
 from .explain.targets import recommend
 from .interactions import Interactions
 from .models.base import FactorModel

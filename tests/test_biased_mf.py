@@ -6,9 +6,8 @@ import pyarrow.compute as pc
 import pytest
 from conftest import random_interactions
 
-from dxplain.errors import InputError, UnsupportedModelError
-from dxplain.explain.biased import BiasedExplainer
-from dxplain.explain.representer import Preprocessed, balanced_factors
+from dxplain.errors import InputError
+from dxplain.explain.representer import Preprocessed, RepresenterExplainer, balanced_factors
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Targets
 from dxplain.models.als.trainer import ALSMF
@@ -125,7 +124,7 @@ def brute_force_rows(d, m, t):
 def test_rows_equal_the_brute_force_attributions_and_each_side_sums_to_the_score(data, fitted):
     rng = np.random.default_rng(3)
     t = Targets.from_pairs(rng.integers(0, data.n_users, 25), rng.integers(0, data.n_items, 25))
-    tab = BiasedExplainer(fitted, data).explain(t, top_k=0).to_pandas()
+    tab = RepresenterExplainer.of(fitted, data).explain(t, top_k=0).to_pandas()
     ref = brute_force_rows(data, fitted, t)
     pos = {(u, i): p for p, (u, i) in enumerate(zip(data.user, data.item))}
     uid = {str(x): n for n, x in enumerate(data.user_ids.to_pylist())}
@@ -140,13 +139,13 @@ def test_rows_equal_the_brute_force_attributions_and_each_side_sums_to_the_score
             seen[(n_t, row.side, p)] = row.importance
     assert set(seen) == set(ref)
     np.testing.assert_allclose([seen[x] for x in ref], [ref[x] for x in ref], rtol=1e-10, atol=1e-14)
-    total, score = side_totals(BiasedExplainer(fitted, data).explain(all_pairs(data), top_k=0))
+    total, score = side_totals(RepresenterExplainer.of(fitted, data).explain(all_pairs(data), top_k=0))
     assert np.max(np.abs(total - score) / np.abs(score)) <= 1e-6
 
 
 def test_bias_rows_hold_kappa_times_the_bias_column(data, fitted):
     t = all_pairs(data)
-    tab = BiasedExplainer(fitted, data).explain(t, top_k=3)
+    tab = RepresenterExplainer.of(fitted, data).explain(t, top_k=3)
     bias = tab.filter(pc.equal(tab.column("kind").cast("string"), "bias")).to_pandas()
     assert len(bias) == 2 * len(t)  # one per target and side, whatever top_k
     kappa, k = fitted.settings["kappa"], fitted.settings["rank"]
@@ -168,7 +167,7 @@ def test_side_sums_equal_the_rows_and_the_identity_fails_off_stationarity(data, 
         (fitted, True),
         (BiasedMF(k=4, lam=LAM, lam_bias=LAM_BIAS, max_sweeps=2, newton_steps=0).fit(data), False),
     ):
-        e = BiasedExplainer(m, data)
+        e = RepresenterExplainer.of(m, data)
         item_sum, user_sum = e.side_sums(t)
         total, score = side_totals(e.explain(t, top_k=0))  # grouped by (user, item, side): item rows first per pair
         np.testing.assert_allclose(np.sort(total), np.sort(np.concatenate([item_sum, user_sum])), rtol=1e-9, atol=1e-12)
@@ -217,12 +216,19 @@ def test_store_round_trip_keeps_the_settings_and_the_biases(tmp_path, data, fitt
         np.testing.assert_array_equal(x, y)
 
 
-def test_plain_explainer_refuses_and_balancing_is_skipped(data, fitted):
-    with pytest.raises(UnsupportedModelError, match="explain.biased"):
-        Preprocessed.from_model(fitted, data)
+def test_the_explainer_uses_the_raw_factors_and_zeroes_each_sides_own_bias_column(data, fitted):
+    """Scores with the raw augmented factors (no balancing); the training rows' factors lose their own bias column,
+    so their inner product with a target's is the interaction kernel plus κ²."""
+    pre = Preprocessed.from_model(fitted, data)
     Ut, Vt = balanced_factors(fitted)
     np.testing.assert_array_equal(Ut, fitted.U)
     np.testing.assert_array_equal(Vt, fitted.V)
+    np.testing.assert_array_equal(pre.Ut, fitted.U)
+    np.testing.assert_array_equal(pre.Vt, fitted.V)
+    U, V = interaction_factors(fitted)
+    kappa_sq = fitted.settings["kappa"] ** 2
+    np.testing.assert_allclose(pre.Vh @ pre.Vt.T, V @ V.T + kappa_sq, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(pre.Uh @ pre.Ut.T, U @ U.T + kappa_sq, rtol=1e-12, atol=1e-12)
 
 
 def test_select_picks_the_best_validation_rmse_and_refits_on_all(data):
@@ -257,7 +263,7 @@ def test_identity_on_movielens_100k_both_sides(ml100k):
     d = ml100k.interactions
     m = BiasedMF().fit(d)  # k = 32, ridges λ|D|/2 = 15 and λ_b|D|/2 = 3
     assert BiasedMF().converged(m)
-    e = BiasedExplainer(m, d)
+    e = RepresenterExplainer.of(m, d)
     t = recommend(m.U, m.V, d, np.arange(d.n_users), 10)
     total, score = side_totals(e.explain(t, top_k=0))
     assert len(total) == 2 * len(t)

@@ -10,7 +10,7 @@ from conftest import random_interactions
 
 from dxplain.errors import InputError, UnsupportedModelError
 from dxplain.explain.ials import IALSExplainer, explain_ials
-from dxplain.explain.representer import relative_error
+from dxplain.explain.run_rows import relative_error
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Interactions, Targets
 from dxplain.kernels import ials

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from conftest import random_interactions
 
-from dxplain.explain.representer import Preprocessed, relative_error
+from dxplain.explain.representer import Preprocessed
+from dxplain.explain.run_rows import relative_error
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Interactions
 from dxplain.kernels import als, anderson

@@ -9,7 +9,8 @@ import pytest
 from conftest import random_interactions
 
 from dxplain import ingest
-from dxplain.explain.representer import Preprocessed, RepresenterExplainer, fidelity
+from dxplain.explain.representer import Preprocessed, RepresenterExplainer
+from dxplain.explain.run_rows import fidelity
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Targets
 from dxplain.io import partitions
@@ -287,7 +288,7 @@ def test_alpha_pass_computes_alpha_and_b_on_the_parts_as_the_whole_table_does(fi
 
 
 def test_p99_bound_from_the_shards_decade_counts_holds_the_true_quantile():
-    from dxplain.explain.representer import decade_counts
+    from dxplain.explain.run_rows import decade_counts
 
     rng = np.random.default_rng(3)
     rel = 10.0 ** rng.uniform(-12, -2, 1001)

@@ -265,7 +265,7 @@ def test_bad_input_is_one_line_and_exit_2(case, tmp_path, capsys):
 
 
 def test_decades_hold_their_errors_and_the_ends_hold_the_rest():
-    from dxplain.explain.representer import ERROR_DECADES, decade_counts
+    from dxplain.explain.run_rows import ERROR_DECADES, decade_counts
 
     rel = np.array([0.0, 1e-20, 3e-9, 1e-9, 0.5, 1.0, 99.0, 1e5])
     assert decade_counts(rel) == {str(ERROR_DECADES[0]): 2, "-9": 2, "-1": 1, "0": 1, "1": 1, str(ERROR_DECADES[-1]): 1}

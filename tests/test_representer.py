@@ -154,7 +154,9 @@ def test_explain_table_schema_ids_and_order(fitted):
         "global_importance",
         "local_importance",
         "importance",
+        "kind",
     ]
+    assert set(tab.column("kind").cast(pa.string()).to_pylist()) == {"interaction"}  # a plain model: no extra row
     assert set(tab.column("user").to_pylist()) <= set(d.user_ids.to_pylist())
     np.testing.assert_allclose(tab.column("prediction").to_numpy(), tab.column("score").to_numpy() + pre.mu)
     np.testing.assert_allclose(
@@ -321,7 +323,7 @@ def test_approximate_heavy_item_search_finds_the_exact_top_k_and_reports_exact_v
 
 
 def test_row_order_is_by_target_then_decreasing_importance_ties_in_input_order():
-    from dxplain.explain.representer import row_order
+    from dxplain.explain.run_rows import row_order
 
     rng = np.random.default_rng(3)
     target = rng.integers(0, 50, 2000)

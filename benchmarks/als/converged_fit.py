@@ -25,7 +25,8 @@ from threadpoolctl import threadpool_limits
 
 from benchmarks.als.common import ALS, named_interactions
 from benchmarks.common import CACHE, parser
-from dxplain.explain.representer import Preprocessed, fidelity
+from dxplain.explain.representer import Preprocessed
+from dxplain.explain.run_rows import fidelity
 from dxplain.explain.targets import recommend
 from dxplain.kernels.als import pair_scores
 from dxplain.models.als.trainer import ALSMF

@@ -53,7 +53,8 @@ from threadpoolctl import threadpool_limits
 from benchmarks.common import CACHE, parser
 from benchmarks.scaling.common import scaling_dataset, supplied_targets
 from dxplain.datasets import resolve_dataset
-from dxplain.explain.representer import Preprocessed, relative_error
+from dxplain.explain.representer import Preprocessed
+from dxplain.explain.run_rows import relative_error
 from dxplain.io.validation import index_of
 from dxplain.kernels import anderson
 from dxplain.kernels.als import pair_scores

@@ -41,7 +41,8 @@ def print_explanation(run_path: str, user: str, item: str, dataset: str | None, 
             "top-N recommendations (items the user has not rated) or the --targets it was given: "
             "pick one of them (`dxplain report` lists them), or refresh with --targets"
         )
-    print(format_explanation(rows, items, users, limit=limit, loss=summary.get("loss", "squared")))
+    loss, kind = summary.get("loss", "squared"), summary.get("model_kind")
+    print(format_explanation(rows, items, users, limit=limit, loss=loss, model_kind=kind))
 
 
 def cmd_explain(a) -> int:

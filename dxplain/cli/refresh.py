@@ -8,9 +8,9 @@ from .common import flow_options, print_summary, run_flow, run_options
 
 
 def cmd_refresh(a) -> int:
-    from ..flows.refresh import CONSTRAINTS, refresh
+    from ..flows.refresh import CONSTRAINTS, check_kind_options, refresh
 
-    summary = run_flow(refresh, CONSTRAINTS, a, interactions=True)
+    summary = run_flow(refresh, CONSTRAINTS, a, interactions=True, check=check_kind_options)
     print_summary(summary)
     if summary.get("fidelity_warning"):
         print(f"warning: {summary['fidelity_warning']}", file=sys.stderr)
@@ -51,6 +51,11 @@ def register(sub) -> None:
             "strict",
             "keep",
             "skip_unseen",
+            "model_kind",
+            "convention",
+            "alpha",
+            "lam_bias",
+            "select",
         ],
     )
     run_options(

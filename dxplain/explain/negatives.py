@@ -61,6 +61,26 @@ def check_all_unobserved(n_users: int, n_items: int, limit: int | None = None) -
         )
 
 
+def check_bce(model) -> None:
+    """Refuse a model that is not BCE MF on sampled negatives: every score here (App. C's aggregation, FIA, the
+    loss) is that loss's maths, and its α = −wσ(s)/(λ|D|) on the negatives the model was trained with."""
+    if getattr(model, "loss", "bce") == "bce":
+        return
+    from ..errors import UnsupportedModelError
+
+    if model.loss == "ials":
+        why = (
+            "its loss already sums over every unobserved entry, so the aggregate over them is the unobserved row of "
+            "its explanation (`dxplain refresh --model-kind ials`)"
+        )
+    else:
+        why = f"a {model.kind} model of ratings has no negatives (a ratings model's explanation is `dxplain refresh`)"
+    raise UnsupportedModelError(
+        f"negative-sample aggregation scores a BCE model's sampled negatives; this model's loss is {model.loss!r}: "
+        f"{why}. `dxplain negatives` trains its own BCE model: run it without a model"
+    )
+
+
 FIA_CHUNK = 1024  # positives per batched 2k×2k solve: (1024, 64, 64) float64 = 32 MB
 
 
@@ -72,6 +92,7 @@ def negative_score(
     ``negatives_parts.part_scores``."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    check_bce(model)
     U, V, w, n = model.U, model.V, model.neg_weight, model.n_train
     if method == "random":
         return NegativeScore("random", U, V, seed=seed)

@@ -24,6 +24,7 @@ from ..kernels.negatives import LowestK, NegativeScore
 from ..mapper import Mapper
 from ..models.blocks import Blocks
 from ..models.implicit_mf import ImplicitModel
+from .negatives import check_bce
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ def part_scores(method: str, model: ImplicitModel, parts, seed: int = 0) -> Part
     users × k, or items × k, reaches this process or any one task."""
     if method not in ("representer", "loss", "random"):
         raise ValueError(f"{method!r} needs the model whole; score it with negative_score")
+    check_bce(model)
     U, V, w = model.U, model.V, model.neg_weight
     if not (np.array_equal(U.cuts, parts.user_cuts) and np.array_equal(V.cuts, parts.item_cuts)):
         raise ValueError(

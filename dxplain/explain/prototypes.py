@@ -18,6 +18,7 @@ import pyarrow as pa
 from scipy.special import expit
 
 from .. import progress
+from ..errors import UnsupportedModelError
 from ..interactions import Interactions, Targets
 from ..kernels.fisher import (
     DEFAULT_DAMPING,
@@ -47,6 +48,7 @@ from ..kernels.sbq import (
 )
 from ..mapper import LocalMapper, Mapper
 from ..models.base import FactorModel
+from ..models.biased_mf import KIND as BIASED_KIND
 from .representer import check_explainable, negative_weight
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,27 @@ def select(
     raise ValueError(f"unknown SBQ variant {variant!r}; choose one of {VARIANTS}")
 
 
+def check_fisher(model: FactorModel, data) -> None:
+    """Refuse a model whose Fisher kernel is not the one written here: the per-pair score r·∇s of the squared and
+    BCE losses over the free factors (U_i, V_j). A biased-mf model's fixed κ columns are not parameters and its
+    biases have their own ridge; iALS's loss sums over every entry, not the stored pairs. Then the representer's
+    checks (``check_explainable``)."""
+    if model.kind == BIASED_KIND:
+        raise UnsupportedModelError(
+            "prototypes' Fisher kernel is the plain factor model's; this model is biased-mf (fixed κ columns and "
+            "biases with their own ridge): explain it with `dxplain refresh` and `dxplain explain` (exact, with its "
+            "bias rows), or run prototypes without --model (it trains ALS-MF)"
+        )
+    if model.loss == "ials":
+        raise UnsupportedModelError(
+            "prototypes' Fisher kernel sums over the stored pairs of a squared or BCE loss; this model's loss is "
+            "'ials', which sums over every entry, the unobserved ones included: explain it with `dxplain refresh "
+            "--model-kind ials` (exact, with its unobserved row), or run prototypes without --model (it trains BCE "
+            "on implicit data)"
+        )
+    check_explainable(model, data)
+
+
 def sample_scores(
     model: FactorModel, data: Interactions, s: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -189,7 +212,7 @@ def mf_fisher_rows(
     Training pairs carry their residual (g = r·∇ŷ); targets are predictions without a label, so their
     embedding is F^{-1/2}∇ŷ. F keeps one k×k matrix per user and per item (``kernels.fisher``)."""
     t0 = time.perf_counter()
-    check_explainable(model, data)
+    check_fisher(model, data)
     residual, curvature = sample_scores(model, data)
     gU, gV = mf_scores(model.U, model.V, data.user, data.item, residual)
     if kind == "identity":

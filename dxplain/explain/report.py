@@ -26,7 +26,50 @@ LEGEND = {
     "bce": "importance = α × sim. α ∝ (label − σ(the model's score for it)); sim = similarity of the two items "
     "(users) in the model's space.\n  Positive pushes this score up; a sampled negative (label 0) "
     "pushes up when its item is unlike this one (sim < 0).",
+    "ials": "importance = α × sim. α ∝ c·(p − the model's score for it): c the entry's confidence, p 1 for a "
+    "positive, 0 otherwise; sim = similarity of the two items (users) in the model's space.\n  Every entry the "
+    "user (item) has not stored is in the loss too: their sum is one row, '(all unobserved items/users)'.",
+    "biased": "importance = α × sim. α ∝ (rating − the model's fit of it); sim = similarity of the two items (users) "
+    "in the model's space plus the bias kernel κ².\n  The '(item bias)' and '(user bias)' rows hold the other "
+    "side's bias, itself a sum of α over that item's (user's) ratings.",
 }
+# How a side's extra row is shown (``explain.extra_rows``), by (kind, side).
+EXTRA_LABELS = {
+    ("bias", "item"): "(item bias)",
+    ("bias", "user"): "(user bias)",
+    ("unobserved", "item"): "(all unobserved items)",
+    ("unobserved", "user"): "(all unobserved users)",
+}
+# An unobserved row this many times the score is said to cancel against the stored entries (the issue's example:
+# +46.7 and −45.8 for a score of 0.86).
+CANCEL_RATIO = 5.0
+
+
+def _kinds(rows: pa.Table) -> list[str]:
+    """Each row's kind; a run written before the ``kind`` column holds training rows only."""
+    if "kind" not in rows.column_names:
+        return ["interaction"] * rows.num_rows
+    return rows.column("kind").cast(pa.string()).to_pylist()
+
+
+def _extra_lines(extra: pa.Table, side: str, score: float) -> list[str]:
+    """A side's extra rows (the bias, or the unobserved entries' sum with its largest terms), and a note when the
+    unobserved row and the stored entries are both large and cancel."""
+    lines = []
+    for rec in extra.to_pylist():
+        kind = rec["kind_name"]
+        if kind == "unobserved_term":
+            who = rec["train_item"] if side == "item" else rec["train_user"]
+            lines.append(f"    (unobserved: {str(who)[:27]:<27}, counted above) {rec['importance']:>+11.4f}")
+            continue
+        lines.append(f"    {EXTRA_LABELS.get((kind, side), kind):<40} {rec['importance']:>+11.4f}")
+        if kind == "unobserved" and abs(rec["importance"]) >= CANCEL_RATIO * max(abs(score), 1e-12):
+            stored = score - rec["importance"]
+            lines.append(
+                f"    note: the stored entries sum to {stored:+.4g} and the unobserved ones to "
+                f"{rec['importance']:+.4g}; they cancel to the score {score:+.4g} (a small λ makes both large)"
+            )
+    return lines
 
 
 def _side_blocks(part: pa.Table, limit: int) -> list[tuple[str, list[dict]]]:
@@ -43,11 +86,17 @@ def _side_blocks(part: pa.Table, limit: int) -> list[tuple[str, list[dict]]]:
 
 
 def format_explanation(
-    rows: pa.Table, items: pa.Table | None = None, users: pa.Table | None = None, limit: int = 10, loss: str = "squared"
+    rows: pa.Table,
+    items: pa.Table | None = None,
+    users: pa.Table | None = None,
+    limit: int = 10,
+    loss: str = "squared",
+    model_kind: str | None = None,
 ) -> str:
     """Render one target's attributions (rows of a run filtered to one user and item).
 
-    Per side, the ``limit`` attributions that push the score up most and the ``limit`` that push it down
+    Per side, the side's extra row (``explain.extra_rows``: a bias, or the unobserved entries' sum) with its
+    importance, then the ``limit`` training rows that push the score up most and the ``limit`` that push it down
     most, with α and the similarity they multiply, so that a surprising sign explains itself. Counts are
     of the rows the run kept (``--top-k`` per sign and side).
     """
@@ -64,18 +113,24 @@ def format_explanation(
         + (
             f"probability σ(score) {r0['prediction']:.3f}"
             if loss == "bce"
+            else f"preference score {r0['prediction']:.3f}"
+            if loss == "ials"
             else f"predicted rating {r0['prediction']:.2f}"
         )
         + f", score {r0['score']:+.3f})",
-        "  " + LEGEND.get(loss, LEGEND["squared"]),
+        "  " + LEGEND.get(model_kind if model_kind in LEGEND else loss, LEGEND["squared"]),
     ]
+    rows = rows.append_column("kind_name", pa.array(_kinds(rows), pa.string()))
     num = f"{'α':>9} {'sim':>8} {'importance':>11}"
     for side, heading in (
         ("item", "the user's own ratings (item-based)"),
         ("user", "other users of this item (user-based)"),
     ):
         part = rows.filter(pc.equal(rows.column("side").cast(pa.string()), side))
+        extra = part.filter(pc.not_equal(part.column("kind_name"), "interaction"))
+        part = part.filter(pc.equal(part.column("kind_name"), "interaction"))
         lines.append(f"\n  {heading}: {part.num_rows} kept")
+        lines += _extra_lines(extra, side, r0["score"])
         for label, recs in _side_blocks(part, limit):
             if not recs:
                 continue

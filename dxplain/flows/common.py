@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -98,18 +98,36 @@ class Training:
 
     name: str
     data: object  # Interactions | TableSummary
-    implicit: bool
+    implicit: bool  # the BCE training table: positives and sampled negatives
     source: Location | None = None  # the prepared dataset folder (or sampled D) holding interactions.parquet
+    kind: str | None = None  # the model kind resolved for a flow that named one (``models.policy.resolve_kind``)
+
+
+def resolved_kind(spec, implicit: bool) -> str:
+    """The model kind of ``spec`` (a ``models.catalog.TrainSettings`` whose ``model`` None means the data's
+    default, ``policy.resolve_kind``), its settings checked against it (``--model-kind``'s messages)."""
+    kind = policy.resolve_kind(spec.model, implicit)
+    replace(spec, model=kind).check("--model-kind")
+    return kind
+
+
+def in_process(spec, kind: str) -> bool:
+    """Whether the kind trains in this process on the whole table: biased MF, and any kind's ``select``."""
+    return kind == "biased" or spec.select
 
 
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=transient, cache_policy=NO_CACHE)
 def load_training(
-    dataset: str, settings: Settings, mapper: Mapper, implicit: bool, neg_samples: int, seed: int
+    dataset: str, settings: Settings, mapper: Mapper, implicit: bool, neg_samples: int, seed: int, spec=None
 ) -> Training:
     """A prepared dataset is scanned by tasks (``ingest.scan_source``): this process keeps ids, degrees
     and rating statistics, O(users + items). Implicit feedback from it (``implicit``, or a single rating
     value) is partitioned as positives and its negatives sampled by tasks (``sampled_training``). A bare
-    file or a URL is loaded whole."""
+    file or a URL is loaded whole.
+
+    ``spec`` (a flow that names a model kind, ``models.catalog.TrainSettings``): negatives are sampled for the
+    BCE model only, and a kind that trains in this process (``in_process``) gets the table whole; the kind
+    resolved for the data is ``Training.kind``."""
     folder = resolve_prepared(dataset, settings)
     if folder is not None:
         t = time.perf_counter()
@@ -122,19 +140,31 @@ def load_training(
             summary.n_items,
             time.perf_counter() - t,
         )
-        positives = Training(folder.name, summary, False, folder)
         detected = looks_implicit(summary)
-        if not (implicit or detected):
+        kind = None if spec is None else resolved_kind(spec, implicit or detected)
+        if kind is not None and in_process(spec, kind):
+            get_run_logger().info("%s trains in this process: the table is loaded whole", kind)
+            ds = load_data.fn(dataset, settings)
+            return Training(ds.name, ds.interactions, False, None, kind)
+        positives = Training(folder.name, summary, False, folder, kind)
+        if (kind != "bce") if kind is not None else not (implicit or detected):
             return positives
         get_run_logger().info(
             "implicit feedback (%s): every interaction a positive, %d sampled negatives per positive",
             "a single rating value" if detected else "--implicit",
             neg_samples,
         )
-        return sampled_training(positives, settings.out, mapper, neg_samples, seed)
+        return replace(sampled_training(positives, settings.out, mapper, neg_samples, seed), kind=kind)
     ds = load_data.fn(dataset, settings)
+    if spec is not None:
+        kind = resolved_kind(spec, implicit or looks_implicit(ds.interactions))
+        if kind != "bce":
+            return Training(ds.name, ds.interactions, False, None, kind)
+        implicit = True
+    else:
+        kind = None
     data, implicit = policy.table_to_fit(ds, implicit, neg_samples, seed, get_run_logger())
-    return Training(ds.name, data, implicit)
+    return Training(ds.name, data, implicit, None, kind)
 
 
 def sampled_training(positives: Training, out: str, mapper: Mapper, per_positive: int, seed: int) -> Training:

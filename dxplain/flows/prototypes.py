@@ -18,9 +18,9 @@ from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
 from ..errors import InputError
-from ..explain.prototypes import VARIANTS, mf_fisher_rows, prototype_table, select
+from ..explain.prototypes import VARIANTS, check_fisher, mf_fisher_rows, prototype_table, select
 from ..explain.prototypes_parts import select_from_parts
-from ..explain.representer import check_explainable, predictions
+from ..explain.run_rows import predictions
 from ..explain.targets import recommend, recommend_from_blocks
 from ..interactions import Interactions
 from ..io.atomic import is_local
@@ -177,10 +177,10 @@ def prototypes(
                 neg_weight=neg_weight,
                 blocks=blocks,
             )
+            check_fisher(mf, data)  # a Fisher kernel written for this model (what mf_fisher_rows checks again)
         T = supplied if supplied is not None else top_n_of(parts, mf, u, top_n)
         with stage(seconds, "select", peaks):
             if variant == "greedy":
-                check_explainable(mf, data)  # what mf_fisher_rows checks for the other variants
                 sel = choose_from_parts(mapper, parts, mf, T, m, fisher, damping)
             else:  # the other variants take every row's embedding, built here (the model whole too)
                 whole = data if isinstance(data, Interactions) else parts.read_users(0, data.n_users).data

@@ -11,16 +11,21 @@ move LATEST.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from ..config import Settings
+from ..errors import InputError
 from ..explain.representer import PREDICTION, check_explainable
 from ..io import runs
 from ..io.targets import read_targets
+from ..kernels.ials import CONVENTIONS
 from ..models.als.trainer import DEFAULT_K
-from ..params import CLUSTER, FACTORS, SAMPLED_NEGATIVES, Interval, validate
+from ..models.catalog import MODELS, TrainSettings
+from ..models.policy import kind_of
+from ..params import CLUSTER, FACTORS, SAMPLED_NEGATIVES, Interval, OneOf, validate
 from ..refresh import PassResults, RefreshJob, alpha_pass, run_passes, run_summary, shard_count, shard_users
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
@@ -34,13 +39,49 @@ CONSTRAINTS = {
     **SAMPLED_NEGATIVES,
     "tol": Interval(float, 0, open_low=True, example=1e-4),
     "keep": Interval(int, 1, example=7),
+    "model_kind": OneOf(*MODELS),
+    "convention": OneOf(*CONVENTIONS),
+    "alpha": Interval(float, 0, open_low=True, example=1.0),
+    "lam_bias": Interval(float, 0, open_low=True, example=1e-4),
 }
+
+
+def check_kind_options(values: dict) -> None:
+    """Refuse a model kind's settings that do not go together (InputError), before anything runs: iALS's
+    ``convention``/``alpha`` and biased MF's ``lam_bias`` with another kind, ``select`` with BCE, ``implicit`` (BCE
+    on sampled negatives) with a ratings model, or settings that train a model beside a given ``model`` store."""
+    kind = values.get("model_kind")
+    trains = [name for name in ("convention", "alpha", "lam_bias") if values.get(name) is not None]
+    if values.get("select"):
+        trains.append("select")
+    if values.get("model") and trains:
+        flags = ", ".join("--" + n.replace("_", "-") for n in trains)
+        raise InputError(f"{flags}: settings of a model to train; --model gives a stored one: drop them, or --model")
+    if kind is None:
+        if values.get("convention") is not None or values.get("alpha") is not None:
+            raise InputError("--convention and --alpha are iALS's settings: pass --model-kind ials with them")
+        if values.get("lam_bias") is not None:
+            raise InputError("--lam-bias is biased MF's setting: pass --model-kind biased with it")
+        return
+    spec = TrainSettings(
+        model=kind,
+        lam_bias=values.get("lam_bias"),
+        convention=values.get("convention"),
+        alpha=values.get("alpha"),
+        select=bool(values.get("select")),
+    )
+    spec.check("--model-kind")
+    if values.get("implicit") and kind in ("mf", "biased"):
+        raise InputError(
+            f"--implicit trains BCE on sampled negatives; --model-kind {kind} fits ratings: drop --implicit, or "
+            "pass --model-kind bce (or ials, which needs no sampled negatives)"
+        )
 
 
 @task(cache_policy=NO_CACHE)
 def preprocess(m, data, parts, top_n: int, top_k: int, targets, mapper) -> RefreshJob:
-    """Balanced factors here; α and B by tasks over the parts (``refresh.alpha``), α written beside them for the
-    shards to read; the job that the passes share."""
+    """The model's factors here (balanced for the plain models); α, B and Bx by tasks over the parts
+    (``refresh.alpha``), α written beside them for the shards to read; the job that the passes share."""
     logger = get_run_logger()
     if m.lam is None:
         logger.warning(
@@ -49,8 +90,17 @@ def preprocess(m, data, parts, top_n: int, top_k: int, targets, mapper) -> Refre
             "but they do not sum to the score"
         )
     check_explainable(m, data)
-    parts, factors = alpha_pass(m, parts, mapper)
+    parts, factors = alpha_pass(m, parts, mapper, data)
     return RefreshJob(parts, factors, data.item_degree(), top_n=top_n, top_k=top_k, targets=targets)
+
+
+def model_settings(m) -> dict:
+    """The loss's settings a run's summary shows (iALS: convention, alpha; biased MF: lam_bias, kappa), and the
+    values ``select`` chose (without its grid, which the model store keeps)."""
+    out = {key: v for key, v in m.settings.items() if key not in ("objective", "bias_columns", "fixed_columns")}
+    if "selected" in out:
+        out["selected"] = {key: v for key, v in out["selected"].items() if key != "grid"}
+    return out
 
 
 @task(cache_policy=NO_CACHE)
@@ -90,6 +140,11 @@ def refresh(
     strict: bool = False,
     keep: int | None = None,
     skip_unseen: bool = False,
+    model_kind: str | None = None,
+    convention: str | None = None,
+    alpha: float | None = None,
+    lam_bias: float | None = None,
+    select: bool = False,
 ) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run.
 
@@ -98,7 +153,21 @@ def refresh(
     dataset : str
         Dataset name or path (prepared folder, Parquet, CSV).
     model : str
-        A model store (.zarr); default: train ALS-MF (reused while the data is unchanged).
+        A model store (.zarr), explained with its own formula (ALS-MF, BCE, biased MF or iALS); default: train the
+        --model-kind model (reused while the data and settings are unchanged).
+    model_kind : str
+        The model to train, as `dxplain train --model`: mf (ALS-MF), biased (biased MF, trained in this process on
+        the whole table), ials (confidence-weighted ALS) or bce (BCE with sampled negatives); default mf for
+        ratings, bce for implicit feedback.
+    convention : str
+        iALS: implicit (the implicit library's loss) or spark (Spark MLlib's); default implicit.
+    alpha : float
+        iALS: the confidence scale α, as the library's alpha (default 1).
+    lam_bias : float
+        Biased MF: λ_b on the biases (default 6/|D|, a ridge of 3 per solve).
+    select : bool
+        Choose λ (and λ_b for biased, α for ials) on a seeded validation split, then refit on all the data (in this
+        process, on the whole table); the chosen values are in the run summary's model_settings.
     top_n : int
         Recommendations explained per user.
     top_k : int
@@ -111,7 +180,8 @@ def refresh(
     k : int
         Rank when training.
     lam : float
-        λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation).
+        λ when training (default 30/|D|, a ridge of 15 per solve: 3e-4 on ml-100k, chosen on validation; iALS:
+        the library's own default, 0.01 for implicit, 0.1 for spark).
     seed : int
         Initialisation (and negative sampling) seed when training.
     max_sweeps : int
@@ -128,7 +198,8 @@ def refresh(
     tol : float
         Relative fidelity error (|Σ attributions − score| / |score|) above which the run says so. Training
         stops when the gradient bounds that error by tol for every target whose score is at least a
-        tenth of ‖Ũ_i‖‖Ṽ_j‖ (``models.als.trainer.MIN_TARGET_COS``): a looser tol trains fewer sweeps.
+        tenth of ‖Ũ_i‖‖Ṽ_j‖ (``models.als.trainer.MIN_TARGET_COS``): a looser tol trains fewer sweeps. Biased
+        MF divides by max(|score|, 1% of the ratings' range) and trains to the absolute miss tol × that.
     strict : bool
         Refuse to publish a run whose fidelity error exceeds ``tol``.
     keep : int
@@ -148,12 +219,25 @@ def refresh(
     ``prediction`` is a probability σ(score).
     """
     validate(CONSTRAINTS, locals())
+    check_kind_options(locals())
+    spec = TrainSettings(
+        model=model_kind,
+        k=k,
+        lam=lam,
+        lam_bias=lam_bias,
+        convention=convention,
+        alpha=alpha,
+        select=select,
+        seed=seed,
+        neg_samples=neg_samples,
+        neg_weight=neg_weight,
+    )
     t0, started, seconds, peaks, worker_peaks = time.perf_counter(), time.time(), {}, {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     with open_mapper(settings, in_memory, shared=settings.out) as mapper:
         at_end = (mapper, worker_peaks)
         with stage(seconds, "load", peaks, at_end):  # a prepared dataset by tasks: this process keeps ids and degrees
-            training = load_training(dataset, settings, mapper, implicit, neg_samples, seed)
+            training = load_training(dataset, settings, mapper, implicit, neg_samples, seed, None if model else spec)
             data, implicit = training.data, training.implicit
             # Bad input fails before any training.
             supplied, unseen = read_targets(targets, data, skip_unseen) if targets else (None, 0)
@@ -168,6 +252,11 @@ def refresh(
                 # any training (an implicit prepared dataset's positives are parted, and its negatives sampled,
                 # while loading)
                 m, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, None)
+                if model_kind is not None and kind_of(m) != model_kind:
+                    raise InputError(
+                        f"--model {model} is a {kind_of(m)} model, --model-kind says {model_kind}: drop --model-kind "
+                        "(a stored model is explained with its own formula) or give a model of that kind"
+                    )
         n_targets = len(supplied) if supplied is not None else data.n_users * top_n
         n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
         with stage(seconds, "partition", peaks, at_end):
@@ -191,6 +280,7 @@ def refresh(
                     implicit=implicit,
                     neg_weight=neg_weight,
                     fidelity_tol=tol,
+                    spec=replace(spec, model=training.kind),
                 )
             mapper.release_memory()  # what training freed, before the explanation's working set
         with stage(seconds, "preprocess", peaks, at_end):
@@ -231,6 +321,9 @@ def refresh(
         grad_norm=m.grad_norm,
         loss=m.loss,
         prediction=PREDICTION[m.loss],
+        model_kind=kind_of(m),
+        model_settings=model_settings(m),
+        fidelity_score_floor=job.pre.score_floor,
         lam=m.lam,
         lam_known=m.lam is not None,
         top_n=top_n,

@@ -84,8 +84,11 @@ def _write_ids(root: Location, user_ids: pa.Array, item_ids: pa.Array, replace: 
             _write(join(root, f"{side}_ids.parquet"), {"id": ids})
 
 
-def _write_parts(root: Location, data: Interactions, user_cuts: np.ndarray, item_cuts: np.ndarray, columns) -> None:
-    """One file per part and side; ``columns(rows)`` gives a part's columns from its rows in data order."""
+def _write_parts(
+    root: Location, data: Interactions, user_cuts: np.ndarray, item_cuts: np.ndarray, columns, item_columns=None
+) -> None:
+    """One file per part and side; ``columns(rows)`` gives a part's columns from its rows in data order
+    (``item_columns(rows)`` the by-item parts', when they differ)."""
     fs, path = filesystem(root)
     for side in ("user", "item"):
         fs.makedirs(f"{path}/{side}", exist_ok=True)
@@ -93,7 +96,7 @@ def _write_parts(root: Location, data: Interactions, user_cuts: np.ndarray, item
         _write(join(root, "user", _name(p)), columns(np.arange(data.user_indptr[a], data.user_indptr[b])))
     for p, (a, b) in enumerate(itertools.pairwise(item_cuts)):
         rows = np.sort(data.item_order[data.item_indptr[a] : data.item_indptr[b]])  # back to (user, item) order
-        _write(join(root, "item", _name(p)), columns(rows))
+        _write(join(root, "item", _name(p)), (item_columns or columns)(rows))
 
 
 @functools.lru_cache(maxsize=2)  # a run's stores: the positives' and the training table's
@@ -180,15 +183,27 @@ def write_partitions(root: Location, data: Interactions, rows_per_part: int | No
     )
 
 
-def write_alpha(parts: Partitions, data: Interactions, alpha: np.ndarray, key: str) -> Partitions:
-    """Write (or reuse, for the same ``key``) α beside the parts, in their row order; parts that read it back."""
-    if len(alpha) != len(data) or len(data) != parts.n_interactions:
+def write_alpha(
+    parts: Partitions, data: Interactions, alpha: np.ndarray, key: str, item_alpha: np.ndarray | None = None
+) -> Partitions:
+    """Write (or reuse, for the same ``key``) α beside the parts, in their row order; parts that read it back.
+    ``item_alpha``: the by-item parts' α (in data order) when it differs from the by-user parts' (iALS with Spark's
+    weights: an entry's α divides by its user's weight on one side and its item's on the other)."""
+    item_alpha = alpha if item_alpha is None else item_alpha
+    if len(alpha) != len(data) or len(item_alpha) != len(data) or len(data) != parts.n_interactions:
         raise ValueError(
             f"alpha has {len(alpha)} values for {len(data)} interactions in a store of {parts.n_interactions}"
         )
     root = join(parts.root, "alpha")
     if _reusable(join(root, "index.json"), key) is None:
-        _write_parts(root, data, parts.user_cuts, parts.item_cuts, lambda rows: {"alpha": alpha[rows]})
+        _write_parts(
+            root,
+            data,
+            parts.user_cuts,
+            parts.item_cuts,
+            lambda rows: {"alpha": alpha[rows]},
+            lambda rows: {"alpha": item_alpha[rows]},
+        )
         write_text_atomic(join(root, "index.json"), json.dumps({"key": key}))
     return dataclasses.replace(parts, with_alpha=True)
 

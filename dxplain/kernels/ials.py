@@ -218,6 +218,47 @@ def attributions(
     return alpha, local, aggregate
 
 
+def global_importance(r: np.ndarray, s: np.ndarray, lam_w: np.ndarray, alpha: float, convention: str) -> np.ndarray:
+    """α_e = c_e (p_e − s_e)/(λ w) of stored entries with values ``r`` and scores ``s``, ``lam_w`` the λ w of each
+    entry's row on the side explained (the user's for its history, the item's for its raters); 0 where λ w = 0."""
+    c, p = confidence(r, alpha, convention)
+    live = lam_w > 0
+    out = np.zeros(len(r))
+    out[live] = c[live] * (p[live] - s[live]) / lam_w[live]
+    return out
+
+
+def unobserved_embeddings(
+    indptr: np.ndarray, cols: np.ndarray, X: np.ndarray, F: np.ndarray, G: np.ndarray, lam_w: np.ndarray, rows
+) -> np.ndarray:
+    """N_r = −(G X_r − Σ_{e∈O_r} s_e F_e)/(λ w_r), s_e = ⟨X_r, F_e⟩, for each row r in ``rows`` (0 where λ w_r = 0).
+
+    ⟨N_r, F_t⟩ is the unobserved entries' share of ⟨X_r, F_t⟩ at stationarity (``attributions``' aggregate), so
+    one k-vector per row gives it for every target column t in O(k) (docs/methods.md §1, iALS).
+
+    Parameters
+    ----------
+    indptr, cols : every row's stored entries (CSR over the whole side); the rows in ``rows`` must be complete
+    X, F, G : this side's factors, the other side's and FᵀF
+    lam_w : (n_rows,) λ·w of every row
+    rows : the rows to compute
+    """
+    rows = np.asarray(rows, np.int64)
+    starts, lengths = indptr[rows], indptr[rows + 1] - indptr[rows]
+    ptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    pos = np.repeat(starts - ptr[:-1], lengths) + np.arange(ptr[-1])
+    owner = np.repeat(np.arange(len(rows)), lengths)
+    Xr = np.asarray(X, np.float64)[rows]
+    e_cols = np.asarray(cols, np.int64)[pos]
+    s = np.einsum("ek,ek->e", Xr[owner], F[e_cols])
+    N = _rows_matrix(ptr, e_cols, s, len(F)) @ F - Xr @ G  # G is symmetric: (G X_r)ᵀ = X_r G
+    lw = np.asarray(lam_w, np.float64)[rows]
+    live = lw > 0
+    N[live] /= lw[live, None]
+    N[~live] = 0.0
+    return N
+
+
 def top_unobserved(
     x: np.ndarray, cols: np.ndarray, F: np.ndarray, lam_w: float, targets: np.ndarray, top_k: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

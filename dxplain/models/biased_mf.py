@@ -48,6 +48,19 @@ DEFAULT_BIAS_RIDGE = 3.0
 POLISH_ROUND = 25
 
 
+# A biased model's relative errors divide by at least this share of the ratings' range: its trainer bounds the
+# miss in rating units, and a target whose score s is near 0 has no relative scale (docs/methods.md §1).
+FLOOR_SHARE = 1e-2
+
+
+def score_floor(data) -> float:
+    """What a biased model's relative identity errors divide by at least: ``FLOOR_SHARE`` of the ratings' range
+    (``data``: the table or its ``TableSummary``), never below 1e-12. A trainer asked for a relative ``tol`` stops
+    at the miss tol·score_floor (rating units), which keeps every target within ``tol`` of max(|s|, the floor)."""
+    lo, hi = data.rating_range()
+    return max(FLOOR_SHARE * (hi - lo), 1e-12)
+
+
 def kappa_of(lam: float, lam_bias: float) -> float:
     """κ = √(λ/λ_b): the fixed coordinate that turns the biases' ℓ2 into the factors' uniform λ."""
     return float(np.sqrt(lam / lam_bias))

@@ -40,16 +40,20 @@ class TrainSettings:
     neg_samples: int = 4
     neg_weight: float = 1.0
 
-    def check(self) -> None:
+    def check(self, flag: str = "--model") -> None:
+        """Refuse settings the named model has no meaning for (InputError); ``flag``: the option naming the model
+        (``dxplain train --model``, ``dxplain refresh --model-kind``)."""
         if self.model not in MODELS:
-            raise InputError(f"--model {self.model!r}: give one of {', '.join(MODELS)}")
+            raise InputError(f"{flag} {self.model!r}: give one of {', '.join(MODELS)}")
         if self.model != "ials" and (self.convention is not None or self.alpha is not None):
             raise InputError(
-                f"--convention and --alpha are iALS's settings; --model {self.model} has neither: drop them, "
-                "or pass --model ials"
+                f"--convention and --alpha are iALS's settings; {flag} {self.model} has neither: drop them, "
+                f"or pass {flag} ials"
             )
         if self.model != "biased" and self.lam_bias is not None:
-            raise InputError(f"--lam-bias is biased MF's setting; --model {self.model} has none: drop it")
+            raise InputError(
+                f"--lam-bias is biased MF's setting; {flag} {self.model} has none: drop it, or pass {flag} biased"
+            )
         if self.select and self.model == "bce":
             raise InputError("--select chooses λ for mf, biased and ials; for bce give --lam")
 

@@ -71,10 +71,12 @@ def check_settings(convention: str, alpha: float, lam: float | None) -> None:
         )
 
 
-def check_data(data: Interactions) -> None:
-    """Refuse stored values that are not finite (a confidence needs |r|)."""
-    if len(data) and not np.all(np.isfinite(data.rating)):
-        bad = data.rating[~np.isfinite(data.rating)][0]
+def check_data(data) -> None:
+    """Refuse stored values that are not finite (a confidence needs |r|); ``data``: the table or its
+    ``TableSummary`` (whose range says whether a value is not finite)."""
+    lo, hi = data.rating_range()
+    if len(data) and not (np.isfinite(lo) and np.isfinite(hi)):
+        bad = lo if not np.isfinite(lo) else hi
         raise InputError(f"a stored value is {bad}: iALS's confidences need finite values (drop or fill them)")
 
 
@@ -113,9 +115,7 @@ class IALS:
     def lam_(self) -> float:
         return DEFAULT_LAM.get(self.convention, 0.0) if self.lam is None else self.lam
 
-    def fit(
-        self, data: Interactions, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None
-    ) -> FactorModel:
+    def fit(self, data, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None) -> FactorModel:
         """Train on ``data`` (stored values r; the unobserved entries are every pair not stored).
 
         ``half_steps(data, lam, alpha, convention) -> IALSHalfSteps``: where the half-steps run; by default the

@@ -40,6 +40,10 @@ def load_ials_part(parts, side: str, p: int, alpha: float, convention: str) -> t
     return ials_part(*load_part(parts, side, p, 0.0), alpha, convention)
 
 
+def _part_weights(part) -> np.ndarray:
+    return part[4]
+
+
 def _solve_part(part, F, G, lam: float) -> np.ndarray:
     indptr, cols, c, p, w = part
     return ials.half_step(indptr, cols, c, p, F, lam * w, G)
@@ -86,7 +90,8 @@ class IALSHalfSteps:
     def over_parts(cls, mapper, parts, data: Interactions, lam: float, alpha: float, convention: str) -> IALSHalfSteps:
         """Over the parts of ``parts`` (``io.partitions.Partitions``, holding ``data``), each read once where its
         task runs and kept there for every sweep. Use as ``IALS.fit(data, functools.partial(
-        IALSHalfSteps.over_parts, mapper, parts))``."""
+        IALSHalfSteps.over_parts, mapper, parts))``. ``data`` may be the flow's ``TableSummary``: the ridge weights
+        then come from the parts (each holds its rows whole)."""
         if parts.n_interactions != len(data):
             raise ValueError(f"the parts hold {parts.n_interactions} interactions, the data {len(data)}")
         cuts = {"user": np.asarray(parts.user_cuts), "item": np.asarray(parts.item_cuts)}
@@ -98,7 +103,14 @@ class IALSHalfSteps:
             )
             for side, c in cuts.items()
         }
-        return cls(mapper, handles, cuts, lam, ridge_weights_of(data, convention))
+        if hasattr(data, "rating"):
+            w = ridge_weights_of(data, convention)
+        else:
+            w = {
+                side: np.concatenate(mapper.map(_part_weights, [(h,) for h in hs], name=f"ials-weights-{side}"))
+                for side, hs in handles.items()
+            }
+        return cls(mapper, handles, cuts, lam, w)
 
     def close(self) -> None:
         """Nothing is kept beyond the parts, which go with this object."""

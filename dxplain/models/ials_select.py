@@ -13,7 +13,7 @@ from itertools import product
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import DegenerateError, InputError
 from ..interactions import Interactions
 from ..kernels.topn import recall_ndcg_at
 from .base import FactorModel
@@ -71,12 +71,22 @@ def select(
     seen, valid = _csr(data, ~held), _csr(data, held)
     grid = []
     for k, lam, alpha in product(ks, lams, alphas):
-        m = replace(trainer, k=k, lam=lam, alpha=alpha).fit(train)
+        try:
+            m = replace(trainer, k=k, lam=lam, alpha=alpha).fit(train)
+        except DegenerateError as e:  # this λ outweighs the data: a grid point that lost, not an error
+            grid.append({"k": k, "lam": lam, "alpha": alpha, "recall": None, "ndcg": None, "failed": str(e)})
+            log.info("validation: k=%d λ=%g α=%g collapsed the factors", k, lam, alpha)
+            continue
         recall, ndcg = recall_ndcg_at(m.U, m.V, *seen, *valid, n)
         grid.append({"k": k, "lam": lam, "alpha": alpha, "recall": recall, "ndcg": ndcg,
                      "sweeps": m.info["sweeps"], "converged": m.info["converged"]})  # fmt: skip
         log.info("validation: k=%d λ=%g α=%g recall@%d=%.4f NDCG@%d=%.4f", k, lam, alpha, n, recall, n, ndcg)
-    best = max(grid, key=lambda g: (g["recall"], g["ndcg"]))
+    fitted = [g for g in grid if g["recall"] is not None]
+    if not fitted:
+        raise DegenerateError(
+            f"every setting of --select's grid collapsed the factors on this data: {grid[0]['failed']}"
+        )
+    best = max(fitted, key=lambda g: (g["recall"], g["ndcg"]))
     model = replace(trainer, k=best["k"], lam=best["lam"], alpha=best["alpha"]).fit(data)
     selected = {
         "k": best["k"],

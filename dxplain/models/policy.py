@@ -1,7 +1,10 @@
 """Model policy: what a flow fits on, which trainer, and whether a stored model is reused.
 
-Explicit ratings train ALS-MF (``models.als.trainer.ALSMF``), implicit feedback BCE MF on positives and
-sampled negatives (``models.implicit_mf.ImplicitMF``); both over the parts on a mapper. A model is stored
+Explicit ratings train ALS-MF (``models.als.trainer.ALSMF``) by default, implicit feedback BCE MF on positives and
+sampled negatives (``models.implicit_mf.ImplicitMF``); both over the parts on a mapper (``DEFAULT_KIND``). A flow
+may ask for any of ``dxplain train``'s models by name (``models.catalog.TrainSettings``): biased MF (in this
+process, on the whole table) and iALS (over the parts; in this process with ``select``) too (``fit_kind``). A
+model is stored
 under a name made of its data's fingerprint and every hyperparameter and budget (``io.model_store.model_path``),
 so a run reuses exactly the model it would train. Every trainer takes the same budget knobs: ``max_sweeps``
 (alternating sweeps) and ``newton_steps`` (the Newton polish's steps).
@@ -23,6 +26,25 @@ from .base import FactorModel
 from .implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives, training_table
 
 log = logging.getLogger(__name__)
+
+# What a flow trains when no model kind is named: by the data (ratings, or implicit feedback: a single rating value
+# or ``--implicit``). Validation results decide these; each is one word to change.
+DEFAULT_KIND = {"ratings": "mf", "implicit": "bce"}
+
+
+def resolve_kind(kind: str | None, implicit: bool) -> str:
+    """The model kind a flow trains: ``kind`` if named, else ``DEFAULT_KIND`` for the data."""
+    return kind or DEFAULT_KIND["implicit" if implicit else "ratings"]
+
+
+def kind_of(model: FactorModel) -> str:
+    """The ``dxplain train --model`` name of a stored model: its explanation follows it."""
+    from .biased_mf import KIND as BIASED
+
+    if model.kind == BIASED:
+        return "biased"
+    return {"ials": "ials", "bce": "bce"}.get(model.loss, "mf")
+
 
 # BCE training stops at ‖∇f‖ ≤ IDENTITY_RTOL·λ: the representer identity's residual in the factors is
 # ∇f/λ, so this bounds it in the factors' own units (docs/methods.md §1).
@@ -105,8 +127,13 @@ def train_or_load(
     fidelity_tol: float | None = None,
     blocks: bool = False,
     logger=log,
+    spec=None,
 ):
     """Use ``model`` if given; else reuse the model trained on this exact table, else train and store one.
+
+    ``spec`` (``models.catalog.TrainSettings``): a model kind named by the flow. Biased MF, iALS and any kind's
+    ``select`` are trained by ``policy_kinds.fit_kind`` and named by ``policy_kinds.kind_tags``; ``mf`` and ``bce``
+    without ``select`` as below (``k``, ``lam``, ``seed`` and ``implicit`` then say the same as ``spec``).
 
     Explicit data: ALS-MF, its half-steps mapped over ``parts`` (each task reads its part once and keeps
     it for every sweep); ``budget`` caps ALS sweeps and Newton steps (``max_sweeps``, ``newton_steps``), and
@@ -140,6 +167,8 @@ def train_or_load(
             "without the Newton polish (it needs them in one process)"
         )
         budget["newton_steps"] = 0
+    if spec is not None and (spec.model in ("biased", "ials") or spec.select):
+        return _train_or_load_kind(name, data, out, mapper, parts, budget, spec, fidelity_tol, logger)
     identity_tol = None
     if not implicit:
         lam = lam if lam is not None else default_lam(len(data))
@@ -189,5 +218,30 @@ def train_or_load(
                 m.info.get("identity_bound"),
                 budget or "default",
             )
+    m.save(path, data)
+    return m, str(path)
+
+
+def _train_or_load_kind(name, data, out, mapper, parts, budget: dict, spec, fidelity_tol, logger):
+    """``train_or_load`` for the kinds of ``policy_kinds``: reuse the model of these tags, else fit and store it."""
+    from .policy_kinds import fit_kind, kind_tags
+
+    path = model_store.model_path(out, name, data.fingerprint(), **kind_tags(spec, data, budget, fidelity_tol))
+    if model_store.exists(path):
+        logger.info("reusing model %s (same data fingerprint, model kind and settings)", path)
+        return FactorModel.load(path, data), str(path)
+    m = fit_kind(spec, data, mapper, parts, budget, fidelity_tol, logger)
+    logger.info(
+        "trained %s k=%d λ=%g %s: ‖∇f‖=%s, identity bound %s after %s sweeps in %.1fs → %s",
+        spec.model,
+        spec.k,
+        m.lam,
+        {key: v for key, v in m.settings.items() if key not in ("objective", "selected", "bias_columns")},
+        m.grad_norm,
+        m.info.get("identity_bound", m.info.get("miss_bound")),
+        m.info.get("sweeps"),
+        m.info.get("seconds", float("nan")),
+        path,
+    )
     m.save(path, data)
     return m, str(path)

@@ -26,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 
 from .. import progress
-from ..explain.representer import Preprocessed, RepresenterExplainer, attribution_rows, fidelity
+from ..explain.representer import Preprocessed, RepresenterExplainer
+from ..explain.run_rows import attribution_rows, extra_columns, fidelity
 from ..explain.targets import recommend
 from ..interactions import Targets, stable_id_order
 from ..io import runs
@@ -50,7 +51,7 @@ class RefreshJob:
     """
 
     parts: Partitions
-    pre: Preprocessed  # Ũ, Ṽ and B only (``refresh.alpha``): α comes with each part
+    pre: Preprocessed  # the factors, B and Bx only (``refresh.alpha``): α comes with each part
     item_degree: np.ndarray  # raters per item: the user side's work, known before any part is read
     top_n: int = 10
     top_k: int = 10
@@ -59,6 +60,8 @@ class RefreshJob:
     def __post_init__(self):
         if self.pre.B is None or self.pre.A is not None or self.pre.alpha is not None:
             raise ValueError("a RefreshJob holds Preprocessed.factors(): B for the user side's sums, no A or α")
+        if self.pre.extra is not None and self.pre.Bx is None:
+            raise ValueError("a RefreshJob of a model with extra rows holds Bx, the user side's extra-row embedding")
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,10 @@ def explain_shard(
     """
     ex = RepresenterExplainer(own.data, job.pre.with_alpha(own.alpha))
     s = ex.scores(t)
+    # Each side's extra row (biased MF's bias, iALS's unobserved entries): the user side's from Bx, the item
+    # side's from the own part, which holds the target users' whole histories.
+    extra = {side: ex.extra(t, side) for side in ("item", "user")}
+    more = {side: [] if v is None else [extra_columns(job.pre.extra, t, side, v)] for side, v in extra.items()}
     user_rows = attribution_rows(
         t,
         s,
@@ -204,12 +211,14 @@ def explain_shard(
         job.parts.item_ids,
         *(user_side[c] for c in USER_SIDE_COLUMNS),
         loss=job.pre.loss,
+        more=more["user"],
     )
     user_side.clear()
-    item_rows = ex.rows(t, s, "item", ex.item_side(t, job.top_k))
-    # Σ over every training row of each side, not only the top-k: the item side from the own part, the
-    # user side from B (its raters are spread over the item parts).
-    fid = fidelity(ex.side_sum(t, "item"), ex.side_sum(t, "user"), s)
+    item_rows = ex.rows(t, s, "item", ex.item_side(t, job.top_k), extra["item"])
+    # Σ over every training row of each side, not only the top-k, and its extra row: the item side from the own
+    # part, the user side from B and Bx (its raters are spread over the item parts).
+    sums = [ex.side_sum(t, side, extra[side]) for side in ("item", "user")]
+    fid = fidelity(*sums, s, job.pre.score_floor)
     pairs = int(own.data.user_degree()[t.user].sum() + job.item_degree[t.item].sum())
     return pa.concat_tables([item_rows, user_rows]), fid, pairs
 

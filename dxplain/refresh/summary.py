@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DegenerateError
-from ..explain.representer import ERROR_DECADES
+from ..explain.run_rows import ERROR_DECADES
 
 
 def quantile_bound(decades: list[dict[str, int]], q: float) -> float | None:
@@ -51,7 +51,7 @@ def task_seconds(census: list[dict], user_side: list[dict], entries: list[dict])
 
 def shard_totals(entries: list[dict], census: list[dict], user_side: list[dict]) -> dict:
     """Counts, throughput and fidelity of a run, merged from its shard entries and its passes' task results
-    (the ``RunSummary`` fields from ``users`` to ``fidelity_p99_rel_error_below``)."""
+    (the ``RunSummary`` fields from ``users`` to ``fidelity_max_abs_error``)."""
     seconds = task_seconds(census, user_side, entries)
     rows = sum(e["rows"] for e in entries)
     measured = [e for e in entries if e["targets"] > 0]
@@ -75,6 +75,13 @@ def shard_totals(entries: list[dict], census: list[dict], user_side: list[dict])
         },
         "fidelity_p99_rel_error_below": {
             s: quantile_bound([e.get(f"rel_error_decades_{s}", {}) for e in measured], 0.99) for s in ("item", "user")
+        },
+        # In the score's units (a shard written before it was recorded counts as unknown: None).
+        "fidelity_max_abs_error": {
+            s: max((e[f"max_abs_error_{s}"] for e in measured), default=None)
+            if all(f"max_abs_error_{s}" in e for e in measured)
+            else None
+            for s in ("item", "user")
         },
     }
 
@@ -118,6 +125,7 @@ class RunSummary:
     fidelity_max_rel_error: dict  # per side: "item", "user"
     fidelity_median_rel_error: dict
     fidelity_p99_rel_error_below: dict
+    fidelity_max_abs_error: dict  # per side, |Σ attributions − score| in the score's units
     seconds: float  # the flow's wall time up to the summary
     stage_seconds: dict  # per stage of the flow
     peak_rss_mib: dict  # {"flow": MiB, "workers": {address: MiB}}
@@ -126,11 +134,14 @@ class RunSummary:
     grad_norm: float | None
     loss: str
     prediction: str
+    model_kind: str  # mf, biased, ials or bce: the formula the run explains with
+    model_settings: dict  # the loss's settings (iALS: convention, alpha; biased MF: lam_bias, kappa; chosen ones)
     lam: float | None
     lam_known: bool
     top_n: int
     top_k: int
     targets_skipped_unseen: int
+    fidelity_score_floor: float  # relative errors divide by max(|score|, this) (``extra_rows.score_floor``)
     fidelity_tol: float
     fidelity_ok: bool
     fidelity_warning: str | None = None  # only in the manifest when there is one

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..explain.representer import SIDES, decade_counts, relative_error
+from ..explain.run_rows import SIDES, decade_counts, relative_error
 
 SIGNS = ("positive", "negative")
 # One attribution's share of its target's score, |importance| / |score|, counted in quarter decades from
@@ -200,12 +200,14 @@ def summary_rows(summary: dict) -> list[tuple[str, str, object]]:
 
 @dataclass
 class Reason:
-    """One attribution shown under a recommendation: the training row and its importance."""
+    """One attribution shown under a recommendation: the training row and its importance, or a side's extra row
+    (``kind`` bias or unobserved: ``explain.extra_rows``)."""
 
     train_user: object
     train_item: object
     rating: float
     importance: float
+    kind: str = "interaction"
 
 
 @dataclass
@@ -219,30 +221,40 @@ class Recommendation:
 
 def recommendations(rows: pa.Table, reasons: int) -> dict[object, list[Recommendation]]:
     """Per user (in id order), their recommendations by rank, each with the ``reasons`` most important
-    attributions per side (as ``dxplain explain`` lists them), from the run's rows of those users."""
+    attributions per side (as ``dxplain explain`` lists them), from the run's rows of those users. A side's
+    extra row (a bias, the unobserved entries' sum) comes first, whatever its importance."""
     if rows.num_rows == 0:
         return {}
     rows = rows.set_column(rows.schema.get_field_index("side"), "side", _strings(rows.column("side")))
+    kinds = _strings(rows.column("kind")) if "kind" in rows.column_names else pa.array(["interaction"] * rows.num_rows)
+    rows = rows.append_column("kind_name", kinds).append_column(
+        "training_row", pc.equal(kinds, "interaction")
+    )  # false first: the extra row heads its side
     rows = rows.sort_by(
         [
             ("user", "ascending"),
             ("rec_rank", "ascending"),
             ("item", "ascending"),
             ("side", "ascending"),
+            ("training_row", "ascending"),
             ("importance", "descending"),
         ]
     )
-    # Only the first ``reasons`` rows of each (user, item, side) become Python objects: a run that kept every
-    # attribution has hundreds per target.
+    # Only the first ``reasons`` training rows of each (user, item, side) become Python objects: a run that kept
+    # every attribution has hundreds per target.
     u, i, s = (rows.column(c).to_numpy(zero_copy_only=False) for c in ("user", "item", "side"))
+    training = rows.column("training_row").to_numpy(zero_copy_only=False)
     n = len(u)
     starts = np.ones(n, bool)
     starts[1:] = (u[1:] != u[:-1]) | (i[1:] != i[:-1]) | (s[1:] != s[:-1])
-    position = np.arange(n) - np.maximum.accumulate(np.where(starts, np.arange(n), 0))
+    counted = np.cumsum(training)  # the training rows up to each row, within its group below
+    before = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
+    position = counted - (counted[before] - training[before])
     out: dict[object, list[Recommendation]] = {}
-    for r in rows.filter(pa.array(position < reasons)).to_pylist():
+    for r in rows.filter(pa.array(~training | (position <= reasons))).to_pylist():
         recs = out.setdefault(r["user"], [])
         if not recs or recs[-1].item != r["item"]:
             recs.append(Recommendation(r["item"], r["rec_rank"], r["prediction"], r["score"], {s: [] for s in SIDES}))
-        recs[-1].reasons[r["side"]].append(Reason(r["train_user"], r["train_item"], r["rating"], r["importance"]))
+        reason = Reason(r["train_user"], r["train_item"], r["rating"], r["importance"], r["kind_name"])
+        recs[-1].reasons[r["side"]].append(reason)
     return out

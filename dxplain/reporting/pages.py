@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from ..explain.representer import ERROR_DECADES, SIDES
+from ..explain.report import EXTRA_LABELS
+from ..explain.run_rows import ERROR_DECADES, SIDES
 from .aggregate import SHARE_EDGES, SIGNS, Recommendation, RunRows, fidelity_decades, rows_per_target, summary_rows
 from .html import SEARCH_SCRIPT, bar, esc, grid, key_value_table, number, page, png, pyplot, svg
 
@@ -143,6 +144,10 @@ def _reason_rows(rec: Recommendation, labels: Labels) -> str:
             continue
         out.append(f"<tr><td colspan=4 class=side>{esc(SIDE_NAMES[side])}")
         for r in rec.reasons[side]:
+            if r.kind != "interaction":  # a side's extra row: a bias, or every unobserved entry's term summed
+                label = EXTRA_LABELS.get((r.kind, side), r.kind)
+                out.append(f"<tr><td><i>{esc(label)}</i><td>{bar(r.importance, scale)}<td>{r.importance:+.4f}")
+                continue
             if side == "item":
                 who = f"{esc(labels.item(r.train_item))} <small>{esc(labels.genres.get(r.train_item, ''))}</small>"
             else:
@@ -180,7 +185,8 @@ def users_section(recs: dict, shown_of: tuple[int, int], labels: Labels, predict
         f"pushed the score up (green), a negative one down (red); each recommendation's largest reason "
         f"shown is a full bar. Importance = α (the residual on that rating) × the similarity in the model's space, "
         f"so a "
-        f"low rating can push a score up.</p>\n"
+        f"low rating can push a score up. A side's first row in italics is not a training row: the other side's "
+        f"bias (biased MF), or the sum over every entry nothing is stored for (iALS).</p>\n"
         f'<p><input type="search" id="search" placeholder="filter by user id or title"></p>\n{blocks}'
     )
 
