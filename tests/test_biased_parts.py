@@ -3,6 +3,7 @@ parts equals the in-process one and the Hessian product is the gradient's deriva
 over parts (on a LocalMapper, on a 2-process LocalCluster, from a streamed table's summary alone) is the in-process
 fit."""
 
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -13,6 +14,7 @@ from test_partitions import scan, streamed_folder
 from dxplain import ingest
 from dxplain.config import Settings
 from dxplain.io.partitions import write_partitions
+from dxplain.io.spill import SpillList
 from dxplain.mapper import LocalMapper
 from dxplain.models.als.losses import BCERows, SquaredRows
 from dxplain.models.biased_half_steps import BiasedHalfSteps, BiasedPartHalfSteps
@@ -143,8 +145,8 @@ def test_fit_over_parts_is_the_in_process_fit(data, parts, kind, budget, request
 
 
 def test_fit_from_a_streamed_tables_summary_alone(tmp_path):
-    """The flow's process of a refresh keeps the table's summary (``ingest.scan_source``), never its rows: the fit
-    over the streamed parts takes only that, and is the in-process fit on the table."""
+    """The flow's process of a refresh keeps the table's summary (``ingest.scan_source``), never its rows, and the
+    Anderson history in files: the fit over the streamed parts takes only that, and is the in-process fit."""
     d = random_interactions(90, 70, 0.2, seed=5)
     folder = streamed_folder(tmp_path, d)
     summary = scan(folder)
@@ -152,7 +154,9 @@ def test_fit_from_a_streamed_tables_summary_alone(tmp_path):
         LocalMapper(), folder / "interactions.parquet", summary, tmp_path / "s", rows_per_part=200, rows_per_chunk=200
     )
     trainer = BiasedMF(k=3, lam=LAM, lam_bias=LAM_BIAS, miss_tol=1e-12)
-    over = trainer.fit(summary, half_steps=partial(BiasedPartHalfSteps, LocalMapper(), streamed))
+    over = replace(trainer, anderson_store=SpillList).fit(
+        summary, half_steps=partial(BiasedPartHalfSteps, LocalMapper(), streamed)
+    )
     here = trainer.fit(d)
     assert trainer.converged(over) and over.info["sweeps"] == here.info["sweeps"]
     np.testing.assert_allclose(over.U, here.U, rtol=0, atol=1e-10 * np.abs(here.U).max())

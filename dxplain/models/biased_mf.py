@@ -22,6 +22,7 @@ two sides sum to its score within ``miss_tol`` (rating units), so within miss_to
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -109,7 +110,8 @@ class BiasedMF:
         (``biased_half_steps.MissBound``): the identity then holds within miss_tol/|s| relative
     tol : the Newton polish (when the sweeps stall) stops at ‖∇f‖ ≤ tol; None = the ‖∇f‖ that bounds the miss by
         miss_tol at the factors of each of its rounds (``_polish``)
-    max_sweeps, newton_steps, anderson, cg_steps, seed : as ``ALSMF``'s
+    max_sweeps, newton_steps, anderson, cg_steps, seed, anderson_store : as ``ALSMF``'s (``io.spill.SpillList`` keeps
+        the Anderson history in files, not in the flow's process)
     """
 
     k: int = DEFAULT_K
@@ -122,6 +124,7 @@ class BiasedMF:
     anderson: int = ANDERSON_MEMORY
     cg_steps: int = DEFAULT_CG_STEPS
     seed: int = 0
+    anderson_store: Callable = list  # makes each Anderson history list
 
     def resolved(self, n_train: int) -> tuple[float, float]:
         """(λ, λ_b) for |D| = ``n_train``."""
@@ -153,6 +156,7 @@ class BiasedMF:
             max_sweeps=self.max_sweeps,
             newton_steps=0,
             anderson=self.anderson,
+            anderson_store=self.anderson_store,
             seed=self.seed,
             cg_steps=self.cg_steps,
         )
