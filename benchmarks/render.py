@@ -42,6 +42,7 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
     "model.md": {
         "lambda-table": table(als.lambda_table, "als/select_lambda.json"),
         "biased-table": table(als.biased_table, "als/biased_vs_peers.json"),
+        "biased-parts-table": table(als.biased_parts_table, "als/biased_parts.json"),
     },
     "scaling.md": {
         "throughput-table": scaling.throughput_table,

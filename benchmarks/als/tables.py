@@ -83,3 +83,24 @@ def biased_table(r: dict) -> str:
             f"{x['fit_seconds']:.2f} |"
         )
     return markdown("| model | validation RMSE | test RMSE | test RMSE, clipped to 1–5 | fit (s) |", body)
+
+
+def biased_parts_table(r: dict) -> str:
+    """docs/model.md: biased MF trained in this process and over the partitioned interactions on ml-100k."""
+    names = {"in_process": "in this process (`BiasedHalfSteps`)", "parts_local_mapper": "over parts, `LocalMapper`"}
+    dask = [k for k in r if k.startswith("parts_dask")]
+    names.update({k: f"over parts, Dask, {k.split('_')[2]} workers × 1 thread" for k in dask})
+
+    def versus(x: dict) -> str:
+        return f"{x['factors_max_rel_diff']:.0e} | {x['predictions_max_abs_diff']:.0e}"
+
+    body = [
+        f"| {name} | {r[key]['sweeps']} | {r[key]['newton_steps']} | {r[key]['seconds']:.1f} | "
+        f"{max(r[key]['miss_bound'].values()):.1e} | {'(the reference) |' if key == 'in_process' else versus(r[key])} |"
+        for key, name in names.items()
+    ]
+    return markdown(
+        f"| fit ({r['parts']['user']} · {r['parts']['item']} parts) | sweeps | Newton steps | fit (s) | miss bound | "
+        "factors vs in-process (rel.) | predictions vs in-process |",
+        body,
+    )

@@ -13,14 +13,16 @@ against the features [V_i, κ] and the targets y − μ − c_i with the ridge �
 (``kernels.als.ridge_solve_rows``) as the plain model's; the items' half-step is its mirror image.
 
 ``ALSMF`` runs the sweeps (Anderson acceleration, the uphill guard, the Newton polish) unchanged on the
-half-steps below, whose gradients and Hessian products are those of the augmented model projected onto the
-free coordinates. Its stopping rule reads their bound, which here is absolute: every target's two sides sum to
-its score within ``miss_tol`` (rating units), so within miss_tol/|s| relative.
+half-steps of ``models.biased_half_steps`` (``BiasedHalfSteps`` in this process, ``BiasedPartHalfSteps`` over the
+partitioned interactions on a mapper), whose gradients and Hessian products are those of the augmented model
+projected onto the free coordinates. Its stopping rule reads their bound, which here is absolute: every target's
+two sides sum to its score within ``miss_tol`` (rating units), so within miss_tol/|s| relative.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -28,11 +30,9 @@ import numpy as np
 
 from ..errors import InputError
 from ..interactions import Interactions
-from ..kernels import als
-from .als.half_steps import HalfSteps, csr_view
-from .als.losses import SQUARED
 from .als.trainer import ALSMF, ANDERSON_MEMORY, DEFAULT_CG_STEPS, DEFAULT_K, DEFAULT_RIDGE
 from .base import FactorModel
+from .biased_half_steps import BiasedHalfSteps, fixed_column, longest_row
 
 log = logging.getLogger(__name__)
 
@@ -95,161 +95,14 @@ def interaction_factors(model: FactorModel) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(model.U)[:, :k], np.asarray(model.V)[:, :k]
 
 
-class BiasedHalfSteps(HalfSteps):
-    """The biased model's two half-steps in this process, on the augmented factors (Ũ, Ṽ) of rank k + 2.
-
-    A side's rows solve their free coordinates (all but the side's fixed column f: the users' f = k+1, the
-    items' f = k) against the other side's factors in the same columns, with targets y − μ minus the fixed
-    column's share κ·F_{other}[:, f] (c_i for a user, b_u for an item). The gradient, Hessian products and
-    curvature blocks are the augmented model's, with the fixed coordinates' rows projected out."""
-
-    def __init__(self, data: Interactions, mu: float, ridge: float, loss=SQUARED, *, kappa: float):
-        self.views = {
-            side: tuple(
-                np.asarray(a, t)
-                for a, t in zip(csr_view(data, data.rating - mu, side), (np.int64, np.int64, np.float64))
-            )
-            for side in ("user", "item")
-        }
-        self.ridge, self.loss, self.kappa = ridge, loss, kappa
-        self.item_degree = data.item_degree()
-        self.P = als.Pattern(data.user, data.item, data.user_indptr, data.n_users, data.n_items)
-        self.y = self.views["user"][2]
-        self.n = len(self.y)
-
-    # -- the fixed columns
-    @staticmethod
-    def fixed(side: str, width: int) -> int:
-        """The side's fixed column (holding κ): k+1 for the users, k for the items (width = k + 2)."""
-        return width - 1 if side == "user" else width - 2
-
-    def free(self, side: str, width: int) -> np.ndarray:
-        return np.delete(np.arange(width), self.fixed(side, width))
-
-    def _system(self, side: str, F_other: np.ndarray):
-        """(indptr, cols, targets) and the features of the side's half-step: the other side's free-coordinate
-        columns of this side, and y − μ − κ·F_other[cols, f]."""
-        indptr, cols, y = self.views[side]
-        w = F_other.shape[1]
-        f = self.fixed(side, w)
-        return (indptr, cols, y - self.kappa * F_other[cols, f]), np.ascontiguousarray(F_other[:, self.free(side, w)])
-
-    def _with_fixed(self, side: str, X: np.ndarray) -> np.ndarray:
-        """The side's augmented rows: the free coordinates X with κ inserted at the fixed column."""
-        return np.insert(X, self.fixed(side, X.shape[1] + 1), self.kappa, axis=1)
-
-    # -- HalfSteps
-    def initial(self, n_users: int, n_items: int, k: int, seed: int):
-        """HalfSteps' seeded start of rank k (= the model's rank + 2), with zero biases and the fixed columns κ."""
-        U, V = super().initial(n_users, n_items, k, seed)
-        U[:, k - 2], V[:, k - 1] = 0.0, 0.0
-        U[:, self.fixed("user", k)], V[:, self.fixed("item", k)] = self.kappa, self.kappa
-        return U, V
-
-    def start(self, U, V):
-        U, V = super().start(U, V)
-        w = U.shape[1]
-        U[:, self.fixed("user", w)], V[:, self.fixed("item", w)] = self.kappa, self.kappa
-        return U, V
-
-    def sqnorm(self, F) -> float:
-        """‖F‖² over the free coordinates: the fixed column of either side holds κ in every row."""
-        return float(np.vdot(F, F)) - self.kappa**2 * len(F)
-
-    def users(self, V, U0=None):
-        part, F = self._system("user", V)
-        if U0 is None or not self.loss.cg_steps:
-            X = als.ridge_solve_rows(*part, F, self.ridge)
-        else:
-            X0 = U0[:, self.free("user", U0.shape[1])]
-            Q = als.cg_basis(als.degree_gram(F, self.item_degree))
-            X = als.ridge_cg_rows(*part, F, self.ridge, X0, self.loss.cg_steps, Q=Q)
-        return self._with_fixed("user", X)
-
-    def items(self, U, V0=None, measure=None):
-        part, F = self._system("item", U)
-        X, gX = als.ridge_solve_rows(*part, F, self.ridge, gradient_scale=2.0 / self.n)
-        V = self._with_fixed("item", X)
-        self._keep_items_gradient(U, V, np.insert(gX, self.fixed("item", V.shape[1]), 0.0, axis=1))
-        return V
-
-    def _side_gradient(self, side: str, F_rows, F_cols, lam):
-        """The side's rows of ∇f (fixed coordinate 0) and Σ r²."""
-        part, F = self._system(side, F_cols)
-        free = self.free(side, F_rows.shape[1])
-        g, rss = als.gradient_rows(*part, np.ascontiguousarray(F_rows[:, free]), F, self.n, lam)
-        return np.insert(g, self.fixed(side, F_rows.shape[1]), 0.0, axis=1), rss
-
-    def gradient(self, U, V, lam):
-        gU, rss = self._side_gradient("user", U, V, lam)
-        return rss, gU, self._side_gradient("item", V, U, lam)[0]
-
-    def stationarity(self, U, V, lam, bound):
-        """(Σ r², ‖∇f‖², the bound on each side's miss) with ∇_V f from the items' half-step that made V.
-
-        The item side of a target (u, j) (u's own rows) sums to s_uj − ⟨∇_u f, Ṽ_j⟩/λ over the users' free
-        coordinates, and the user side to s_uj − ⟨∇_j f, Ũ_u⟩/λ over the items' (docs/methods.md §1, "Biased MF"),
-        so by Cauchy–Schwarz every target misses by at most max_u ‖∇_u f‖ · max_j ‖Ṽ_j‖/λ on the item side
-        and max_j ‖∇_j f‖ · max_u ‖Ũ_u‖/λ on the user side (norms over the free coordinates): absolute bounds,
-        (miss_item, miss_user)."""
-        gV = self._known_items_gradient(U, V, lam)
-        gU, rss = self._side_gradient("user", U, V, lam)
-        if gV is None:
-            gV = self._side_gradient("item", V, U, lam)[0]
-        gsq = float(np.sum(gU * gU) + np.sum(gV * gV))
-        return rss, gsq, self.miss_bound(U, V, gU, gV, lam) if bound else None
-
-    def miss_bound(self, U, V, gU, gV, lam) -> tuple[float, float]:
-        w = U.shape[1]
-
-        def longest(F, side):
-            X = F[:, self.free(side, w)]
-            return float(np.sqrt(np.max(np.einsum("ij,ij->i", X, X), initial=0.0)))
-
-        def largest(g):
-            return float(np.sqrt(np.max(np.einsum("ij,ij->i", g, g), initial=0.0)))
-
-        return largest(gU) * longest(V, "user") / lam, largest(gV) * longest(U, "item") / lam
-
-    def _projected(self, U, V, dU, dV):
-        w = U.shape[1]
-        fu, fi = self.fixed("user", w), self.fixed("item", w)
-        dU, dV = dU.copy(), dV.copy()
-        dU[:, fu], dV[:, fi] = 0.0, 0.0
-        return dU, dV, fu, fi
-
-    def hessian_vector(self, U, V, dU, dV, lam):
-        """The augmented model's Hessian product (``kernels.als.hessian_vector``) on the free coordinates."""
-        dU, dV, fu, fi = self._projected(U, V, dU, dV)
-        hU, hV = als.hessian_vector(U, V, dU, dV, self.P, self._residuals(U, V), lam)
-        hU[:, fu], hV[:, fi] = 0.0, 0.0
-        return hU, hV
-
-    def curvature_grams(self, U, V):
-        """The blocks of ``kernels.als.curvature_grams`` without the fixed coordinate's row and column: the
-        preconditioner then keeps a direction's fixed coordinates 0 (its block there is λ alone)."""
-        A, B = als.curvature_grams(U, V, self.P, self.n)
-        w = U.shape[1]
-        fu, fi = self.fixed("user", w), self.fixed("item", w)
-        A[:, fu, :], A[:, :, fu], B[:, fi, :], B[:, :, fi] = 0.0, 0.0, 0.0, 0.0
-        return A, B
-
-    def _residuals(self, U, V):
-        last = getattr(self, "_last", None)
-        if last is None or last[0] is not U or last[1] is not V:
-            self._last = last = (U, V, self.y - als.pattern_scores(U, V, self.P))
-        return last[2]
-
-
 def longest_free_row(model: FactorModel) -> float:
     """The longest row of either side's free coordinates (the fixed column of each side left out)."""
     U, V = np.asarray(model.U), np.asarray(model.V)
     w = U.shape[1]
-    Uf, Vf = (
-        np.delete(U, BiasedHalfSteps.fixed("item", w), axis=1),
-        np.delete(V, BiasedHalfSteps.fixed("user", w), axis=1),
+    return max(
+        longest_row(np.delete(U, fixed_column("item", w), axis=1)),
+        longest_row(np.delete(V, fixed_column("user", w), axis=1)),
     )
-    return float(np.sqrt(max(np.einsum("ij,ij->i", F, F).max(initial=0.0) for F in (Uf, Vf))))
 
 
 def default_lam_bias(n_train: int) -> float:
@@ -267,10 +120,11 @@ class BiasedMF:
     lam : λ on the factors; None = ``models.als.trainer.default_lam(|D|)`` (the ridge λ|D|/2 = 15)
     lam_bias : λ_b on the biases; None = ``default_lam_bias(|D|)`` (the ridge λ_b|D|/2 = 3)
     miss_tol : stop when the bound on every target's |Σ attributions − s| is ≤ miss_tol on both sides
-        (``BiasedHalfSteps.stationarity``): the identity then holds within miss_tol/|s| relative
+        (``biased_half_steps.MissBound``): the identity then holds within miss_tol/|s| relative
     tol : the Newton polish (when the sweeps stall) stops at ‖∇f‖ ≤ tol; None = the ‖∇f‖ that bounds the miss by
         miss_tol at the factors of each of its rounds (``_polish``)
-    max_sweeps, newton_steps, anderson, cg_steps, seed : as ``ALSMF``'s
+    max_sweeps, newton_steps, anderson, cg_steps, seed, anderson_store : as ``ALSMF``'s (``io.spill.SpillList`` keeps
+        the Anderson history in files, not in the flow's process)
     """
 
     k: int = DEFAULT_K
@@ -283,6 +137,7 @@ class BiasedMF:
     anderson: int = ANDERSON_MEMORY
     cg_steps: int = DEFAULT_CG_STEPS
     seed: int = 0
+    anderson_store: Callable = list  # makes each Anderson history list
 
     def resolved(self, n_train: int) -> tuple[float, float]:
         """(λ, λ_b) for |D| = ``n_train``."""
@@ -290,16 +145,23 @@ class BiasedMF:
         lam_bias = self.lam_bias if self.lam_bias is not None else default_lam_bias(n_train)
         return lam, lam_bias
 
-    def fit(self, data: Interactions, init: tuple[np.ndarray, np.ndarray] | None = None) -> FactorModel:
-        """Train on ``data``; ``init=(Ũ, Ṽ)`` starts from given augmented factors (their fixed columns are
-        reset to κ)."""
+    def fit(
+        self, data: Interactions, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> FactorModel:
+        """Train on ``data``.
+
+        ``half_steps(data, mu, ridge, loss=..., kappa=κ) -> HalfSteps`` runs the two half-steps elsewhere, as
+        ``ALSMF.fit``'s: ``functools.partial(BiasedPartHalfSteps, mapper, parts)`` maps them over the partitioned
+        interactions (``models.biased_half_steps``; ``data`` may then be the table's ``interactions.TableSummary``),
+        the Newton polish's passes too; by default ``BiasedHalfSteps`` runs them here, over the whole table.
+        ``init=(Ũ, Ṽ)`` starts from given augmented factors (their fixed columns are reset to κ)."""
         if self.k < 0:
             raise InputError(f"k={self.k}: the rank of the factors is ≥ 0 (0 = the biases alone)")
         lam, lam_bias = self.resolved(len(data))
         if not (lam > 0 and lam_bias > 0):
             raise InputError(f"λ = {lam}, λ_b = {lam_bias}: both must be > 0 (κ = √(λ/λ_b))")
         kappa = kappa_of(lam, lam_bias)
-        half_steps = partial(BiasedHalfSteps, kappa=kappa)
+        half_steps = partial(half_steps or BiasedHalfSteps, kappa=kappa)
         sweeps = ALSMF(
             k=self.k + 2,
             lam=lam,
@@ -307,6 +169,7 @@ class BiasedMF:
             max_sweeps=self.max_sweeps,
             newton_steps=0,
             anderson=self.anderson,
+            anderson_store=self.anderson_store,
             seed=self.seed,
             cg_steps=self.cg_steps,
         )

@@ -13,6 +13,7 @@ from ...io import spill
 from ...io.row_blocks import Ref, RowSource, Scratch, call_loaded, take_rows
 from ...kernels import als, anderson
 from ..blocks import Blocks, BlockVectors, PerBlock
+from .half_steps import BalancedBound
 from .losses import SQUARED
 from .part_half_steps import MappedHalfSteps, load_part, stationarity_part, stationarity_total, stationarity_triple
 
@@ -40,7 +41,7 @@ def _solve_measured(part: str, F: RowSource, ridge, loss, X0, n, lam, out: str):
     (no transforms) from the same rows of F: (path, triple)."""
     view, F_cols = _read_compact(part, F)
     X = loss.solve(view, F_cols, ridge, X0)
-    return spill.save_file(out, X), stationarity_part(view, 0, X, F_cols, n, lam, None, None, None, loss)
+    return spill.save_file(out, X), stationarity_part(view, 0, X, F_cols, n, lam, None, loss)
 
 
 def _solve_with_gradient(part: str, F: RowSource, ridge, loss, X0, n, out: str, out_gradient: str):
@@ -51,15 +52,15 @@ def _solve_with_gradient(part: str, F: RowSource, ridge, loss, X0, n, out: str, 
     return spill.save_file(out, X), spill.save_file(out_gradient, G)
 
 
-def _gradient_block_triple(F, G, lam, T_own, T_other, floor) -> tuple[float, float, float]:
+def _gradient_block_triple(F, G, lam, rule) -> tuple[float, float, float]:
     """A part's ``stationarity_part`` triple from its rows and their rows of ∇f, kept in block files: no pass
     over its entries. Σ of the loss terms is the by-user parts' (``stationarity_total``), so 0 here."""
-    return stationarity_triple(F, G, 0.0, lam, T_own, T_other, floor)
+    return stationarity_triple(F, G, 0.0, lam, rule)
 
 
-def _stationarity_compact(part: str, F_rows, F: RowSource, n, lam, T_own, T_other, floor, loss):
+def _stationarity_compact(part: str, F_rows, F: RowSource, n, lam, rule, loss):
     view, F_cols = _read_compact(part, F)
-    return stationarity_part(view, 0, F_rows, F_cols, n, lam, T_own, T_other, floor, loss)
+    return stationarity_part(view, 0, F_rows, F_cols, n, lam, rule, loss)
 
 
 @dataclass
@@ -110,6 +111,9 @@ class BlockHalfSteps(MappedHalfSteps):
 
     def sqnorm(self, F: Blocks) -> float:
         return F.vdot()
+
+    def bound_rules(self, U: Blocks, V: Blocks):
+        return BalancedBound.of_grams(U.gram(), V.gram())  # the Grams summed over the blocks
 
     def accelerator(self, m, store):
         return anderson.Anderson(m, vectors=BlockVectors())  # the history is block files: no ``store``
@@ -177,7 +181,7 @@ class BlockHalfSteps(MappedHalfSteps):
         return V
 
     def stationarity(self, U: Blocks, V: Blocks, lam, bound):
-        T_U, T_V, floor = als.bound_transforms(U.gram(), V.gram()) if bound else (None, None, None)
+        rule_U, rule_V = self.bound_rules(U, V) if bound else (None, None)
         # What the last items' half-step kept for this (V, U, λ): ∇_V f's blocks (an exact half-step) or the
         # items' stationarity triples (a measured one).
         key, gV, item_triples = self._measured or (None, None, None)
@@ -185,16 +189,16 @@ class BlockHalfSteps(MappedHalfSteps):
             gV = item_triples = None
         if bound:
             item_triples = None
-        sides = (("user", U, V, (T_U, T_V, floor)),)
+        sides = (("user", U, V, rule_U),)
         if item_triples is None and gV is None:
-            sides += (("item", V, U, (T_V, T_U, floor)),)
+            sides += (("item", V, U, rule_V),)
         tasks = [
-            (_stationarity_compact, part, Ref(B.paths[p]), other.source, self.n, lam, *T, self.loss)
-            for side, B, other, T in sides
+            (_stationarity_compact, part, Ref(B.paths[p]), other.source, self.n, lam, rule, self.loss)
+            for side, B, other, rule in sides
             for p, part in enumerate(self.parts[side])
         ]
         if gV is not None:  # the items' side from V's and ∇_V f's blocks: no pass over the by-item parts
-            tasks += [(_gradient_block_triple, Ref(v), Ref(g), lam, T_V, T_U, floor) for v, g in zip(V.paths, gV.paths)]
+            tasks += [(_gradient_block_triple, Ref(v), Ref(g), lam, rule_V) for v, g in zip(V.paths, gV.paths)]
         out = self.mapper.map(call_loaded, tasks, name="als-stationarity")
         n_user = len(self.parts["user"])
         return stationarity_total(out[:n_user], out[n_user:] if item_triples is None else item_triples, bound)

@@ -5,6 +5,7 @@ with) and ``LocalHalfSteps``, both half-steps in this process over the whole tab
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,6 +20,27 @@ def csr_view(data: Interactions, y: np.ndarray, side: str) -> tuple[np.ndarray, 
         return data.user_indptr, data.item, y
     order = data.item_order
     return data.item_indptr, data.user[order], y[order]
+
+
+@dataclass(frozen=True)
+class BalancedBound:
+    """One side's ε of ``kernels.als.identity_bound`` over some of its rows (``kernels.als.bound_rows``), from the
+    balancing transforms of both sides' Grams: the bound over a side is the max over its rows' parts, so a part
+    on a worker sends one number."""
+
+    T_own: np.ndarray
+    T_other: np.ndarray
+    floor: float
+
+    @classmethod
+    def of_grams(cls, G_U: np.ndarray, G_V: np.ndarray) -> tuple[BalancedBound, BalancedBound]:
+        """(the users' rule, the items' rule) from UᵀU and VᵀV (``kernels.als.bound_transforms``)."""
+        T_U, T_V, floor = als.bound_transforms(G_U, G_V)
+        return cls(T_U, T_V, floor), cls(T_V, T_U, floor)
+
+    def rows(self, F: np.ndarray, g: np.ndarray, lam: float) -> float:
+        """The bound over rows F with their rows g of ∇f."""
+        return als.bound_rows(F, g, self.T_own, self.T_other, lam, self.floor)
 
 
 class HalfSteps:
@@ -53,6 +75,22 @@ class HalfSteps:
     def close(self) -> None:
         """Free what training kept (files, state on workers)."""
 
+    def rows_loss(self, side: str):
+        """What the rows of ``side`` ("user" or "item") cost: ``loss`` for both here; a model whose two sides
+        differ (biased MF's fixed columns, ``models.biased_half_steps``) gives one strategy a side."""
+        return self.loss
+
+    def bound_rules(self, U, V) -> tuple:
+        """(the users' rule, the items' rule) of the stopping rule's bound: each has ``rows(F, g, λ)``, the bound
+        over some rows F of the side and their rows g of ∇f (the item side's bound from the users' rows, the
+        user side's from the items'). Here the identity bound of ``kernels.als.identity_bound``."""
+        return BalancedBound.of_grams(U.T @ U, V.T @ V)
+
+    def bound(self, U, V, gU, gV, lam: float) -> tuple[float, float]:
+        """(ε_item, ε_user) at (U, V) from the whole gradient (``bound_rules``)."""
+        rule_U, rule_V = self.bound_rules(U, V)
+        return rule_U.rows(U, gU, lam), rule_V.rows(V, gV, lam)
+
     def users(self, V: np.ndarray, U0: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError
 
@@ -72,7 +110,7 @@ class HalfSteps:
         """(Σ r², ‖∇f‖², the identity bound (ε_item, ε_user) of ``kernels.als.identity_bound`` when ``bound``):
         what a sweep is judged by, without the gradient itself."""
         rss, gU, gV = self.gradient(U, V, lam)
-        return rss, float(np.sum(gU * gU) + np.sum(gV * gV)), als.identity_bound(U, V, gU, gV, lam) if bound else None
+        return rss, float(np.sum(gU * gU) + np.sum(gV * gV)), self.bound(U, V, gU, gV, lam) if bound else None
 
     def hessian_vector(self, U, V, dU, dV, lam) -> tuple[np.ndarray, np.ndarray]:
         """The Hessian of f at (U, V) applied to (dU, dV) (``kernels.als.hessian_vector``): a pass of the
@@ -136,10 +174,10 @@ class LocalHalfSteps(HalfSteps):
         self.n = len(self.y)
 
     def users(self, V, U0=None):
-        return self.loss.solve(self.views["user"], V, self.ridge, U0, self._users_basis(V, U0))
+        return self.rows_loss("user").solve(self.views["user"], V, self.ridge, U0, self._users_basis(V, U0))
 
     def items(self, U, V0=None, measure=None):
-        V, gV = als.ridge_solve_rows(*self.views["item"], U, self.ridge, gradient_scale=2.0 / self.n)
+        V, gV = self.rows_loss("item").solve_with_gradient(self.views["item"], U, self.ridge, self.n)
         self._keep_items_gradient(U, V, gV)
         return V
 
@@ -149,13 +187,20 @@ class LocalHalfSteps(HalfSteps):
         gV = self._known_items_gradient(U, V, lam)
         if gV is None:
             return super().stationarity(U, V, lam, bound)
-        gU, rss = als.gradient_rows(*self.views["user"], U, V, self.n, lam)
-        return rss, float(np.sum(gU * gU) + np.sum(gV * gV)), als.identity_bound(U, V, gU, gV, lam) if bound else None
+        gU, rss = self._side_gradient("user", U, V, lam)
+        return rss, float(np.sum(gU * gU) + np.sum(gV * gV)), self.bound(U, V, gU, gV, lam) if bound else None
+
+    def _gradient_by_rows(self, U, V, lam):
+        gU, rss = self._side_gradient("user", U, V, lam)
+        return rss, gU, self._side_gradient("item", V, U, lam)[0]
+
+    def _side_gradient(self, side: str, F_rows, F_cols, lam) -> tuple[np.ndarray, float]:
+        """The side's rows of ∇f and Σ r², in one pass over the side's view (``rows_loss(side).gradient``)."""
+        return self.rows_loss(side).gradient(self.views[side], F_rows, F_cols, self.n, lam)
 
     def gradient(self, U, V, lam):
         if als.FUSED:  # each side's rows in one compiled pass over its view: residuals twice, no sparse products
-            gU, rss = als.gradient_rows(*self.views["user"], U, V, self.n, lam)
-            return rss, gU, als.gradient_rows(*self.views["item"], V, U, self.n, lam)[0]
+            return self._gradient_by_rows(U, V, lam)
         r = self._residuals(U, V)
         gU, gV = als.gradient(U, V, self.P, self.y, lam, r=r)
         return float(r @ r), gU, gV

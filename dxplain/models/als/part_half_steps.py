@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...interactions import Interactions
-from ...kernels import als
 from .half_steps import HalfSteps, csr_view
 from .losses import SQUARED
 
@@ -53,20 +52,18 @@ def load_part(parts, side: str, p: int, mu: float):
     return indptr[a : b + 1] - indptr[a], cols, y
 
 
-def stationarity_triple(F, g, loss_sum: float, lam: float, T_own, T_other, floor) -> tuple[float, float, float]:
-    """(Σ of the loss terms, Σ g², the rows' identity bound (0 without transforms)) of rows F and their rows g
-    of ∇f: what a part sends back of a measure."""
-    eps = 0.0 if T_own is None else als.bound_rows(F, g, T_own, T_other, lam, floor)
+def stationarity_triple(F, g, loss_sum: float, lam: float, rule) -> tuple[float, float, float]:
+    """(Σ of the loss terms, Σ g², the rows' bound by ``rule`` (``HalfSteps.bound_rules``; 0 without one)) of
+    rows F and their rows g of ∇f: what a part sends back of a measure."""
+    eps = 0.0 if rule is None else rule.rows(F, g, lam)
     return loss_sum, float(np.sum(g * g)), eps
 
 
-def stationarity_part(
-    part, a: int, F_rows, F_cols, n: int, lam: float, T_own, T_other, floor, loss
-) -> tuple[float, float, float]:
-    """A part's Σ of its loss terms, Σ of its gradient rows squared, and its rows' identity bound
-    (``als.bound_rows``; 0 without transforms): three numbers back, not the gradient."""
+def stationarity_part(part, a: int, F_rows, F_cols, n: int, lam: float, rule, loss) -> tuple[float, float, float]:
+    """A part's Σ of its loss terms, Σ of its gradient rows squared, and its rows' bound by ``rule`` (0 without
+    one): three numbers back, not the gradient."""
     g, loss_sum = _gradient_part(part, a, F_rows, F_cols, n, lam, loss)
-    return stationarity_triple(_rows_of(part, a, F_rows), g, loss_sum, lam, T_own, T_other, floor)
+    return stationarity_triple(_rows_of(part, a, F_rows), g, loss_sum, lam, rule)
 
 
 def stationarity_total(users: list, items: list, bound: bool) -> tuple[float, float, tuple | None]:
@@ -112,19 +109,20 @@ class PartHalfSteps(MappedHalfSteps):
 
     def _half(self, side: str, F: np.ndarray, X0: np.ndarray | None, with_gradient: bool = False):
         # To one worker every half-step; the others fetch it from their peer (see ``distributed.cluster.scatter``).
+        loss = self.rows_loss(side)
         F_h = self.mapper.put(F)
-        X0_h = self.mapper.put(X0) if X0 is not None and self.loss.warm_start else None
+        X0_h = self.mapper.put(X0) if X0 is not None and loss.warm_start else None
         cuts = self.cuts[side]
         out = np.empty((int(cuts[-1]), F.shape[1]))
         if with_gradient:  # an exact half-step: its rows of ∇f too (O(rows · k) back, like the rows)
             grad = np.empty_like(out)
-            tasks = [(p, int(a), F_h, self.ridge, self.loss, self.n) for p, a in zip(self.parts[side], cuts[:-1])]
+            tasks = [(p, int(a), F_h, self.ridge, loss, self.n) for p, a in zip(self.parts[side], cuts[:-1])]
             for p, (rows, g) in self.mapper.imap(_solve_part_with_gradient, tasks, name=f"als-{side}"):
                 out[cuts[p] : cuts[p + 1]], grad[cuts[p] : cuts[p + 1]] = rows, g
             return out, grad
         # Each part's rows into place as it finishes: no list of parts beside the stacked copy.
         basis = self._users_basis(F, X0) if side == "user" else None
-        tasks = [(p, int(a), F_h, self.ridge, self.loss, X0_h, basis) for p, a in zip(self.parts[side], cuts[:-1])]
+        tasks = [(p, int(a), F_h, self.ridge, loss, X0_h, basis) for p, a in zip(self.parts[side], cuts[:-1])]
         for p, rows in self.mapper.imap(_solve_part, tasks, name=f"als-{side}"):
             out[cuts[p] : cuts[p + 1]] = rows
         return out
@@ -146,8 +144,9 @@ class PartHalfSteps(MappedHalfSteps):
         return out[: len(self.parts["user"])], out[len(self.parts["user"]) :]
 
     def _tasks(self, side: str, args: tuple) -> list:
-        """(part, its first row, *args, loss) for every part of ``side``."""
-        return [(p, int(a), *args, self.loss) for p, a in zip(self.parts[side], self.cuts[side][:-1])]
+        """(part, its first row, *args, the side's loss) for every part of ``side``."""
+        loss = self.rows_loss(side)
+        return [(p, int(a), *args, loss) for p, a in zip(self.parts[side], self.cuts[side][:-1])]
 
     def gradient(self, U, V, lam):
         """∇_U f from the by-user parts, ∇_V f from the by-item parts, Σ r² from the former: the flow's
@@ -161,21 +160,18 @@ class PartHalfSteps(MappedHalfSteps):
         gradient (users × k) and the bound's temporaries never reach this process. When V is the last exact
         items(U), the items' side comes from the ∇_V f that half-step returned (items × k, here) and only
         the by-user parts are mapped."""
-        T_U, T_V, floor = als.bound_transforms(U.T @ U, V.T @ V) if bound else (None, None, None)
+        rule_U, rule_V = self.bound_rules(U, V) if bound else (None, None)
         U_h, V_h = self.mapper.put(U), self.mapper.put(V)
         gV = self._known_items_gradient(U, V, lam)
         if gV is None:
             users, items = self._rows(
-                stationarity_part,
-                (U_h, V_h, self.n, lam, T_U, T_V, floor),
-                (V_h, U_h, self.n, lam, T_V, T_U, floor),
-                "als-stationarity",
+                stationarity_part, (U_h, V_h, self.n, lam, rule_U), (V_h, U_h, self.n, lam, rule_V), "als-stationarity"
             )
             return stationarity_total(users, items, bound)
         users = self.mapper.map(
-            stationarity_part, self._tasks("user", (U_h, V_h, self.n, lam, T_U, T_V, floor)), name="als-stationarity"
+            stationarity_part, self._tasks("user", (U_h, V_h, self.n, lam, rule_U)), name="als-stationarity"
         )
-        return stationarity_total(users, [stationarity_triple(V, gV, 0.0, lam, T_V, T_U, floor)], bound)
+        return stationarity_total(users, [stationarity_triple(V, gV, 0.0, lam, rule_V)], bound)
 
     def hessian_vector(self, U, V, dU, dV, lam):
         U_h, V_h, dU_h, dV_h = (self.mapper.put(a) for a in (U, V, dU, dV))
