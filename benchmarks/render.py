@@ -38,7 +38,10 @@ def table(render: Callable[[dict], str], path: str) -> Callable[[], str]:
 
 # page → marker → renderer (and the results file it draws): each table lives in exactly one page.
 TABLES: dict[str, dict[str, Callable[[], str]]] = {
-    "model.md": {"lambda-table": table(als.lambda_table, "als/select_lambda.json")},
+    "model.md": {
+        "lambda-table": table(als.lambda_table, "als/select_lambda.json"),
+        "ials-vs-implicit-table": table(als.ials_vs_implicit_table, "als/ials_vs_implicit.json"),
+    },
     "scaling.md": {
         "throughput-table": scaling.throughput_table,
         "als-vs-implicit-table": table(als.vs_implicit_table, "als/vs_implicit.json"),
