@@ -84,15 +84,15 @@ def ials_vs_implicit_table(r: dict) -> str:
         ],
     )
     speed = markdown(
-        f"| data, λ 0.01, α 1 | k | implicit 15 it. s | dxplain to ε ≤ {r['speed']['tol']:g} s (sweeps) | ratio |",
+        f"| λ 0.01, α 1 | k | implicit 15 it. s | dxplain to ε ≤ {r['speed']['tol']:g} s (sweeps) | ratio |",
         [
-            f"| {s['dataset']} ({s['interactions']:,}) | {s['k']} | {s['implicit_median_s']:.2f} | "
+            f"| {s['dataset'].split()[0]} ({s['interactions']:,}) | {s['k']} | {s['implicit_median_s']:.2f} | "
             f"{s['dxplain_median_s']:.2f} ({s['sweeps']}) | **{s['ratio']:.1f}×** |"
             for s in r["speed"]["rows"]
         ],
     )
     explain = markdown(
-        "| iALS at | top-10 overlap | Spearman | score drop, top-5 removed: implicit · dxplain · random |",
+        "| iALS at | top-10 overlap | Spearman | score drop without top 5: implicit · dxplain · random |",
         [
             f"| {e['setting']} (λ {e['lam']:g}, α {e['alpha']:g}) | {e['overlap10_mean']:.2f} | "
             f"{e['spearman_mean']:.2f} | {e['drop_implicit_mean']:.3f} · {e['drop_dxplain_mean']:.3f} · "
@@ -115,6 +115,7 @@ def ials_vs_implicit_table(r: dict) -> str:
     )
     verdict = (
         f"dxplain's implicit model by validation: {acc['dxplain_model']}, test recall "
-        f"**{acc['recall_ratio']:.3f}×** implicit ALS's (target ≥ {acc['target']:g}×)."
+        f"**{acc['recall_ratio']:.4f}×** implicit ALS's (target ≥ {acc['target']:g}×: "
+        f"{'met' if acc['passed'] else 'not met'})."
     )
     return "\n\n".join([quality, verdict, speed, explain, routes])
