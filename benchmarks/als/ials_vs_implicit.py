@@ -1,6 +1,6 @@
 """iALS against the ``implicit`` library: quality, speed, explanations and the import routes, in one run.
 
-    python -m benchmarks.als.ials_vs_implicit        # ~15 min on one core
+    python -m benchmarks.als.ials_vs_implicit        # ~10 min on one core
 
 Data: ml-100k with ratings ≥ 4 as positives (value 1), each user's positives split 80/10/10 in a seeded order
 (``implicit_peers.split_per_user``); a synthetic ml-1m-shaped implicit set (~950k interactions,
