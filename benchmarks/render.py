@@ -43,6 +43,7 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
         "lambda-table": table(als.lambda_table, "als/select_lambda.json"),
         "biased-table": table(als.biased_table, "als/biased_vs_peers.json"),
         "biased-parts-table": table(als.biased_parts_table, "als/biased_parts.json"),
+        "ials-vs-implicit-table": table(als.ials_vs_implicit_table, "als/ials_vs_implicit.json"),
     },
     "scaling.md": {
         "throughput-table": scaling.throughput_table,

@@ -104,3 +104,61 @@ def biased_parts_table(r: dict) -> str:
         "factors vs in-process (rel.) | predictions vs in-process |",
         body,
     )
+
+
+def _settings(m: dict) -> str:
+    c = m["chosen"]
+    if "ridge" in c:
+        return f"λ\\|D\\| {c['ridge']:g}"
+    if "lr" in c:
+        return f"lr {c['lr']:g}, reg {c['reg']:g}"
+    return f"λ {c['lam']:g}, α {c['alpha']:g}"
+
+
+def ials_vs_implicit_table(r: dict) -> str:
+    """docs/model.md: iALS against implicit on ml-100k binarised: quality, speed, explanations, the import routes."""
+    q, acc = r["quality"], r["quality"]["acceptance"]
+    quality = markdown(
+        f"| k = {r['k']} | chosen on validation | test recall@{r['n']} | NDCG@{r['n']} | fit s |",
+        [
+            f"| {m['model']} | {_settings(m)} | {m['test_recall']:.4f} | {m['test_ndcg']:.4f} | "
+            f"{m['fit_seconds']:.2f} |"
+            for m in q["models"]
+        ],
+    )
+    speed = markdown(
+        f"| λ 0.01, α 1 | k | implicit 15 it. s | dxplain to ε ≤ {r['speed']['tol']:g} s (sweeps) | ratio |",
+        [
+            f"| {s['dataset'].split()[0]} ({s['interactions']:,}) | {s['k']} | {s['implicit_median_s']:.2f} | "
+            f"{s['dxplain_median_s']:.2f} ({s['sweeps']}) | **{s['ratio']:.1f}×** |"
+            for s in r["speed"]["rows"]
+        ],
+    )
+    explain = markdown(
+        "| iALS at | top-10 overlap | Spearman | score drop without top 5: implicit · dxplain · random |",
+        [
+            f"| {e['setting']} (λ {e['lam']:g}, α {e['alpha']:g}) | {e['overlap10_mean']:.2f} | "
+            f"{e['spearman_mean']:.2f} | {e['drop_implicit_mean']:.3f} · {e['drop_dxplain_mean']:.3f} · "
+            f"{e['drop_random_mean']:.3f} |"
+            for e in r["explanation"]
+        ],
+    )
+    imp = r["import"]
+    routes = markdown(
+        "| implicit's fit, then | s | score change | users' top-20 changed | "
+        "identity max, user's items · item's users |",
+        [
+            f"| {name} | {x['seconds']:.2f} | {x['score_change']:.1e} | {x['top20_set_changed']} of {x['users']} | "
+            f"{x['identity']['user_items']['max']:.0e} · {x['identity']['item_users']['max']:.0e} |"
+            for name, x in (
+                (f"polish ({imp['polish']['sweeps']} sweeps)", imp["polish"]),
+                ("re-solve U", imp["resolve"]),
+            )
+        ],
+    )
+    verdict = (
+        f"dxplain's implicit model by validation: {acc['dxplain_model']}, test recall "
+        f"**{acc['recall_ratio']:.4f}×** implicit ALS's (target ≥ {acc['target']:g}×: "
+        f"{'met' if acc['passed'] else 'not met'})."
+    )
+    return "\n\n".join([quality, verdict, speed, explain, routes])
