@@ -376,3 +376,12 @@ def test_the_identity_bound_bounds_each_targets_miss(convention):
     eps = m.info["identity_bound"]["item"]
     live = np.abs(s) > 1e-9
     assert eps > 1e-3 and np.all(miss[live] / np.abs(s[live]) <= eps / cos[live] * (1 + 1e-9))
+
+
+@pytest.mark.parametrize("lam", [20.0, 100.0])
+def test_a_large_lambda_with_a_low_rank_optimum_converges(ml100k, lam):
+    """At λ = 20 or 100 and α = 1 the optimum keeps few of the k components: a side's Gram is near singular and
+    the rescaling between sweeps is skipped rather than taken through its ill-conditioned square roots."""
+    m = IALS(k=32, lam=lam, alpha=1.0).fit(binary(ml100k.interactions))
+    assert m.info["converged"] and np.all(np.isfinite(m.U)) and np.all(np.isfinite(m.V))
+    assert max(m.info["identity_bound"].values()) <= 1e-7

@@ -112,8 +112,9 @@ def resolved_kind(spec, implicit: bool) -> str:
 
 
 def in_process(spec, kind: str) -> bool:
-    """Whether the kind trains in this process on the whole table: biased MF, and any kind's ``select``."""
-    return kind == "biased" or spec.select
+    """Whether the kind trains in this process on the whole table: any kind's ``select`` (biased MF, ALS-MF and
+    iALS train over the parts)."""
+    return bool(spec.select)
 
 
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=transient, cache_policy=NO_CACHE)

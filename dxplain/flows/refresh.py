@@ -156,8 +156,8 @@ def refresh(
         A model store (.zarr), explained with its own formula (ALS-MF, BCE, biased MF or iALS); default: train the
         --model-kind model (reused while the data and settings are unchanged).
     model_kind : str
-        The model to train, as `dxplain train --model`: mf (ALS-MF), biased (biased MF, trained in this process on
-        the whole table), ials (confidence-weighted ALS) or bce (BCE with sampled negatives); default mf for
+        The model to train, as `dxplain train --model`: mf (ALS-MF), biased (biased MF, μ + b_u + c_i + ⟨U_u,V_i⟩),
+        ials (confidence-weighted ALS) or bce (BCE with sampled negatives); default mf for
         ratings, bce for implicit feedback.
     convention : str
         iALS: implicit (the implicit library's loss) or spark (Spark MLlib's); default implicit.

@@ -50,6 +50,8 @@ DEFAULT_ALPHA = 1.0
 IDENTITY_TOL = 1e-7
 ANDERSON_MEMORY = 10
 UPHILL_SLACK = 1e-12  # a combination raising f by more than this (relative; rounding near the optimum) is dropped
+# The rescaling is skipped when a side's weighted Gram has λ_min ≤ this × λ_max (``IALS._balanced``).
+RESCALE_CONDITION = 1e-8
 INIT_SCALE = 0.01  # implicit's start: uniform on [0, 0.01)
 
 OBJECTIVE = {
@@ -204,10 +206,16 @@ class IALS:
         if not self.balance:
             return V
         A, B = hs.weighted_gram("user", U), hs.weighted_gram("item", V)
-        low = [np.linalg.eigvalsh(M)[[0, -1]] for M in (A, B)]
-        if any(lo <= 1e-12 * hi for lo, hi in low):  # a rank-deficient side: no unique rescaling to take
+        try:
+            low = [np.linalg.eigvalsh(M)[[0, -1]] for M in (A, B)]
+            # A side near rank-deficient (a large λ keeps few components) has no well-conditioned rescaling:
+            # its square roots would amplify rounding past the factors themselves.
+            if any(not lo > RESCALE_CONDITION * hi for lo, hi in low):
+                return V
+            rescaled = V @ np.linalg.inv(ials.balancing_transform(A, B))
+        except np.linalg.LinAlgError:
             return V
-        return V @ np.linalg.inv(ials.balancing_transform(A, B))
+        return rescaled if np.all(np.isfinite(rescaled)) else V
 
     def _sweeps(self, data: Interactions, hs: IALSHalfSteps, init):
         """Exact sweeps V ← items(users(X)) from X = V, with X the Anderson combination of the last sweeps'."""

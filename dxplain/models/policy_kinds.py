@@ -3,7 +3,8 @@
 ``models.policy.train_or_load`` calls these when a flow names a model kind (``models.catalog.TrainSettings``, as
 ``dxplain train`` takes it): ``kind_tags`` names the stored model by its kind and settings, ``fit_kind`` trains it.
 
-- ``biased``: ``BiasedMF`` in this process on the whole table, to the miss that keeps every target within the
+- ``biased``: ``BiasedMF``, its half-steps over the parts on the mapper where the flow has parts (in this process
+  otherwise), to the miss that keeps every target within the
   flow's ``--tol`` of max(|s|, the score floor) (``models.biased_mf.score_floor``);
 - ``ials``: ``IALS`` over the parts on the mapper (``IALSHalfSteps.over_parts``), to the identity bound
   tol·MIN_TARGET_COS (relative, as ALS-MF's), or in this process without parts;
@@ -98,14 +99,22 @@ def fit_kind(
 ) -> FactorModel:
     """Train the model ``spec`` names (module docstring); ``budget`` caps sweeps (and biased MF's Newton steps)."""
     if spec.model == "biased":
-        trainer = _biased_trainer(spec, _whole(data, "biased MF"), budget, fidelity_tol)
+        trainer = _biased_trainer(spec, data, budget, fidelity_tol)
         if spec.select:
             from .biased_select import select
 
             lams = None if spec.lam is None else (spec.lam,)
             biases = None if spec.lam_bias is None else (spec.lam_bias,)
+            data = _whole(data, "biased MF's --select")
             return select(data, ks=(spec.k,), lams=lams, lam_biases=biases, seed=spec.seed, trainer=trainer)
-        m = trainer.fit(data)
+        if parts is None:
+            m = trainer.fit(_whole(data, "biased MF"))
+        else:  # the half-steps as tasks over the parts; the Anderson history in files, as ALS-MF's
+            from ..io.spill import SpillList
+            from .biased_half_steps import BiasedPartHalfSteps
+
+            trainer = replace(trainer, anderson_store=SpillList)
+            m = trainer.fit(data, half_steps=partial(BiasedPartHalfSteps, mapper, parts))
         if not trainer.converged(m):
             logger.warning(
                 "biased MF stopped at a miss bound %s, above its stop %.1e, on its budget: attributions sum to the "
