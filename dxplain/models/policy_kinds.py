@@ -35,6 +35,16 @@ def _whole(data, what: str):
     return data
 
 
+def _warn_capped(logger, stopped: str, bound, stop: float) -> None:
+    logger.warning(
+        "%s %s, above its stop %.1e, on its budget (--max-sweeps, --newton-steps): attributions sum to the "
+        "score only approximately; the run's fidelity error says by how much",
+        stopped,
+        bound,
+        stop,
+    )
+
+
 def _biased_trainer(spec: TrainSettings, data, budget: dict, fidelity_tol: float | None):
     from .biased_mf import BiasedMF, score_floor
 
@@ -116,12 +126,7 @@ def fit_kind(
             trainer = replace(trainer, anderson_store=SpillList)
             m = trainer.fit(data, half_steps=partial(BiasedPartHalfSteps, mapper, parts))
         if not trainer.converged(m):
-            logger.warning(
-                "biased MF stopped at a miss bound %s, above its stop %.1e, on its budget: attributions sum to the "
-                "score only approximately; the run's fidelity error says by how much",
-                m.info.get("miss_bound"),
-                trainer.miss_tol,
-            )
+            _warn_capped(logger, "biased MF stopped at a miss bound", m.info.get("miss_bound"), trainer.miss_tol)
         return m
     if spec.model == "ials":
         if "newton_steps" in budget:
@@ -140,11 +145,8 @@ def fit_kind(
         else:
             m = trainer.fit(data)
         if not trainer.converged(m):
-            logger.warning(
-                "iALS stopped on its budget (--max-sweeps) at an identity bound %s, above %.1e: attributions sum "
-                "to the score only approximately; the run's fidelity error says by how much",
-                m.info.get("identity_bound"),
-                trainer.identity_tol,
+            _warn_capped(
+                logger, "iALS stopped at an identity bound", m.info.get("identity_bound"), trainer.identity_tol
             )
         return m
     if spec.model == "mf" and spec.select:
