@@ -1,5 +1,7 @@
 """The Dask path on a real LocalCluster (2 worker processes) equals its in-memory twin."""
 
+import os
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -16,6 +18,8 @@ from dxplain.models.als.trainer import ALSMF
 from dxplain.refresh import RefreshJob, alpha_from_table, run_passes, shard_users
 
 pytestmark = pytest.mark.distributed
+
+NUMBA_THREADS_HERE = os.environ.get("NUMBA_NUM_THREADS")
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +40,13 @@ def test_workers_cap_numba_threads_like_blas(client):
         return numba.config.NUMBA_NUM_THREADS
 
     assert set(client.run(numba_threads).values()) == {1}
+
+
+def test_the_workers_numba_setting_stays_out_of_this_process(client):
+    """numba here rereads NUMBA_NUM_THREADS at each compile and refuses a value its threads did not start with: a
+    worker's (re)start must not leave the workers' value in this process's environment."""
+    client.restart()
+    assert os.environ.get("NUMBA_NUM_THREADS") == NUMBA_THREADS_HERE
 
 
 def test_workers_keep_glibc_dynamic_mmap_threshold(client):

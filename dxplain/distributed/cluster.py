@@ -149,15 +149,14 @@ def connect(settings: Settings, security=None):
     # A nanny copies its pre-spawn variables into this process's environment for good, and the
     # environment wins over the config, so a cluster started earlier in this process (a test, a
     # notebook) would pass its value on: drop it here too. This process's own malloc read it at startup.
-    # numba's parallel kernels (kernels/*_fused.py) start one thread per core in every worker unless told
-    # otherwise before numba loads: give them the BLAS share, so workers × threads ≤ cores holds for both.
-    environ = {
-        **dask.config.get("distributed.nanny.pre-spawn-environ", {}),
-        "MALLOC_TRIM_THRESHOLD_": None,
-        "NUMBA_NUM_THREADS": str(threads),
-    }
+    environ = {**dask.config.get("distributed.nanny.pre-spawn-environ", {}), "MALLOC_TRIM_THRESHOLD_": None}
     os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
-    numba_threads = os.environ.get("NUMBA_NUM_THREADS")
+    # numba's parallel kernels (kernels/*_fused.py) start one thread per core in every worker unless told
+    # otherwise before numba loads: give them the BLAS share, so workers × threads ≤ cores holds for both. Set in
+    # the worker only (the nanny's ``env``): a pre-spawn variable lands in this process's environment at every
+    # worker (re)start, and numba here, which rereads it at each compile, refuses a value its threads did not
+    # start with.
+    worker_env = {"NUMBA_NUM_THREADS": str(threads)}
     log.info(
         "starting a LocalCluster: %d worker processes × %d thread(s), BLAS threads per worker %d",
         settings.workers,
@@ -173,6 +172,7 @@ def connect(settings: Settings, security=None):
             processes=True,
             dashboard_address=None,
             silence_logs=logging.WARNING,
+            env=worker_env,
             **tls,
         ) as cluster,
         Client(cluster, security=security, direct_to_workers=True) as client,
@@ -181,12 +181,4 @@ def connect(settings: Settings, security=None):
         # holds a deserialised copy of the data here (measured: +244 MB of peak RSS for U at 50M, k = 64).
         client.register_plugin(BlasThreads(threads))
         client.register_plugin(IgnoreInterrupt())
-        try:
-            yield client
-        finally:
-            # The nanny left the workers' NUMBA_NUM_THREADS in this process's environment; numba rereads it
-            # when it next compiles, and refuses a value other than the one its threads started with.
-            if numba_threads is None:
-                os.environ.pop("NUMBA_NUM_THREADS", None)
-            else:
-                os.environ["NUMBA_NUM_THREADS"] = numba_threads
+        yield client
