@@ -74,7 +74,8 @@ def test_a_training_budget_caps_training_and_names_its_model(dataset, tmp_path):
     assert capped["grad_norm"] > 1e-6  # one sweep is far from the optimum; the fidelity error shows it
     assert capped["fidelity_max_rel_error"]["item"] > 1e-6
     full = refresh(dataset=str(dataset), out=out, top_n=2, top_k=2, k=4, lam=5e-3, in_memory=True)
-    assert full["model"] != capped["model"] and full["grad_norm"] <= 1e-9  # the capped model is not reused
+    assert full["model"] != capped["model"]  # the capped model is not reused
+    assert full["grad_norm"] < capped["grad_norm"] / 1e4 and max(full["fidelity_max_rel_error"].values()) <= 1e-4
     with pytest.raises(InputError, match="--max-sweeps 0"):
         refresh(dataset=str(dataset), out=out, k=4, in_memory=True, max_sweeps=0)
 

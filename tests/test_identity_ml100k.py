@@ -1,4 +1,5 @@
-"""The heartbeat: on ml-100k with the default model at convergence, each side's attributions sum to the score."""
+"""The heartbeat: on ml-100k with ALS-MF at convergence, each side's attributions sum to the score (biased MF, which
+extends it and is the refresh's default for ratings: ``test_biased_mf.py``)."""
 
 import numpy as np
 import pyarrow as pa
@@ -11,7 +12,7 @@ from dxplain.models.als.trainer import ALSMF
 
 def test_representer_identity_on_movielens_100k(ml100k):
     d = ml100k.interactions
-    m = ALSMF().fit(d)  # the default model: k = 32, λ = 30/|D| = 3e-4 on ml-100k
+    m = ALSMF().fit(d)  # its defaults: k = 32, λ = 30/|D| = 3e-4 on ml-100k
     assert m.k == 32 and m.lam == 3e-4
     assert m.grad_norm <= 1e-9
     pre = Preprocessed.from_model(m, d)

@@ -121,6 +121,8 @@ def test_refresh_detects_implicit_data_and_publishes_identity_checked_explanatio
                 "3",
                 "--top-k",
                 "5",
+                "--model-kind",
+                "bce",
             ]
         )
         == 0
@@ -226,6 +228,8 @@ def test_refresh_on_a_prepared_implicit_dataset_samples_and_trains_by_tasks(tmp_
                 "3",
                 "--top-k",
                 "5",
+                "--model-kind",
+                "bce",
             ]
         )
         == 0
@@ -258,6 +262,8 @@ def test_refresh_on_a_prepared_implicit_dataset_samples_and_trains_by_tasks(tmp_
                 "2",
                 "--newton-steps",
                 "0",
+                "--model-kind",
+                "bce",
             ]
         )
         == 0

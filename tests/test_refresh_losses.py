@@ -160,6 +160,24 @@ def test_biased_refresh_publishes_the_exact_rows_and_a_bias_row_per_side(ratings
     np.testing.assert_allclose(table.column("score").to_numpy(), scores, rtol=1e-12, atol=1e-12)
 
 
+def test_the_default_model_is_biased_mf_for_ratings_and_ials_for_implicit_feedback(ratings, tmp_path):
+    """What won on validation (docs/model.md): biased MF for ratings, iALS (implicit's convention) for feedback with
+    a single value; either exactly explained at the default --tol."""
+    folder, d = ratings
+    s = refresh(dataset=str(folder), out=str(tmp_path / "r"), k=3, top_n=2, in_memory=True)
+    assert (s["model_kind"], s["loss"]) == ("biased", "squared") and s["fidelity_ok"]
+    ones = tmp_path / "ones"
+    keep = d.rating >= 4
+    write_dataset(
+        ones,
+        interactions_table(
+            Interactions.from_indices(d.user[keep], d.item[keep], np.ones(keep.sum()), d.user_ids, d.item_ids)
+        ),
+    )
+    s = refresh(dataset=str(ones), out=str(tmp_path / "i"), k=3, top_n=2, in_memory=True)
+    assert (s["model_kind"], s["model_settings"]["convention"]) == ("ials", "implicit") and s["fidelity_ok"]
+
+
 @pytest.mark.parametrize("convention", ["implicit", "spark"])
 def test_ials_refresh_publishes_the_exact_rows_and_an_unobserved_row_per_side(binary, tmp_path, convention):
     folder, d = binary

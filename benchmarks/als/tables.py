@@ -16,7 +16,7 @@ def lambda_table(r: dict) -> str:
     b = r["user_item_biases"]
     rows.append(f"| user + item biases (reg {b['reg']}) | | | {b['val_rmse']:.4f} | {b['test_rmse']:.4f} | | | |")
     for g in r["grid"]:
-        mark = " **(default)**" if g["lam"] == r["chosen"]["lam"] else ""
+        mark = " **(default λ)**" if g["lam"] == r["chosen"]["lam"] else ""
         rows.append(
             f"| ALS-MF k={r['k']}{mark} | {g['lam']:g} | {g['lam'] * n / 2:.1f} | {g['val_rmse']:.4f} | "
             f"{g['test_rmse']:.4f} | {g['grad_norm']:.1e} | {g['effective_rank']} | {g['seconds']} |"
@@ -69,7 +69,7 @@ def biased_table(r: dict) -> str:
         r["rows"],
         {
             "biases": "user + item biases (reg {reg})",
-            "plain_mf": "dxplain plain MF k={k} (the default, nothing chosen)",
+            "plain_mf": "dxplain ALS-MF k={k} (its defaults, nothing chosen)",
             "biased_mf": "dxplain biased MF k={k}, ridges {ridge:g} · {bias_ridge:g} (chosen)",
             "surprise_svd": "surprise {version} SVD (its defaults)",
         },

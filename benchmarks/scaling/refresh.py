@@ -19,7 +19,7 @@ has 500k users and 125k items. Users are heavier than Amazon's (~5 ratings) on p
 per user and the top 10 positive and negative attributions per side, every target writes 40 rows, and
 Amazon's user count would make the 50M output 4·10⁹ rows. Here it is 2·10⁸.
 Ratings have rank 8 plus noise (``--rank`` another rank, cached in its own folder); the model has
-``--k`` factors (64).
+``--k`` factors (64), ALS-MF unless ``--model-kind`` names another (the refresh's default for ratings is biased MF).
 
 Training is capped at ``--max-sweeps`` ALS sweeps without the Newton polish (``--newton-steps 0``): the
 polish to ‖∇f‖ ≤ 1e-9 does not have a size-independent cost (its Hessian-vector products are cheap, but
@@ -63,6 +63,8 @@ def refresh(folder: Path, out: Path, mode: str, a) -> dict:
         str(a.max_sweeps),
         "--newton-steps",
         "0",
+        "--model-kind",
+        a.model_kind,
     )
     cmd += (
         ["--top-n", str(TARGETS_PER_USER)]
@@ -284,6 +286,9 @@ def main():
     ap.add_argument("--k", type=int, default=64)
     ap.add_argument("--rank", type=int, default=8, help="the synthetic ratings' rank (8: the recorded sets)")
     ap.add_argument("--max-sweeps", type=int, default=8)
+    ap.add_argument(
+        "--model-kind", default="mf", help="the model trained (mf: ALS-MF, what the recorded tables measure)"
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cache", default=str(CACHE))
     ap.add_argument("--out", default=str(SCALING))

@@ -157,8 +157,8 @@ def refresh(
         --model-kind model (reused while the data and settings are unchanged).
     model_kind : str
         The model to train, as `dxplain train --model`: mf (ALS-MF), biased (biased MF, μ + b_u + c_i + ⟨U_u,V_i⟩),
-        ials (confidence-weighted ALS) or bce (BCE with sampled negatives); default mf for
-        ratings, bce for implicit feedback.
+        ials (confidence-weighted ALS) or bce (BCE with sampled negatives); default biased for
+        ratings, ials for implicit feedback (``models.policy.DEFAULT_KIND``: what won on validation, docs/model.md).
     convention : str
         iALS: implicit (the implicit library's loss) or spark (Spark MLlib's); default implicit.
     alpha : float
@@ -189,8 +189,9 @@ def refresh(
     newton_steps : int
         Cap the Newton polish after stalled sweeps (default: up to 200, until ‖∇f‖ ≤ 1e-9); 0 = ALS only.
     implicit : bool
-        Implicit feedback: every interaction is a positive, explained through BCE MF with sampled negatives
-        (detected by itself when all ratings are equal).
+        Treat the data as implicit feedback of positives only: every interaction a positive, explained through BCE MF
+        with sampled negatives. Data with a single rating value is detected as implicit feedback without it (and
+        trains iALS unless ``model_kind`` says bce).
     neg_samples : int
         Implicit feedback: uniform unobserved items sampled per positive as negatives.
     neg_weight : float
@@ -213,15 +214,15 @@ def refresh(
     summary's fidelity error says by how much: above ``tol`` (relative) the run says so, and ``strict``
     refuses to publish it.
 
-    Implicit feedback (``implicit``, or a single rating value) is explained through a BCE model fitted on
-    the positives and ``neg_samples`` sampled negatives per positive (weight ``neg_weight``): attributions
-    then credit positives that pushed the item up and sampled negatives that pushed it down, and
-    ``prediction`` is a probability σ(score).
+    Implicit feedback (a single rating value) is explained through iALS, whose attributions add one row per target
+    and side for the unobserved entries. With ``implicit`` (or ``model_kind`` bce) a BCE model is fitted on the
+    positives and ``neg_samples`` sampled negatives per positive (weight ``neg_weight``): attributions then credit
+    positives that pushed the item up and sampled negatives that pushed it down, and ``prediction`` is σ(score).
     """
     validate(CONSTRAINTS, locals())
     check_kind_options(locals())
     spec = TrainSettings(
-        model=model_kind,
+        model=model_kind or ("bce" if implicit else None),  # --implicit: every interaction a positive, BCE's reading
         k=k,
         lam=lam,
         lam_bias=lam_bias,

@@ -1,10 +1,9 @@
 """Model policy: what a flow fits on, which trainer, and whether a stored model is reused.
 
-Explicit ratings train ALS-MF (``models.als.trainer.ALSMF``) by default, implicit feedback BCE MF on positives and
-sampled negatives (``models.implicit_mf.ImplicitMF``); both over the parts on a mapper (``DEFAULT_KIND``). A flow
-may ask for any of ``dxplain train``'s models by name (``models.catalog.TrainSettings``): biased MF (in this
-process, on the whole table) and iALS (over the parts; in this process with ``select``) too (``fit_kind``). A
-model is stored
+A refresh trains ``DEFAULT_KIND`` unless it names a kind: biased MF for explicit ratings, iALS for implicit feedback
+(``policy_kinds.fit_kind``, over the parts on a mapper; in this process with ``select``). The other flows, and a
+refresh that names them, train ALS-MF (``models.als.trainer.ALSMF``) or BCE MF on positives and sampled negatives
+(``models.implicit_mf.ImplicitMF``) here, over the parts. A model is stored
 under a name made of its data's fingerprint and every hyperparameter and budget (``io.model_store.model_path``),
 so a run reuses exactly the model it would train. Every trainer takes the same budget knobs: ``max_sweeps``
 (alternating sweeps) and ``newton_steps`` (the Newton polish's steps).
@@ -27,9 +26,9 @@ from .implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negat
 
 log = logging.getLogger(__name__)
 
-# What a flow trains when no model kind is named: by the data (ratings, or implicit feedback: a single rating value
-# or ``--implicit``). Validation results decide these; each is one word to change.
-DEFAULT_KIND = {"ratings": "mf", "implicit": "bce"}
+# What a refresh trains when no model kind is named: by the data (ratings, or implicit feedback: a single rating
+# value). Validation decides these (docs/model.md); ``--implicit`` asks for BCE on sampled negatives instead.
+DEFAULT_KIND = {"ratings": "biased", "implicit": "ials"}
 
 
 def resolve_kind(kind: str | None, implicit: bool) -> str:
