@@ -116,3 +116,20 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, external, capsys, ex
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("dxplain: error:") and says in err[0], err
     assert not (tmp_path / "m.zarr").exists()
+
+
+def test_an_imported_model_of_clicks_is_refreshed_against_the_clicks_themselves(tmp_path, prefect_server):
+    """Clicks (a single value) look like BCE's positives; an imported iALS model was fitted on them as they are, so
+    the refresh explains it against them, not against a table of sampled negatives (another fingerprint)."""
+    from dxplain.flows.refresh import refresh
+
+    d = random_interactions(30, 24, 0.25, seed=2)
+    d = Interactions.from_indices(d.user, d.item, np.ones(len(d)), d.user_ids, d.item_ids)
+    m = IALS(k=4, lam=0.1, alpha=2.0, max_sweeps=3, anderson=0, balance=False, seed=5).fit(d)
+    write_dataset(tmp_path / "d", interactions_table(d))
+    write_factors(tmp_path, d, m.U, m.V)
+    argv = ["import-embeddings", "--dataset", str(tmp_path / "d"), "--user-factors", str(tmp_path / "user.parquet")]
+    argv += ["--item-factors", str(tmp_path / "item.parquet"), "--loss", "ials", "--alpha", "2", "--lam", "0.1"]
+    assert main([*argv, "--out", str(tmp_path / "m.zarr")]) == 0
+    s = refresh(dataset=str(tmp_path / "d"), model=str(tmp_path / "m.zarr"), out=str(tmp_path / "o"), in_memory=True)
+    assert s["model_kind"] == "ials" and s["fidelity_ok"] and s["targets"] == 10 * d.n_users

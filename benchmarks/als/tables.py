@@ -63,6 +63,22 @@ def converged_fit_table(r: dict) -> str:
     )
 
 
+def converged_ratings_table(r: dict) -> str:
+    """docs/scaling.md: the refresh's ratings models on real ratings, trained to the refresh's rule, against implicit."""
+    header = (
+        f"| ml-100k, k = {r['k']}, --tol {r['tol']:g} | sweeps + Newton steps | fit s | implicit 15 it. s | ratio "
+        "(target ≤ 10×) | measured max item · user |"
+    )
+    return markdown(
+        header,
+        [
+            f"| {f['model']} | {f['sweeps']} + {f['newton_steps']} | {f['seconds']:.2f} | {r['implicit_fit_median_s']:.2f} "
+            f"| **{f['over_implicit']:.0f}×** | {f['identity']['item']['max']:.0e} · {f['identity']['user']['max']:.0e} |"
+            for f in r["fits"]
+        ],
+    )
+
+
 def biased_table(r: dict) -> str:
     """docs/model.md: biased MF against the bias baseline, the plain default and surprise's SVD on ml-100k."""
     rows, names = (

@@ -24,7 +24,7 @@ from ..io.targets import read_targets
 from ..kernels.ials import CONVENTIONS
 from ..models.als.trainer import DEFAULT_K
 from ..models.catalog import MODELS, TrainSettings
-from ..models.policy import kind_of
+from ..models.policy import kind_of, stored_kind
 from ..params import CLUSTER, FACTORS, SAMPLED_NEGATIVES, Interval, OneOf, validate
 from ..refresh import PassResults, RefreshJob, alpha_pass, run_passes, run_summary, shard_count, shard_users
 from .common import load_training, open_mapper, partition, stage, train_or_load
@@ -238,7 +238,10 @@ def refresh(
     with open_mapper(settings, in_memory, shared=settings.out) as mapper:
         at_end = (mapper, worker_peaks)
         with stage(seconds, "load", peaks, at_end):  # a prepared dataset by tasks: this process keeps ids and degrees
-            training = load_training(dataset, settings, mapper, implicit, neg_samples, seed, None if model else spec)
+            # A given model is explained against the table its loss was fitted on (iALS: the interactions as they
+            # are, even when they look like BCE's positives).
+            table_spec = TrainSettings(model=stored_kind(model)) if model else spec
+            training = load_training(dataset, settings, mapper, implicit, neg_samples, seed, table_spec)
             data, implicit = training.data, training.implicit
             # Bad input fails before any training.
             supplied, unseen = read_targets(targets, data, skip_unseen) if targets else (None, 0)

@@ -38,11 +38,22 @@ def resolve_kind(kind: str | None, implicit: bool) -> str:
 
 def kind_of(model: FactorModel) -> str:
     """The ``dxplain train --model`` name of a stored model: its explanation follows it."""
+    return _kind(model.kind, model.loss)
+
+
+def stored_kind(path: str) -> str:
+    """``kind_of`` a model store from its attributes alone (the factors stay on disk): what table a flow explains
+    it against (iALS: the interactions as they are; BCE: positives and sampled negatives)."""
+    attrs = model_store.model_attrs(path)
+    return _kind(attrs.get("kind"), attrs.get("loss", "squared"))
+
+
+def _kind(kind: str | None, loss: str) -> str:
     from .biased_mf import KIND as BIASED
 
-    if model.kind == BIASED:
+    if kind == BIASED:
         return "biased"
-    return {"ials": "ials", "bce": "bce"}.get(model.loss, "mf")
+    return {"ials": "ials", "bce": "bce"}.get(loss, "mf")
 
 
 # BCE training stops at ‖∇f‖ ≤ IDENTITY_RTOL·λ: the representer identity's residual in the factors is
