@@ -210,6 +210,48 @@ def test_ials_refresh_publishes_the_exact_rows_and_an_unobserved_row_per_side(bi
     assert not np.isin(ix["user"] * d.n_items + ix["item"], d.user.astype(np.int64) * d.n_items + d.item).any()
 
 
+@pytest.mark.parametrize("convention", ["implicit", "spark"])
+def test_top_unobserved_adds_the_largest_terms_of_each_targets_unobserved_row(binary, tmp_path, convention):
+    """--top-unobserved K: each target's K unobserved items with the largest |term| on the item side, as the dense
+    formula ranks them, with their own importance; the identity still sums the interaction and aggregate rows."""
+    folder, d = binary
+    s = refresh(
+        **dict(dataset=str(folder), out=str(tmp_path / "out"), model_kind="ials", convention=convention, alpha=2.0),
+        **dict(lam=0.05, k=4, top_n=3, top_k=0, top_unobserved=2, tol=TOL, in_memory=True),
+    )
+    table = run_rows(tmp_path / "out")
+    kinds = table.column("kind").cast(pa.string())
+    terms = table.filter(pc.equal(kinds, "unobserved_term"))
+    assert terms.num_rows == 2 * s["targets"] and set(terms.column("side").cast(pa.string()).to_pylist()) == {"item"}
+    check_sides_sum_to_the_score(table.filter(pc.not_equal(kinds, "unobserved_term")), 1e-12)
+    m = FactorModel.load(s["model"], d)
+    conv, a = m.settings["convention"], m.settings["alpha"]
+    C, P = np.ones((d.n_users, d.n_items)), np.zeros((d.n_users, d.n_items))
+    C[d.user, d.item], P[d.user, d.item] = ials.confidence(d.rating, a, conv)
+    stored = np.zeros(C.shape, bool)
+    stored[d.user, d.item] = True
+    w = np.ones(d.n_users) if conv == "implicit" else np.bincount(d.user, d.rating > 0, d.n_users)
+    U, V = np.asarray(m.U), np.asarray(m.V)
+    ix = indices(terms, d)
+    got = terms.column("importance").to_numpy()
+    for u, j in set(zip(ix["user"], ix["item"])):
+        term = C[u] * (P[u] - V @ U[u]) / (m.lam * w[u]) * (V @ V[j])
+        unobserved = np.flatnonzero(~stored[u])
+        want = unobserved[np.argsort(-np.abs(term[unobserved]), kind="stable")[:2]]
+        mine = (ix["user"] == u) & (ix["item"] == j)
+        assert set(ix["train_item"][mine]) == set(want)
+        np.testing.assert_allclose(np.sort(got[mine]), np.sort(term[want]), rtol=1e-8, atol=1e-12)
+
+
+def test_top_unobserved_is_refused_for_a_model_without_an_unobserved_row(ratings, tmp_path):
+    folder, _ = ratings
+    with pytest.raises(
+        InputError, match="--top-unobserved 2: the terms of iALS's unobserved row; this run's model is biased"
+    ):
+        refresh(dataset=str(folder), out=str(tmp_path / "out"), top_unobserved=2, in_memory=True)
+    assert not (tmp_path / "out" / "runs").exists()
+
+
 def test_top_k_keeps_the_extra_row_and_the_summary_names_the_kind(binary, tmp_path, capsys):
     folder, _ = binary
     out = tmp_path / "out"

@@ -55,7 +55,7 @@ from dxplain.models.ials_half_steps import IALSHalfSteps
 from dxplain.models.implicit_mf import DEFAULT_RIDGE
 
 K, N = 32, 20
-LAMS, ALPHAS = (0.01, 0.1, 1.0, 10.0, 30.0), (1.0, 5.0, 20.0, 40.0)
+LAMS, ALPHAS = (0.1, 1.0, 3.0, 10.0, 20.0, 30.0, 50.0, 100.0), (1.0, 2.0, 5.0, 10.0, 20.0)
 BPR_GRID = [{"lr": lr, "reg": reg} for lr in (0.005, 0.01, 0.02) for reg in (0.001, 0.01, 0.1)]
 RIDGES = (1.0, DEFAULT_RIDGE, 10.0, 30.0)
 DEFAULTS = {"lam": 0.01, "alpha": 1.0}  # implicit's own regularization and alpha

@@ -38,6 +38,7 @@ def register(sub) -> None:
             "model",
             "top_n",
             "top_k",
+            "top_unobserved",
             "targets",
             "k",
             "lam",

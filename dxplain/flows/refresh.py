@@ -33,6 +33,7 @@ CONSTRAINTS = {
     **FACTORS,
     "top_n": Interval(int, 1, example=10),
     "top_k": Interval(int, 0, example=10),
+    "top_unobserved": Interval(int, 0, example=5),
     **CLUSTER,
     "max_sweeps": Interval(int, 1, example=60),
     "newton_steps": Interval(int, 0),
@@ -79,7 +80,7 @@ def check_kind_options(values: dict) -> None:
 
 
 @task(cache_policy=NO_CACHE)
-def preprocess(m, data, parts, top_n: int, top_k: int, targets, mapper) -> RefreshJob:
+def preprocess(m, data, parts, top_n: int, top_k: int, targets, mapper, top_unobserved: int = 0) -> RefreshJob:
     """The model's factors here (balanced for the plain models); α, B and Bx by tasks over the parts
     (``refresh.alpha``), α written beside them for the shards to read; the job that the passes share."""
     logger = get_run_logger()
@@ -91,7 +92,9 @@ def preprocess(m, data, parts, top_n: int, top_k: int, targets, mapper) -> Refre
         )
     check_explainable(m, data)
     parts, factors = alpha_pass(m, parts, mapper, data)
-    return RefreshJob(parts, factors, data.item_degree(), top_n=top_n, top_k=top_k, targets=targets)
+    return RefreshJob(
+        parts, factors, data.item_degree(), top_n=top_n, top_k=top_k, targets=targets, top_unobserved=top_unobserved
+    )
 
 
 def model_settings(m) -> dict:
@@ -125,6 +128,7 @@ def refresh(
     workers: int | None = None,
     top_n: int = 10,
     top_k: int = 10,
+    top_unobserved: int = 0,
     targets: str | None = None,
     shards: int | None = None,
     k: int = DEFAULT_K,
@@ -172,6 +176,9 @@ def refresh(
         Recommendations explained per user.
     top_k : int
         Top positive and negative attributions per target and side; 0 = all.
+    top_unobserved : int
+        iALS: the items the user never touched whose terms of the unobserved row are largest in |importance|, this
+        many per target, as rows of kind unobserved_term on the item side (already counted in the unobserved row).
     targets : str
         Parquet/CSV of (user, item) to explain instead of the top-N.
     skip_unseen : bool
@@ -243,6 +250,12 @@ def refresh(
             table_spec = TrainSettings(model=stored_kind(model)) if model else spec
             training = load_training(dataset, settings, mapper, implicit, neg_samples, seed, table_spec)
             data, implicit = training.data, training.implicit
+            kind = stored_kind(model) if model else training.kind
+            if top_unobserved and kind != "ials":
+                raise InputError(
+                    f"--top-unobserved {top_unobserved}: the terms of iALS's unobserved row; this run's model is "
+                    f"{kind}: drop --top-unobserved, or train iALS (--model-kind ials)"
+                )
             # Bad input fails before any training.
             supplied, unseen = read_targets(targets, data, skip_unseen) if targets else (None, 0)
             if unseen:
@@ -288,7 +301,7 @@ def refresh(
                 )
             mapper.release_memory()  # what training freed, before the explanation's working set
         with stage(seconds, "preprocess", peaks, at_end):
-            job = preprocess(m, data, parts, top_n, top_k, supplied, mapper)
+            job = preprocess(m, data, parts, top_n, top_k, supplied, mapper, top_unobserved)
         # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
         plan = {
             "data": data.fingerprint(),
@@ -296,6 +309,7 @@ def refresh(
             "grad_norm": m.grad_norm,
             "top_n": top_n,
             "top_k": top_k,
+            **({"top_unobserved": top_unobserved} if top_unobserved else {}),  # earlier plans stay resumable
             "shards": n_shards,
             "targets": runs.sha256_file(targets) if targets else None,
         }

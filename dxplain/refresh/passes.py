@@ -56,6 +56,7 @@ class RefreshJob:
     top_n: int = 10
     top_k: int = 10
     targets: Targets | None = None  # supplied targets; None = every user's top-n unseen items
+    top_unobserved: int = 0  # iALS: the largest terms of each target's unobserved row on the item side
 
     def __post_init__(self):
         if self.pre.B is None or self.pre.A is not None or self.pre.alpha is not None:
@@ -214,7 +215,10 @@ def explain_shard(
         more=more["user"],
     )
     user_side.clear()
-    item_rows = ex.rows(t, s, "item", ex.item_side(t, job.top_k), extra["item"])
+    terms = None
+    if job.top_unobserved:  # the own part holds the target users' whole histories: their unobserved items are known
+        terms = job.pre.extra.top_terms(ex.pre, own.data, "item", t, job.top_unobserved)
+    item_rows = ex.rows(t, s, "item", ex.item_side(t, job.top_k), extra["item"], terms)
     # Σ over every training row of each side, not only the top-k, and its extra row: the item side from the own
     # part, the user side from B and Bx (its raters are spread over the item parts).
     sums = [ex.side_sum(t, side, extra[side]) for side in ("item", "user")]
