@@ -40,6 +40,11 @@ def no_flow(monkeypatch):
         (["refresh", "--keep", "0"], "--keep 0: give an integer ≥ 1"),
         (["refresh", "--model", "no/such/model.zarr"], "--model no/such/model.zarr: no such model store"),
         (["train", "--out", "m.zarr", "--k=-2"], "-k -2: give an integer ≥ 1"),
+        # a negative α would make the stored entries' confidences negative: refused like α = 0
+        (["train", "--out", "m.zarr", "--model", "ials", "--alpha=-5"], "--alpha -5.0: give a number > 0"),
+        (["train", "--out", "m.zarr", "--model", "ials", "--convention", "mllib"], "unknown iALS convention 'mllib'"),
+        (["train", "--out", "m.zarr", "--model", "svd"], "--model 'svd': give one of mf, biased, ials, bce"),
+        (["refresh", "--top-unobserved", "-1"], "--top-unobserved -1: give an integer ≥ 0"),
         (
             [
                 "import-embeddings",
