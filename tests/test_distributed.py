@@ -125,8 +125,8 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
     written = sorted(p.name for p in (tmp_path / "dask").iterdir())
     assert written == sorted([e["file"] for e in dsk] + ["_meta"])
     assert sorted(p.name for p in (tmp_path / "dask" / "_meta").iterdir()) == sorted(
-        e["file"].replace(".parquet", ".json") for e in dsk
-    )
+        name for e in dsk for name in (e["file"].replace(".parquet", ".json"), e["file"].replace("part", "users"))
+    )  # each shard's entry and its user index (``runs.write_user_index``)
 
 
 def _job(root, seed=11, n_users=80, n_items=60, top_k=3):
@@ -203,7 +203,9 @@ def test_killed_worker_loses_nothing(tmp_path):
     real = sorted(p.name for p in (tmp_path / "kill").iterdir() if not p.name.startswith("."))
     assert real == sorted([e["file"] for e in mem] + ["_meta"])
     real = sorted(p.name for p in (tmp_path / "kill" / "_meta").iterdir() if not p.name.startswith("."))
-    assert real == sorted(e["file"].replace(".parquet", ".json") for e in mem)
+    assert real == sorted(
+        name for e in mem for name in (e["file"].replace(".parquet", ".json"), e["file"].replace("part", "users"))
+    )
 
 
 def test_distributed_als_equals_in_memory_als(client, tmp_path):

@@ -29,6 +29,7 @@ COMMANDS = (
     "pairwise",
     "report",
     "serving",
+    "serve",
 )
 # Commands registered by a module of another name; every other command is its module's name.
 MODULE_OF = {

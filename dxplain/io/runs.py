@@ -3,6 +3,7 @@
     <out>/runs/<UTC timestamp>-<id>/part-00000.parquet ...     one per shard (temp file, then rename)
     <out>/runs/<...>/_meta/plan.json                           what the run computes (its plan key)
     <out>/runs/<...>/_meta/part-00000.json ...                 the shard's entry: rows, sha256, stats
+    <out>/runs/<...>/_meta/users-00000.parquet ...             which row groups hold each user (``dxplain serve``)
     <out>/runs/<...>/_meta/manifest.json                       all shards and the summary: the run is complete
     <out>/runs/<...>/_meta/stage/…                             intermediate files between a run's passes
     <out>/LATEST                                               the complete run's folder name
@@ -31,7 +32,9 @@ import json
 import uuid
 from pathlib import PurePosixPath
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
@@ -97,13 +100,16 @@ def sha256_file(loc: Location) -> str:
 
 
 def write_shard(run: Location, shard: int, table: pa.Table, stats: dict | None = None) -> dict:
-    """Write one shard's rows, then its entry (both atomically); return the entry.
+    """Write one shard's rows, then its user index (``index_name``), then its entry (each atomically); return the
+    entry.
 
-    The entry is written last, so a shard interrupted between the two is simply recomputed.
+    The entry is written last, so a shard interrupted before it is simply recomputed.
     """
     path = join(run, shard_name(shard))
     with atomic_file(path) as fh:
-        pq.write_table(table, fh, compression="zstd")
+        pq.write_table(table, fh, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+    if "user" in table.column_names:  # an attribution table (every run's); the tests' toy tables have none
+        write_user_index(run, shard, table.column("user"))
     entry = {
         "shard": shard,
         "file": shard_name(shard),
@@ -113,6 +119,32 @@ def write_shard(run: Location, shard: int, table: pa.Table, stats: dict | None =
     }
     write_text_atomic(meta(run, f"part-{shard:05d}.json"), json.dumps(entry))
     return entry
+
+
+ROW_GROUP_ROWS = 65_536  # a lookup reads whole row groups: small ones keep it to a user's neighbourhood
+
+
+def index_name(shard: int) -> str:
+    return f"{META}/users-{shard:05d}.parquet"
+
+
+def user_row_groups(users: pa.Array, row_group_rows: int = ROW_GROUP_ROWS) -> pa.Table:
+    """(user, row_group) for every user present in each row group of a column written in groups of
+    ``row_group_rows``."""
+    out_users, out_groups = [], []
+    for g, start in enumerate(range(0, len(users), row_group_rows)):
+        present = pc.unique(users.slice(start, row_group_rows))
+        out_users.append(present)
+        out_groups.append(np.full(len(present), g, np.int32))
+    if not out_users:
+        return pa.table({"user": pa.array([], users.type), "row_group": pa.array([], pa.int32())})
+    return pa.table({"user": pa.concat_arrays(out_users), "row_group": np.concatenate(out_groups)})
+
+
+def write_user_index(run: Location, shard: int, users: pa.ChunkedArray | pa.Array) -> None:
+    users = users.combine_chunks() if isinstance(users, pa.ChunkedArray) else users
+    with atomic_file(join(run, index_name(shard))) as fh:
+        pq.write_table(user_row_groups(users), fh)
 
 
 def completed_shard(run: Location, shard: int) -> dict | None:

@@ -1,0 +1,122 @@
+"""Looking one user up in a published run without scanning it, and listing an output folder's runs.
+
+A shard's rows are sorted by target, so a user's rows sit in one file and a few consecutive row groups. At write time
+``write_user_index`` records, beside the shard's entry, which row groups hold each user
+(``_meta/users-<shard>.parquet``: user, row_group); ``UserIndex`` reads those files once and ``rows`` then reads only
+a user's row groups. A run written before the index existed is indexed by reading its ``user`` column once.
+
+Run and user names come from requests (``dxplain serve``): ``published_runs`` lists the folders the out folder holds,
+and a run is opened only by a name in that list, so no name from outside is ever joined into a path.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..errors import InputError
+from .atomic import Location, exists, filesystem, join, read_text
+from .runs import LATEST, index_name, manifest_path, read_manifest
+
+
+def published_runs(out: Location) -> list[dict]:
+    """The complete runs under ``out``, newest first: id, whether LATEST names it, and its summary's headline."""
+    fs, root = filesystem(join(out, "runs"))
+    if not fs.exists(root):
+        return []
+    latest = read_text(join(out, LATEST)).strip() if exists(join(out, LATEST)) else None
+    found = []
+    for entry in fs.ls(root, detail=False):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        run = join(out, "runs", name)
+        if manifest_path(run) is None:
+            continue  # interrupted or still running: never served
+        summary = read_manifest(run)["summary"]
+        found.append(
+            {
+                "id": name,
+                "latest": name == latest,
+                "dataset": summary.get("dataset"),
+                "model_kind": summary.get("model_kind"),
+                "targets": summary.get("targets"),
+                "fidelity_ok": summary.get("fidelity_ok"),
+            }
+        )
+    return sorted(found, key=lambda r: r["id"], reverse=True)
+
+
+def run_folder(out: Location, run_id: str) -> Location:
+    """The folder of a published run named by ``run_id`` ("latest" follows LATEST); InputError for any other name."""
+    runs = published_runs(out)
+    if run_id == "latest":
+        latest = [r["id"] for r in runs if r["latest"]]
+        if not latest:
+            raise InputError(f"{out}: no published run yet (LATEST is missing)")
+        run_id = latest[0]
+    if run_id not in {r["id"] for r in runs}:
+        raise InputError(f"run {run_id!r}: not a published run of this folder (GET /api/runs lists them)")
+    return join(out, "runs", run_id)
+
+
+class UserIndex:
+    """Which files and row groups hold each user's rows in one run."""
+
+    def __init__(self, run: Location):
+        self.run = run
+        self.files = [s["file"] for s in read_manifest(run)["shards"]]
+        tables = []
+        for shard, name in enumerate(self.files):
+            part = self._indexed(shard) if exists(join(run, index_name(shard))) else self._scanned(name)
+            tables.append(part.append_column("file", pa.array(np.full(part.num_rows, shard, np.int32))))
+        self.table = pa.concat_tables(tables) if tables else None
+        self.user_type = None if self.table is None else self.table.schema.field("user").type
+
+    def _indexed(self, shard: int) -> pa.Table:
+        fs, path = filesystem(join(self.run, index_name(shard)))
+        with fs.open(path, "rb") as fh:
+            return pq.read_table(fh)
+
+    def _scanned(self, name: str) -> pa.Table:
+        fs, path = filesystem(join(self.run, name))
+        with fs.open(path, "rb") as fh:
+            f = pq.ParquetFile(fh)
+            parts = []
+            for g in range(f.metadata.num_row_groups):
+                present = pc.unique(f.read_row_group(g, columns=["user"]).column("user").combine_chunks())
+                parts.append(pa.table({"user": present, "row_group": np.full(len(present), g, np.int32)}))
+        return pa.concat_tables(parts) if parts else pa.table({"user": [], "row_group": pa.array([], pa.int32())})
+
+    def key(self, user: str):
+        """``user`` (a request's text) as the run's user id type, or None if it cannot be one."""
+        if self.user_type is None:
+            return None
+        try:
+            return pa.scalar(user).cast(self.user_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+
+    def rows(self, user: str) -> pa.Table | None:
+        """Every row the run kept for ``user``'s targets, in the written order; None if the run has none."""
+        key = self.key(user)
+        if key is None:
+            return None
+        hits = self.table.filter(pc.equal(self.table.column("user"), key))
+        if hits.num_rows == 0:
+            return None
+        tables = []
+        for shard in np.unique(hits.column("file").to_numpy()):
+            groups = np.sort(hits.filter(pc.equal(hits.column("file"), int(shard))).column("row_group").to_numpy())
+            fs, path = filesystem(join(self.run, self.files[int(shard)]))
+            with fs.open(path, "rb") as fh:
+                t = pq.ParquetFile(fh).read_row_groups([int(g) for g in groups])
+            tables.append(t.filter(pc.equal(t.column("user"), key)))
+        return pa.concat_tables(tables)
+
+
+def summary_of(run: Location) -> dict:
+    """The run's summary as its manifest records it (JSON-safe)."""
+    return json.loads(json.dumps(read_manifest(run)["summary"], default=str))
