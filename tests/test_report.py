@@ -113,6 +113,14 @@ def test_the_fidelity_histogram_equals_the_errors_measured_from_the_parquet(out,
         )
 
 
+def test_the_page_opens_with_the_headline_and_keeps_the_internals_collapsed_at_the_end(out, tmp_path, capsys):
+    report(capsys, out, "--out", tmp_path / "h.html")
+    html = open(tmp_path / "h.html", encoding="utf-8").read()
+    headline, first_user = html.index("<dl class=headline>"), html.index("data-user=")
+    internals, summary = html.index("<details id=internals>"), html.index('<table id="summary">')
+    assert headline < first_user < internals < summary  # the summary table inside the collapsed internals
+
+
 def test_the_user_table_lists_the_runs_users_and_their_recommendations(out, tmp_path, capsys):
     rows = runs.open_run(runs.resolve_run(out)).to_table()
     users = sorted(pc.unique(rows.column("user")).to_pylist())
@@ -121,7 +129,7 @@ def test_the_user_table_lists_the_runs_users_and_their_recommendations(out, tmp_
     # Each user's block lists its recommendations in rank order: the rows that follow its <details>.
     listed, current = {}, None
     for tag, a in page.tags:
-        if tag == "details":
+        if tag == "details" and "data-user" in a:  # (the run's internals are a <details> too)
             current = a["data-user"]
         elif "data-item" in a:
             listed.setdefault(current, []).append(a["data-item"])

@@ -200,8 +200,9 @@ def agreement(label: str, fit: pe.Fit, data, lam: float, alpha: float, users: np
         items = data.item[data.user_indptr[u] : data.user_indptr[u + 1]].astype(np.int64)
         total, contributions, _ = peer.explain(u, R, j, N=len(items))
         theirs = np.array([i for i, _ in contributions])
-        rows = (side["target"] == n) & (side["kind"] == 0)
-        mine = data.item[side["entry"][rows].astype(np.int64)]  # by decreasing importance
+        rows = np.flatnonzero((side["target"] == n) & (side["kind"] == 0))
+        rows = rows[np.argsort(-side["importance"][rows], kind="stable")]  # by decreasing importance, as implicit's
+        mine = data.item[side["entry"][rows].astype(np.int64)]
         importance = dict(zip(mine.tolist(), side["importance"][rows]))
         contribution = dict(contributions)
         out["overlap10"].append(len(set(theirs[:10]) & set(mine[:10])) / 10)

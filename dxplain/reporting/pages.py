@@ -191,6 +191,24 @@ def users_section(recs: dict, shown_of: tuple[int, int], labels: Labels, predict
     )
 
 
+def headline(summary: dict) -> str:
+    """Data, model, targets and whether the explanations add up, in one short list."""
+    fid = summary.get("fidelity_max_rel_error") or {}
+    ok = summary.get("fidelity_ok")
+    items = [
+        ("data", summary.get("dataset")),
+        ("model", f"{summary.get('model_kind', '')} ({summary.get('loss', '')})"),
+        ("explained", f"{summary.get('targets')} recommendations of {summary.get('users')} users"),
+        (
+            "exact",
+            f"{'yes' if ok else 'NO'}: attributions miss the score by at most "
+            + " · ".join(f"{v:.1e} ({k})" for k, v in fid.items() if v is not None)
+            + f", against --tol {summary.get('fidelity_tol')}",
+        ),
+    ]
+    return "<dl class=headline>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(str(v))}</dd>" for k, v in items) + "</dl>"
+
+
 def run_page(
     name: str,
     summary: dict,
@@ -201,15 +219,18 @@ def run_page(
     labels: Labels,
     reasons: int,
 ) -> str:
-    """A refresh run's page: its summary, the fidelity and attribution histograms, and its users' explanations."""
+    """A refresh run's page: what a reader needs first (the run's headline, then its users' explanations), the
+    fidelity and attribution histograms, and the run's internals (every summary entry) collapsed at the end."""
     body = "\n".join(
         [
             f"<p class=note>Run folder <code>{esc(summary.get('run', name))}</code>.</p>",
-            "<h2>Summary</h2>",
-            key_value_table(summary_rows(summary), "summary"),
+            headline(summary),
+            users_section(recs, (len(recs), users_total), labels, summary.get("prediction", "prediction"), reasons),
             fidelity_section(shards, rows, summary.get("top_k"), summary.get("fidelity_tol")),
             attributions_section(rows),
-            users_section(recs, (len(recs), users_total), labels, summary.get("prediction", "prediction"), reasons),
+            "<details id=internals><summary>Run internals: every summary entry</summary>",
+            key_value_table(summary_rows(summary), "summary"),
+            "</details>",
         ]
     )
     return page(f"dxplain run {name}", body, SEARCH_SCRIPT)
