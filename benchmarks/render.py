@@ -28,6 +28,7 @@ from benchmarks.negatives import tables as negatives
 from benchmarks.pairwise import tables as pairwise
 from benchmarks.prototypes import tables as prototypes
 from benchmarks.scaling import tables as scaling
+from benchmarks.serve import tables as serve
 
 DOCS = ROOT / "docs"
 
@@ -46,6 +47,7 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
         "ials-vs-implicit-table": table(als.ials_vs_implicit_table, "als/ials_vs_implicit.json"),
         "import-refresh-table": table(als.import_refresh_table, "als/import_refresh.json"),
     },
+    "serve.md": {"serve-lookup-table": table(serve.lookup_table, "serve/lookup.json")},
     "scaling.md": {
         "throughput-table": scaling.throughput_table,
         "als-vs-implicit-table": table(als.vs_implicit_table, "als/vs_implicit.json"),
