@@ -54,10 +54,11 @@ def _run(job, shards, run_dir):
     run_dir.mkdir()
     results = run_passes(LocalMapper(), job, shards, str(run_dir))
     entries = results.entries
-    # the shards' Parquet files beside _meta/, which holds their entries; the stage is gone once all are written
+    # the shards' Parquet files beside _meta/, which holds their entries and user indexes; the stage is gone once all
+    # are written
     assert sorted(p.name for p in run_dir.iterdir()) == sorted([e["file"] for e in entries] + ["_meta"])
     assert sorted(p.name for p in (run_dir / "_meta").iterdir()) == sorted(
-        e["file"].replace(".parquet", ".json") for e in entries
+        name for e in entries for name in (e["file"].replace(".parquet", ".json"), e["file"].replace("part", "users"))
     )
     return entries, results
 
