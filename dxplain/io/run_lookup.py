@@ -74,6 +74,15 @@ class UserIndex:
             tables.append(part.append_column("file", pa.array(np.full(part.num_rows, shard, np.int32))))
         self.table = pa.concat_tables(tables) if tables else None
         self.user_type = None if self.table is None else self.table.schema.field("user").type
+        self._ids = None
+
+    def ids(self) -> list[str]:
+        """The run's user ids as text, sorted; computed on first use (a search asks at every keystroke)."""
+        if self._ids is None:
+            self._ids = (
+                [] if self.table is None else sorted(pc.unique(self.table.column("user")).cast(pa.string()).to_pylist())
+            )
+        return self._ids
 
     def _indexed(self, shard: int) -> pa.Table:
         fs, path = filesystem(join(self.run, index_name(shard)))
