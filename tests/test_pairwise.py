@@ -217,11 +217,58 @@ def test_raipair_approaches_asipair_with_enough_draws():
     ref = reference(zeta, X[:60])
     exact, _ = asipair(zeta, X[61], X[70], ref)
     errors = []
-    for H in (4, 400):
-        approx, z, info = raipair(zeta, X[61], X[70], ref, np.random.default_rng(0), H=H, M=6)
-        assert info["M"] == 6 and info["H"] == H and np.all(np.isfinite(approx))
+    for H in (4, 400, 4000):  # M = D: the recovery's only error is the permutations' sampling error
+        approx, z, info = raipair(zeta, X[61], X[70], ref, np.random.default_rng(0), H=H, M=8)
+        assert info["M"] == 8 and info["H"] == H and np.all(np.isfinite(approx))
         errors.append(np.linalg.norm(approx - exact) / np.linalg.norm(exact))
-    assert errors[1] < 0.4 and errors[1] < errors[0]
+    assert errors[2] < errors[1] < errors[0] and errors[2] < 0.25
+
+
+class Additive:
+    """ζ(a, b) = wᵀ(a − b) without a fast expectation: with every reference row an equal neighbour (σ huge,
+    η = 1) a coalition's value is wᵀ_T(x_i − x_j)_T + w_T̄ᵀ(mean R − mean R), so φ_d = w_d (x_i − x_j)_d."""
+
+    def __init__(self, w):
+        self.w = np.asarray(w, dtype=float)
+
+    def __call__(self, A, B):
+        return (A - B) @ self.w
+
+
+@pytest.mark.parametrize("M", [5, 20])
+def test_raipair_adds_up_and_recovers_a_closed_form(M):
+    rng = np.random.default_rng(40)
+    D = 20
+    zeta = Additive(rng.normal(size=D))
+    R = rng.normal(size=(30, D)) * np.logspace(-2, 2, D)
+    ref = reference(zeta, R)
+    xi, xj = rng.normal(size=D), rng.normal(size=D)
+    truth = zeta.w * (xi - xj)
+    phi, z, info = raipair(zeta, xi, xj, ref, np.random.default_rng(1), H=6, M=M, sigma=1e9, eta=1.0)
+    # efficiency (the constrained recovery): Σφ = ζ − base to rounding, compressed (M < D) or not
+    assert abs(phi.sum() - (z - ref.base)) <= 1e-12 * abs(z - ref.base)
+    assert info["eps"] <= 1e-12  # every permutation's marginal contributions are the same: b is exact
+    if M == D:  # A square and invertible: the recovery is the closed form
+        np.testing.assert_allclose(phi, truth, rtol=1e-5, atol=1e-6 * np.abs(truth).max())
+
+
+def test_the_sum_zero_soft_threshold_is_the_constrained_prox():
+    # against the definition: no feasible point nearby has a smaller objective
+    rng = np.random.default_rng(41)
+    from dxplain.kernels.lasso import soft_threshold_sum_zero
+
+    for t in (0.0, 0.1, 0.7, 5.0):
+        g = rng.normal(size=12)
+        x = soft_threshold_sum_zero(g, t)
+        assert abs(x.sum()) <= 1e-14
+
+        def obj(v):
+            return 0.5 * np.sum((v - g) ** 2) + t * np.abs(v).sum()
+
+        for _ in range(200):
+            v = x + 1e-3 * rng.normal(size=12)
+            v -= v.mean()
+            assert obj(v) >= obj(x) - 1e-12
 
 
 def test_raipair_is_reproducible_for_a_seed():
@@ -340,3 +387,65 @@ def test_a_factor_model_explained_as_a_pairwise_model():
     np.testing.assert_allclose(
         phi, brute_shapley(lambda A, B: (A * B).sum(-1), U[3], V[7], ref, 0.2, 0.95), rtol=1e-9, atol=1e-12
     )
+
+
+def test_opauc_is_the_minimiser_of_its_pairwise_objective():
+    # ∇L(w) = λw − mean over (pos, neg) pairs of (1 − wᵀd) d, d = z_pos − z_neg, in standardised features
+    rng = np.random.default_rng(42)
+    N = rng.normal(size=(90, 6))
+    y = (N @ rng.normal(size=6) + rng.normal(size=90) > 0).astype(int)
+    X = N * np.logspace(-4, 5, 6) + 1e3  # badly scaled, offset
+    m = OPAUC(lam=0.3).fit(X, y)
+    mu, sd = X.mean(0), X.std(0)
+    Z = (X - mu) / sd
+    w = m.w * sd
+    d = (Z[y == 1][:, None, :] - Z[y == 0][None, :, :]).reshape(-1, 6)
+    grad = 0.3 * w - ((1 - d @ w)[:, None] * d).mean(0)
+    assert np.linalg.norm(grad) <= 1e-10 * np.linalg.norm(w)
+    # the scaling is folded in: the same model on rescaled features ranks identically
+    s = np.logspace(3, -3, 6)
+    assert OPAUC(lam=0.3).fit(X * s, y).auc(X * s, y) == pytest.approx(m.auc(X, y), abs=1e-12)
+
+
+def test_opauc_chooses_lambda_by_cross_validation_and_keeps_it():
+    X, y = correlated(120, 5, seed=43)
+    m = OPAUC(seed=1).fit(X, y)
+    assert m.lam in OPAUC.LAMBDAS
+    fixed = OPAUC(lam=m.lam).fit(X, y)
+    np.testing.assert_array_equal(fixed.w, m.w)
+
+
+def test_auc_lower_bound_separates_chance_from_a_real_ranking():
+    from dxplain.pairwise.models import auc_lower_bound
+
+    assert auc_lower_bound(0.55, 20, 20) < 0.5 < auc_lower_bound(0.9, 20, 20) < 0.9
+    assert auc_lower_bound(0.55, 2000, 2000) > 0.5  # the same AUC on many rows is above chance
+    assert auc_lower_bound(0.9, 200, 200) > auc_lower_bound(0.9, 20, 20)
+
+
+def test_a_sampled_reference_keeps_its_covariance_and_base_from_every_row():
+    X, y = correlated(300, 4, seed=44)
+    zeta = OPAUC(seed=0).fit(X, y)
+    full, small = reference(zeta, X), reference(zeta, X, rows=50, seed=7)
+    assert small.Ri.shape == (50, 4) and small.Rj is small.Ri and small.full_rows == (300, 300)
+    assert np.array_equal(small.Omega_i, full.Omega_i) and small.base == full.base
+    rows = {tuple(r) for r in X}
+    assert all(tuple(r) in rows for r in small.Ri) and len({tuple(r) for r in small.Ri}) == 50
+    assert np.array_equal(reference(zeta, X, rows=50, seed=7).Ri, small.Ri)
+    assert not np.array_equal(reference(zeta, X, rows=50, seed=8).Ri, small.Ri)
+    assert reference(zeta, X, rows=300).Ri is full.Ri or np.array_equal(reference(zeta, X, rows=300).Ri, X)
+    with pytest.raises(InputError, match="--reference-rows 1"):
+        reference(zeta, X, rows=1)
+
+
+def test_permutation_baseline_ranks_the_feature_the_model_uses_first():
+    from dxplain.pairwise.explain import permutation_rankings
+
+    rng = np.random.default_rng(45)
+    Xi, Xj = rng.normal(size=(40, 5)), rng.normal(size=(40, 5))
+    w = np.array([0.2, 0.5, -0.7, 3.0, 1.1])
+    order = permutation_rankings(Linear(w), Xi, Xj, seed=0, donors=40)
+    # linear ζ, every pair a donor: pair n's drop for d is w_d ((x_i − x_j)_d − mean over pairs), exactly
+    dev = (Xi - Xj) - (Xi - Xj).mean(0)
+    np.testing.assert_array_equal(order, np.argsort(-(w * dev), axis=1, kind="stable"))
+    assert order.shape == (40, 5)

@@ -107,7 +107,10 @@ def test_cli_writes_the_contract(data, tmp_path, model, method):
     m = json.loads((out / "metrics.json").read_text())
     assert 0.5 < m["auc"] <= 1.0
     assert [r["p"] for r in m["masking"]] == [0.001, 0.01, 0.05, 0.1, 0.15, 0.2, 0.25]
-    assert all(0 <= r["auc_method"] <= 1 and 0 <= r["auc_random"] <= 1 for r in m["masking"])
+    assert all(0 <= r[f"auc_{k}"] <= 1 for r in m["masking"] for k in ("method", "permutation", "random"))
+    assert m["near_chance"] is False and m["auc_lower_bound"] < m["auc"]
+    assert m["efficiency_met"] is True and m["max_relative_efficiency_error"] <= 1e-9  # RAIPair too
+    assert m["reference_rows"] == m["reference_sampled_from"] == 80  # under the default sample size
     if model == "opauc":  # (positive, negative) pairs from the test rows
         y = pq.read_table(data).column("y").to_numpy()
         assert np.all(y[df.i] == 1) and np.all(y[df.j] == 0)
@@ -193,6 +196,23 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, ma
     err = capsys.readouterr().err.strip()
     assert err.startswith("dxplain: error:") and len(err.splitlines()) == 1 and needle in err
     assert not out.exists() and not any(p.name.startswith(".") for p in tmp_path.iterdir())
+
+
+def chance_table(n=100, D=5, seed=3):
+    t = table(n, D, seed)
+    return t.set_column(t.schema.get_field_index("y"), "y", pa.array(np.random.default_rng(9).integers(0, 2, n)))
+
+
+def test_a_model_at_chance_is_refused_unless_allowed(tmp_path, capsys):
+    path = _write(tmp_path, chance_table())
+    argv = ["pairwise", "explain", "--data", str(path), "--label", "y", "--pairs", "3", "--in-memory"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "ranks no better than chance" in err and "--allow-chance" in err
+    assert not (tmp_path / "o").exists()
+    assert main([*argv, "--out", str(tmp_path / "forced"), "--allow-chance"]) == 0
+    m = json.loads((tmp_path / "forced" / "metrics.json").read_text())
+    assert m["near_chance"] is True and m["auc_lower_bound"] <= 0.5
 
 
 @pytest.mark.distributed

@@ -15,7 +15,12 @@ def cmd_explain(a) -> int:
         kw["data"], kw["out"], kw["label"], kw["model"], kw["method"], kw["seed"], kw["k1"], kw["max_d"], kw["force"]
     )  # data-dependent refusals before Prefect or a cluster starts
     summary = run_flow(pairwise_explain, CONSTRAINTS, a)
-    print_summary({k: summary[k] for k in ("auc", "pairs", "features", "max_efficiency_error", "seconds", "out")})
+    print_summary(
+        {
+            k: summary[k]
+            for k in ("auc", "near_chance", "pairs", "features", "max_relative_efficiency_error", "seconds", "out")
+        }
+    )
     print(f"\nAttributions: {summary['out']}/attributions.parquet; metrics: {summary['out']}/metrics.json")
     return 0
 
@@ -45,6 +50,8 @@ def register(sub) -> None:
             "permutations": "RAIPair permutations H (default: Theorem 2's order)",
             "measurements": "RAIPair measurements M (default: Theorem 2's order)",
             "max_d": "ASIPair's cap on D (2^D coalitions)",
+            "reference_rows": "neighbour candidates per side: a seeded sample of the training rows (0: all)",
+            "allow_chance": "explain a model whose test AUC is not above chance (refused by default)",
             "scheduler": "tcp://HOST:PORT of an existing Dask scheduler (default: a LocalCluster)",
             "workers": "LocalCluster worker processes (default 2, or DXPLAIN_WORKERS)",
             "shards": "pair shards (default 4 per worker)",

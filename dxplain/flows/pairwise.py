@@ -19,19 +19,24 @@ from ..errors import InputError
 from ..io.labelled import read_labelled
 from ..io.results import check_out_folder, write_folder
 from ..pairwise.explain import (
+    EFFICIENCY_TOL,
     METHODS,
     check_explain,
     efficiency_gap,
     explain_pairs,
     masking_curve,
+    permutation_rankings,
     random_rankings,
+    relative_efficiency_gap,
     top_features,
 )
-from ..pairwise.models import MODELS, two_classes
+from ..pairwise.models import MODELS, auc_lower_bound, two_classes
 from ..pairwise.pairs import attributions_table, choose_pairs, split
 from ..pairwise.shapley import DEFAULT_MAX_D, ETA, MAX_D, SIGMA, check_asipair_size, check_k1, reference
 from ..params import CLUSTER, Interval, OneOf, validate
 from .common import open_mapper, stage
+
+REFERENCE_ROWS = 512  # neighbour candidates per side (a seeded sample; docs/pairwise.md measures its error)
 
 CONSTRAINTS = {
     "model": OneOf(*MODELS),
@@ -44,8 +49,17 @@ CONSTRAINTS = {
     "permutations": Interval(int, 1),
     "measurements": Interval(int, 1),
     "max_d": Interval(int, 1, MAX_D, example=DEFAULT_MAX_D),
+    "reference_rows": Interval(int, 0, example=REFERENCE_ROWS),
     **CLUSTER,
 }
+
+
+def class_sizes(y: np.ndarray) -> tuple[int, int]:
+    """The metric AUC's sample sizes for its lower bound, counted in instances (the rows outside the
+    largest class, the rows in it) rather than pairs: pairs that share an instance are not independent,
+    and counting them would overstate how sure the AUC is."""
+    counts = np.sort(np.bincount(np.unique(y, return_inverse=True)[1]))
+    return int(counts[:-1].sum()), int(counts[-1])
 
 
 @task(cache_policy=NO_CACHE)
@@ -84,6 +98,8 @@ def pairwise_explain(
     permutations: int | None = None,
     measurements: int | None = None,
     max_d: int = DEFAULT_MAX_D,
+    reference_rows: int = REFERENCE_ROWS,
+    allow_chance: bool = False,
     scheduler: str | None = None,
     workers: int | None = None,
     shards: int | None = None,
@@ -99,6 +115,17 @@ def pairwise_explain(
     with stage(seconds, "fit"):
         zeta = fit_model(model, table.X[train], y_all[train], label, seed)
     Xt, yt = table.X[test], y_all[test]
+    auc = zeta.auc(Xt, yt)
+    n_pos, n_neg = (int((yt == 1).sum()), int((yt == 0).sum())) if model == "opauc" else class_sizes(yt)
+    auc_low = auc_lower_bound(auc, n_pos, n_neg)
+    if auc_low <= 0.5:
+        message = (
+            f"{model} on {data}: test AUC {auc:.3f} (97.5% lower bound {auc_low:.3f} ≤ 0.5) ranks no better "
+            "than chance, so its Shapley values would explain noise"
+        )
+        if not allow_chance:
+            raise InputError(f"{message}; check the label column and the features, or give --allow-chance")
+        logger.warning("%s; explaining it anyway (--allow-chance)", message)
     a, b = choose_pairs(yt, pairs, model, seed)
     if len(a) == 0:
         kind = "(positive, negative) pair" if model == "opauc" else "pair"
@@ -106,7 +133,7 @@ def pairwise_explain(
             f"{data}: the {len(test)}-row test split has no {kind} to explain; give a table with more "
             "rows of each class"
         )
-    ref = reference(zeta, table.X[train])
+    ref = reference(zeta, table.X[train], rows=reference_rows or None, seed=seed)
     check_explain(ref, Xt[a], Xt[b], method, sigma, eta, k1, max_d)  # refuse before a cluster starts
     logger.info(
         "%s on %s: D=%d, %d train / %d test rows, explaining %d pairs with %s",
@@ -124,12 +151,24 @@ def pairwise_explain(
         )
     with stage(seconds, "masking"):
         fill = table.X[train].mean(0)
-        curve = masking_curve(
-            zeta, Xt, yt, fill, {"method": top_features(phi), "random": random_rankings(len(a), ref.D, seed)}
-        )
+        rankings = {
+            "method": top_features(phi),
+            "permutation": permutation_rankings(zeta, Xt[a], Xt[b], seed),
+            "random": random_rankings(len(a), ref.D, seed),
+        }
+        curve = masking_curve(zeta, Xt, yt, fill, rankings)
     efficiency = efficiency_gap(phi, zeta_ij, ref.base)
+    relative = relative_efficiency_gap(phi, zeta_ij, ref.base)
+    if relative > EFFICIENCY_TOL:
+        logger.warning(
+            "efficiency missed: Σφ differs from ζ − base by up to %.2e of |ζ − base| (tolerance %.0e)",
+            relative,
+            EFFICIENCY_TOL,
+        )
     metrics = {
-        "auc": zeta.auc(Xt, yt),
+        "auc": auc,
+        "auc_lower_bound": auc_low,
+        "near_chance": auc_low <= 0.5,
         "masking": curve,
         "model": model,
         "method": method,
@@ -147,6 +186,13 @@ def pairwise_explain(
         "permutations": permutations,
         "measurements": measurements,
         "max_efficiency_error": efficiency,
+        "max_relative_efficiency_error": relative,
+        "efficiency_tol": EFFICIENCY_TOL,
+        "efficiency_met": relative <= EFFICIENCY_TOL,
+        "lam": getattr(zeta, "lam", None),
+        "reference_rows": len(ref.Ri),
+        "reference_sampled_from": len(train),
+        "masking_baseline": "permutation importance of each explained pair's score (values from other explained pairs)",
         "masked_value": "the training mean of each masked feature, in every test instance",
         "seconds": seconds,
     }

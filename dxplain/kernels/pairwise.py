@@ -33,6 +33,8 @@ import math
 import numpy as np
 import scipy.linalg as sla
 
+from .lasso import fista_loop
+
 RIDGE = 1e-8
 
 
@@ -298,42 +300,45 @@ def bernoulli_matrix(M: int, D: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def fista_lasso(
-    A: np.ndarray, r: np.ndarray, lam: float, x0: np.ndarray | None = None, iters: int = 2000, tol: float = 1e-10
+    A: np.ndarray,
+    r: np.ndarray,
+    lam: float,
+    x0: np.ndarray | None = None,
+    iters: int = 2000,
+    tol: float = 1e-10,
+    sum_zero: bool = False,
 ) -> np.ndarray:
-    """argmin_x ½‖A x − r‖² + λ‖x‖₁ by FISTA (Beck & Teboulle 2009), step 1/‖A‖₂²; stops when an
-    iterate moves less than ``tol`` (relative), checked every 10 steps."""
+    """argmin_x ½‖A x − r‖² + λ‖x‖₁ (subject to Σx = 0 with ``sum_zero``) by FISTA (Beck & Teboulle 2009),
+    step 1/‖A‖₂², compiled (``kernels.lasso``); stops when an iterate moves less than ``tol`` (relative)."""
     G, Atr = A.T @ A, A.T @ r  # the gradient Aᵀ(A y − r) = G y − Aᵀr in D×D
     step = 1.0 / max(np.linalg.eigvalsh(G)[-1], 1e-300)
-    x = np.zeros(A.shape[1]) if x0 is None else x0.copy()
-    y, t, thresh = x.copy(), 1.0, step * lam
-    for n in range(iters):
-        g = y - step * (G @ y - Atr)
-        x_new = np.sign(g) * np.maximum(np.abs(g) - thresh, 0.0)  # soft threshold
-        t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-        y = x_new + ((t - 1) / t_new) * (x_new - x)
-        if n % 10 == 9 and np.linalg.norm(x_new - x) <= tol * max(1.0, np.linalg.norm(x_new)):
-            return x_new
-        x, t = x_new, t_new
-    return x
+    x = np.zeros(A.shape[1]) if x0 is None else np.asarray(x0, dtype=float)
+    return fista_loop(
+        np.ascontiguousarray(G), np.ascontiguousarray(Atr), step, float(lam), x, iters, tol, bool(sum_zero)
+    )
 
 
-def l1_recovery(A: np.ndarray, r: np.ndarray, eps: float, steps: int = 12) -> tuple[np.ndarray, float]:
-    """Eq. 11, argmin ‖x‖₁ s.t. ‖r − A x‖₂ ≤ ε, through its Lagrangian ½‖A x − r‖² + λ‖x‖₁: λ is found by
-    bisection (in log λ over [10⁻¹⁰, 1]·‖Aᵀr‖_∞, warm-started FISTA) as the largest tried whose solution
-    meets ‖r − A x‖ ≤ ε (the residual grows with λ; at λ ≥ ‖Aᵀr‖_∞ the solution is 0). Returns (x, λ)."""
-    lam_hi = float(np.max(np.abs(A.T @ r)))
+def l1_recovery(
+    A: np.ndarray, r: np.ndarray, eps: float, steps: int = 12, sum_zero: bool = False
+) -> tuple[np.ndarray, float]:
+    """Eq. 11, argmin ‖x‖₁ s.t. ‖r − A x‖₂ ≤ ε (and Σx = 0 with ``sum_zero``), through its Lagrangian
+    ½‖A x − r‖² + λ‖x‖₁: λ is found by bisection (in log λ over [10⁻¹⁰, 1]·λ₀, warm-started FISTA) as the
+    largest tried whose solution meets ‖r − A x‖ ≤ ε (the residual grows with λ; at λ ≥ λ₀ the solution
+    is 0, λ₀ = ‖Aᵀr‖_∞, or (max − min)(Aᵀr)/2 under the constraint). Returns (x, λ)."""
+    g = A.T @ r
+    lam_hi = float((g.max() - g.min()) / 2 if sum_zero else np.max(np.abs(g)))
     if np.linalg.norm(r) <= eps or lam_hi == 0.0:
         return np.zeros(A.shape[1]), lam_hi
     lo, hi = math.log(lam_hi * 1e-10), math.log(lam_hi)
     best, best_lam, x = None, None, np.zeros(A.shape[1])
     for _ in range(steps):
         mid = (lo + hi) / 2
-        x = fista_lasso(A, r, math.exp(mid), x0=x, iters=300, tol=1e-8)
+        x = fista_lasso(A, r, math.exp(mid), x0=x, iters=300, tol=1e-8, sum_zero=sum_zero)
         if np.linalg.norm(r - A @ x) <= eps:
             lo, best, best_lam = mid, x, math.exp(mid)
         else:
             hi = mid
     if best is None:  # ε below what any λ tried reaches: the smallest λ's solution
         best_lam = math.exp(lo)
-        best = fista_lasso(A, r, best_lam, x0=x)
+        best = fista_lasso(A, r, best_lam, x0=x, sum_zero=sum_zero)
     return best, best_lam

@@ -12,7 +12,13 @@ so Σ_d φ_d = ζ(x_i, x_j) − base, with base = v(∅) the mean of ζ over ref
   b = A Δ̄ with a Bernoulli ±1/√M matrix A (M < D rows), and the deviation φ̂ = φ − φ̄·1 is recovered by
   ℓ1 minimisation (eq. 11) under ‖b − A(φ̄·1 + φ̂)‖ ≤ ε, solved by FISTA on its Lagrangian with λ set by
   bisection so that the residual meets ε. ε is the estimated noise of b: the norm of the standard
-  errors of its M entries over the H permutations. φ̄ = (ζ − base)/D.
+  errors of its M entries over the H permutations. φ̄ = (ζ − base)/D. The recovery is constrained to
+  Σφ̂ = 0 (each FISTA step's prox is a soft threshold with an exact shift), so Σφ = ζ − base holds to
+  rounding: efficiency, the property that makes the φ an explanation of this pair's score.
+
+The reference may be a seeded sample of the training rows (``reference(..., rows=n)``): a coalition's
+cost grows with the rows its neighbours are chosen from, and a sample keeps it fixed as the training set
+grows. Ω and base are still computed on every row (one pass each), only the neighbours come from the sample.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ class Reference:
     Omega_i: np.ndarray
     Omega_j: np.ndarray
     base: float
+    full_rows: tuple[int, int] | None = None  # rows each side was sampled from (None: not sampled)
     whiten: tuple | None = None  # ASIPair's per-coalition whitening, built where it is first used
 
     @property
@@ -61,8 +68,17 @@ def check_features(X: np.ndarray, what: str) -> None:
     )
 
 
-def reference(zeta, Ri: np.ndarray, Rj: np.ndarray | None = None, ridge: float = K.RIDGE) -> Reference:
-    """Checked reference set(s) (``Rj`` defaults to ``Ri``: one population, as in the paper)."""
+def reference(
+    zeta,
+    Ri: np.ndarray,
+    Rj: np.ndarray | None = None,
+    ridge: float = K.RIDGE,
+    rows: int | None = None,
+    seed: int = 0,
+) -> Reference:
+    """Checked reference set(s) (``Rj`` defaults to ``Ri``: one population, as in the paper). With ``rows``,
+    a side with more rows keeps a seeded uniform sample of ``rows`` as its neighbour candidates; its Ω and
+    the base v(∅) still come from every row."""
     Ri = np.asarray(Ri, dtype=float)
     Rj = Ri if Rj is None else np.asarray(Rj, dtype=float)
     for R, side in ((Ri, "reference data"), (Rj, "reference data (second side)")):
@@ -76,9 +92,22 @@ def reference(zeta, Ri: np.ndarray, Rj: np.ndarray | None = None, ridge: float =
         raise InputError(
             f"the two reference sets have {Ri.shape[1]} and {Rj.shape[1]} features; give the same D on both sides"
         )
+    if rows is not None and rows < 2:
+        raise InputError(f"--reference-rows {rows}: keep at least 2 reference rows (0 or unset keeps all)")
     Oi = K.regularised_covariance(Ri, ridge)
     Oj = Oi if Rj is Ri else K.regularised_covariance(Rj, ridge)
-    return Reference(Ri, Rj, Oi, Oj, K.base_value(zeta, Ri, Rj))
+    base = K.base_value(zeta, Ri, Rj)
+    Si = sample_rows(Ri, rows, seed, 0)
+    Sj = Si if Rj is Ri else sample_rows(Rj, rows, seed, 1)
+    return Reference(Si, Sj, Oi, Oj, base, full_rows=(len(Ri), len(Rj)))
+
+
+def sample_rows(R: np.ndarray, rows: int | None, seed: int, side: int) -> np.ndarray:
+    """A seeded uniform sample of ``rows`` rows of R in their original order (all of R if it has no more)."""
+    if rows is None or len(R) <= rows:
+        return R
+    keep = np.sort(np.random.default_rng([seed, 31, side]).choice(len(R), size=rows, replace=False))
+    return R[keep]
 
 
 def check_options(ref: Reference, sigma: float, eta: float, k1: int | None) -> None:
@@ -237,5 +266,5 @@ def raipair(
     b = Y.mean(1)
     eps = float(np.linalg.norm(Y.std(1, ddof=1)) / math.sqrt(H)) if H > 1 else 0.0
     phi_bar = (z - ref.base) / D
-    phi_hat, lam = K.l1_recovery(A, b - phi_bar * A.sum(1), eps)
+    phi_hat, lam = K.l1_recovery(A, b - phi_bar * A.sum(1), eps, sum_zero=True)
     return phi_bar + phi_hat, z, {"M": M, "H": H, "eps": eps, "lam": lam, "phi_hat": phi_hat}
