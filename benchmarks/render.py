@@ -97,6 +97,8 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
         "pairwise-rai-vs-asi": table(pairwise.rai_vs_asi_table, "pairwise/rai_vs_asi.json"),
         "pairwise-cluster": table(pairwise.cluster_table, "pairwise/cluster.json"),
         "pairwise-digits": table(pairwise.digits_table, "pairwise/digits.json"),
+        "pairwise-quality": table(pairwise.quality_table, "pairwise/quality.json"),
+        "pairwise-reference": table(pairwise.reference_table, "pairwise/reference.json"),
     },
 }
 

@@ -21,6 +21,13 @@ def test_readme_is_at_most_12_kb():
     assert (ROOT / "README.md").stat().st_size <= 12 * 1024
 
 
+def test_docs_stay_within_their_budget():
+    # issue 52: docs/ at most 150 KB in all and no page over 400 lines (what holds now, not a diary)
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert sum(p.stat().st_size for p in pages) <= 150_000
+    assert not [p.name for p in pages if len(p.read_text().splitlines()) > 400]
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_relative_links_point_to_files_in_the_repository(page):
     broken = []

@@ -40,6 +40,16 @@ class Metric:
         return (U * U).sum(-1)
 
 
+class Plain:
+    """A model seen only as a batched callable (no feature map, no fast expectation)."""
+
+    def __init__(self, zeta):
+        self.zeta = zeta
+
+    def __call__(self, A, B):
+        return self.zeta(A, B)
+
+
 def fitted(kind, X, y):
     return OPAUC(seed=0).fit(X, y) if kind == "opauc" else LowRank(rank=2, seed=0).fit(X, y)
 
@@ -60,7 +70,7 @@ def test_asipair_equals_brute_force_shapley(kind, D):
 def test_generic_path_equals_brute_force_and_the_fast_expectation(k1):
     X, y = correlated(40, 4, seed=1)
     fast = LowRank(rank=2, seed=1).fit(X, y)
-    slow = Metric(fast.L)
+    slow = Plain(fast)  # the same ζ seen only through __call__: raw composites, K₁ × K₁ evaluations
     ref_f, ref_s = reference(fast, X[:25]), reference(slow, X[:25])
     assert ref_f.base == pytest.approx(ref_s.base, rel=1e-12)
     phi_s, _ = asipair(slow, X[30], X[35], ref_s, sigma=0.5, eta=0.8, k1=k1)
@@ -396,9 +406,10 @@ def test_opauc_is_the_minimiser_of_its_pairwise_objective():
     y = (N @ rng.normal(size=6) + rng.normal(size=90) > 0).astype(int)
     X = N * np.logspace(-4, 5, 6) + 1e3  # badly scaled, offset
     m = OPAUC(lam=0.3).fit(X, y)
-    mu, sd = X.mean(0), X.std(0)
-    Z = (X - mu) / sd
-    w = m.w * sd
+    Z = m.features(X)
+    assert not m.features.logged.any()  # light tails: plain standardisation
+    np.testing.assert_allclose(Z, (X - X.mean(0)) / X.std(0), atol=1e-9)
+    w = m.w
     d = (Z[y == 1][:, None, :] - Z[y == 0][None, :, :]).reshape(-1, 6)
     grad = 0.3 * w - ((1 - d @ w)[:, None] * d).mean(0)
     assert np.linalg.norm(grad) <= 1e-10 * np.linalg.norm(w)
@@ -449,3 +460,50 @@ def test_permutation_baseline_ranks_the_feature_the_model_uses_first():
     dev = (Xi - Xj) - (Xi - Xj).mean(0)
     np.testing.assert_array_equal(order, np.argsort(-(w * dev), axis=1, kind="stable"))
     assert order.shape == (40, 5)
+
+
+def test_auc_from_ranks_is_the_mann_whitney_count_with_ties_as_half():
+    from dxplain.pairwise.models import auc_scores
+
+    rng = np.random.default_rng(46)
+    s = rng.integers(0, 6, 200).astype(float)  # many ties
+    y = rng.integers(0, 2, 200)
+    diff = s[y == 1][:, None] - s[y == 0][None, :]
+    brute = ((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size
+    assert auc_scores(s, y) == pytest.approx(brute, abs=1e-14)
+
+
+def test_heavy_tailed_features_go_through_a_log_that_ignores_units():
+    from dxplain.pairwise.models import FeatureMap
+
+    rng = np.random.default_rng(47)
+    X = np.column_stack([rng.normal(size=500), rng.lognormal(0, 2, 500), rng.pareto(1.5, 500) * 1e4])
+    fm = FeatureMap(X)
+    assert fm.logged.tolist() == [False, True, True]
+    Z = fm(X)
+    np.testing.assert_allclose(Z.mean(0), 0, atol=1e-12)
+    np.testing.assert_allclose(Z.std(0), 1, atol=1e-12)
+    assert np.all(np.diff(Z[np.argsort(X[:, 2]), 2]) >= 0)  # monotone: the order of a feature is kept
+    scaled = FeatureMap(X * [1e-6, 1e5, 3.0] + [7.0, -2.0, 1e6])
+    np.testing.assert_allclose(scaled(X * [1e-6, 1e5, 3.0] + [7.0, -2.0, 1e6]), Z, atol=1e-6)  # offsets' rounding
+
+
+@pytest.mark.parametrize("kind", ["opauc", "lowrank"])
+def test_explanations_do_not_depend_on_the_features_units(kind):
+    # the feature map and the relative ridge make the model, the neighbours and so φ unit-free
+    X, y = correlated(90, 5, seed=48)
+    s = np.array([1e-4, 1.0, 1e3, 1e6, 0.5])
+    a, b = fitted(kind, X, y), fitted(kind, X * s, y)
+    ref_a, ref_b = reference(a, X[:60]), reference(b, X[:60] * s)
+    for i, j in [(61, 70), (75, 80)]:
+        phi_a, z_a = asipair(a, X[i], X[j], ref_a)
+        phi_b, z_b = asipair(b, X[i] * s, X[j] * s, ref_b)
+        assert z_b == pytest.approx(z_a, rel=1e-6)
+        np.testing.assert_allclose(phi_b, phi_a, rtol=1e-5, atol=1e-7 * max(1.0, abs(z_a)))
+
+
+def test_lowrank_chooses_lambda_on_held_out_rows_and_keeps_it():
+    X, y = correlated(80, 4, seed=49)
+    m = LowRank(rank=2, seed=2, n_pairs=2000).fit(X, y)
+    assert m.lam in LowRank.LAMBDAS
+    np.testing.assert_array_equal(LowRank(rank=2, seed=2, n_pairs=2000, lam=m.lam).fit(X, y).L, m.L)

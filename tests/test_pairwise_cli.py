@@ -111,6 +111,7 @@ def test_cli_writes_the_contract(data, tmp_path, model, method):
     assert m["near_chance"] is False and m["auc_lower_bound"] < m["auc"]
     assert m["efficiency_met"] is True and m["max_relative_efficiency_error"] <= 1e-9  # RAIPair too
     assert m["reference_rows"] == m["reference_sampled_from"] == 80  # under the default sample size
+    assert m["log_features"] == [] and m["lam"] > 0  # normal features: no log; λ chosen and recorded
     if model == "opauc":  # (positive, negative) pairs from the test rows
         y = pq.read_table(data).column("y").to_numpy()
         assert np.all(y[df.i] == 1) and np.all(y[df.j] == 0)
@@ -196,6 +197,18 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, ma
     err = capsys.readouterr().err.strip()
     assert err.startswith("dxplain: error:") and len(err.splitlines()) == 1 and needle in err
     assert not out.exists() and not any(p.name.startswith(".") for p in tmp_path.iterdir())
+
+
+def test_a_reference_sample_is_recorded_and_raipair_still_adds_up(data, tmp_path):
+    out = tmp_path / "o"
+    argv = ["pairwise", "explain", "--data", str(data), "--label", "y", "--method", "raipair", "--pairs", "4"]
+    assert main([*argv, "--reference-rows", "25", "--out", str(out), "--in-memory"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["reference_rows"] == 25 and m["reference_sampled_from"] == 80
+    assert m["efficiency_met"] is True and m["max_relative_efficiency_error"] <= 1e-9
+    df = pq.read_table(out / "attributions.parquet").to_pandas()
+    sums = df.groupby("pair").agg(phi=("phi", "sum"), zeta=("zeta", "first"), base=("base", "first"))
+    np.testing.assert_allclose(sums.phi, sums.zeta - sums.base, rtol=1e-9, atol=1e-12)
 
 
 def chance_table(n=100, D=5, seed=3):

@@ -31,7 +31,7 @@ from ..pairwise.explain import (
     top_features,
 )
 from ..pairwise.models import MODELS, auc_lower_bound, two_classes
-from ..pairwise.pairs import attributions_table, choose_pairs, split
+from ..pairwise.pairs import attributions_table, choose_pairs, split, support_signs
 from ..pairwise.shapley import DEFAULT_MAX_D, ETA, MAX_D, SIGMA, check_asipair_size, check_k1, reference
 from ..params import CLUSTER, Interval, OneOf, validate
 from .common import open_mapper, stage
@@ -136,12 +136,18 @@ def pairwise_explain(
     ref = reference(zeta, table.X[train], rows=reference_rows or None, seed=seed)
     check_explain(ref, Xt[a], Xt[b], method, sigma, eta, k1, max_d)  # refuse before a cluster starts
     logger.info(
-        "%s on %s: D=%d, %d train / %d test rows, explaining %d pairs with %s",
+        "%s on %s: D=%d (%d through the log), λ=%g, test AUC %.3f (lower bound %.3f); %d train / %d test rows, "
+        "neighbours from %d reference rows; explaining %d pairs with %s",
         model,
         data,
         ref.D,
+        int(zeta.features.logged.sum()),
+        zeta.lam,
+        auc,
+        auc_low,
         len(train),
         len(test),
+        len(ref.Ri),
         len(a),
         method,
     )
@@ -151,9 +157,10 @@ def pairwise_explain(
         )
     with stage(seconds, "masking"):
         fill = table.X[train].mean(0)
+        signs = support_signs(model, yt[a], yt[b])
         rankings = {
-            "method": top_features(phi),
-            "permutation": permutation_rankings(zeta, Xt[a], Xt[b], seed),
+            "method": top_features(signs[:, None] * phi),
+            "permutation": permutation_rankings(zeta, Xt[a], Xt[b], seed, signs=signs),
             "random": random_rankings(len(a), ref.D, seed),
         }
         curve = masking_curve(zeta, Xt, yt, fill, rankings)
@@ -189,7 +196,8 @@ def pairwise_explain(
         "max_relative_efficiency_error": relative,
         "efficiency_tol": EFFICIENCY_TOL,
         "efficiency_met": relative <= EFFICIENCY_TOL,
-        "lam": getattr(zeta, "lam", None),
+        "lam": zeta.lam,
+        "log_features": [f for f, on in zip(table.features, zeta.features.logged) if on],
         "reference_rows": len(ref.Ri),
         "reference_sampled_from": len(train),
         "masking_baseline": "permutation importance of each explained pair's score (values from other explained pairs)",

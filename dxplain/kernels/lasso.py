@@ -1,8 +1,8 @@
 """The ℓ1 recovery's inner loop, compiled: FISTA on ½‖A x − r‖² + λ‖x‖₁, optionally subject to Σx = 0.
 
-RAIPair solves one small problem per pair (M ≈ 23 measurements, D ≈ 60) some 3,600 FISTA steps deep
-(a bisection over λ, warm-started): numpy's per-call overhead on 60-element vectors was most of a pair's
-recovery (benchmarks.pairwise.reference). ``@njit(nogil=True, cache=True)`` as the other kernels.
+RAIPair solves one small problem per pair (M measurements, D features, both tens) thousands of FISTA
+steps deep (a bisection over λ, warm-started): numpy's per-call overhead on vectors that short, not the
+arithmetic, bounds it. ``@njit(nogil=True, cache=True)`` as the other kernels.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ of ζ over every reference pair and ``v([D]) = ζ(x_i, x_j)``.
 
 Numerical choices, stated once:
 
-* Ω is the reference covariance plus ``ridge · max(tr Ω / D, 1)`` · I, and Ω_T its T-block: every Ω_T is
-  then positive definite, so a constant or collinear feature costs no error (a principal block of an
-  SPD matrix is SPD);
+* Ω is the reference covariance plus ``ridge`` times its diagonal (a constant feature's by
+  ``max(tr Ω / D, 1)``), and Ω_T its T-block: every Ω_T is then positive definite, so a constant or
+  collinear feature costs no error (a principal block of an SPD matrix is SPD), and the whitening does
+  not depend on the features' units;
 * weights are computed as exp(−(Q − min Q)/2σ²): dividing every weight by the largest leaves eq. 6 and
   eq. 7 unchanged and keeps the weights from underflowing to zero;
 * ties in the weight order are broken by reference row (a stable sort), so K₁'s neighbours are
@@ -39,10 +40,14 @@ RIDGE = 1e-8
 
 
 def regularised_covariance(R: np.ndarray, ridge: float = RIDGE) -> np.ndarray:
-    """Ω = cov(R) + ridge · max(tr cov / D, 1) · I (population covariance, as the paper's μ_T, Ω_T)."""
+    """Ω = cov(R) + ridge · diag(cov) (population covariance, as the paper's μ_T, Ω_T): the ridge is
+    relative per feature, so Ω's whitening is the same whatever unit each feature is in (a feature in
+    10⁻⁶ beside one in 10⁶ keeps its say). A constant feature gets ridge · max(tr cov / D, 1)."""
     C = np.atleast_2d(np.cov(R, rowvar=False, bias=True))
     D = C.shape[0]
-    return C + ridge * max(np.trace(C) / D, 1.0) * np.eye(D)
+    d = np.diag(C).copy()
+    d[d <= 0] = max(np.trace(C) / D, 1.0)
+    return C + ridge * np.diag(d)
 
 
 def coalition_masks(D: int) -> np.ndarray:

@@ -120,12 +120,14 @@ def relative_efficiency_gap(phi: np.ndarray, zeta: np.ndarray, base: float) -> f
     return float(np.max(gap / np.maximum(np.abs(zeta - base), np.finfo(float).tiny)))
 
 
-def permutation_rankings(zeta, Xi: np.ndarray, Xj: np.ndarray, seed: int, donors: int = 32) -> np.ndarray:
+def permutation_rankings(
+    zeta, Xi: np.ndarray, Xj: np.ndarray, seed: int, donors: int = 32, signs: np.ndarray | None = None
+) -> np.ndarray:
     """The model-agnostic baseline: permutation importance on the explained pairs, per pair. Feature d's
     importance for pair n is the mean drop of ζ(x_i^n, x_j^n) when d's value in both instances is taken from
     another explained pair (each of ``donors`` seeded ones in turn): what permuting d across the pairs
-    costs that pair's score. Returns each pair's features by decreasing importance, ties by index, the
-    shape ``top_features`` gives for φ."""
+    costs that pair's score (times ``signs``, as φ is for the masking curves). Returns each pair's
+    features by decreasing importance, ties by index, the shape ``top_features`` gives for φ."""
     N, D = Xi.shape
     pick = np.random.default_rng([seed, 5_000_011]).choice(N, size=min(N, donors), replace=False)
     z = zeta(Xi, Xj)
@@ -135,6 +137,8 @@ def permutation_rankings(zeta, Xi: np.ndarray, Xj: np.ndarray, seed: int, donors
         Aj = np.repeat(Xj, len(pick), axis=0)
         Ai[:, d], Aj[:, d] = np.tile(Xi[pick, d], N), np.tile(Xj[pick, d], N)
         drop[:, d] = z - zeta(Ai, Aj).reshape(N, len(pick)).mean(1)
+    if signs is not None:
+        drop *= np.asarray(signs)[:, None]
     return np.argsort(-drop, axis=1, kind="stable")
 
 

@@ -33,6 +33,16 @@ def choose_pairs(y: np.ndarray, n: int, kind: str, seed: int) -> tuple[np.ndarra
     return a[pick], b[pick]
 
 
+def support_signs(kind: str, y_a: np.ndarray, y_b: np.ndarray) -> np.ndarray:
+    """+1 where a larger ζ is the model's right call for the pair, −1 where a smaller one is: every
+    (positive, negative) pair of OPAUC; a metric's dissimilar pairs +1, its similar pairs −1 (their
+    distance should be small). The masking curves rank features by sign·φ, the support each feature gives
+    the model's right call, so that masking the top ones should hurt the model on either kind of pair."""
+    if kind == "opauc":
+        return np.ones(len(y_a))
+    return np.where(np.asarray(y_a) != np.asarray(y_b), 1.0, -1.0)
+
+
 def attributions_table(
     i: np.ndarray, j: np.ndarray, features: list[str], phi: np.ndarray, zeta: np.ndarray, base: float
 ) -> pa.Table:

@@ -51,6 +51,7 @@ class Reference:
     Omega_j: np.ndarray
     base: float
     full_rows: tuple[int, int] | None = None  # rows each side was sampled from (None: not sampled)
+    values: tuple | None = None  # (ζ on mapped features, mapped Ri, mapped Rj) for a ζ with a feature map
     whiten: tuple | None = None  # ASIPair's per-coalition whitening, built where it is first used
 
     @property
@@ -99,7 +100,22 @@ def reference(
     base = K.base_value(zeta, Ri, Rj)
     Si = sample_rows(Ri, rows, seed, 0)
     Sj = Si if Rj is Ri else sample_rows(Rj, rows, seed, 1)
-    return Reference(Si, Sj, Oi, Oj, base, full_rows=(len(Ri), len(Rj)))
+    values = None
+    if hasattr(zeta, "features") and hasattr(zeta, "mapped"):
+        Vi = zeta.features(Si)
+        values = (zeta.mapped(), Vi, Vi if Sj is Si else zeta.features(Sj))
+    return Reference(Si, Sj, Oi, Oj, base, full_rows=(len(Ri), len(Rj)), values=values)
+
+
+def value_space(zeta, ref: Reference, xi: np.ndarray, xj: np.ndarray):
+    """What eq. 6's composites are built from: (ζ, x_i, x_j, R_i, R_j) as given, or, for a ζ that maps each
+    feature on its own (``features``, ``mapped``), the same in mapped features, the reference mapped once.
+    A per-feature map commutes with taking each feature from x or from a reference row, so v(T) is the
+    same; the neighbours are still chosen in the raw features."""
+    if ref.values is None:
+        return zeta, xi, xj, ref.Ri, ref.Rj
+    model, Vi, Vj = ref.values
+    return model, zeta.features(xi), zeta.features(xj), Vi, Vj
 
 
 def sample_rows(R: np.ndarray, rows: int | None, seed: int, side: int) -> np.ndarray:
@@ -194,11 +210,12 @@ def asipair(
         )
     wi, wj = ref.whiten
     wj = wj or wi
+    model, vi, vj, Vi, Vj = value_space(zeta, ref, xi, xj)
     for a in range(1, 2**D - 1, chunk):  # whiten and evaluate a chunk of coalitions at a time
         c = slice(a, min(a + chunk, 2**D - 1))
         m = masks[c]
         v[c] = K.coalition_values(
-            zeta, xi, xj, ref.Ri, ref.Rj, m, wi.q(xi, (D, a, chunk), m), wj.q(xj, (D, a, chunk), m), sigma, eta, k1
+            model, vi, vj, Vi, Vj, m, wi.q(xi, (D, a, chunk), m), wj.q(xj, (D, a, chunk), m), sigma, eta, k1
         )
     return K.shapley_from_values(v, D), z
 
@@ -229,9 +246,10 @@ def permutation_deltas(
         masks.append(m)
         Qi.append(K.prefix_q(xi[None] - ref.Ri, ref.Omega_i, o)[:-1])
         Qj.append(K.prefix_q(xj[None] - ref.Rj, ref.Omega_j, o)[:-1])
+    model, vi, vj, Vi, Vj = value_space(zeta, ref, xi, xj)
     inner = (
         K.coalition_values(
-            zeta, xi, xj, ref.Ri, ref.Rj, np.concatenate(masks), np.concatenate(Qi), np.concatenate(Qj), sigma, eta, k1
+            model, vi, vj, Vi, Vj, np.concatenate(masks), np.concatenate(Qi), np.concatenate(Qj), sigma, eta, k1
         ).reshape(H, D - 1)
         if D > 1
         else np.empty((H, 0))
