@@ -126,12 +126,40 @@ def atomic_dir(loc: Location):
     fs, path, tmp_url, tmp = _remote_sibling(loc)
     try:
         yield tmp_url
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
-        fs.mv(tmp, path, recursive=True)
+        publish_prefix(fs, tmp, path)
     finally:
+        fs.invalidate_cache()
         if fs.exists(tmp):
             fs.rm(tmp, recursive=True)
+
+
+def _is_metadata(name: str) -> bool:
+    return name.rsplit("/", 1)[-1] in {"zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"} or name.endswith(
+        ".json"
+    )
+
+
+def publish_prefix(fs, tmp: str, path: str) -> None:
+    """Replace the folder ``path`` by ``tmp`` on a file system that may have no folders (S3, GCS): each
+    object of ``tmp`` is copied to its place under ``path`` (the data first, the metadata files that
+    make a reader open it last), then the objects of the old ``path`` that the new one does not have are
+    removed. A folder rename (``fs.mv``) is a copy of every key on object stores, and s3fs's recursive one
+    lists through its cache and fails on keys other processes wrote. On an object store a reader that
+    opens ``path`` during the copy may see old and new objects side by side: see docs/operations.md."""
+    fs.invalidate_cache()
+    sources = sorted(fs.find(tmp), key=lambda k: (_is_metadata(k), k))
+    if not sources:
+        raise FileNotFoundError(f"{tmp}: nothing was written to publish")
+    old = set(fs.find(path)) if fs.exists(path) else set()
+    new = set()
+    for src in sources:
+        dst = path + src[len(tmp) :]
+        fs.copy(src, dst)
+        new.add(dst)
+    stale = sorted(old - new)
+    if stale:
+        fs.rm(stale)
+    fs.invalidate_cache()
 
 
 def write_text_atomic(path: Location, text: str) -> None:

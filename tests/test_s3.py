@@ -1,0 +1,93 @@
+"""s3:// locations against a real S3 API: moto's server on a loopback port, spoken to by s3fs over HTTP
+(no mock of dxplain's code). A refresh whose dataset, model store and runs live on S3 publishes the same
+bytes as the same refresh on local paths; publishing a folder replaces the old one's objects."""
+
+import os
+import socket
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import interactions_table, random_interactions
+
+from dxplain.cli import main
+
+pytest.importorskip("s3fs", reason="s3fs is in the test extra: pip install -e '.[test]'")
+moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the test extra: pip install -e '.[test]'")
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """An S3 endpoint on 127.0.0.1 with a bucket ``dxplain``; the environment points boto and fsspec at it (the
+    LocalCluster's workers inherit it)."""
+    port = free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": url,
+        "FSSPEC_S3_ENDPOINT_URL": url,
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import fsspec.config
+    import s3fs
+
+    fsspec.config.set_conf_env(fsspec.config.conf)
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem(endpoint_url=url)
+    fs.mkdir("dxplain")
+    try:
+        yield fs
+    finally:
+        server.stop()
+        fsspec.config.conf.pop("s3", None)
+        s3fs.S3FileSystem.clear_instance_cache()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_publishing_a_folder_on_s3_replaces_the_old_objects(s3):
+    from dxplain.io.atomic import atomic_dir
+
+    for files in ({"a.bin": b"1", "sub/b.bin": b"2", "zarr.json": b"{}"}, {"a.bin": b"3", "zarr.json": b"[]"}):
+        with atomic_dir("s3://dxplain/store") as tmp:
+            for name, data in files.items():
+                with s3.open(f"{tmp}/{name}", "wb") as fh:
+                    fh.write(data)
+        s3.invalidate_cache()
+        assert sorted(k.removeprefix("dxplain/store/") for k in s3.find("dxplain/store")) == sorted(files)
+        assert all(s3.cat_file(f"dxplain/store/{n}") == d for n, d in files.items())
+        assert not [k for k in s3.ls("dxplain") if ".tmp-" in k]  # the temporary prefix is gone
+
+
+def test_a_refresh_on_s3_publishes_the_bytes_of_the_same_refresh_on_local_paths(s3, tmp_path):
+    table = interactions_table(random_interactions(40, 30, 0.3, seed=8))
+    pq.write_table(table, tmp_path / "data.parquet")
+    with s3.open("dxplain/data.parquet", "wb") as fh:
+        pq.write_table(table, fh)
+    args = ["refresh", "--k", "4", "--lam", "5e-3", "--top-k", "3", "--in-memory", "-q"]
+    assert main([*args, "--dataset", str(tmp_path / "data.parquet"), "--out", str(tmp_path / "out")]) == 0
+    assert main([*args, "--dataset", "s3://dxplain/data.parquet", "--out", "s3://dxplain/out"]) == 0
+    s3.invalidate_cache()
+    (run,) = s3.ls("dxplain/out/runs")
+    remote = sorted(k for k in s3.find(run) if "/_meta/" not in k and k.rsplit("/", 1)[-1].startswith("part-"))
+    local = sorted((tmp_path / "out" / "runs").glob("*/part-*.parquet"))
+    assert len(remote) == len(local) > 0
+    for r, l in zip(remote, local):
+        assert s3.cat_file(r) == l.read_bytes(), f"{r} differs from {l}"
+    assert s3.cat_file("dxplain/out/LATEST").decode().strip() == run.rsplit("/", 1)[-1]
+    assert not [k for k in s3.find("dxplain/out") if ".tmp-" in k]  # no temporaries left
