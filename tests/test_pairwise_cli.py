@@ -211,6 +211,13 @@ def test_a_reference_sample_is_recorded_and_raipair_still_adds_up(data, tmp_path
     np.testing.assert_allclose(sums.phi, sums.zeta - sums.base, rtol=1e-9, atol=1e-12)
 
 
+def test_a_url_out_is_refused_before_any_work(data, capsys):
+    argv = ["pairwise", "explain", "--data", str(data), "--label", "y", "--pairs", "2", "--in-memory"]
+    assert main([*argv, "--out", "memory://pw/out"]) == 2
+    err = capsys.readouterr().err
+    assert "--out memory://pw/out: this command writes its results to a local folder" in err
+
+
 def chance_table(n=100, D=5, seed=3):
     t = table(n, D, seed)
     return t.set_column(t.schema.get_field_index("y"), "y", pa.array(np.random.default_rng(9).integers(0, 2, n)))

@@ -33,7 +33,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from .atomic import atomic_path
+from .atomic import atomic_path, is_local
 
 
 def write_results(
@@ -51,11 +51,22 @@ def write_results(
     return path
 
 
+def require_local_out(out: str | os.PathLike) -> None:
+    """Result folders (``write_results``, ``write_folder``) are written and renamed on a local disk; an fsspec
+    URL there would otherwise fail deep in a writer after all the work (issue 56)."""
+    if not is_local(out):
+        raise InputError(
+            f"--out {out}: this command writes its results to a local folder; give a local path (refresh takes "
+            "s3:// and other fsspec URLs)"
+        )
+
+
 @contextlib.contextmanager
 def staged_results(out: str | os.PathLike, kind: str, now: dt.datetime | None = None):
     """``write_results``'s folder, staged for outputs that tasks write too (a Parquet folder, one file per
     task): yields (temporary folder, final path); ``finish_results`` adds the tables and the summary. The
     folder is renamed into place when the ``with`` ends without error, and removed otherwise."""
+    require_local_out(out)
     now = now or dt.datetime.now(dt.UTC)
     path = Path(out) / kind / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
     with atomic_path(path) as tmp:
@@ -122,6 +133,7 @@ def write_into(
 
 def check_out_folder(path: str | os.PathLike, force: bool = False) -> None:
     """Refuse an ``--out`` that ``write_folder`` would refuse, before any work is done."""
+    require_local_out(path)
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"--out {path}: is a file; give a folder path (it is created)")
