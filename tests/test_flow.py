@@ -307,7 +307,7 @@ def killed_run_data(prefect_server, tmp_path_factory):
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
+@pytest.mark.parametrize("how", ["SIGKILL", pytest.param("SIGINT", marks=pytest.mark.slow)])  # SIGINT with -m slow
 def test_flow_killed_mid_run_resumes_on_rerun(tmp_path, how, killed_run_data):
     """SIGKILL the whole `dxplain refresh` process mid-run, or press Ctrl-C (SIGINT to its process group, on a
     LocalCluster); it stops within seconds, and the rerun resumes and publishes once: a clean run's rows."""
