@@ -46,6 +46,11 @@ OBJECTIVE = (
 DEFAULT_BIAS_RIDGE = 3.0
 # Newton steps per round of the polish (``BiasedMF._polish``): about what the polish takes from a stall.
 POLISH_ROUND = 25
+# Biased MF's Anderson sweeps cross plateaus of tens of sweeps without halving ‖∇f‖ and then converge, while its
+# Newton polish from such a plateau takes damped steps and hundreds of Hessian products, so it waits this many
+# sweeps for a halving before the polish
+# (``ALSMF.stall_sweeps``; ``python -m benchmarks.als.converged_ratings`` and ``biased_parts`` measure both).
+STALL_SWEEPS = 100
 
 
 # A biased model's relative errors divide by at least this share of the ratings' range: its trainer bounds the
@@ -172,6 +177,7 @@ class BiasedMF:
             anderson_store=self.anderson_store,
             seed=self.seed,
             cg_steps=self.cg_steps,
+            stall_sweeps=STALL_SWEEPS,
         )
         model = sweeps.fit(data, half_steps=half_steps, init=init)
         if not sweeps.converged(model) and self.newton_steps > 0:

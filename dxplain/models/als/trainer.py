@@ -97,6 +97,8 @@ class ALSMF:
     cg_steps : the squared loss's users' half-step takes this many warm-started conjugate-gradient steps from
         the users' previous rows instead of the exact solve (``kernels.als.ridge_cg_rows``); 0 = exact. The
         first sweep and every items' half-step stay exact, so V is stationary given U after every sweep.
+    stall_sweeps : the sweeps go to the Newton polish when this many of them do not halve the best ‖∇f‖ before
+        them (``_stalled``)
     """
 
     k: int = DEFAULT_K
@@ -110,6 +112,7 @@ class ALSMF:
     anderson_store: Callable = list  # makes each Anderson history list; ``io.spill.SpillList`` keeps it in files
     loss: SquaredRows | BCERows = SQUARED
     cg_steps: int = DEFAULT_CG_STEPS
+    stall_sweeps: int = STALL_SWEEPS
 
     def fit(
         self, data: Interactions, half_steps=None, init: tuple[np.ndarray, np.ndarray] | None = None
@@ -189,7 +192,7 @@ class ALSMF:
                 state.bound,
                 time.perf_counter() - t0,
             )
-            if done or self._stalled(history):
+            if done or self._stalled(history, self.stall_sweeps):
                 break
             if accel:
                 accel.push(V, X)
@@ -255,10 +258,10 @@ class ALSMF:
         return state, max(bound) <= self.identity_tol
 
     @staticmethod
-    def _stalled(history: list[float]) -> bool:
-        """Whether the last STALL_SWEEPS sweeps failed to halve the best gradient norm before them: then
+    def _stalled(history: list[float], window: int) -> bool:
+        """Whether the last ``window`` sweeps failed to halve the best gradient norm before them: then
         Newton's quadratic rate wins (the Anderson sweeps are not monotone, so one sweep says little)."""
-        return len(history) > STALL_SWEEPS and min(history[-STALL_SWEEPS:]) > 0.5 * min(history[:-STALL_SWEEPS])
+        return len(history) > window and min(history[-window:]) > 0.5 * min(history[:-window])
 
     def _polish(self, U, V, half_steps: HalfSteps, n: int, lam):
         """Newton polish on f with exact Hessian-vector products: block-Jacobi-preconditioned, damped
