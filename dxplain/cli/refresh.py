@@ -57,6 +57,7 @@ def register(sub) -> None:
             "alpha",
             "lam_bias",
             "select",
+            "lock_wait",
         ],
     )
     run_options(

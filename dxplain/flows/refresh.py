@@ -20,6 +20,7 @@ from ..config import Settings
 from ..errors import InputError
 from ..explain.representer import PREDICTION, check_explainable
 from ..io import runs
+from ..io.lock import out_lock
 from ..io.targets import read_targets
 from ..kernels.ials import CONVENTIONS
 from ..models.als.trainer import DEFAULT_K
@@ -44,6 +45,7 @@ CONSTRAINTS = {
     "convention": OneOf(*CONVENTIONS),
     "alpha": Interval(float, 0, open_low=True, example=1.0),
     "lam_bias": Interval(float, 0, open_low=True, example=1e-4),
+    "lock_wait": Interval(float, 0, example=600),
 }
 
 
@@ -149,6 +151,7 @@ def refresh(
     alpha: float | None = None,
     lam_bias: float | None = None,
     select: bool = False,
+    lock_wait: float = 3600.0,
 ) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run.
 
@@ -213,6 +216,9 @@ def refresh(
     keep : int
         After publishing, delete all but this many newest complete runs, and the part stores and models
         that only the deleted runs used (default: keep every run and store).
+    lock_wait : float
+        Seconds to wait for another refresh (or forget) of the same --out to finish before refusing; 0 = refuse at
+        once. A lock left by a killed refresh is taken over at once (``io.lock``).
     out, scheduler, workers, shards, in_memory
         Where results go and where the work runs (``dxplain.cli.common.run_options``).
 
@@ -240,157 +246,166 @@ def refresh(
         neg_samples=neg_samples,
         neg_weight=neg_weight,
     )
-    t0, started, seconds, peaks, worker_peaks = time.perf_counter(), time.time(), {}, {}, {}
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
-    with open_mapper(settings, in_memory, shared=settings.out) as mapper:
-        at_end = (mapper, worker_peaks)
-        with stage(seconds, "load", peaks, at_end):  # a prepared dataset by tasks: this process keeps ids and degrees
-            # A given model is explained against the table its loss was fitted on (iALS: the interactions as they
-            # are, even when they look like BCE's positives).
-            table_spec = TrainSettings(model=stored_kind(model)) if model else spec
-            training = load_training(dataset, settings, mapper, implicit, neg_samples, seed, table_spec)
-            data, implicit = training.data, training.implicit
-            kind = stored_kind(model) if model else training.kind
-            if top_unobserved and kind != "ials":
-                raise InputError(
-                    f"--top-unobserved {top_unobserved}: the terms of iALS's unobserved row; this run's model is "
-                    f"{kind}: drop --top-unobserved, or train iALS (--model-kind ials)"
-                )
-            # Bad input fails before any training.
-            supplied, unseen = read_targets(targets, data, skip_unseen) if targets else (None, 0)
-            if unseen:
-                get_run_logger().warning(
-                    "--skip-unseen: %d target pair(s) name users or items the training data "
-                    "lacks; explaining the other %d",
-                    unseen,
-                    len(supplied),
-                )
-            if model:  # read once, here: fitted on these data, checked before the parts are written and before
-                # any training (an implicit prepared dataset's positives are parted, and its negatives sampled,
-                # while loading)
-                m, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, None)
-                if model_kind is not None and kind_of(m) != model_kind:
+    # One refresh of an output folder at a time: a second waits (or refuses), a killed one's lock is taken over.
+    with out_lock(settings.out, lock_wait, "refresh", get_run_logger()):
+        t0, started, seconds, peaks, worker_peaks = time.perf_counter(), time.time(), {}, {}, {}
+        with open_mapper(settings, in_memory, shared=settings.out) as mapper:
+            at_end = (mapper, worker_peaks)
+            with stage(
+                seconds, "load", peaks, at_end
+            ):  # a prepared dataset by tasks: this process keeps ids and degrees
+                # A given model is explained against the table its loss was fitted on (iALS: the interactions as they
+                # are, even when they look like BCE's positives).
+                table_spec = TrainSettings(model=stored_kind(model)) if model else spec
+                training = load_training(dataset, settings, mapper, implicit, neg_samples, seed, table_spec)
+                data, implicit = training.data, training.implicit
+                kind = stored_kind(model) if model else training.kind
+                if top_unobserved and kind != "ials":
                     raise InputError(
-                        f"--model {model} is a {kind_of(m)} model, --model-kind says {model_kind}: drop --model-kind "
-                        "(a stored model is explained with its own formula) or give a model of that kind"
+                        f"--top-unobserved {top_unobserved}: the terms of iALS's unobserved row; this run's model is "
+                        f"{kind}: drop --top-unobserved, or train iALS (--model-kind ials)"
                     )
-        n_targets = len(supplied) if supplied is not None else data.n_users * top_n
-        n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
-        with stage(seconds, "partition", peaks, at_end):
-            parts = partition(training, settings.out, mapper)
-        with stage(seconds, "train", peaks, at_end):
-            if not model:
-                budget = {
-                    name: v for name, v in (("max_sweeps", max_sweeps), ("newton_steps", newton_steps)) if v is not None
-                }
-                m, model_path = train_or_load(
-                    name=training.name,
-                    data=data,
-                    model=None,  # one given with --model was read while loading
-                    out=settings.out,
-                    k=k,
-                    lam=lam,
-                    seed=seed,
-                    mapper=mapper,
-                    parts=parts,
-                    budget=budget,
-                    implicit=implicit,
-                    neg_weight=neg_weight,
-                    fidelity_tol=tol,
-                    spec=replace(spec, model=training.kind),
+                # Bad input fails before any training.
+                supplied, unseen = read_targets(targets, data, skip_unseen) if targets else (None, 0)
+                if unseen:
+                    get_run_logger().warning(
+                        "--skip-unseen: %d target pair(s) name users or items the training data "
+                        "lacks; explaining the other %d",
+                        unseen,
+                        len(supplied),
+                    )
+                if model:  # read once, here: fitted on these data, checked before the parts are written and before
+                    # any training (an implicit prepared dataset's positives are parted, and its negatives sampled,
+                    # while loading)
+                    m, model_path = train_or_load(training.name, data, model, settings.out, k, lam, seed, mapper, None)
+                    if model_kind is not None and kind_of(m) != model_kind:
+                        raise InputError(
+                            f"--model {model} is a {kind_of(m)} model, --model-kind says {model_kind}: drop "
+                            "--model-kind (a stored model is explained with its own formula) or give a model of that "
+                            "kind"
+                        )
+            n_targets = len(supplied) if supplied is not None else data.n_users * top_n
+            n_shards = shards or shard_count(settings.workers, data, n_targets, top_k)
+            with stage(seconds, "partition", peaks, at_end):
+                parts = partition(training, settings.out, mapper)
+            with stage(seconds, "train", peaks, at_end):
+                if not model:
+                    budget = {
+                        name: v
+                        for name, v in (("max_sweeps", max_sweeps), ("newton_steps", newton_steps))
+                        if v is not None
+                    }
+                    m, model_path = train_or_load(
+                        name=training.name,
+                        data=data,
+                        model=None,  # one given with --model was read while loading
+                        out=settings.out,
+                        k=k,
+                        lam=lam,
+                        seed=seed,
+                        mapper=mapper,
+                        parts=parts,
+                        budget=budget,
+                        implicit=implicit,
+                        neg_weight=neg_weight,
+                        fidelity_tol=tol,
+                        spec=replace(spec, model=training.kind),
+                    )
+                mapper.release_memory()  # what training freed, before the explanation's working set
+            with stage(seconds, "preprocess", peaks, at_end):
+                job = preprocess(m, data, parts, top_n, top_k, supplied, mapper, top_unobserved)
+            # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
+            plan = {
+                "data": data.fingerprint(),
+                "model": model_path,
+                "grad_norm": m.grad_norm,
+                "top_n": top_n,
+                "top_k": top_k,
+                **({"top_unobserved": top_unobserved} if top_unobserved else {}),  # earlier plans stay resumable
+                "shards": n_shards,
+                "targets": runs.sha256_file(targets) if targets else None,
+            }
+            run_dir, resumed = runs.start_run(settings.out, plan)
+            # What --keep may delete with this run once it is pruned: never a model given with --model.
+            runs.record_stores(run_dir, [parts.root, training.source, None if model else model_path])
+            if resumed:
+                get_run_logger().info(
+                    "resuming interrupted run %s: shards matching their recorded hash are kept", run_dir
                 )
-            mapper.release_memory()  # what training freed, before the explanation's working set
-        with stage(seconds, "preprocess", peaks, at_end):
-            job = preprocess(m, data, parts, top_n, top_k, supplied, mapper, top_unobserved)
-        # Same plan, same output: an interrupted run of this plan is resumed rather than started afresh.
-        plan = {
-            "data": data.fingerprint(),
-            "model": model_path,
-            "grad_norm": m.grad_norm,
-            "top_n": top_n,
-            "top_k": top_k,
-            **({"top_unobserved": top_unobserved} if top_unobserved else {}),  # earlier plans stay resumable
-            "shards": n_shards,
-            "targets": runs.sha256_file(targets) if targets else None,
-        }
-        run_dir, resumed = runs.start_run(settings.out, plan)
-        # What --keep may delete with this run once it is pruned: never a model given with --model.
-        runs.record_stores(run_dir, [parts.root, training.source, None if model else model_path])
-        if resumed:
-            get_run_logger().info("resuming interrupted run %s: shards matching their recorded hash are kept", run_dir)
-        with stage(seconds, "recommend_explain_write", peaks, at_end):  # targets, attributions, shard files
-            results = explain_all(job, data, n_shards, str(run_dir), mapper)
-        memory = mapper.peak_rss_mib()
-    # Refuses a run that explained nothing (or, with --strict, one above --tol) before it is published.
-    summary = run_summary(
-        results.entries,
-        results.census,
-        results.user_side,
-        tol,
-        strict,
-        run=str(run_dir),
-        dataset=dataset,
-        model=model_path,
-        seconds=round(time.perf_counter() - t0, 2),
-        stage_seconds=dict(seconds),
-        peak_rss_mib=memory,
-        flow_peak_rss_mib_after_stage=dict(peaks),
-        worker_peak_rss_mib_after_stage=worker_peaks,
-        grad_norm=m.grad_norm,
-        loss=m.loss,
-        prediction=PREDICTION[m.loss],
-        model_kind=kind_of(m),
-        model_settings=model_settings(m),
-        fidelity_score_floor=job.pre.score_floor,
-        lam=m.lam,
-        lam_known=m.lam is not None,
-        top_n=top_n,
-        top_k=top_k,
-        targets_skipped_unseen=unseen,
-    )
-    if summary.fidelity_warning is not None:
-        get_run_logger().warning(summary.fidelity_warning)  # the CLI repeats it as one line on stderr
-    manifest_summary = summary.as_dict()
-    with stage(seconds, "publish", peaks):
-        publish(settings.out, str(run_dir), results.entries, {"summary": manifest_summary})
-    # The flow returns the manifest's summary with the publish stage timed too, and what --keep deleted.
-    returned = {**manifest_summary, "stage_seconds": seconds, "flow_peak_rss_mib_after_stage": peaks}
-    if keep is not None:
-        returned["pruned_runs"], returned["pruned_stores"], failed = runs.prune(
-            settings.out, keep, training.name, started
+            with stage(seconds, "recommend_explain_write", peaks, at_end):  # targets, attributions, shard files
+                results = explain_all(job, data, n_shards, str(run_dir), mapper)
+            memory = mapper.peak_rss_mib()
+        # Refuses a run that explained nothing (or, with --strict, one above --tol) before it is published.
+        summary = run_summary(
+            results.entries,
+            results.census,
+            results.user_side,
+            tol,
+            strict,
+            run=str(run_dir),
+            dataset=dataset,
+            model=model_path,
+            seconds=round(time.perf_counter() - t0, 2),
+            stage_seconds=dict(seconds),
+            peak_rss_mib=memory,
+            flow_peak_rss_mib_after_stage=dict(peaks),
+            worker_peak_rss_mib_after_stage=worker_peaks,
+            grad_norm=m.grad_norm,
+            loss=m.loss,
+            prediction=PREDICTION[m.loss],
+            model_kind=kind_of(m),
+            model_settings=model_settings(m),
+            fidelity_score_floor=job.pre.score_floor,
+            lam=m.lam,
+            lam_known=m.lam is not None,
+            top_n=top_n,
+            top_k=top_k,
+            targets_skipped_unseen=unseen,
         )
-        get_run_logger().info(
-            "--keep %d: deleted %d older run(s), and %d store(s) only they used%s",
-            keep,
-            len(returned["pruned_runs"]),
-            len(returned["pruned_stores"]),
-            "".join(f"\n  {s}" for s in returned["pruned_stores"]),
-        )
-        if failed:
-            get_run_logger().warning(
-                "--keep: %d store(s) could not be deleted (delete them by hand):%s",
-                len(failed),
-                "".join(f"\n  {s}" for s in failed),
+        if summary.fidelity_warning is not None:
+            get_run_logger().warning(summary.fidelity_warning)  # the CLI repeats it as one line on stderr
+        manifest_summary = summary.as_dict()
+        with stage(seconds, "publish", peaks):
+            publish(settings.out, str(run_dir), results.entries, {"summary": manifest_summary})
+        # The flow returns the manifest's summary with the publish stage timed too, and what --keep deleted.
+        returned = {**manifest_summary, "stage_seconds": seconds, "flow_peak_rss_mib_after_stage": peaks}
+        if keep is not None:
+            returned["pruned_runs"], returned["pruned_stores"], failed = runs.prune(
+                settings.out, keep, training.name, started
             )
-    get_run_logger().info(
-        "refresh done: %d users, %d targets, %d attributions from %d scored pairs in %.1fs (%s; %d "
-        "attributions/s in tasks); "
-        "fidelity rel. error item median %.1e, p99 < %.0e, max %.1e; user median %.1e, p99 < %.0e, max %.1e "
-        "(tol %g); peak RSS MiB %s; LATEST → %s",
-        summary.users,
-        summary.targets,
-        summary.attributions,
-        summary.pairs_scored,
-        summary.seconds,
-        ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
-        summary.attributions_per_second,
-        *(
-            getattr(summary, f"fidelity_{stat}")[side]
-            for side in ("item", "user")
-            for stat in ("median_rel_error", "p99_rel_error_below", "max_rel_error")
-        ),
-        tol,
-        {"flow": memory["flow"], "workers": sorted(memory["workers"].values())},
-        run_dir,
-    )
-    return returned
+            get_run_logger().info(
+                "--keep %d: deleted %d older run(s), and %d store(s) only they used%s",
+                keep,
+                len(returned["pruned_runs"]),
+                len(returned["pruned_stores"]),
+                "".join(f"\n  {s}" for s in returned["pruned_stores"]),
+            )
+            if failed:
+                get_run_logger().warning(
+                    "--keep: %d store(s) could not be deleted (delete them by hand):%s",
+                    len(failed),
+                    "".join(f"\n  {s}" for s in failed),
+                )
+        get_run_logger().info(
+            "refresh done: %d users, %d targets, %d attributions from %d scored pairs in %.1fs (%s; %d "
+            "attributions/s in tasks); "
+            "fidelity rel. error item median %.1e, p99 < %.0e, max %.1e; user median %.1e, p99 < %.0e, max %.1e "
+            "(tol %g); peak RSS MiB %s; LATEST → %s",
+            summary.users,
+            summary.targets,
+            summary.attributions,
+            summary.pairs_scored,
+            summary.seconds,
+            ", ".join(f"{k} {v:.1f}s" for k, v in seconds.items()),
+            summary.attributions_per_second,
+            *(
+                getattr(summary, f"fidelity_{stat}")[side]
+                for side in ("item", "user")
+                for stat in ("median_rel_error", "p99_rel_error_below", "max_rel_error")
+            ),
+            tol,
+            {"flow": memory["flow"], "workers": sorted(memory["workers"].values())},
+            run_dir,
+        )
+        return returned
