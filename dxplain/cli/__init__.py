@@ -30,6 +30,7 @@ COMMANDS = (
     "report",
     "serving",
     "serve",
+    "diff",
 )
 # Commands registered by a module of another name; every other command is its module's name.
 MODULE_OF = {

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..interactions import Interactions, TableSummary, equal_cuts
@@ -121,6 +122,41 @@ def _by_reference(
 def store_path(out: Location, dataset: str, data: Interactions | TableSummary) -> Location:
     """Where a refresh keeps the parts of this exact data (one store per data; a new model rewrites only α)."""
     return join(out, "partitions", f"{dataset}-{data.fingerprint()}")
+
+
+def open_store(root: Location) -> Partitions | None:
+    """The complete store at ``root`` as it is (its index and id lists), or None when it is gone or unfinished."""
+    if not exists(join(root, "index.json")):
+        return None
+    index = json.loads(read_text(join(root, "index.json")))
+    if "user_cuts" not in index or not exists(join(root, "user_ids.parquet")):
+        return None
+    ids = [read_id_column(join(root, f"{side}_ids.parquet")) for side in ("user", "item")]
+    return Partitions(
+        root,
+        np.asarray(index["user_cuts"], np.int64),
+        np.asarray(index["item_cuts"], np.int64),
+        *ids,
+        int(index["n_interactions"]),
+        key=index["key"],
+    )
+
+
+def holds_pairs(parts: Partitions, users: pa.Array, items: pa.Array) -> np.ndarray:
+    """Whether each (user, item), in original ids, is a row of the store: reads only the by-user parts of the
+    users it knows."""
+    u = pc.index_in(users.cast(parts.user_ids.type), value_set=parts.user_ids)
+    i = pc.index_in(items.cast(parts.item_ids.type), value_set=parts.item_ids)
+    known = pc.and_(pc.is_valid(u), pc.is_valid(i)).to_numpy(zero_copy_only=False)
+    u, i = (pc.fill_null(x, -1).to_numpy().astype(np.int64) for x in (u, i))
+    n_items = len(parts.item_ids)
+    held = np.zeros(len(u), bool)
+    part = np.searchsorted(parts.user_cuts, u, side="right") - 1
+    for p in np.unique(part[known]):
+        at = np.flatnonzero(known & (part == p))
+        d = parts.read_part("user", int(p)).data
+        held[at] = np.isin(u[at] * n_items + i[at], d.user.astype(np.int64) * n_items + d.item)
+    return held
 
 
 def build_store(

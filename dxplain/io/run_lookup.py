@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 
 from ..errors import InputError
 from .atomic import Location, exists, filesystem, join, read_text
-from .runs import LATEST, index_name, manifest_path, read_manifest
+from .partitions import Partitions, open_store
+from .runs import LATEST, index_name, manifest_path, meta, open_run, read_manifest
 
 
 def published_runs(out: Location) -> list[dict]:
@@ -47,6 +48,23 @@ def published_runs(out: Location) -> list[dict]:
             }
         )
     return sorted(found, key=lambda r: r["id"], reverse=True)
+
+
+def run_rows(run: Location, columns: list[str], users: pa.Array | None = None) -> pa.Table:
+    """The run's rows (those ``columns``), of ``users`` only when given (a filter on the files: row groups of
+    other users are skipped by their statistics)."""
+    import pyarrow.dataset as pads
+
+    return open_run(run).to_table(columns=columns, filter=None if users is None else pads.field("user").isin(users))
+
+
+def training_store(run: Location) -> Partitions | None:
+    """The part store the run was explained over (the first store its ``_meta/stores.json`` records), or None
+    when the run recorded none or the store was pruned since."""
+    if not exists(meta(run, "stores.json")):
+        return None
+    stores = json.loads(read_text(meta(run, "stores.json")))
+    return open_store(stores[0]) if stores else None
 
 
 def run_folder(out: Location, run_id: str) -> Location:

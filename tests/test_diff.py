@@ -1,0 +1,124 @@
+"""``dxplain diff``: two nights of a refresh into one --out, a day of ratings appended between them."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from conftest import interactions_table, random_interactions
+
+from dxplain.cli import main
+from dxplain.io import runs
+from dxplain.io.dataset_folders import write_dataset
+from dxplain.reporting import diff
+
+pytestmark = pytest.mark.usefixtures("prefect_server")
+
+ARGS = ["--k", "4", "--in-memory", "--top-n", "5", "--top-k", "0"]
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory):
+    """Night 1 on a day's ratings; night 2 on the same plus an appended day (new ratings of known users, among
+    them of unseen items); both into one --out. Returns (out, the appended (user, item) pairs)."""
+    root = tmp_path_factory.mktemp("nights")
+    first = interactions_table(random_interactions(60, 40, 0.2, seed=4))
+    seen = set(zip(first["user"].to_pylist(), first["item"].to_pylist()))
+    rng = np.random.default_rng(1)
+    day = []
+    while len(day) < 80:
+        pair = (f"u{rng.integers(60):03d}", f"i{rng.integers(40):03d}")
+        if pair not in seen and pair not in day:
+            day.append(pair)
+    appended = pa.table(
+        {
+            "user": [u for u, _ in day],
+            "item": [i for _, i in day],
+            "rating": rng.integers(4, 6, len(day)).astype(float),  # liked: they pull their items up for others
+        }
+    )
+    write_dataset(root / "night1" / "shop", first)
+    write_dataset(root / "night2" / "shop", pa.concat_tables([first, appended]))
+    out = root / "out"
+    for night in ("night1", "night2"):
+        assert main(["refresh", "--dataset", str(root / night / "shop"), "--out", str(out), *ARGS]) == 0
+    return out, set(day)
+
+
+def test_diff_lists_changed_users_and_marks_exactly_the_appended_rows_new(nights, tmp_path, capsys):
+    out, appended = nights
+    capsys.readouterr()
+    assert main(["diff", "--out", str(out), "--parquet", str(tmp_path / "diff.parquet")]) == 0
+    printed = capsys.readouterr().out
+    t = pq.read_table(tmp_path / "diff.parquet")
+    assert t.column_names[:5] == ["user", "item", "change", "rank_from", "rank_to"]
+    entered = t.filter(pc.equal(t["change"], "entered"))
+    left = t.filter(pc.equal(t["change"], "left"))
+    assert entered.num_rows > 0 and left.num_rows > 0
+    # The same changes as the two runs' top-5 lists, recomputed here from the run files.
+    first, second = (runs.open_run(r) for r in sorted((out / "runs").iterdir()))
+    top = [
+        {(r["user"], r["item"]): r["rec_rank"] for r in d.to_table(columns=["user", "item", "rec_rank"]).to_pylist()}
+        for d in (first, second)
+    ]
+    assert {(r["user"], r["item"]) for r in entered.to_pylist()} == top[1].keys() - top[0].keys()
+    assert {(r["user"], r["item"]) for r in left.to_pylist()} == top[0].keys() - top[1].keys()
+    assert all(r["rank_to"] == top[1][(r["user"], r["item"])] and r["rank_from"] is None for r in entered.to_pylist())
+    # Each entered item's reasons: its largest training rows, each new exactly when it was appended.
+    marks = [(why["train_user"], why["train_item"], why["new"]) for r in entered.to_pylist() for why in r["reasons"]]
+    assert marks and all(new == ((u, i) in appended) for u, i, new in marks)
+    assert any(new for *_, new in marks)  # the appended day is among the reasons
+    assert all(r["reasons"] == [] for r in left.to_pylist())
+    users = len(set(t["user"].to_pylist()))
+    assert f"{users} of 60 users' recommendations changed" in printed and "[new]" in printed
+
+
+def test_diff_of_one_user_and_bad_input(nights, capsys):
+    out, _ = nights
+    older, newer = sorted(p.name for p in (out / "runs").iterdir())
+    assert main(["diff", "--out", str(out), "--from", older, "--to", newer, "--user", "u003"]) == 0
+    printed = capsys.readouterr().out
+    assert "of 1 users'" in printed and "user u007" not in printed
+    assert main(["diff", "--out", str(out), "--from", "nope"]) == 2
+    assert "--from nope: not a published run" in capsys.readouterr().err
+    assert main(["diff", "--out", str(out), "--from", newer, "--to", newer]) == 2
+    assert "both name" in capsys.readouterr().err
+    assert main(["diff", "--out", str(out), "--to", older]) == 2
+    assert "oldest published run" in capsys.readouterr().err
+
+
+def test_changes_and_reasons_on_small_tables():
+    before = pa.table(
+        {"user": ["a", "a", "b"], "item": ["x", "y", "x"], "rec_rank": [1, 2, 1], "prediction": [4.0, 3.0, 5.0]}
+    )
+    after = pa.table(
+        {"user": ["a", "a", "c"], "item": ["x", "z", "x"], "rec_rank": [2, 1, 1], "prediction": [4.1, 4.5, 3.0]}
+    )
+    c = diff.changes(before, after)
+    assert c.select(["user", "item", "change", "rank_from", "rank_to"]).to_pylist() == [
+        {"user": "a", "item": "z", "change": "entered", "rank_from": None, "rank_to": 1},
+        {"user": "a", "item": "y", "change": "left", "rank_from": 2, "rank_to": None},
+        {"user": "b", "item": "x", "change": "left", "rank_from": 1, "rank_to": None},
+        {"user": "c", "item": "x", "change": "entered", "rank_from": None, "rank_to": 1},
+    ]
+    rows = pa.table(
+        {
+            "user": ["a"] * 4 + ["c"],
+            "item": ["z"] * 4 + ["x"],
+            "side": ["item", "user", "user", "item", "item"],
+            "train_user": ["a", "b", "d", "a", "c"],
+            "train_item": ["q", "z", "z", "bias", "w"],
+            "rating": [5.0, 4.0, 3.0, None, 2.0],
+            "importance": [0.1, 0.7, -0.2, 0.9, 0.3],
+            "kind": ["interaction", "interaction", "interaction", "bias", "interaction"],
+        }
+    )
+    top = diff.reasons(rows, c.filter(pc.equal(c["change"], "entered")), per_target=2)
+    assert list(zip(top["train_user"].to_pylist(), top["importance"].to_pylist())) == [
+        ("b", 0.7),
+        ("a", 0.1),
+        ("c", 0.3),
+    ]
+    nested = diff.with_reasons(c, top, np.array([True, False, False]))
+    assert [[w["train_user"] for w in r] for r in nested["reasons"].to_pylist()] == [["b", "a"], [], [], ["c"]]
+    assert nested["reasons"].to_pylist()[0][0]["new"] is True
