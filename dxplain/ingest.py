@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import InputError
+from .forgotten import Forgotten
 from .interactions import RowStats, TableSummary, row_digest, stable_id_order
 from .io import partitions
 from .io.atomic import Location
@@ -32,9 +33,14 @@ MISSING_FROM_CATALOGUE = (
 )
 
 
-def _read_chunk(chunk: TableChunk, users: Vocabulary, items: Vocabulary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(user, item, rating) of one chunk as indices into the id lists, validated where data enters."""
+def _read_chunk(
+    chunk: TableChunk, users: Vocabulary, items: Vocabulary, forgotten: Forgotten | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(user, item, rating) of one chunk as indices into the id lists, validated where data enters; without the
+    rows of ``forgotten`` ids."""
     t = read_row_groups(chunk, ["user", "item", "rating"])
+    if forgotten:
+        t = t.filter(pa.array(forgotten.kept_rows(t.column("user"), t.column("item"))))
     source = chunk.describe()
     check_ids_present(t, source)
     y = checked_ratings(t, source)
@@ -51,6 +57,7 @@ def _stream_parts(
     root: Location,
     user_cuts: np.ndarray,
     item_cuts: np.ndarray,
+    forgotten: Forgotten | None = None,
 ) -> None:
     """Every part of both sides from the chunks of ``path`` by tasks: buckets, their digest checked against the scan's
     (the source must not change in between), then the parts. On an error the store is removed."""
@@ -62,7 +69,7 @@ def _stream_parts(
         digests = mapper.map(
             bucket_chunk,
             [
-                (chunk, c, users_h, items_h, root, user_cuts, item_cuts)
+                (chunk, c, users_h, items_h, root, user_cuts, item_cuts, forgotten)
                 for c, chunk in enumerate(parquet_chunks(path, rows_per_chunk))
             ],
             name="load-bucket",
@@ -94,9 +101,9 @@ def _stream_parts(
     partitions.remove_buckets(root)
 
 
-def scan_chunk(chunk: TableChunk, users: Vocabulary, items: Vocabulary) -> RowStats:
+def scan_chunk(chunk: TableChunk, users: Vocabulary, items: Vocabulary, forgotten: Forgotten | None = None) -> RowStats:
     """One chunk's ``RowStats`` over the range of ids it holds (``compact``), validated."""
-    return RowStats.of(*_read_chunk(chunk, users, items), len(users), len(items), compact=True)
+    return RowStats.of(*_read_chunk(chunk, users, items, forgotten), len(users), len(items), compact=True)
 
 
 def bucket_chunk(
@@ -107,10 +114,11 @@ def bucket_chunk(
     root: Location,
     user_cuts: np.ndarray,
     item_cuts: np.ndarray,
+    forgotten: Forgotten | None = None,
 ) -> np.ndarray:
     """Write chunk c's rows into one bucket file per part they belong to, for each side; the rows'
     ``row_digest``, (2,) uint64, which the caller checks against the scan's."""
-    u, i, y = _read_chunk(chunk, users, items)
+    u, i, y = _read_chunk(chunk, users, items, forgotten)
     for side, key, cuts in (("user", u, user_cuts), ("item", i, item_cuts)):
         part = np.searchsorted(cuts, key, side="right") - 1
         order = stable_id_order(part)
@@ -133,7 +141,12 @@ def assemble_part(root: Location, side: str, p: int, users: Vocabulary, items: V
 
 
 def scan_source(
-    mapper: Mapper, path: Location, user_ids: pa.Array, item_ids: pa.Array, rows_per_chunk: int = ROWS_PER_CHUNK
+    mapper: Mapper,
+    path: Location,
+    user_ids: pa.Array,
+    item_ids: pa.Array,
+    rows_per_chunk: int = ROWS_PER_CHUNK,
+    forgotten: Forgotten | None = None,
 ) -> TableSummary:
     """Validate a prepared dataset's interactions by tasks over chunks of its row groups and summarise
     them: the flow holds O(users + items).
@@ -145,6 +158,9 @@ def scan_source(
     user_ids, item_ids : pa.Array
         The dataset's users.parquet and items.parquet ids, (n_users,) and (n_items,): sorted without
         repeats, each with an interaction.
+    forgotten : Forgotten, optional
+        Ids whose rows are left out (``dxplain forget``); ids left without a row leave the id lists (a second scan
+        over the shorter lists, on the nights that forgetting empties an id).
     """
     folder = str(path).rsplit("/", 1)[0]  # the dataset: its users.parquet and items.parquet are named below
     for what, ids in (("users", user_ids), ("items", item_ids)):
@@ -155,14 +171,29 @@ def scan_source(
     chunks = parquet_chunks(path, rows_per_chunk)
     if not chunks:
         raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
+    if forgotten:
+        user_ids = user_ids.filter(pa.array(~forgotten.forgets(user_ids, "user")))
+        item_ids = item_ids.filter(pa.array(~forgotten.forgets(item_ids, "item")))
     users_h = mapper.put(Vocabulary(user_ids), broadcast=True)
     items_h = mapper.put(Vocabulary(item_ids), broadcast=True)
     # Summed as they finish: the flow holds one chunk's counts at a time.
     stats = RowStats.total(
-        c for _, c in mapper.imap(scan_chunk, [(chunk, users_h, items_h) for chunk in chunks], name="load-scan")
+        c
+        for _, c in mapper.imap(
+            scan_chunk, [(chunk, users_h, items_h, forgotten) for chunk in chunks], name="load-scan"
+        )
     )
     if stats is None or not stats.user_counts.sum():
         raise InputError(f"{path}: the table has no rows; it needs at least one interaction")
+    if forgotten and not (stats.user_counts.all() and stats.item_counts.all()):
+        return scan_source(
+            mapper,
+            path,
+            user_ids.filter(pa.array(stats.user_counts > 0)),
+            item_ids.filter(pa.array(stats.item_counts > 0)),
+            rows_per_chunk,
+            forgotten,
+        )
     for what, counts, ids in (("user", stats.user_counts, user_ids), ("item", stats.item_counts, item_ids)):
         if not counts.all():
             raise InputError(
@@ -179,6 +210,7 @@ def stream_partitions(
     root: Location,
     rows_per_part: int | None = None,
     rows_per_chunk: int = ROWS_PER_CHUNK,
+    forgotten: Forgotten | None = None,
 ) -> partitions.Partitions:
     """Write (or reuse) the by-user and by-item parts of the table at ``path`` by tasks (``bucket_chunk``,
     then ``assemble_part``), its rows never in this process: the same files ``write_partitions`` writes
@@ -186,6 +218,8 @@ def stream_partitions(
     return partitions.build_store(
         root,
         summary,
-        lambda user_cuts, item_cuts: _stream_parts(mapper, path, rows_per_chunk, summary, root, user_cuts, item_cuts),
+        lambda user_cuts, item_cuts: _stream_parts(
+            mapper, path, rows_per_chunk, summary, root, user_cuts, item_cuts, forgotten
+        ),
         rows_per_part,
     )

@@ -31,6 +31,7 @@ COMMANDS = (
     "serving",
     "serve",
     "diff",
+    "forget",
 )
 # Commands registered by a module of another name; every other command is its module's name.
 MODULE_OF = {

@@ -19,9 +19,12 @@ from ..config import Settings
 from ..datasets import resolve_dataset
 from ..datasets.registry import resolve_prepared
 from ..errors import DxplainError
+from ..forgotten import Forgotten
 from ..io import partitions, runs
 from ..io.atomic import Location, join
 from ..io.dataset_folders import read_catalogue_ids
+from ..io.forgotten import FORGOTTEN, read_forgotten
+from ..io.tables import parquet_shape
 from ..mapper import LocalMapper, Mapper, peak_rss_mib
 from ..models import policy
 from ..models.implicit_mf import looks_implicit, sample_in_parts
@@ -101,6 +104,8 @@ class Training:
     implicit: bool  # the BCE training table: positives and sampled negatives
     source: Location | None = None  # the prepared dataset folder (or sampled D) holding interactions.parquet
     kind: str | None = None  # the model kind resolved for a flow that named one (``models.policy.resolve_kind``)
+    forgotten: Forgotten | None = None  # ids whose rows the parts leave out (``dxplain forget``)
+    dropped: int = 0  # the rows of forgotten ids left out at load
 
 
 def resolved_kind(spec, implicit: bool) -> str:
@@ -129,10 +134,12 @@ def load_training(
     ``spec`` (a flow that names a model kind, ``models.catalog.TrainSettings``): negatives are sampled for the
     BCE model only, and a kind that trains in this process (``in_process``) gets the table whole; the kind
     resolved for the data is ``Training.kind``."""
+    forgotten = read_forgotten(settings.out) or None
     folder = resolve_prepared(dataset, settings)
     if folder is not None:
         t = time.perf_counter()
-        summary = ingest.scan_source(mapper, folder / "interactions.parquet", *read_catalogue_ids(folder))
+        file = folder / "interactions.parquet"
+        summary = ingest.scan_source(mapper, file, *read_catalogue_ids(folder), forgotten=forgotten)
         get_run_logger().info(
             "dataset %s: %d interactions, %d users, %d items (scanned by tasks in %.1fs)",
             folder.name,
@@ -141,13 +148,14 @@ def load_training(
             summary.n_items,
             time.perf_counter() - t,
         )
+        dropped = forgetting(forgotten, parquet_shape(file)[1] - len(summary), settings.out)
         detected = looks_implicit(summary)
         kind = None if spec is None else resolved_kind(spec, implicit or detected)
         if kind is not None and in_process(spec, kind):
             get_run_logger().info("%s trains in this process: the table is loaded whole", kind)
-            ds = load_data.fn(dataset, settings)
-            return Training(ds.name, ds.interactions, False, None, kind)
-        positives = Training(folder.name, summary, False, folder, kind)
+            ds = without_forgotten(load_data.fn(dataset, settings), forgotten)
+            return Training(ds.name, ds.interactions, False, None, kind, dropped=dropped)
+        positives = Training(folder.name, summary, False, folder, kind, forgotten, dropped)
         if (kind != "bce") if kind is not None else not (implicit or detected):
             return positives
         get_run_logger().info(
@@ -155,17 +163,40 @@ def load_training(
             "a single rating value" if detected else "--implicit",
             neg_samples,
         )
-        return replace(sampled_training(positives, settings.out, mapper, neg_samples, seed), kind=kind)
+        return replace(sampled_training(positives, settings.out, mapper, neg_samples, seed), kind=kind, dropped=dropped)
     ds = load_data.fn(dataset, settings)
+    n = len(ds.interactions)
+    ds = without_forgotten(ds, forgotten)
+    dropped = forgetting(forgotten, n - len(ds.interactions), settings.out)
     if spec is not None:
         kind = resolved_kind(spec, implicit or looks_implicit(ds.interactions))
         if kind != "bce":
-            return Training(ds.name, ds.interactions, False, None, kind)
+            return Training(ds.name, ds.interactions, False, None, kind, dropped=dropped)
         implicit = True
     else:
         kind = None
     data, implicit = policy.table_to_fit(ds, implicit, neg_samples, seed, get_run_logger())
-    return Training(ds.name, data, implicit, None, kind)
+    return Training(ds.name, data, implicit, None, kind, dropped=dropped)
+
+
+def without_forgotten(ds, forgotten: Forgotten | None):
+    """The dataset with the forgotten ids' rows (and ids left without rows) removed from its interactions."""
+    if not forgotten:
+        return ds
+    return replace(ds, interactions=forgotten.drop_from(ds.interactions)[0])
+
+
+def forgetting(forgotten: Forgotten | None, dropped: int, out) -> int:
+    """Say what ``dxplain forget``'s list left out of this load; the rows dropped."""
+    if forgotten:
+        get_run_logger().info(
+            "forgotten ids (%s): %d user(s) and %d item(s) listed, %d row(s) of theirs dropped at load",
+            join(out, FORGOTTEN),
+            len(forgotten.users),
+            len(forgotten.items),
+            dropped,
+        )
+    return dropped
 
 
 def sampled_training(positives: Training, out: str, mapper: Mapper, per_positive: int, seed: int) -> Training:
@@ -193,7 +224,9 @@ def partition(training: Training, out: str, mapper: Mapper):
     t = time.perf_counter()
     root = partitions.store_path(out, training.name, training.data)
     if training.source is not None:
-        parts = ingest.stream_partitions(mapper, join(training.source, "interactions.parquet"), training.data, root)
+        parts = ingest.stream_partitions(
+            mapper, join(training.source, "interactions.parquet"), training.data, root, forgotten=training.forgotten
+        )
     else:
         parts = partitions.write_partitions(root, training.data)
     get_run_logger().info(

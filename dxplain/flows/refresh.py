@@ -362,6 +362,7 @@ def refresh(
             top_n=top_n,
             top_k=top_k,
             targets_skipped_unseen=unseen,
+            forgotten_rows_dropped=training.dropped,
         )
         if summary.fidelity_warning is not None:
             get_run_logger().warning(summary.fidelity_warning)  # the CLI repeats it as one line on stderr
