@@ -122,3 +122,26 @@ def test_changes_and_reasons_on_small_tables():
     nested = diff.with_reasons(c, top, np.array([True, False, False]))
     assert [[w["train_user"] for w in r] for r in nested["reasons"].to_pylist()] == [["b", "a"], [], [], ["c"]]
     assert nested["reasons"].to_pylist()[0][0]["new"] is True
+
+
+def test_a_folder_of_daily_files_refuses_a_file_that_repeats_pairs_or_changes_columns(tmp_path, capsys):
+    """The layout of a nightly export: one Parquet file a day. A day that re-sends a pair already in the data, or
+    whose columns differ, is named, and nothing is written."""
+    folder = tmp_path / "daily"
+    folder.mkdir()
+    first = pa.table({"user": ["a", "a", "b", "c"], "item": ["x", "y", "x", "z"], "rating": [4.0, 3.0, 5.0, 2.0]})
+    pq.write_table(first, folder / "day-01.parquet")
+    pq.write_table(pa.table({"user": ["c", "d"], "item": ["x", "y"], "rating": [3.0, 4.0]}), folder / "day-02.parquet")
+    pq.write_table(pa.table({"user": ["d", "b"], "item": ["z", "x"], "rating": [1.0, 2.0]}), folder / "day-03.parquet")
+    out = tmp_path / "out"
+    assert main(["refresh", "--dataset", str(folder), "--out", str(out), *ARGS]) == 2
+    err = capsys.readouterr().err
+    assert "day-03.parquet: 1 (user, item) pair(s) already in the data, e.g. user='b', item='x'" in err, err
+    assert "(first in" in err and "day-01.parquet" in err
+    assert not out.exists()
+    (folder / "day-03.parquet").unlink()
+    pq.write_table(pa.table({"user": ["e"], "item": ["x"], "rating": [4]}), folder / "day-03.parquet")  # int ratings
+    assert main(["refresh", "--dataset", str(folder), "--out", str(out), *ARGS]) == 2
+    err = capsys.readouterr().err
+    assert "day-03.parquet: its columns (user: string, item: string, rating: int64) differ from" in err, err
+    assert not out.exists()

@@ -58,6 +58,7 @@ def register(sub) -> None:
             "lam_bias",
             "select",
             "lock_wait",
+            "cold",
         ],
     )
     run_options(

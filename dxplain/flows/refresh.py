@@ -25,7 +25,7 @@ from ..io.targets import read_targets
 from ..kernels.ials import CONVENTIONS
 from ..models.als.trainer import DEFAULT_K
 from ..models.catalog import MODELS, TrainSettings
-from ..models.policy import kind_of, stored_kind
+from ..models.policy import kind_of, stored_kind, warm_from_latest
 from ..params import CLUSTER, FACTORS, SAMPLED_NEGATIVES, Interval, OneOf, validate
 from ..refresh import PassResults, RefreshJob, alpha_pass, run_passes, run_summary, shard_count, shard_users
 from .common import load_training, open_mapper, partition, stage, train_or_load
@@ -152,6 +152,7 @@ def refresh(
     lam_bias: float | None = None,
     select: bool = False,
     lock_wait: float = 3600.0,
+    cold: bool = False,
 ) -> dict:
     """Explain every user's top-N recommendations (or a supplied target list) and publish the run.
 
@@ -216,6 +217,10 @@ def refresh(
     keep : int
         After publishing, delete all but this many newest complete runs, and the part stores and models
         that only the deleted runs used (default: keep every run and store).
+    cold : bool
+        Train from the seeded random start. By default a refresh whose LATEST run has a model of the same dataset
+        name, kind and rank starts from its factors (new users and items at 0) and trains to the same stopping
+        rule (``models.warm``); the summary's ``training_start`` says which start it took.
     lock_wait : float
         Seconds to wait for another refresh (or forget) of the same --out to finish before refusing; 0 = refuse at
         once. A lock left by a killed refresh is taken over at once (``io.lock``).
@@ -291,6 +296,18 @@ def refresh(
                 parts = partition(training, settings.out, mapper)
             with stage(seconds, "train", peaks, at_end):
                 if not model:
+                    warm = None
+                    if not cold:
+                        width = k + 2 if training.kind == "biased" else k
+                        warm = warm_from_latest(
+                            settings.out,
+                            training.name,
+                            data,
+                            training.kind,
+                            width,
+                            training.forgotten,
+                            get_run_logger(),
+                        )
                     budget = {
                         name: v
                         for name, v in (("max_sweeps", max_sweeps), ("newton_steps", newton_steps))
@@ -311,6 +328,7 @@ def refresh(
                         neg_weight=neg_weight,
                         fidelity_tol=tol,
                         spec=replace(spec, model=training.kind),
+                        warm=warm,
                     )
                 mapper.release_memory()  # what training freed, before the explanation's working set
             with stage(seconds, "preprocess", peaks, at_end):
@@ -363,6 +381,7 @@ def refresh(
             top_k=top_k,
             targets_skipped_unseen=unseen,
             forgotten_rows_dropped=training.dropped,
+            training_start={"start": "given"} if model else m.info.get("warm") or {"start": m.info.get("start")},
         )
         if summary.fidelity_warning is not None:
             get_run_logger().warning(summary.fidelity_warning)  # the CLI repeats it as one line on stderr

@@ -34,7 +34,9 @@ def read_table(path: Location, columns: dict[str, str] | None = None, delimiter:
     # Local files go to pyarrow by path (its own multi-threaded readers); URLs through fsspec.
     arrow_fs = None if is_local(path) else PyFileSystem(FSSpecHandler(fs))
     try:
-        if fs.isdir(p) or PurePosixPath(p).suffix in PARQUET_SUFFIXES:
+        if fs.isdir(p):
+            table = read_parquet_folder(path, columns)
+        elif PurePosixPath(p).suffix in PARQUET_SUFFIXES:
             table = pq.read_table(p, filesystem=arrow_fs)
         else:
             if fs.size(p) == 0:
@@ -62,6 +64,60 @@ def read_table(path: Location, columns: dict[str, str] | None = None, delimiter:
         rename = {src: dst for dst, src in columns.items()}
         table = table.rename_columns([rename.get(c, c) for c in table.column_names])
     return table
+
+
+def read_parquet_folder(path: Location, columns: dict[str, str] | None = None) -> pa.Table:
+    """A folder of Parquet files (e.g. one a day, appended to by a nightly export) as one table, in file-name order.
+
+    Every file must have the first file's columns and types: a file that differs is named. When the files hold
+    (user, item) pairs (after the ``columns`` renaming), a pair that an earlier row already holds is named by the
+    file that repeats it, so an appended day that re-sends old pairs is refused before anything is read from it."""
+    fs, p = filesystem(path)
+    files = sorted(f for f in fs.ls(p, detail=False) if PurePosixPath(f).suffix in PARQUET_SUFFIXES)
+    arrow_fs = None if is_local(path) else PyFileSystem(FSSpecHandler(fs))
+    if not files:  # a partitioned dataset (key=value sub-folders), or nothing: pyarrow's reader says which
+        return pq.read_table(p, filesystem=arrow_fs)
+    tables = []
+    for f in files:
+        t = pq.read_table(f, filesystem=arrow_fs)
+        if tables and not t.schema.equals(tables[0].schema):
+            raise InputError(
+                f"{f}: its columns ({_columns(t.schema)}) differ from {files[0]}'s ({_columns(tables[0].schema)}); "
+                "every file of the folder needs the same columns and types: fix that file's export or move it out"
+            )
+        tables.append(t)
+    rename = {src: dst for dst, src in (columns or {}).items()}
+    names = [rename.get(c, c) for c in tables[0].column_names]
+    if "user" in names and "item" in names:
+        _refuse_repeated_pairs(tables, files, names)
+    return pa.concat_tables(tables)
+
+
+def _columns(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
+
+
+def _refuse_repeated_pairs(tables: list[pa.Table], files: list[str], names: list[str]) -> None:
+    """InputError naming the first file (in order) with a (user, item) pair that an earlier row holds."""
+    u_col, i_col = (tables[0].column_names[names.index(c)] for c in ("user", "item"))
+    users = pa.chunked_array([t[u_col] for t in tables]).combine_chunks().dictionary_encode()
+    items = pa.chunked_array([t[i_col] for t in tables]).combine_chunks().dictionary_encode()
+    key = users.indices.to_numpy().astype(np.int64) * max(1, len(items.dictionary)) + items.indices.to_numpy()
+    order = np.argsort(key, kind="stable")  # stable: a pair's first row comes first
+    repeat = np.flatnonzero(key[order][1:] == key[order][:-1]) + 1
+    if not len(repeat):
+        return
+    file_of = np.repeat(np.arange(len(tables)), [t.num_rows for t in tables])
+    rows = order[repeat]
+    first_repeat = rows[np.argmin(file_of[rows] * len(key) + rows)]  # the earliest file, then row, that repeats
+    earlier = order[np.searchsorted(key[order], key[first_repeat])]
+    n = int((file_of[rows] == file_of[first_repeat]).sum())
+    raise InputError(
+        f"{files[file_of[first_repeat]]}: {n} (user, item) pair(s) already in the data, e.g. user="
+        f"{users.dictionary[users.indices[first_repeat].as_py()].as_py()!r}, "
+        f"item={items.dictionary[items.indices[first_repeat].as_py()].as_py()!r} (first in {files[file_of[earlier]]}); "
+        "a day's file adds new pairs only: drop those rows from it (or keep one rating per pair) and run again"
+    )
 
 
 def read_parquet(loc: Location) -> pa.Table:

@@ -14,6 +14,7 @@ Plain Python: messages go to ``logger`` (this module's by default; the flows pas
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from functools import partial
 
 from ..io import model_store
@@ -23,6 +24,7 @@ from .als.part_half_steps import PartHalfSteps
 from .als.trainer import ALSMF, MIN_TARGET_COS, default_lam
 from .base import FactorModel
 from .implicit_mf import ImplicitMF, ImplicitModel, looks_implicit, sample_negatives, training_table
+from .warm import WarmStart
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +140,15 @@ def train_or_load(
     blocks: bool = False,
     logger=log,
     spec=None,
+    warm: WarmStart | None = None,
 ):
     """Use ``model`` if given; else reuse the model trained on this exact table, else train and store one.
+
+    ``warm`` (``models.warm``): train from the previous model's factors instead of the seeded random start, to
+    the same stopping rule; the model is stored under the cold name's tags plus ``startwarm`` (a cold fit, e.g.
+    ``refresh --cold``, never reuses it), and a cold model of this exact table is reused first. BCE's fits start
+    cold (its trainer takes no start). ``m.info`` records ``start`` and ``cold_sweeps`` (the sweeps of the last
+    cold fit of this lineage).
 
     ``spec`` (``models.catalog.TrainSettings``): a model kind named by the flow. Biased MF, iALS and any kind's
     ``select`` are trained by ``policy_kinds.fit_kind`` and named by ``policy_kinds.kind_tags``; ``mf`` and ``bce``
@@ -177,18 +186,23 @@ def train_or_load(
             "without the Newton polish (it needs them in one process)"
         )
         budget["newton_steps"] = 0
+    if warm is not None and (implicit or (spec is not None and spec.select) or blocks):
+        logger.info("warm start: not for %s; training from a cold start", "--select" if not implicit else "BCE MF")
+        warm = None
     if spec is not None and (spec.model in ("biased", "ials") or spec.select):
-        return _train_or_load_kind(name, data, out, mapper, parts, budget, spec, fidelity_tol, logger)
+        return _train_or_load_kind(name, data, out, mapper, parts, budget, spec, fidelity_tol, logger, warm)
     identity_tol = None
     if not implicit:
         lam = lam if lam is not None else default_lam(len(data))
         identity_tol = None if fidelity_tol is None else fidelity_tol * MIN_TARGET_COS
     tags = _store_tags(implicit, k, lam, neg_weight, seed, identity_tol, budget)
     path = model_store.model_path(out, name, data.fingerprint(), **tags)
-    if model_store.exists(path):
-        logger.info("reusing model %s (same data fingerprint and hyperparameters)", path)
-        m = FactorModel.load(path, data, blocks=where)
-        return (ImplicitModel.from_stored(m) if implicit else m), str(path)
+    for found in _reusable(out, name, data, tags, warm):
+        logger.info("reusing model %s (same data fingerprint and hyperparameters)", found)
+        m = FactorModel.load(found, data, blocks=where)
+        return (ImplicitModel.from_stored(m) if implicit else m), str(found)
+    if warm is not None:
+        path = model_store.model_path(out, name, data.fingerprint(), **tags, start="warm")
     if implicit:
         trainer = ImplicitMF(k=k, lam=lam, neg_weight=neg_weight, rtol=IDENTITY_RTOL, seed=seed, **budget)
         m = train_implicit(trainer, data, mapper, parts, blocks)
@@ -207,7 +221,12 @@ def train_or_load(
     else:
         # The Anderson history in files: 0.6 GB at 50M (k = 64) that the flow's process does not hold.
         trainer = ALSMF(k=k, lam=lam, seed=seed, identity_tol=identity_tol, anderson_store=SpillList, **budget)
-        m = trainer.fit(data, half_steps=partial(BlockHalfSteps if blocks else PartHalfSteps, mapper, parts))
+        m = trainer.fit(
+            data,
+            half_steps=partial(BlockHalfSteps if blocks else PartHalfSteps, mapper, parts),
+            init=None if warm is None else (warm.U, warm.V),
+        )
+        m = started(m, warm, logger)
         logger.info(
             "trained ALS-MF k=%d λ=%g: ‖∇f‖=%.1e, identity bound %s after %d sweeps + %d Newton steps in %.1fs → %s",
             k,
@@ -232,15 +251,83 @@ def train_or_load(
     return m, str(path)
 
 
-def _train_or_load_kind(name, data, out, mapper, parts, budget: dict, spec, fidelity_tol, logger):
+def warm_from_latest(out, name: str, data, kind: str, width: int, forgotten=None, logger=log) -> WarmStart | None:
+    """The warm start from the model of the run ``out``'s LATEST names, when it is of this lineage: the same
+    dataset name (the model store's prefix), the same model kind and factor width, and none of its ids since
+    forgotten (``dxplain forget``: a model that saw them is no start; the fit is cold). None otherwise, with why."""
+    from pathlib import PurePosixPath
+
+    from ..errors import InputError
+    from ..io import runs
+    from ..io.atomic import exists, join
+    from .warm import warm_start
+
+    if not exists(join(out, runs.LATEST)):
+        return None
+    try:
+        summary = runs.read_manifest(runs.resolve_run(out))["summary"]
+    except InputError:
+        return None
+    path = summary.get("model")
+    why = None
+    if not path or not model_store.exists(path):
+        why = f"the last run's model {path} is gone"
+    elif summary.get("model_kind") != kind:
+        why = f"the last run's model is {summary.get('model_kind')}, this run trains {kind}"
+    elif not PurePosixPath(str(path)).name.startswith(f"{name}-"):
+        why = f"the last run's model was fitted on other data than {name!r}"
+    if why is None:
+        U, V, attrs = model_store.read_model(path)
+        ids = model_store.read_model_ids(path)
+        if U.shape[1] != width:
+            why = f"the last run's model has {U.shape[1]} factor columns, this run {width}"
+        elif forgotten and (forgotten.forgets(ids[0], "user").any() or forgotten.forgets(ids[1], "item").any()):
+            why = "the last run's model saw ids forgotten since"
+    if why is not None:
+        logger.info("cold start: %s", why)
+        return None
+    info = attrs.get("info") or {}
+    cold_sweeps = info.get("cold_sweeps", info.get("sweeps") if info.get("start", "cold") == "cold" else None)
+    return warm_start(str(path), U, V, ids, data, int(attrs.get("n_train") or 0), cold_sweeps)
+
+
+def _reusable(out, name, data, tags: dict, warm) -> list:
+    """The stored models of this exact table and these settings a run may reuse: the cold fit's, and, for a run
+    that would start warm, a warm fit's too."""
+    names = [model_store.model_path(out, name, data.fingerprint(), **tags)]
+    if warm is not None:
+        names.append(model_store.model_path(out, name, data.fingerprint(), **tags, start="warm"))
+    return [p for p in names if model_store.exists(p)]
+
+
+def started(m: FactorModel, warm: WarmStart | None, logger=log) -> FactorModel:
+    """``m`` with its start in ``info`` (``start``, ``cold_sweeps``, and the warm start's record), logged."""
+    sweeps = m.info.get("sweeps")
+    if warm is None:
+        return replace(m, info={**m.info, "start": "cold", "cold_sweeps": sweeps})
+    record = warm.record(m.n_train, sweeps)
+    logger.info(
+        "warm start from %s: %d rows added, %d new users, %d new items; %s sweeps (the last cold fit: %s)",
+        warm.source,
+        record["rows_added"],
+        warm.users_new,
+        warm.items_new,
+        sweeps,
+        warm.cold_sweeps,
+    )
+    return replace(m, info={**m.info, "start": "warm", "cold_sweeps": warm.cold_sweeps, "warm": record})
+
+
+def _train_or_load_kind(name, data, out, mapper, parts, budget: dict, spec, fidelity_tol, logger, warm=None):
     """``train_or_load`` for the kinds of ``policy_kinds``: reuse the model of these tags, else fit and store it."""
     from .policy_kinds import fit_kind, kind_tags
 
-    path = model_store.model_path(out, name, data.fingerprint(), **kind_tags(spec, data, budget, fidelity_tol))
-    if model_store.exists(path):
-        logger.info("reusing model %s (same data fingerprint, model kind and settings)", path)
-        return FactorModel.load(path, data), str(path)
-    m = fit_kind(spec, data, mapper, parts, budget, fidelity_tol, logger)
+    tags = kind_tags(spec, data, budget, fidelity_tol)
+    for found in _reusable(out, name, data, tags, warm):
+        logger.info("reusing model %s (same data fingerprint, model kind and settings)", found)
+        return FactorModel.load(found, data), str(found)
+    path = model_store.model_path(out, name, data.fingerprint(), **tags, **({"start": "warm"} if warm else {}))
+    m = started(fit_kind(spec, data, mapper, parts, budget, fidelity_tol, logger, warm), warm, logger)
     logger.info(
         "trained %s k=%d λ=%g %s: ‖∇f‖=%s, identity bound %s after %s sweeps in %.1fs → %s",
         spec.model,

@@ -105,9 +105,11 @@ def kind_tags(spec: TrainSettings, data, budget: dict, fidelity_tol: float | Non
 
 
 def fit_kind(
-    spec: TrainSettings, data, mapper, parts, budget: dict, fidelity_tol: float | None, logger=log
+    spec: TrainSettings, data, mapper, parts, budget: dict, fidelity_tol: float | None, logger=log, warm=None
 ) -> FactorModel:
-    """Train the model ``spec`` names (module docstring); ``budget`` caps sweeps (and biased MF's Newton steps)."""
+    """Train the model ``spec`` names (module docstring); ``budget`` caps sweeps (and biased MF's Newton steps);
+    ``warm`` (``models.warm.WarmStart``, not with ``select``) starts from its factors."""
+    init = None if warm is None else (warm.U, warm.V)
     if spec.model == "biased":
         trainer = _biased_trainer(spec, data, budget, fidelity_tol)
         if spec.select:
@@ -118,13 +120,13 @@ def fit_kind(
             data = _whole(data, "biased MF's --select")
             return select(data, ks=(spec.k,), lams=lams, lam_biases=biases, seed=spec.seed, trainer=trainer)
         if parts is None:
-            m = trainer.fit(_whole(data, "biased MF"))
+            m = trainer.fit(_whole(data, "biased MF"), init=init)
         else:  # the half-steps as tasks over the parts; the Anderson history in files, as ALS-MF's
             from ..io.spill import SpillList
             from .biased_half_steps import BiasedPartHalfSteps
 
             trainer = replace(trainer, anderson_store=SpillList)
-            m = trainer.fit(data, half_steps=partial(BiasedPartHalfSteps, mapper, parts))
+            m = trainer.fit(data, half_steps=partial(BiasedPartHalfSteps, mapper, parts), init=init)
         if not trainer.converged(m):
             _warn_capped(logger, "biased MF stopped at a miss bound", m.info.get("miss_bound"), trainer.miss_tol)
         return m
@@ -141,9 +143,9 @@ def fit_kind(
         if parts is not None:
             from .ials_half_steps import IALSHalfSteps
 
-            m = trainer.fit(data, half_steps=partial(IALSHalfSteps.over_parts, mapper, parts))
+            m = trainer.fit(data, half_steps=partial(IALSHalfSteps.over_parts, mapper, parts), init=init)
         else:
-            m = trainer.fit(data)
+            m = trainer.fit(data, init=init)
         if not trainer.converged(m):
             _warn_capped(
                 logger, "iALS stopped at an identity bound", m.info.get("identity_bound"), trainer.identity_tol

@@ -142,6 +142,7 @@ class RunSummary:
     top_k: int
     targets_skipped_unseen: int
     forgotten_rows_dropped: int  # rows of ids ``dxplain forget`` listed, left out at load
+    training_start: dict  # cold, warm (from which model, what it found, sweeps saved), or given (--model)
     fidelity_score_floor: float  # relative errors divide by max(|score|, this) (``extra_rows.score_floor``)
     fidelity_tol: float
     fidelity_ok: bool
