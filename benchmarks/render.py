@@ -25,6 +25,7 @@ from benchmarks.faithfulness import tables as faithfulness
 from benchmarks.gammli import tables as gammli
 from benchmarks.kolmogorov import tables as kolmogorov
 from benchmarks.negatives import tables as negatives
+from benchmarks.nightly import tables as nightly
 from benchmarks.pairwise import tables as pairwise
 from benchmarks.prototypes import tables as prototypes
 from benchmarks.scaling import tables as scaling
@@ -48,6 +49,7 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
         "import-refresh-table": table(als.import_refresh_table, "als/import_refresh.json"),
     },
     "serve.md": {"serve-lookup-table": table(serve.lookup_table, "serve/lookup.json")},
+    "operations.md": {"nightly-warm-table": nightly.warm_table},
     "scaling.md": {
         "throughput-table": scaling.throughput_table,
         "als-vs-implicit-table": table(als.vs_implicit_table, "als/vs_implicit.json"),

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The nightly deployment, end to end on this machine, in one command (deploy/README.md):
-#   deploy/nightly-demo.sh [OUT]        # OUT: where the run is published (default ./dxplain-demo-out)
-# Starts a Prefect server on a free port with its own PREFECT_HOME in a temporary folder (your Prefect
-# profile and database are not touched), creates the `dxplain` work pool, deploys `nightly-refresh` from
-# deploy/prefect.yaml (out and dataset set for the demo, its 02:00 UTC schedule kept) with a one-off
-# schedule a minute ahead, so that the server's scheduler starts the run as it will every night, starts a
-# worker, waits until the run has finished and published OUT/LATEST, and stops the worker and the server
+# The nightly deployment, end to end on this machine, in one command (deploy/README.md): two nights.
+#   deploy/nightly-demo.sh [OUT]        # OUT: where the runs are published (default ./dxplain-demo-out)
+# Splits the dataset into a daily export, a folder of Parquet files: day-01 (all but the newest 1% of ratings
+# by time) and, after the first night, day-02 (the rest). Starts a Prefect server on a free port with its own
+# PREFECT_HOME in a temporary folder (your Prefect profile and database are not touched), creates the
+# `dxplain` work pool, deploys `nightly-refresh` from deploy/prefect.yaml (out and dataset set for the demo,
+# its 02:00 UTC schedule kept) with a one-off schedule a minute ahead, so that the server's scheduler starts
+# the first night as it will every night, starts a worker and waits until that run has published OUT/LATEST.
+# Then it appends day-02, runs the deployment again (the second night, warm-started from the first night's
+# model) and prints `dxplain diff`: whose recommendations changed, and why. The worker and the server stop
 # on exit (also on an error or Ctrl-C).
 # Environment: DXPLAIN_DEMO_DATASET (default movielens-100k: found in DXPLAIN_DATA or ../shared/data,
-# else downloaded once), DXPLAIN_DEMO_TIMEOUT (seconds the run may take, default 900). Needs the
+# else downloaded once), DXPLAIN_DEMO_TIMEOUT (seconds a run may take, default 900). Needs the
 # virtual environment with dxplain installed first on PATH (`. .venv/bin/activate`).
 set -euo pipefail
 
@@ -43,6 +46,30 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# The daily export: day-01 now, day-02 kept aside until the first night has run.
+daily="$scratch/daily"
+python - "$dataset" "$daily" "$scratch/day-02.parquet" <<'EOF'
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dxplain.datasets import resolve_dataset
+
+d = resolve_dataset(sys.argv[1]).interactions
+table = pa.table({"user": d.user_ids.take(pa.array(d.user)), "item": d.item_ids.take(pa.array(d.item)), "rating": d.rating})
+order = np.argsort(d.timestamp, kind="stable") if d.timestamp is not None else np.arange(len(d))
+late = np.zeros(len(d), bool)
+late[order[int(0.99 * len(d)) :]] = True  # the newest 1%: the second day's export
+Path(sys.argv[2]).mkdir(parents=True)
+pq.write_table(table.filter(pa.array(~late)), Path(sys.argv[2]) / "day-01.parquet")
+pq.write_table(table.filter(pa.array(late)), sys.argv[3])
+print(f"nightly-demo: {sys.argv[1]} as a daily export: day-01 {int((~late).sum())} ratings, day-02 {int(late.sum())}")
+EOF
+dataset="$daily"
 
 port="$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 export PREFECT_HOME="$scratch/prefect"
@@ -127,3 +154,14 @@ first = open_run(run).head(1).to_pylist()[0]
 print(f"nightly-demo: published {run} ({sys.argv[1]}/LATEST names it); one of its explanations:")
 print(f"  dxplain explain --run {sys.argv[1]} --user {first['user']} --item {first['item']}")
 EOF
+
+echo "nightly-demo: the second night: day-02 appended to $daily; the deployment runs again"
+mv "$scratch/day-02.parquet" "$daily/day-02.parquet"
+if ! prefect deployment run dxplain-refresh/nightly-refresh --watch --watch-interval 5 \
+  --watch-timeout "$timeout" >"$scratch/second-night.log" 2>&1 || ! grep -q "Completed" "$scratch/second-night.log"; then
+  echo "nightly-demo: the second night did not complete:" >&2
+  tail -n 20 "$scratch/second-night.log" >&2
+  exit 1
+fi
+echo "nightly-demo: the second night completed; what changed since the first (dxplain diff --out $out):"
+dxplain diff --out "$out" --users 3 --reasons 2

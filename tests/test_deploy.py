@@ -56,9 +56,10 @@ def test_installed_prefect_stack_satisfies_the_pins():
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_nightly_demo_publishes_a_scheduled_run(tmp_path):
-    """deploy/nightly-demo.sh: server, pool, deployment and worker; the server's scheduler starts the run,
-    which publishes; nothing in the output is a traceback (the shutdown CommClosedError of issue #23)."""
+def test_nightly_demo_publishes_a_scheduled_run_and_a_second_night(tmp_path):
+    """deploy/nightly-demo.sh: server, pool, deployment and worker; the server's scheduler starts the first night,
+    which publishes; the second night, on an appended day, starts warm and the diff is printed; nothing in the
+    output is a traceback (the shutdown CommClosedError of issue #23)."""
     from dxplain.io.runs import open_run, read_manifest, resolve_run
 
     venv_bin = str(Path(sys.executable).parent)  # `prefect` and `python` of this environment
@@ -80,7 +81,12 @@ def test_nightly_demo_publishes_a_scheduled_run(tmp_path):
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
     assert "scheduled run" in output and ": Completed" in output, output[-3000:]
+    # the second night, on the appended day: warm-started, and the diff says what changed
+    assert "the second night completed" in output and "users' recommendations changed" in output, output[-3000:]
+    assert len(list((out / "runs").iterdir())) == 2
     run = resolve_run(str(out))
+    start = read_manifest(run)["summary"]["training_start"]
+    assert start["start"] == "warm" and start["rows_added"] == 1000, start
     shards = read_manifest(run)["shards"]
     assert shards and sum(s["rows"] for s in shards) == open_run(run).count_rows() > 0
     for bad in ("CommClosedError", "Traceback"):

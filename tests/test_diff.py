@@ -145,3 +145,34 @@ def test_a_folder_of_daily_files_refuses_a_file_that_repeats_pairs_or_changes_co
     err = capsys.readouterr().err
     assert "day-03.parquet: its columns (user: string, item: string, rating: int64) differ from" in err, err
     assert not out.exists()
+
+
+def test_each_run_keeps_its_targets_and_what_changed_since_the_run_before(nights, tmp_path):
+    out, _ = nights
+    first, second = sorted((out / "runs").iterdir())
+    assert (
+        "changes" not in runs.read_manifest(first)["summary"] or runs.read_manifest(first)["summary"]["changes"] is None
+    )
+    for run in (first, second):  # one row per target, in original ids
+        t = pq.read_table(run / "_meta" / runs.TARGETS)
+        rows = runs.open_run(run).to_table(columns=["user", "item", "rec_rank"])
+        assert t.num_rows == runs.read_manifest(run)["summary"]["targets"]
+        assert set(zip(*(t[c].to_pylist() for c in ("user", "item", "rec_rank")))) == set(
+            zip(*(rows[c].to_pylist() for c in ("user", "item", "rec_rank")))
+        )
+    assert main(["diff", "--out", str(out), "--parquet", str(tmp_path / "d.parquet")]) == 0
+    cols = ["user", "item", "change", "rank_from", "rank_to"]
+    kept = pq.read_table(second / "_meta" / runs.CHANGES).select(cols)
+    assert kept.equals(pq.read_table(tmp_path / "d.parquet").select(cols))
+    counted = runs.read_manifest(second)["summary"]["changes"]
+    assert counted == {"from": first.name, **diff.counts(kept)} and counted["users_changed"] > 0
+
+
+def test_the_report_of_the_second_night_shows_what_changed_and_its_warm_start(nights, tmp_path):
+    out, _ = nights
+    assert main(["report", str(out), "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    counted = runs.read_manifest(runs.resolve_run(out))["summary"]["changes"]
+    assert f"{counted['users_changed']} users&#x27;" in page or f"{counted['users_changed']} users'" in page
+    assert "What changed since the last run" in page and "entered" in page
+    assert "warm from the last run" in page

@@ -46,6 +46,21 @@ def choose_runs(out: str, from_id: str | None, to_id: str | None) -> tuple[str, 
     return from_id, to_id
 
 
+def run_targets(run, users):
+    """A run's targets (of ``users`` only, when given): its targets file, or one scan of its rows for a run written
+    before them (which also gives each target's prediction)."""
+    import pyarrow.compute as pc
+
+    from ..io import runs
+    from ..io.run_lookup import run_rows
+    from ..reporting import diff
+
+    t = runs.read_meta_table(run, runs.TARGETS)
+    if t is None:
+        return diff.targets(run_rows(run, diff.TARGET_COLUMNS, users))
+    return t if users is None else t.filter(pc.is_in(t["user"], value_set=users))
+
+
 def compute(out: str, from_id: str, to_id: str, user: str | None, per_target: int):
     """(changes with reasons, number of users compared, whether the earlier run's training rows were at hand)."""
     import pyarrow as pa
@@ -58,8 +73,7 @@ def compute(out: str, from_id: str, to_id: str, user: str | None, per_target: in
 
     run_from, run_to = run_folder(out, from_id), run_folder(out, to_id)
     users = None if user is None else _ids(user, open_run(run_to).schema.field("user").type, "user")
-    before = diff.targets(run_rows(run_from, diff.TARGET_COLUMNS, users))
-    after = diff.targets(run_rows(run_to, diff.TARGET_COLUMNS, users))
+    before, after = (run_targets(run, users) for run in (run_from, run_to))
     changed = diff.changes(before, after)
     entered = changed.filter(pc.equal(changed["change"], "entered"))
     entered_users = pc.unique(entered["user"]) if entered.num_rows else pa.array([], after["user"].type)
@@ -90,7 +104,8 @@ def print_changes(table, compared: int, from_id: str, to_id: str, users_shown: i
             if r["change"] == "left":
                 print(f"  - item {r['item']} (was rank {r['rank_from']})")
                 continue
-            print(f"  + item {r['item']} (rank {r['rank_to']}, prediction {r['prediction_to']:.3g})")
+            predicted = "" if r["prediction_to"] is None else f", prediction {r['prediction_to']:.3g}"
+            print(f"  + item {r['item']} (rank {r['rank_to']}{predicted})")
             for why in r["reasons"]:
                 who = "own" if why["side"] == "item" else "other user's"
                 mark = " [new]" if why["new"] else ""

@@ -49,6 +49,7 @@ def run_report(run, a) -> str:
         len(users),
         labels(a.dataset or summary.get("dataset")),
         a.reasons,
+        runs.read_meta_table(run, runs.CHANGES),
     )
 
 

@@ -28,6 +28,7 @@ from ..models.catalog import MODELS, TrainSettings
 from ..models.policy import kind_of, stored_kind, warm_from_latest
 from ..params import CLUSTER, FACTORS, SAMPLED_NEGATIVES, Interval, OneOf, validate
 from ..refresh import PassResults, RefreshJob, alpha_pass, run_passes, run_summary, shard_count, shard_users
+from ..reporting import diff
 from .common import load_training, open_mapper, partition, stage, train_or_load
 
 CONSTRAINTS = {
@@ -112,6 +113,33 @@ def model_settings(m) -> dict:
 def explain_all(job: RefreshJob, data, n_shards: int, run_dir: str, mapper) -> PassResults:
     """The three passes (``refresh.passes``): shard entries and the passes' task results."""
     return run_passes(mapper, job, shard_users(data, n_shards), run_dir)
+
+
+@task(cache_policy=NO_CACHE)
+def compare_with_previous(out: str, run_dir: str) -> dict | None:
+    """What changed since the run LATEST names (the one this run will replace): ``_meta/changes.parquet`` beside
+    this run (``reporting.diff.changes``, from both runs' targets files) and its counts for the summary; None
+    for the first run, or when the previous run has no targets file (written before they were)."""
+    previous = runs.latest_run(out)
+    before = None if previous is None else runs.read_meta_table(previous, runs.TARGETS)
+    after = runs.read_meta_table(run_dir, runs.TARGETS)
+    if before is None or after is None:
+        return None
+    if before.schema.field("user").type != after.schema.field("user").type:
+        get_run_logger().info("changes: the previous run's ids are of another type; not compared")
+        return None
+    changed = diff.changes(before, after)
+    runs.write_meta_table(run_dir, runs.CHANGES, changed)
+    found = {"from": str(previous).rstrip("/").rsplit("/", 1)[-1], **diff.counts(changed)}
+    get_run_logger().info(
+        "since %s: %d users' recommendations changed (%d entered, %d left); dxplain diff --out %s says why",
+        found["from"],
+        found["users_changed"],
+        found["entered"],
+        found["left"],
+        out,
+    )
+    return found
 
 
 @task(cache_policy=NO_CACHE)
@@ -354,6 +382,7 @@ def refresh(
             with stage(seconds, "recommend_explain_write", peaks, at_end):  # targets, attributions, shard files
                 results = explain_all(job, data, n_shards, str(run_dir), mapper)
             memory = mapper.peak_rss_mib()
+        changes = compare_with_previous(settings.out, str(run_dir))
         # Refuses a run that explained nothing (or, with --strict, one above --tol) before it is published.
         summary = run_summary(
             results.entries,
@@ -381,7 +410,12 @@ def refresh(
             top_k=top_k,
             targets_skipped_unseen=unseen,
             forgotten_rows_dropped=training.dropped,
-            training_start={"start": "given"} if model else m.info.get("warm") or {"start": m.info.get("start")},
+            changes=changes,
+            training_start=(
+                {"start": "given"}
+                if model
+                else m.info.get("warm") or {"start": m.info.get("start"), "sweeps": m.info.get("sweeps")}
+            ),
         )
         if summary.fidelity_warning is not None:
             get_run_logger().warning(summary.fidelity_warning)  # the CLI repeats it as one line on stderr

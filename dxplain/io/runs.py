@@ -187,6 +187,33 @@ def clear_stage(run: Location) -> None:
         fs.rm(path, recursive=True)
 
 
+# Beside a run's shards: its targets in original ids (what the next run and ``dxplain diff`` compare), and what
+# changed since the run before it.
+TARGETS = "targets.parquet"
+CHANGES = "changes.parquet"
+
+
+def write_meta_table(run: Location, name: str, table: pa.Table) -> None:
+    """``table`` as ``_meta/<name>`` of the run, atomically."""
+    with atomic_file(meta(run, name)) as fh:
+        pq.write_table(table, fh)
+
+
+def read_meta_table(run: Location, name: str) -> pa.Table | None:
+    """``_meta/<name>`` of the run, or None for a run written without it."""
+    loc = meta(run, name)
+    if not exists(loc):
+        return None
+    fs, path = filesystem(loc)
+    with fs.open(path, "rb") as fh:
+        return pq.read_table(fh)
+
+
+def latest_run(out: Location) -> Location | None:
+    """The run ``out``'s LATEST names, or None before the first publish."""
+    return join(out, "runs", read_text(join(out, LATEST)).strip()) if exists(join(out, LATEST)) else None
+
+
 def write_manifest(run: Location, manifest: dict) -> None:
     write_text_atomic(meta(run, "manifest.json"), json.dumps(manifest, indent=2, default=str))
 

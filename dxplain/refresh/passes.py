@@ -332,5 +332,29 @@ def run_passes(mapper: Mapper, job: RefreshJob, shards: list[np.ndarray], run_di
         [(s, shards[s], run_dir, items.get(s, [])) for s in pending],
         lambda r: f"shard {r['shard']}, {r['users']} users, {r['targets']} targets, {r['rows']} rows",
     )
+    write_run_targets(job, len(shards), run_dir)
     runs.clear_stage(run_dir)
     return PassResults(in_shard_order(done, written), census, user_side)
+
+
+def write_run_targets(job: RefreshJob, n_shards: int, run_dir: str) -> None:
+    """The run's targets in original ids (user, item, rec_rank; null ranks for supplied targets) as
+    ``_meta/targets.parquet``, one row each: what the next run compares itself with (``reporting.diff``). A run
+    resumed after every shard was written has no staged targets left: it writes none, and says so."""
+    if job.targets is not None:
+        user, item, rank = job.targets.user, job.targets.item, job.targets.rec_rank
+    else:
+        staged = [runs.read_stage(run_dir, f"targets/shard-{s:05d}") for s in range(n_shards)]
+        if any(t is None for t in staged):
+            log.info("%s: its targets were not staged any more (a resumed run); no targets file", run_dir)
+            return
+        t = pa.concat_tables(staged)
+        user, item, rank = (t[c].to_numpy() for c in ("user", "item", "rec_rank"))
+    table = pa.table(
+        {
+            "user": job.parts.user_ids.take(pa.array(user)),
+            "item": job.parts.item_ids.take(pa.array(item)),
+            "rec_rank": pa.array(rank, pa.int32()) if rank is not None else pa.nulls(len(user), pa.int32()),
+        }
+    )
+    runs.write_meta_table(run_dir, runs.TARGETS, table)

@@ -147,6 +147,7 @@ class RunSummary:
     fidelity_tol: float
     fidelity_ok: bool
     fidelity_warning: str | None = None  # only in the manifest when there is one
+    changes: dict | None = None  # since the run before: its id, users whose top-N changed, entered, left
 
     def as_dict(self) -> dict:
         """The manifest's ``summary``."""

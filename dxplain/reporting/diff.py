@@ -38,7 +38,9 @@ def targets(rows: pa.Table) -> pa.Table:
 
 def changes(before: pa.Table, after: pa.Table) -> pa.Table:
     """``CHANGE_COLUMNS``: the targets of ``after`` not in ``before`` (entered) and of ``before`` not in ``after``
-    (left), by user, entered first, each by rank. Both are ``targets`` tables (with the same id types)."""
+    (left), by user, entered first, each by rank. Both are ``targets`` tables (with the same id types), or a run's
+    targets file (no prediction: those columns are null)."""
+    before, after = (t if "prediction" in t.column_names else _null_prediction(t) for t in (before, after))
     a = before.append_column("in_from", pa.array(np.ones(before.num_rows, bool)))
     b = after.append_column("in_to", pa.array(np.ones(after.num_rows, bool)))
     j = a.join(b, keys=["user", "item"], join_type="full outer", left_suffix="_from", right_suffix="_to")
@@ -60,6 +62,17 @@ def changes(before: pa.Table, after: pa.Table) -> pa.Table:
     out = out.append_column("_order", order)
     out = out.sort_by([("user", "ascending"), ("change", "ascending"), ("_order", "ascending"), ("item", "ascending")])
     return out.drop_columns(["_order"])
+
+
+def _null_prediction(t: pa.Table) -> pa.Table:
+    return t.append_column("prediction", pa.nulls(t.num_rows, pa.float64()))
+
+
+def counts(changed: pa.Table) -> dict:
+    """Users whose top-N changed, and targets that entered and left, of a ``changes`` table."""
+    entered = int(pc.sum(pc.equal(changed["change"], "entered")).as_py() or 0)
+    users = len(pc.unique(changed["user"])) if changed.num_rows else 0
+    return {"users_changed": users, "entered": entered, "left": changed.num_rows - entered}
 
 
 def reasons(rows: pa.Table, entered: pa.Table, per_target: int) -> pa.Table:

@@ -206,7 +206,42 @@ def headline(summary: dict) -> str:
             + f", against --tol {summary.get('fidelity_tol')}",
         ),
     ]
+    changes = summary.get("changes")
+    if changes:
+        items.append(
+            (
+                "since the last run",
+                f"{changes['users_changed']} users' recommendations changed ({changes['entered']} entered, "
+                f"{changes['left']} left) since {changes['from']}; `dxplain diff` says why",
+            )
+        )
+    start = summary.get("training_start") or {}
+    if start.get("start") == "warm":
+        items.append(
+            (
+                "training",
+                f"warm from the last run's model: {start.get('rows_added')} rows added, {start.get('users_new')} "
+                f"new users, {start.get('items_new')} new items, {start.get('sweeps')} sweeps",
+            )
+        )
     return "<dl class=headline>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(str(v))}</dd>" for k, v in items) + "</dl>"
+
+
+CHANGES_SHOWN = 50
+
+
+def changes_section(changed: pa.Table | None) -> str:
+    """The first ``CHANGES_SHOWN`` rows of what changed since the run before (``_meta/changes.parquet``)."""
+    if changed is None or changed.num_rows == 0:
+        return ""
+    head = changed.slice(0, CHANGES_SHOWN).select(["user", "item", "change", "rank_from", "rank_to"])
+    return "\n".join(
+        [
+            "<h2>What changed since the last run</h2>",
+            f"<p class=note>first {head.num_rows} of {changed.num_rows} changes</p>",
+            grid(head.column_names, [list(r.values()) for r in head.to_pylist()]),
+        ]
+    )
 
 
 def run_page(
@@ -218,6 +253,7 @@ def run_page(
     users_total: int,
     labels: Labels,
     reasons: int,
+    changed: pa.Table | None = None,
 ) -> str:
     """A refresh run's page: what a reader needs first (the run's headline, then its users' explanations), the
     fidelity and attribution histograms, and the run's internals (every summary entry) collapsed at the end."""
@@ -225,6 +261,7 @@ def run_page(
         [
             f"<p class=note>Run folder <code>{esc(summary.get('run', name))}</code>.</p>",
             headline(summary),
+            changes_section(changed),
             users_section(recs, (len(recs), users_total), labels, summary.get("prediction", "prediction"), reasons),
             fidelity_section(shards, rows, summary.get("top_k"), summary.get("fidelity_tol")),
             attributions_section(rows),
