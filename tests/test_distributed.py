@@ -125,7 +125,11 @@ def test_cluster_output_equals_in_memory(client, tmp_path):
     written = sorted(p.name for p in (tmp_path / "dask").iterdir())
     assert written == sorted([e["file"] for e in dsk] + ["_meta"])
     assert sorted(p.name for p in (tmp_path / "dask" / "_meta").iterdir()) == sorted(
-        name for e in dsk for name in (e["file"].replace(".parquet", ".json"), e["file"].replace("part", "users"))
+        [
+            *(e["file"].replace(".parquet", ".json") for e in dsk),
+            *(e["file"].replace("part", "users") for e in dsk),
+            "targets.parquet",
+        ]
     )  # each shard's entry and its user index (``runs.write_user_index``)
 
 
@@ -204,7 +208,11 @@ def test_killed_worker_loses_nothing(tmp_path):
     assert real == sorted([e["file"] for e in mem] + ["_meta"])
     real = sorted(p.name for p in (tmp_path / "kill" / "_meta").iterdir() if not p.name.startswith("."))
     assert real == sorted(
-        name for e in mem for name in (e["file"].replace(".parquet", ".json"), e["file"].replace("part", "users"))
+        [
+            *(e["file"].replace(".parquet", ".json") for e in mem),
+            *(e["file"].replace("part", "users") for e in mem),
+            "targets.parquet",
+        ]
     )
 
 

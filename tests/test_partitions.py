@@ -58,7 +58,11 @@ def _run(job, shards, run_dir):
     # are written
     assert sorted(p.name for p in run_dir.iterdir()) == sorted([e["file"] for e in entries] + ["_meta"])
     assert sorted(p.name for p in (run_dir / "_meta").iterdir()) == sorted(
-        name for e in entries for name in (e["file"].replace(".parquet", ".json"), e["file"].replace("part", "users"))
+        [
+            *(e["file"].replace(".parquet", ".json") for e in entries),
+            *(e["file"].replace("part", "users") for e in entries),
+            "targets.parquet",
+        ]
     )
     return entries, results
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import pyarrow.compute as pc
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
@@ -20,6 +21,7 @@ from ..config import Settings
 from ..errors import InputError
 from ..explain.representer import PREDICTION, check_explainable
 from ..io import runs
+from ..io.forgotten import read_forgotten
 from ..io.lock import out_lock
 from ..io.targets import read_targets
 from ..kernels.ials import CONVENTIONS
@@ -116,10 +118,11 @@ def explain_all(job: RefreshJob, data, n_shards: int, run_dir: str, mapper) -> P
 
 
 @task(cache_policy=NO_CACHE)
-def compare_with_previous(out: str, run_dir: str) -> dict | None:
+def compare_with_previous(out: str, run_dir: str, ids: tuple) -> dict | None:
     """What changed since the run LATEST names (the one this run will replace): ``_meta/changes.parquet`` beside
     this run (``reporting.diff.changes``, from both runs' targets files) and its counts for the summary; None
-    for the first run, or when the previous run has no targets file (written before they were)."""
+    for the first run, or when the previous run has no targets file (written before they were). ``ids``: this
+    run's (user ids, item ids)."""
     previous = runs.latest_run(out)
     before = None if previous is None else runs.read_meta_table(previous, runs.TARGETS)
     after = runs.read_meta_table(run_dir, runs.TARGETS)
@@ -128,6 +131,14 @@ def compare_with_previous(out: str, run_dir: str) -> dict | None:
     if before.schema.field("user").type != after.schema.field("user").type:
         get_run_logger().info("changes: the previous run's ids are of another type; not compared")
         return None
+    if read_forgotten(out):
+        # The previous run's targets of ids forgotten since, or of ids forgetting left without rows (an item only a
+        # forgotten user rated), leave no trace in this run: only ids this run's data still has are compared.
+        known = pc.and_(
+            pc.is_in(before["user"], value_set=ids[0].cast(before["user"].type)),
+            pc.is_in(before["item"], value_set=ids[1].cast(before["item"].type)),
+        )
+        before = before.filter(known)
     changed = diff.changes(before, after)
     runs.write_meta_table(run_dir, runs.CHANGES, changed)
     found = {"from": str(previous).rstrip("/").rsplit("/", 1)[-1], **diff.counts(changed)}
@@ -382,7 +393,7 @@ def refresh(
             with stage(seconds, "recommend_explain_write", peaks, at_end):  # targets, attributions, shard files
                 results = explain_all(job, data, n_shards, str(run_dir), mapper)
             memory = mapper.peak_rss_mib()
-        changes = compare_with_previous(settings.out, str(run_dir))
+        changes = compare_with_previous(settings.out, str(run_dir), (data.user_ids, data.item_ids))
         # Refuses a run that explained nothing (or, with --strict, one above --tol) before it is published.
         summary = run_summary(
             results.entries,

@@ -73,7 +73,11 @@ def read_parquet_folder(path: Location, columns: dict[str, str] | None = None) -
     (user, item) pairs (after the ``columns`` renaming), a pair that an earlier row already holds is named by the
     file that repeats it, so an appended day that re-sends old pairs is refused before anything is read from it."""
     fs, p = filesystem(path)
-    files = sorted(f for f in fs.ls(p, detail=False) if PurePosixPath(f).suffix in PARQUET_SUFFIXES)
+    files = sorted(
+        f
+        for f in fs.ls(p, detail=False)
+        if PurePosixPath(f).suffix in PARQUET_SUFFIXES and not PurePosixPath(f).name.startswith(("_", "."))
+    )  # "_…" and ".…" names are not data, as for pyarrow's own reader (temporary and marker files)
     arrow_fs = None if is_local(path) else PyFileSystem(FSSpecHandler(fs))
     if not files:  # a partitioned dataset (key=value sub-folders), or nothing: pyarrow's reader says which
         return pq.read_table(p, filesystem=arrow_fs)
