@@ -82,7 +82,8 @@ def compute(out: str, from_id: str, to_id: str, user: str | None, per_target: in
     new = None
     if store is not None and top.num_rows:
         new = ~holds_pairs(store, top["train_user"].combine_chunks(), top["train_item"].combine_chunks())
-    compared = len(set(before["user"].to_pylist()) | set(after["user"].to_pylist()))
+    users_both = pa.chunked_array([*before["user"].chunks, *after["user"].cast(before["user"].type).chunks])
+    compared = pc.count_distinct(users_both).as_py()  # in Arrow: a 50M run has 500k users
     return diff.with_reasons(changed, top, new), compared, store is not None
 
 
