@@ -2,6 +2,7 @@
 requests never leave the out folder, a token is enforced, a non-loopback bind is warned about."""
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from conftest import interactions_table, random_interactions
@@ -20,9 +21,14 @@ def out(tmp_path_factory):
     from dxplain.flows.refresh import refresh
 
     folder = tmp_path_factory.mktemp("data") / "small"
-    write_dataset(folder, interactions_table(random_interactions(40, 30, 0.3, seed=4)))
     out = tmp_path_factory.mktemp("out")
-    for top_k in (2, 0):  # two runs: the older explains less
+    # two runs: the older explains less; the newer one's data (rewritten in place, as a nightly export would) has
+    # other ratings, so some users' recommendations change
+    for top_k, seed in ((2, 4), (0, 5)):
+        data = random_interactions(40, 30, 0.3, seed=seed)
+        users = pa.table({"id": data.user_ids, "name": [f"Person {i:02d}" for i in range(data.n_users)]})
+        items = pa.table({"id": data.item_ids, "title": [f"Film number {i:02d}" for i in range(data.n_items)]})
+        write_dataset(folder, interactions_table(data), user_features=users, item_features=items)
         refresh(dataset=str(folder), out=str(out), k=3, top_n=3, top_k=top_k, shards=3, in_memory=True)
     return out
 
@@ -59,6 +65,76 @@ def test_a_users_targets_and_reasons_are_every_row_the_run_kept(client, out):
     older = client.get("/api/runs").json()[1]["id"]
     assert client.get(f"/api/runs/{older}/users/{user}").status_code == 200
     assert user in client.get(f"/api/runs/latest/users?q={user[:2]}").json()
+
+
+def catalogue_of(out) -> tuple[dict, dict]:
+    """The fixture dataset's user names and item titles by id."""
+    from dxplain.datasets.registry import resolve_catalogue
+
+    users, items = resolve_catalogue(runs.read_manifest(runs.resolve_run(out))["summary"]["dataset"])
+    return dict(zip(users["id"].to_pylist(), users["name"].to_pylist())), dict(
+        zip(items["id"].to_pylist(), items["title"].to_pylist())
+    )
+
+
+def test_targets_and_reasons_carry_the_datasets_titles_and_names(client, out):
+    names, titles = catalogue_of(out)
+    rows = runs.open_run(runs.resolve_run(out)).to_table()
+    user = rows.column("user")[0].as_py()
+    got = client.get(f"/api/runs/latest/users/{user}").json()
+    assert got["info"] == {"name": names[user]}
+    seen = 0
+    for t in got["targets"]:
+        assert t["info"] == {"title": titles[t["item"]]}
+        for r in t["reasons"]:
+            if r["kind"] == "interaction":
+                side = r["side"]
+                want = {"title": titles[r["train_item"]]} if side == "item" else {"name": names[r["train_user"]]}
+                assert r[f"train_{side}_info"] == want
+                seen += 1
+            else:  # a bias row stands for no one training row
+                assert "train_item_info" not in r and "train_user_info" not in r
+    assert seen > 0
+
+
+def test_a_search_finds_items_by_title_and_users_by_name(client, out):
+    names, titles = catalogue_of(out)
+    assert len(client.get("/api/runs/latest/items?q=film").json()) == 20  # every title, any case; the limit
+    found = client.get("/api/runs/latest/items?q=NUMBER 07").json()
+    assert [(f["id"], f["title"]) for f in found] == [(i, t) for i, t in titles.items() if t == "Film number 07"]
+    users = client.get("/api/runs/latest/users?q=person 1").json()
+    assert users and all(names[u].startswith("Person 1") for u in users)
+    assert client.get("/api/runs/latest/items?q=no such film").json() == []
+
+
+def test_the_users_an_item_is_explained_for_are_the_runs_targets_of_it(client, out):
+    rows = runs.open_run(runs.resolve_run(out)).to_table(columns=["user", "item", "rec_rank"])
+    item = max(pc.value_counts(rows["item"]).to_pylist(), key=lambda c: c["counts"])["values"]
+    got = client.get(f"/api/runs/latest/items/{item}/users").json()
+    want = set(rows.filter(pc.equal(rows["item"], item))["user"].to_pylist())
+    assert got["item"] == item and got["total"] == len(want) == len(got["users"])
+    assert {u["user"] for u in got["users"]} == want
+    ranks = [u["rec_rank"] for u in got["users"]]
+    assert ranks == sorted(ranks)
+    assert client.get("/api/runs/latest/items/no-such-item/users").status_code == 404
+
+
+def test_a_users_changes_are_the_difference_of_the_two_runs_targets(client, out):
+    newer, older = (r["id"] for r in client.get("/api/runs").json())
+    before, after = (runs.read_meta_table(out / "runs" / r, runs.TARGETS) for r in (older, newer))
+    changed = 0
+    for user in sorted(set(after["user"].to_pylist())):
+        got = client.get(f"/api/runs/latest/users/{user}/changes").json()
+        assert got["from"] == older and got["run"] == newer
+        a = set(after.filter(pc.equal(after["user"], user))["item"].to_pylist())
+        b = set(before.filter(pc.equal(before["user"], user))["item"].to_pylist())
+        assert {x["item"] for x in got["entered"]} == a - b
+        assert {x["item"] for x in got["left"]} == b - a
+        assert all(x["info"]["title"].startswith("Film") for x in got["entered"] + got["left"])
+        changed += bool(a != b)
+    assert changed > 0  # the two models differ: the comparison is not vacuous
+    first = client.get(f"/api/runs/{older}/users/{user}/changes").json()
+    assert first["from"] is None and first["entered"] is None  # the first run has nothing to compare with
 
 
 def test_a_lookup_reads_the_shards_index_and_an_unindexed_run_is_scanned(out):

@@ -1,23 +1,27 @@
 """``dxplain serve``'s user lookup against a big run: latency percentiles and the server's memory.
 
-    python -m benchmarks.serve.lookup --out OUT          # OUT: the --out folder of a refresh (its LATEST run)
+    python -m benchmarks.serve.lookup --out OUT [--cold]   # OUT: the --out folder of a refresh (its LATEST run)
 
 Starts ``dxplain serve OUT`` as a subprocess (as a user would), then asks ``GET /api/runs/latest/users/{user}`` for
 ``--lookups`` users drawn at random (seeded) from the run's user index, one after another over one HTTP
-connection. The first request also reads the run's index (reported apart); the percentiles are over the rest. The
-server's peak RSS (VmHWM) is read from /proc after the last request. Results in
-``benchmarks/results/serve/lookup.json``.
+connection. The first request also reads the run's index and the dataset's catalogue (reported apart); the
+percentiles are over the rest. ``--cold`` drops the page cache first (root), so every row group comes from disk.
+The server's peak RSS (VmHWM) is read from /proc after the last request. Each run's record replaces the earlier
+one of the same dataset in ``benchmarks/results/serve/lookup.json``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from benchmarks.common import RESULTS, ROOT, parser
 from dxplain.io import run_lookup, runs
@@ -43,11 +47,17 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--lookups", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cold", action="store_true", help="drop the page cache first (needs root)")
     a = ap.parse_args()
+    if a.cold and os.geteuid() != 0:
+        ap.error("--cold drops the page cache: run as root, or leave it out")
     run = runs.resolve_run(a.out)
     summary = runs.read_manifest(run)["summary"]
     users = run_lookup.UserIndex(run).table.column("user").unique().to_pylist()
     picks = np.random.default_rng(a.seed).choice(len(users), a.lookups + 1, replace=False)
+    if a.cold:
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "dxplain.cli", "serve", a.out, "--port", str(port)], cwd=ROOT, stderr=subprocess.PIPE
@@ -76,9 +86,12 @@ def main():
         server.terminate()
         server.wait(30)
     ms = np.array(seconds[1:]) * 1e3
+    data = Path(str(summary.get("dataset"))) / "interactions.parquet"
     out = {
         "run": run.name if hasattr(run, "name") else str(run),
         "dataset": summary.get("dataset"),
+        "interactions": pq.read_metadata(data).num_rows if data.exists() else None,
+        "page_cache": "dropped" if a.cold else "as found",
         "users": len(users),
         "targets": summary.get("targets"),
         "attributions": summary.get("attributions"),
@@ -93,8 +106,12 @@ def main():
         "targets_rss_mib": 500,
     }
     print(json.dumps(out))
-    (RESULTS / "serve").mkdir(parents=True, exist_ok=True)
-    (RESULTS / "serve" / "lookup.json").write_text(json.dumps(out, indent=2) + "\n")
+    store = RESULTS / "serve" / "lookup.json"
+    store.parent.mkdir(parents=True, exist_ok=True)
+    kept = json.loads(store.read_text()) if store.exists() else []
+    kept = [r for r in (kept if isinstance(kept, list) else [kept]) if r.get("dataset") != out["dataset"]]
+    kept = sorted([*kept, out], key=lambda r: r["attributions"])
+    store.write_text(json.dumps(kept, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from ..errors import InputError
 from .atomic import Location, exists, filesystem, join, read_text
 from .partitions import Partitions, open_store
-from .runs import LATEST, index_name, manifest_path, meta, open_run, read_manifest
+from .runs import LATEST, TARGETS, index_name, manifest_path, meta, open_run, read_manifest
 
 
 def published_runs(out: Location) -> list[dict]:
@@ -142,6 +142,90 @@ class UserIndex:
                 t = pq.ParquetFile(fh).read_row_groups([int(g) for g in groups])
             tables.append(t.filter(pc.equal(t.column("user"), key)))
         return pa.concat_tables(tables)
+
+
+def previous_run(out: Location, run_id: str) -> str | None:
+    """The published run that ``run_id`` (a published run's id) is compared with: the one its summary's ``changes``
+    names when that run is still published, else the newest published run older than it; None for the first."""
+    listed = [r["id"] for r in published_runs(out)]
+    recorded = (summary_of(join(out, "runs", run_id)).get("changes") or {}).get("from")
+    if recorded in listed:
+        return recorded
+    older = [r for r in listed if r < run_id]
+    return older[0] if older else None
+
+
+def targets_where(run: Location, column: str, key: pa.Scalar) -> pa.Table | None:
+    """The run's targets (user, item, rec_rank) whose ``column`` ("user" or "item") equals ``key``: from its targets
+    file, or, for a run written before targets files, from its rows (a scan of that column). None when the key's type
+    cannot be the run's."""
+    loc = meta(run, TARGETS)
+    if exists(loc):
+        fs, path = filesystem(loc)
+        with fs.open(path, "rb") as fh:
+            f = pq.ParquetFile(fh)
+            try:
+                key = key.cast(f.schema_arrow.field(column).type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+            return pq.read_table(fh, filters=[(column, "=", key.as_py())])
+    dset = open_run(run)
+    try:
+        key = key.cast(dset.schema.field(column).type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    import pyarrow.dataset as pads
+
+    rows = dset.to_table(columns=["user", "item", "rec_rank"], filter=pads.field(column) == key.as_py())
+    return rows.group_by(["user", "item"]).aggregate([("rec_rank", "min")]).rename_columns(["user", "item", "rec_rank"])
+
+
+class Catalogue:
+    """A dataset's user and item tables (``read_catalogue``: titles, features) for looking ids up by id or by text.
+
+    Ids are found by binary search over a sorted copy (a lookup names a few hundred ids among millions)."""
+
+    def __init__(self, users: pa.Table | None, items: pa.Table | None):
+        self.tables = {"user": users, "item": items}
+        self.sorted = {}
+        for side, table in self.tables.items():
+            if table is not None:
+                ids = table.column("id").combine_chunks().to_numpy(zero_copy_only=False)
+                order = np.argsort(ids, kind="stable")
+                self.sorted[side] = (ids[order], order)
+
+    def info(self, side: str, ids: list) -> list[dict | None]:
+        """Each id's row of the side's table without its id (JSON-safe), or None for an id the table lacks."""
+        table = self.tables.get(side)
+        if table is None or not ids:
+            return [None] * len(ids)
+        keys, order = self.sorted[side]
+        try:
+            want = np.asarray(ids, dtype=keys.dtype)
+        except (TypeError, ValueError):
+            return [None] * len(ids)
+        pos = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+        hit = keys[pos] == want
+        rows = table.drop_columns(["id"]).take(pa.array(order[pos])).to_pylist()
+        return [r if h else None for r, h in zip(rows, hit)]
+
+    def search(self, side: str, text: str, limit: int = 20) -> list[dict]:
+        """Up to ``limit`` rows of the side's table whose id starts with ``text`` or whose title or name contains it
+        (case-insensitive), ids first; each {"id", **its columns}."""
+        table = self.tables.get(side)
+        if table is None or not text:
+            return []
+        found = pc.starts_with(table.column("id").cast(pa.string()), text)
+        for column in NAME_COLUMNS:
+            if column in table.column_names and pa.types.is_string(table.schema.field(column).type):
+                found = pc.or_(
+                    found, pc.fill_null(pc.match_substring(table.column(column), text, ignore_case=True), False)
+                )
+        hits = table.filter(found)
+        return hits.slice(0, limit).to_pylist()
+
+
+NAME_COLUMNS = ("title", "name")  # the text columns a search looks into
 
 
 def summary_of(run: Location) -> dict:

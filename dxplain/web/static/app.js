@@ -24,6 +24,17 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+function itemName(id, info) {
+  if (!info || !info.title) return `item ${id}`;
+  return info.year ? `${info.title} (${info.year})` : info.title;
+}
+
+function userName(id, info) {
+  if (!info) return `user ${id}`;
+  const about = Object.entries(info).filter(([k, v]) => v !== null && typeof v !== "object" && k !== "zip").map(([, v]) => v);
+  return about.length ? `user ${id} (${about.join(" · ")})` : `user ${id}`;
+}
+
 function reasonsTable(reasons, side) {
   const rows = reasons.filter((r) => r.side === side);
   const scale = Math.max(1e-300, ...rows.map((r) => Math.abs(r.importance || 0)));
@@ -32,9 +43,9 @@ function reasonsTable(reasons, side) {
     el("tr", {}, el("th", {}, head), el("th", {}, "rating"), el("th", {}, "α"), el("th", {}, "similarity"),
       el("th", {}, "importance"), el("th", {}, "")));
   for (const r of rows) {
-    const who = r.kind && r.kind !== "interaction"
+    const who = r.kind && r.kind !== "interaction" && r.kind !== "unobserved_term"
       ? `(${r.kind}${r.kind === "bias" ? "" : " entries"})`
-      : String(side === "item" ? r.train_item : r.train_user);
+      : side === "item" ? itemName(r.train_item, r.train_item_info) : userName(r.train_user, r.train_user_info);
     const width = Math.round(120 * Math.abs(r.importance || 0) / scale);
     const bar = el("span", { class: "bar " + ((r.importance || 0) >= 0 ? "pos" : "neg"), style: `width:${width}px` });
     t.append(el("tr", { class: r.kind && r.kind !== "interaction" ? "extra" : "reason", "data-train-user": String(r.train_user),
@@ -63,20 +74,75 @@ async function showHealth(run) {
 async function showUser(run, user, openItem) {
   $("message").textContent = "";
   $("targets").replaceChildren();
+  $("changes").replaceChildren();
   if (!user) return;
   try {
     const u = await api(`/api/runs/${encodeURIComponent(run)}/users/${encodeURIComponent(user)}`);
-    const list = [el("h2", {}, `Why user ${u.user} gets these items`)];
+    const list = [el("h2", {}, `Why ${userName(u.user, u.info)} gets these items`)];
     for (const t of u.targets) {
       const d = el("details", { class: "target", "data-item": String(t.item) },
-        el("summary", {}, `#${t.rec_rank} item ${t.item}: prediction ${fmt(t.prediction)}, score ${fmt(t.score)}`),
+        el("summary", {}, `#${t.rec_rank ?? "–"} ${itemName(t.item, t.info)}: prediction ${fmt(t.prediction)}, score ${fmt(t.score)}`),
         reasonsTable(t.reasons, "item"), reasonsTable(t.reasons, "user"));
       if (openItem !== null && String(t.item) === openItem) d.open = true;
       list.push(d);
     }
     $("targets").replaceChildren(...list);
+    document.body.dataset.user = String(u.user);
+    showChanges(run, user);
   } catch (e) {
     $("message").textContent = e.message;
+  }
+}
+
+async function showChanges(run, user) {
+  try {
+    const c = await api(`/api/runs/${encodeURIComponent(run)}/users/${encodeURIComponent(user)}/changes`);
+    if (c.from === null || c.entered === null) {
+      $("changes").replaceChildren(el("p", { class: "note" }, "No earlier run with targets to compare with."));
+      return;
+    }
+    const line = (what, xs) => el("li", { "data-change": what }, `${what}: `,
+      xs.length ? xs.map((x) => itemName(x.item, x.info) + (x.rec_rank ? ` (#${x.rec_rank})` : "")).join(", ") : "none");
+    $("changes").replaceChildren(el("h3", {}, `Since run ${c.from}`), el("ul", {}, line("entered", c.entered), line("left", c.left)));
+  } catch (e) {
+    $("changes").replaceChildren(el("p", { class: "note" }, e.message));
+  }
+}
+
+async function findItems(run, q) {
+  $("message").textContent = "";
+  const found = $("found");
+  found.replaceChildren();
+  if (!q) return;
+  try {
+    const items = await api(`/api/runs/${encodeURIComponent(run)}/items?q=${encodeURIComponent(q)}`);
+    if (!items.length) { found.append(el("p", { class: "note" }, `no item's id or title matches "${q}"`)); return; }
+    const ul = el("ul", { class: "items" });
+    for (const it of items) {
+      const b = el("button", { type: "button", class: "item", "data-item": String(it.id) }, itemName(it.id, it));
+      b.addEventListener("click", () => usersOf(run, it));
+      ul.append(el("li", {}, b));
+    }
+    found.append(el("h3", {}, "Items"), ul);
+  } catch (e) {
+    $("message").textContent = e.message;
+  }
+}
+
+async function usersOf(run, it) {
+  const found = $("found");
+  try {
+    const r = await api(`/api/runs/${encodeURIComponent(run)}/items/${encodeURIComponent(it.id)}/users`);
+    const ul = el("ul", { class: "users" });
+    for (const u of r.users) {
+      const b = el("button", { type: "button", class: "user", "data-user": String(u.user) }, `user ${u.user}` + (u.rec_rank ? ` (#${u.rec_rank})` : ""));
+      b.addEventListener("click", () => { $("user").value = String(u.user); showUser(run, String(u.user), String(it.id)); });
+      ul.append(el("li", {}, b));
+    }
+    const shown = r.users.length < r.total ? `${r.users.length} of ${r.total}` : `${r.total}`;
+    found.replaceChildren(el("h3", {}, `${itemName(it.id, it)}: explained for ${shown} users`), ul);
+  } catch (e) {
+    found.replaceChildren(el("p", { class: "note" }, e.message));
   }
 }
 
@@ -96,6 +162,7 @@ async function main() {
   $("run").addEventListener("change", () => { showHealth(current()); showUser(current(), $("user").value, null); });
   $("user").addEventListener("input", () => suggest(current(), $("user").value));
   $("search").addEventListener("submit", (ev) => { ev.preventDefault(); showUser(current(), $("user").value.trim(), null); });
+  $("item-search").addEventListener("submit", (ev) => { ev.preventDefault(); findItems(current(), $("item").value.trim()); });
   await showHealth(current());
   if (params.get("user")) {
     $("user").value = params.get("user");
