@@ -107,6 +107,15 @@ def test_a_search_finds_items_by_title_and_users_by_name(client, out):
     assert client.get("/api/runs/latest/items?q=no such film").json() == []
 
 
+def test_a_catalogue_finds_ids_of_any_order_and_tells_nothing_without_columns():
+    items = pa.table({"id": [30, 10, 20], "title": ["c", "a", "b"]})
+    cat = run_lookup.Catalogue(pa.table({"id": ["u2", "u1"]}), items)
+    assert cat.info("item", [20, 99, 30, 10]) == [{"title": "b"}, None, {"title": "c"}, {"title": "a"}]
+    assert cat.info("user", ["u1", "u9"]) == [None, None]  # a users table of ids only
+    assert cat.info("item", ["not a number"]) == [None]
+    assert [r["id"] for r in cat.search("item", "B")] == [20] and cat.search("user", "u1") == [{"id": "u1"}]
+
+
 def test_the_users_an_item_is_explained_for_are_the_runs_targets_of_it(client, out):
     rows = runs.open_run(runs.resolve_run(out)).to_table(columns=["user", "item", "rec_rank"])
     item = max(pc.value_counts(rows["item"]).to_pylist(), key=lambda c: c["counts"])["values"]

@@ -197,7 +197,7 @@ class Catalogue:
     def info(self, side: str, ids: list) -> list[dict | None]:
         """Each id's row of the side's table without its id (JSON-safe), or None for an id the table lacks."""
         table = self.tables.get(side)
-        if table is None or not ids:
+        if table is None or table.num_columns < 2 or not ids:  # no table, or ids only: nothing to tell
             return [None] * len(ids)
         keys, order = self.sorted[side]
         try:
