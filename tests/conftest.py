@@ -91,3 +91,14 @@ def prefect_server():
         # is closed for every later test (their flows then fail writing a log line).
         setup_logging()
         yield
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """An S3 API (moto's server) on loopback, bucket ``dxplain``; s3fs talks HTTP to it (``remote.s3_endpoint``)."""
+    pytest.importorskip("s3fs", reason="s3fs is in the test extra: pip install -e '.[test]'")
+    pytest.importorskip("moto.server", reason="moto[server] is in the test extra: pip install -e '.[test]'")
+    from remote import s3_endpoint
+
+    with s3_endpoint() as fs:
+        yield fs

@@ -211,11 +211,21 @@ def test_a_reference_sample_is_recorded_and_raipair_still_adds_up(data, tmp_path
     np.testing.assert_allclose(sums.phi, sums.zeta - sums.base, rtol=1e-9, atol=1e-12)
 
 
-def test_a_url_out_is_refused_before_any_work(data, capsys):
+def test_a_url_out_gets_the_folder_a_local_out_gets(data, tmp_path):
+    import fsspec
+
     argv = ["pairwise", "explain", "--data", str(data), "--label", "y", "--pairs", "2", "--in-memory"]
-    assert main([*argv, "--out", "memory://pw/out"]) == 2
-    err = capsys.readouterr().err
-    assert "--out memory://pw/out: this command writes its results to a local folder" in err
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 0
+    assert main([*argv, "--out", "memory://pw/out"]) == 0
+    fs = fsspec.filesystem("memory")
+    local = pq.read_table(tmp_path / "o" / "attributions.parquet")
+    with fs.open("/pw/out/attributions.parquet", "rb") as fh:
+        assert pq.read_table(fh).equals(local)
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.find("/pw/out")) == sorted(
+        p.name for p in (tmp_path / "o").iterdir()
+    )
+    assert not [p for p in fs.find("/pw") if ".tmp-" in p]  # the staged prefix is gone
+    assert main([*argv, "--out", "memory://pw/out"]) == 2  # not empty: refused as a local folder is
 
 
 def chance_table(n=100, D=5, seed=3):

@@ -2,62 +2,13 @@
 (no mock of dxplain's code). A refresh whose dataset, model store and runs live on S3 publishes the same
 bytes as the same refresh on local paths; publishing a folder replaces the old one's objects."""
 
-import os
-import socket
-
 import pyarrow.parquet as pq
 import pytest
 from conftest import interactions_table, random_interactions
 
 from dxplain.cli import main
 
-pytest.importorskip("s3fs", reason="s3fs is in the test extra: pip install -e '.[test]'")
-moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the test extra: pip install -e '.[test]'")
-
-pytestmark = pytest.mark.usefixtures("prefect_server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3():
-    """An S3 endpoint on 127.0.0.1 with a bucket ``dxplain``; the environment points boto and fsspec at it (the
-    LocalCluster's workers inherit it)."""
-    port = free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    url = f"http://127.0.0.1:{port}"
-    env = {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": url,
-        "FSSPEC_S3_ENDPOINT_URL": url,
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import fsspec.config
-    import s3fs
-
-    fsspec.config.set_conf_env(fsspec.config.conf)
-    s3fs.S3FileSystem.clear_instance_cache()
-    fs = s3fs.S3FileSystem(endpoint_url=url)
-    fs.mkdir("dxplain")
-    try:
-        yield fs
-    finally:
-        server.stop()
-        fsspec.config.conf.pop("s3", None)
-        s3fs.S3FileSystem.clear_instance_cache()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+pytestmark = pytest.mark.usefixtures("prefect_server")  # the s3 fixture (conftest.py) skips without the test extra
 
 
 def test_publishing_a_folder_on_s3_replaces_the_old_objects(s3):

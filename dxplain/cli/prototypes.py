@@ -15,23 +15,19 @@ def cmd_prototypes(a) -> int:
 
 
 def print_prototypes(folder: str, dataset: str, limit: int) -> None:
-    import pyarrow.parquet as pq
-
     from ..datasets import resolve_dataset
     from ..datasets.registry import resolve_prepared
     from ..explain.report import format_prototypes
+    from ..io.atomic import join
     from ..io.tables import read_table
 
     # The item catalogue only: a prepared folder's items.parquet, not its interactions.
     prepared = resolve_prepared(dataset)
-    items = read_table(str(prepared / "items.parquet")) if prepared else resolve_dataset(dataset, fetch=False).items
+    items = read_table(join(prepared, "items.parquet")) if prepared else resolve_dataset(dataset, fetch=False).items
     print()
     print(
         format_prototypes(
-            pq.read_table(f"{folder}/prototypes.parquet"),
-            pq.read_table(f"{folder}/targets.parquet"),
-            items,
-            limit=limit,
+            read_table(join(folder, "prototypes.parquet")), read_table(join(folder, "targets.parquet")), items, limit
         )
     )
 

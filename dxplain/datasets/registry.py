@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..config import Settings
 from ..errors import InputError
-from ..io.atomic import is_local
+from ..io.atomic import Location, filesystem, is_local
 from ..io.dataset_folders import PREPARED_FILES, Dataset, read_catalogue, read_dataset
 from . import movielens
 
@@ -81,14 +81,16 @@ def resolve_dataset(name_or_path: str, settings: Settings | None = None, fetch: 
     return movielens.prepare(raw_folder, prepared)
 
 
-def resolve_prepared(name_or_path: str, settings: Settings | None = None) -> Path | None:
-    """The local prepared folder (interactions.parquet, users.parquet, items.parquet) behind a dataset name
-    or path, a named one prepared first; None for a bare file or a URL, which are loaded whole."""
+def resolve_prepared(name_or_path: str, settings: Settings | None = None) -> Location | None:
+    """The prepared folder (interactions.parquet, users.parquet, items.parquet) behind a dataset name, path or URL
+    (``s3://…``: tasks read it where they run), a named one prepared first; None for a bare file or a folder of
+    other files, which are loaded whole."""
     settings = settings or Settings.from_env()
     name = ALIASES.get(name_or_path.lower())
     if name is None:
         if not is_local(name_or_path):
-            return None
+            fs, path = filesystem(name_or_path)
+            return name_or_path.rstrip("/") if all(fs.isfile(f"{path}/{f}") for f in PREPARED_FILES) else None
         check_dataset(name_or_path)
         folder = Path(name_or_path)
         return folder if all((folder / f).exists() for f in PREPARED_FILES) else None

@@ -123,6 +123,11 @@ def in_process(spec, kind: str) -> bool:
 
 
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=transient, cache_policy=NO_CACHE)
+def folder_name(folder) -> str:
+    """A dataset folder's own name (its last path part), for a local folder and a URL alike."""
+    return str(folder).rstrip("/").rsplit("/", 1)[-1]
+
+
 def load_training(
     dataset: str, settings: Settings, mapper: Mapper, implicit: bool, neg_samples: int, seed: int, spec=None
 ) -> Training:
@@ -138,11 +143,11 @@ def load_training(
     folder = resolve_prepared(dataset, settings)
     if folder is not None:
         t = time.perf_counter()
-        file = folder / "interactions.parquet"
+        file = join(folder, "interactions.parquet")
         summary = ingest.scan_source(mapper, file, *read_catalogue_ids(folder), forgotten=forgotten)
         get_run_logger().info(
             "dataset %s: %d interactions, %d users, %d items (scanned by tasks in %.1fs)",
-            folder.name,
+            folder_name(folder),
             len(summary),
             summary.n_users,
             summary.n_items,
@@ -155,7 +160,7 @@ def load_training(
             get_run_logger().info("%s trains in this process: the table is loaded whole", kind)
             ds = without_forgotten(load_data.fn(dataset, settings), forgotten)
             return Training(ds.name, ds.interactions, False, None, kind, dropped=dropped)
-        positives = Training(folder.name, summary, False, folder, kind, forgotten, dropped)
+        positives = Training(folder_name(folder), summary, False, folder, kind, forgotten, dropped)
         if (kind != "bce") if kind is not None else not (implicit or detected):
             return positives
         get_run_logger().info(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 from prefect import flow, get_run_logger, task
@@ -24,6 +23,7 @@ from ..gammli.latent import write_training_residuals
 from ..gammli.metrics import evaluate_pairs
 from ..gammli.model import GAMMLIModel, index_pairs
 from ..gammli.plots import effect_tables, plot_pngs
+from ..io.atomic import join
 from ..io.checkpoints import Checkpoints, files_signature
 from ..io.features import read_features
 from ..io.gammli_model import load_model, read_training_rows, save_model
@@ -173,7 +173,9 @@ def gammli_fit(
         files["plots/ir.json"] = json.dumps(model.info["ir"], indent=1)
         # The workers write the training residuals into the staged folder; the rest is written from here.
         with staged_folder(out, force) as staged:
-            n_parts = write_training_residuals(mapper, model.train_parts, model.U, model.V, model.lam, staged / "model")
+            n_parts = write_training_residuals(
+                mapper, model.train_parts, model.U, model.V, model.lam, join(staged, "model")
+            )
             metrics["peak_rss_mib"] = model.info["peak_rss_mib"] = mapper.peak_rss_mib()
             arrays, meta = model.to_arrays()
             meta["train_parts"] = n_parts
@@ -183,7 +185,7 @@ def gammli_fit(
             write_into(staged, tables, files)
     checkpoints.clear()
     logger.info("gammli fit → %s: %s", out, {k: metrics.get(k) for k in ("rmse", "auc", "n_test", "n_cold")})
-    return {"out": str(Path(out)), **{k: v for k, v in metrics.items() if k != "ir"}}
+    return {"out": str(out), **{k: v for k, v in metrics.items() if k != "ir"}}
 
 
 @flow(name="dxplain-gammli-explain", log_prints=True)
@@ -202,4 +204,4 @@ def gammli_explain(
     m.train = read_training_rows(model, arrays, np.unique(u[u < len(users)]), np.unique(i[i < len(items)]))
     tables = {"local": m.local_table(uid, iid, u, i), **m.attribution_tables(uid, iid, u, i, top_k)}
     write_folder(out, tables, {}, force)
-    return {"out": str(Path(out)), "pairs": len(u), "cold": int(m.cold(u, i).sum())}
+    return {"out": str(out), "pairs": len(u), "cold": int(m.cold(u, i).sum())}

@@ -22,6 +22,7 @@ from ..errors import InputError
 from ..explain import negatives as N
 from ..explain import negatives_parts as NP
 from ..io import model_store
+from ..io.atomic import join
 from ..io.results import finish_results, staged_results
 from ..io.targets import pairs_table, read_negatives
 from ..kernels.bce import DenseTerms, SparseTerms
@@ -180,7 +181,7 @@ def flag_sampled_in_parts(
     with stage(seconds, "flag", peaks):
         scores = NP.part_scores(method, m, parts, trainer.seed)
         values, users, items = NP.select_lowest_parts(
-            scores, parts, len(D) - n_pos, percent, mapper, tmp / "cleaned-negatives.parquet"
+            scores, parts, len(D) - n_pos, percent, mapper, join(tmp, "cleaned-negatives.parquet")
         )
     summary = fit_summary(method, percent, str(per_positive), trainer, n_pos, len(D) - n_pos, len(values), m, path)
     summary |= {"users": D.n_users, "items": D.n_items, "sampled_by": "tasks"}
@@ -246,7 +247,7 @@ def flag_whole(
     with stage(seconds, "flag", peaks):
         if sampled:
             values, users, items = flag_in_parts(
-                method, m, terms, P, percent, seed, parted[1], mapper, tmp / "cleaned-negatives.parquet"
+                method, m, terms, P, percent, seed, parted[1], mapper, join(tmp, "cleaned-negatives.parquet")
             )
         else:
             values, users, items = flag_negatives(

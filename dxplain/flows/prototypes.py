@@ -23,7 +23,6 @@ from ..explain.prototypes_parts import select_from_parts
 from ..explain.run_rows import predictions
 from ..explain.targets import recommend, recommend_from_blocks
 from ..interactions import Interactions
-from ..io.atomic import is_local
 from ..io.results import write_results
 from ..io.targets import read_targets
 from ..io.validation import index_of
@@ -156,9 +155,9 @@ def prototypes(
         with stage(seconds, "partition", peaks):  # ALS trains on the parts, and exact greedy selects from them
             parts = partition(training, settings.out, mapper)
         with stage(seconds, "train", peaks):
-            # A prepared dataset's factors stay in row-block files beside the parts (a folder the workers
-            # share): never whole here.
-            blocks = not isinstance(data, Interactions) and is_local(parts.root)
+            # A prepared dataset's factors stay in row-block files beside the parts (a folder or URL prefix the
+            # workers share): never whole here.
+            blocks = not isinstance(data, Interactions)
             budget = {
                 name: v for name, v in (("max_sweeps", max_sweeps), ("newton_steps", newton_steps)) if v is not None
             }

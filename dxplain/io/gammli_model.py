@@ -21,7 +21,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from .atomic import atomic_file
+from .atomic import atomic_file, join
 from .features import FeatureTable, features_from_table
 from .tables import parquet_bytes
 
@@ -45,7 +45,7 @@ def save_model(
 def write_residuals_file(folder: str | Path, n: int, u: np.ndarray, i: np.ndarray, e: np.ndarray) -> str:
     """File ``n`` of a model's training residuals (``<model>/train/part-NNNNN.parquet``), written by the task
     that holds those rows: the fit's own process never gathers the table-sized residuals. Atomic per file."""
-    loc = Path(folder) / "train" / f"part-{n:05d}.parquet"
+    loc = join(folder, "train", f"part-{n:05d}.parquet")
     with atomic_file(loc) as fh:
         pq.write_table(pa.table({"u": u.astype(np.int64), "i": i.astype(np.int64), "e": e}), fh)
     return str(loc)

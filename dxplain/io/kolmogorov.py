@@ -18,14 +18,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..errors import InputError
 from ..interactions import Interactions
-from .atomic import atomic_path, filesystem, join
+from .atomic import filesystem, join
 from .dataset_folders import Dataset
 from .model_store import write_model
-from .results import check_out_folder
+from .results import staged_folder, write_into
 from .tables import read_table
 from .validation import index_of, interactions_from_table
 
@@ -110,14 +109,9 @@ def write_fit(
     tables: dict[str, pa.Table],
     metrics: dict,
     force: bool = False,
-) -> Path:
-    """The fit folder (module docstring), written whole then renamed into place."""
-    out = Path(out)
-    check_out_folder(out, force)
-    with atomic_path(out) as tmp:
-        tmp.mkdir(parents=True)
-        for name, table in tables.items():
-            pq.write_table(table, tmp / f"{name}.parquet")
-        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float))
-        write_model(tmp / "model", theta, psi.astype(np.float64), meta, data)
-    return out
+):
+    """The fit folder (module docstring), written whole then put into place (a local folder or a URL)."""
+    with staged_folder(out, force) as tmp:
+        write_into(tmp, tables, {"metrics.json": json.dumps(metrics, indent=2, default=float)})
+        write_model(join(tmp, "model"), theta, psi.astype(np.float64), meta, data)
+    return join(out)

@@ -15,7 +15,9 @@ Kinds and their tables:
   under ``<out>/evaluations/.cache`` so an interrupted evaluation resumes where it stopped.
 
 Every folder is written whole in a temporary folder and renamed into place: a crashed run leaves nothing
-behind.
+behind. ``<out>`` is a local folder or an fsspec URL (``s3://…``): there the temporary folder is a prefix beside the
+result's, which tasks on workers that share no disk with the flow write to as well, published object by object
+(``atomic.atomic_dir``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from .atomic import atomic_path, is_local
+from .atomic import Location, atomic_dir, filesystem, is_local, join
 
 
 def write_results(
@@ -43,7 +45,7 @@ def write_results(
     summary: dict,
     files: dict[str, str | bytes] | None = None,
     now: dt.datetime | None = None,
-) -> Path:
+) -> Location:
     """``<out>/<kind>/<UTC timestamp>-<id>/``: ``<name>.parquet`` per table, any other ``files``
     (name → text or bytes) and ``summary.json``, written whole and renamed into place."""
     with staged_results(out, kind, now) as (tmp, path):
@@ -51,14 +53,10 @@ def write_results(
     return path
 
 
-def require_local_out(out: str | os.PathLike) -> None:
-    """Result folders (``write_results``, ``write_folder``) are written and renamed on a local disk; an fsspec
-    URL there would otherwise fail deep in a writer after all the work (issue 56)."""
+def require_local_out(out: str | os.PathLike, what: str = "this command") -> None:
+    """Refuse an fsspec ``--out`` where ``what`` needs a local folder (Prefect's result cache of an evaluation)."""
     if not is_local(out):
-        raise InputError(
-            f"--out {out}: this command writes its results to a local folder; give a local path (refresh takes "
-            "s3:// and other fsspec URLs)"
-        )
+        raise InputError(f"--out {out}: {what} keeps a cache in a local folder; give a local path")
 
 
 @contextlib.contextmanager
@@ -66,19 +64,41 @@ def staged_results(out: str | os.PathLike, kind: str, now: dt.datetime | None = 
     """``write_results``'s folder, staged for outputs that tasks write too (a Parquet folder, one file per
     task): yields (temporary folder, final path); ``finish_results`` adds the tables and the summary. The
     folder is renamed into place when the ``with`` ends without error, and removed otherwise."""
-    require_local_out(out)
     now = now or dt.datetime.now(dt.UTC)
-    path = Path(out) / kind / f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
-    with atomic_path(path) as tmp:
-        tmp.mkdir(parents=True)
+    path = join(out, kind, f"{now:%Y-%m-%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}")
+    with atomic_dir(path) as tmp:
+        if is_local(tmp):
+            Path(tmp).mkdir(parents=True)
         yield tmp, path
 
 
 def finish_results(
-    tmp: Path, path: Path, tables: dict[str, pa.Table], summary: dict, files: dict[str, str | bytes] | None = None
+    tmp: Location,
+    path: Location,
+    tables: dict[str, pa.Table],
+    summary: dict,
+    files: dict[str, str | bytes] | None = None,
 ) -> None:
     write_into(tmp, tables, files)
-    (tmp / "summary.json").write_text(json.dumps({**summary, "folder": str(path)}, indent=2, default=str))
+    write_bytes(join(tmp, "summary.json"), json.dumps({**summary, "folder": str(path)}, indent=2, default=str).encode())
+
+
+def write_bytes(loc: Location, content: bytes) -> None:
+    """One file of a staged folder (which is published whole later: no temporary of its own)."""
+    fs, path = filesystem(loc)
+    if is_local(loc):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with fs.open(path, "wb") as fh:
+        fh.write(content)
+
+
+def write_parquet(loc: Location, table: pa.Table) -> None:
+    """A table as one Parquet file of a staged folder (a task's share, or the flow's)."""
+    fs, path = filesystem(loc)
+    if is_local(loc):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with fs.open(path, "wb") as fh:
+        pq.write_table(table, fh)
 
 
 def csv_bytes(table: pa.Table) -> bytes:
@@ -93,51 +113,49 @@ def evaluation_cache(out: str | Path) -> Path:
 
 
 def write_folder(
-    path: str | os.PathLike,
+    path: Location,
     tables: dict[str, pa.Table] | None = None,
     files: dict[str, str | bytes] | None = None,
     force: bool = False,
-) -> Path:
-    """A result folder at a fixed path (a CLI contract's ``--out``): ``<name>.parquet`` per table and any
-    other ``files`` (relative name → text or bytes, sub-folders allowed), written whole in a temporary
-    sibling and renamed into place, so a failed run leaves nothing at ``path``.
+) -> Location:
+    """A result folder at a fixed path (a CLI contract's ``--out``, local or a URL): ``<name>.parquet`` per table and
+    any other ``files`` (relative name → text or bytes, sub-folders allowed), written whole in a temporary sibling
+    and renamed (on object stores: published) into place, so a failed run leaves nothing at ``path``.
 
     An existing folder with anything in it is refused (``InputError``) unless ``force``, which replaces it.
     """
     with staged_folder(path, force) as tmp:
         write_into(tmp, tables, files)
-    return Path(path)
+    return join(path)
 
 
 @contextlib.contextmanager
-def staged_folder(path: str | os.PathLike, force: bool = False):
+def staged_folder(path: Location, force: bool = False):
     """``write_folder``'s temporary sibling, for outputs that tasks write too (e.g. one file per task): yields
-    its path, renamed to ``path`` when the ``with`` ends without error and removed otherwise."""
-    path = Path(path)
+    its location, put in place of ``path`` when the ``with`` ends without error and removed otherwise."""
     check_out_folder(path, force)
-    with atomic_path(path) as tmp:
-        tmp.mkdir(parents=True)
+    with atomic_dir(join(path)) as tmp:
+        if is_local(tmp):
+            Path(tmp).mkdir(parents=True)
         yield tmp
 
 
 def write_into(
-    folder: Path, tables: dict[str, pa.Table] | None = None, files: dict[str, str | bytes] | None = None
+    folder: Location, tables: dict[str, pa.Table] | None = None, files: dict[str, str | bytes] | None = None
 ) -> None:
     """``tables`` and ``files`` as ``write_folder`` lays them out, into an existing (staged) folder."""
     for name, table in (tables or {}).items():
-        pq.write_table(table, folder / f"{name}.parquet")
+        write_parquet(join(folder, f"{name}.parquet"), table)
     for name, content in (files or {}).items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+        write_bytes(join(folder, *name.split("/")), content if isinstance(content, bytes) else content.encode())
 
 
-def check_out_folder(path: str | os.PathLike, force: bool = False) -> None:
+def check_out_folder(path: Location, force: bool = False) -> None:
     """Refuse an ``--out`` that ``write_folder`` would refuse, before any work is done."""
-    require_local_out(path)
-    path = Path(path)
-    if path.exists() and not path.is_dir():
+    fs, p = filesystem(join(path))
+    if fs.exists(p) and not fs.isdir(p):
         raise InputError(f"--out {path}: is a file; give a folder path (it is created)")
-    if path.is_dir() and any(path.iterdir()) and not force:
+    if fs.isdir(p) and fs.ls(p, detail=False) and not force:
         raise InputError(
             f"--out {path}: the folder exists and is not empty; give a new folder, or --force to replace it"
         )

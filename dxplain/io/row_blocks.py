@@ -12,11 +12,11 @@ import itertools
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from . import spill
+from .atomic import join
 
 
 class Scratch:
@@ -30,7 +30,7 @@ class Scratch:
 
     def names(self, label: str, n: int) -> list[str]:
         stamp = next(self._next)
-        return [str(Path(self.folder) / f"{label}-{stamp:06d}-{p:05d}.npy") for p in range(n)]
+        return [str(join(self.folder, f"{label}-{stamp:06d}-{p:05d}.npy")) for p in range(n)]
 
 
 class Ref(str):
