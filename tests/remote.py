@@ -52,6 +52,9 @@ def s3_endpoint(bucket: str = "dxplain"):
     fsspec.config.set_conf_env(fsspec.config.conf)
     s3fs.S3FileSystem.clear_instance_cache()
     fs = s3fs.S3FileSystem(endpoint_url=url)
+    # moto keeps its buckets per process, across servers: a module's fixture starts from an empty bucket
+    if fs.exists(bucket):
+        fs.rm(bucket, recursive=True)
     fs.mkdir(bucket)
     try:
         yield fs
@@ -89,21 +92,40 @@ WORKER_SHELL = (
 )
 
 
+def tls_environment(security) -> dict[str, str]:
+    """Dask's configuration, as environment variables, for processes that speak only TLS with the certificates
+    of ``security`` (a ``distributed.security.Security`` holding PEM contents, e.g. ``Security.temporary()``): each
+    process gets its own copy through its environment, as a host would from its own files."""
+    conf = "DASK_DISTRIBUTED__COMM__"
+    return {
+        f"{conf}REQUIRE_ENCRYPTION": "True",
+        f"{conf}TLS__CA_FILE": security.tls_ca_file,
+        f"{conf}TLS__SCHEDULER__CERT": security.tls_scheduler_cert,
+        f"{conf}TLS__SCHEDULER__KEY": security.tls_scheduler_key,
+        f"{conf}TLS__WORKER__CERT": security.tls_worker_cert,
+        f"{conf}TLS__WORKER__KEY": security.tls_worker_key,
+    }
+
+
 @contextlib.contextmanager
-def isolated_cluster(logs: Path, n_workers: int = 2, timeout: float = 120):
+def isolated_cluster(logs: Path, n_workers: int = 2, timeout: float = 120, security=None):
     """``dask scheduler`` on loopback and ``n_workers`` isolated ``dask worker`` processes; yields the scheduler's
-    address. Their logs go to ``logs`` (on the test's side)."""
+    address. Their logs go to ``logs`` (on the test's side). With ``security`` every connection is TLS
+    (``tls://`` address; a client needs the same ``security``)."""
     logs.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
+    protocol = "tls" if security is not None else "tcp"
+    address = f"{protocol}://127.0.0.1:{port}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    if security is not None:
+        env.update(tls_environment(security))
     procs = []
     try:
         with open(logs / "scheduler.log", "wb") as log:
             procs.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", str(port)]
-                    + ["--no-dashboard"],
+                    + ["--protocol", protocol, "--no-dashboard"],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
@@ -122,7 +144,7 @@ def isolated_cluster(logs: Path, n_workers: int = 2, timeout: float = 120):
         deadline = time.time() + timeout
         while True:
             try:
-                with Client(address, timeout=10) as client:
+                with Client(address, timeout=10, security=security) as client:
                     client.wait_for_workers(n_workers, timeout=max(1.0, deadline - time.time()))
                 break
             except OSError:
@@ -139,3 +161,97 @@ def isolated_cluster(logs: Path, n_workers: int = 2, timeout: float = 120):
                 p.wait(30)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+class FlakyProxy:
+    """An HTTP proxy in front of an S3 endpoint that answers every ``every``-th request with 503 SlowDown (what S3
+    says under load) instead of forwarding it: the client's retries must carry the run through. ``failed`` counts the
+    requests it refused; ``url`` is where to point clients."""
+
+    BODY = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+        b"<Message>Please reduce your request rate.</Message></Error>"
+    )
+
+    def __init__(self, upstream: str, every: int = 7):
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        host, port = urlsplit(upstream).hostname, urlsplit(upstream).port
+        proxy, lock = self, threading.Lock()
+        self.seen = self.failed = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # answers "Expect: 100-continue", which clients send before a body
+
+            def log_message(self, *args):
+                pass
+
+            def _relay(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                with lock:
+                    proxy.seen += 1
+                    refuse = proxy.seen % every == 0
+                    proxy.failed += refuse
+                if refuse:
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(FlakyProxy.BODY)))
+                    self.end_headers()
+                    self.wfile.write(FlakyProxy.BODY)
+                    return
+                conn = http.client.HTTPConnection(host, port, timeout=60)
+                skip = ("connection", "keep-alive", "expect")
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                self.send_response(r.status)
+                head = self.command == "HEAD"  # its Content-Length is the object's, with no body
+                for k, v in r.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection") and (head or k.lower() != "content-length"):
+                        self.send_header(k, v)
+                if not head:
+                    self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if not head:
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextlib.contextmanager
+def s3_through(url: str):
+    """Point boto and fsspec (in this process) at ``url`` for the ``with`` block, then back."""
+    import fsspec.config
+    import s3fs
+
+    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL", "FSSPEC_S3_ENDPOINT_URL")}
+    os.environ.update({"AWS_ENDPOINT_URL": url, "FSSPEC_S3_ENDPOINT_URL": url})
+    fsspec.config.conf.pop("s3", None)
+    fsspec.config.set_conf_env(fsspec.config.conf)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        fsspec.config.conf.pop("s3", None)
+        fsspec.config.set_conf_env(fsspec.config.conf)
+        s3fs.S3FileSystem.clear_instance_cache()

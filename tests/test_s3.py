@@ -2,6 +2,8 @@
 (no mock of dxplain's code). A refresh whose dataset, model store and runs live on S3 publishes the same
 bytes as the same refresh on local paths; publishing a folder replaces the old one's objects."""
 
+import os
+
 import pyarrow.parquet as pq
 import pytest
 from conftest import interactions_table, random_interactions
@@ -42,3 +44,32 @@ def test_a_refresh_on_s3_publishes_the_bytes_of_the_same_refresh_on_local_paths(
         assert s3.cat_file(r) == l.read_bytes(), f"{r} differs from {l}"
     assert s3.cat_file("dxplain/out/LATEST").decode().strip() == run.rsplit("/", 1)[-1]
     assert not [k for k in s3.find("dxplain/out") if ".tmp-" in k]  # no temporaries left
+
+
+def run_parts(s3, out: str) -> list[bytes]:
+    s3.invalidate_cache()
+    (run,) = s3.ls(f"{out}/runs")
+    return [
+        s3.cat_file(k) for k in sorted(s3.find(run)) if "/_meta/" not in k and k.rsplit("/", 1)[-1].startswith("part-")
+    ]
+
+
+@pytest.mark.slow  # retries back off: 3 to 4 minutes
+def test_a_store_that_answers_503_now_and_then_still_gets_the_same_run(s3, tmp_path):
+    from remote import FlakyProxy, s3_through
+
+    table = interactions_table(random_interactions(40, 30, 0.3, seed=8))
+    with s3.open("dxplain/flaky/data.parquet", "wb") as fh:
+        pq.write_table(table, fh)
+    args = ["refresh", "--dataset", "s3://dxplain/flaky/data.parquet", "--k", "4", "--top-k", "3", "--in-memory", "-q"]
+    assert main([*args, "--out", "s3://dxplain/flaky/clean"]) == 0
+    proxy = FlakyProxy(os.environ["AWS_ENDPOINT_URL"], every=10)
+    try:
+        with s3_through(proxy.url):
+            assert main([*args, "--out", "s3://dxplain/flaky/out"]) == 0
+    finally:
+        proxy.close()
+    assert proxy.failed > 10  # every 10th request was refused: the retries carried the run
+    clean, flaky = run_parts(s3, "dxplain/flaky/clean"), run_parts(s3, "dxplain/flaky/out")
+    assert len(clean) == len(flaky) > 0 and clean == flaky
+    assert not [k for k in s3.find("dxplain/flaky") if ".tmp-" in k]

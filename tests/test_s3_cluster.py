@@ -115,3 +115,49 @@ def test_other_flows_on_the_cluster_with_s3_write_what_a_local_run_writes(
             assert pq.read_table(fh).equals(pq.read_table(mine[rel])), rel
     s3.invalidate_cache()
     assert not [k for k in s3.find(prefix) if ".tmp-" in k or ".dxplain-scratch-" in k]  # nothing left behind
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(s3, tmp_path_factory):
+    """The same isolated cluster speaking only TLS, with a certificate authority made here."""
+    from distributed.security import Security
+
+    security = Security.temporary()
+    with isolated_cluster(tmp_path_factory.mktemp("tls-logs"), security=security) as address:
+        yield address, security
+
+
+def test_a_refresh_over_tls_publishes_the_bytes_of_a_local_run(tls_cluster, s3, tmp_path, monkeypatch, capsys):
+    address, security = tls_cluster
+    assert address.startswith("tls://")
+    for name, pem in (
+        ("ca", security.tls_ca_file),
+        ("cert", security.tls_client_cert),
+        ("key", security.tls_client_key),
+    ):
+        (tmp_path / f"{name}.pem").write_text(pem)
+    table = interactions_table(random_interactions(60, 40, 0.3, seed=9))
+    pq.write_table(table, tmp_path / "data.parquet")
+    with s3.open("dxplain/tls/data.parquet", "wb") as fh:
+        pq.write_table(table, fh)
+    args = ["refresh", "--k", "4", "--lam", "5e-3", "--top-k", "3", "--shards", "3", "-q"]
+    local = tmp_path / "out"
+    assert main([*args, "--dataset", str(tmp_path / "data.parquet"), "--out", str(local), "--in-memory"]) == 0
+    monkeypatch.setenv("DXPLAIN_TLS_CA_FILE", str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("DXPLAIN_TLS_CERT", str(tmp_path / "cert.pem"))
+    monkeypatch.setenv("DXPLAIN_TLS_KEY", str(tmp_path / "key.pem"))
+    out = "s3://dxplain/tls/out"
+    assert main([*args, "--dataset", "s3://dxplain/tls/data.parquet", "--out", out, "--scheduler", address]) == 0
+    s3.invalidate_cache()
+    (run,) = s3.ls("dxplain/tls/out/runs")
+    remote = sorted(k for k in s3.find(run) if "/_meta/" not in k and k.rsplit("/", 1)[-1].startswith("part-"))
+    mine = sorted((local / "runs").glob("*/part-*.parquet"))
+    assert len(remote) == len(mine) == 3
+    assert all(s3.cat_file(r) == m.read_bytes() for r, m in zip(remote, mine))
+    monkeypatch.delenv("DXPLAIN_TLS_CA_FILE")
+    monkeypatch.delenv("DXPLAIN_TLS_CERT")
+    monkeypatch.delenv("DXPLAIN_TLS_KEY")
+    plain = address.replace("tls://", "tcp://")
+    assert main([*args, "--dataset", "s3://dxplain/tls/data.parquet", "--out", out + "2", "--scheduler", plain]) == 2
+    err = capsys.readouterr().err  # one line naming the fix, not a traceback
+    assert "did not accept this client" in err and "DXPLAIN_TLS_CA_FILE" in err and "Traceback" not in err

@@ -9,9 +9,13 @@ from .common import flow_options, print_summary, run_flow, run_options
 def cmd_evaluate(a) -> int:
     from ..datasets.tabular import check_available
     from ..flows.evaluate import CONSTRAINTS, evaluate
+    from ..io.results import require_local_out
 
-    # scikit-learn's datasets need it: said before Prefect and the cluster start
-    summary = run_flow(evaluate, CONSTRAINTS, a, check=lambda kw: check_available(kw["dataset"]))
+    def check(kw):  # said before Prefect and the cluster start
+        require_local_out(kw.get("out") or "", "dxplain evaluate")
+        check_available(kw["dataset"])  # scikit-learn's datasets need it
+
+    summary = run_flow(evaluate, CONSTRAINTS, a, check=check)
     print_summary(summary)
     print()
     print(read_text(join(summary["folder"], "auc_del.md")))

@@ -129,6 +129,26 @@ def return_freed_blocks() -> None:
         pass
 
 
+def _client_of(address: str, security):
+    """A Client of the scheduler at ``address``; a scheduler that answers but ends the handshake (it speaks TLS and
+    this process does not, or the certificates do not match) is one ``InputError`` naming the fix."""
+    from ..errors import InputError
+
+    try:
+        return Client(address, security=security, timeout="20s")
+    except OSError as exc:  # distributed's CommClosedError and TimeoutError are OSErrors
+        fix = (
+            "if it requires TLS, give its tls:// address and set DXPLAIN_TLS_CA_FILE, DXPLAIN_TLS_CERT and "
+            "DXPLAIN_TLS_KEY"
+            if security is None
+            else "check that DXPLAIN_TLS_CA_FILE, DXPLAIN_TLS_CERT and DXPLAIN_TLS_KEY are the cluster's"
+        )
+        raise InputError(
+            f"--scheduler {address}: the scheduler did not accept this client ({type(exc).__name__}: {exc}); {fix} "
+            "(docs/operations.md, TLS)"
+        ) from None
+
+
 @contextlib.contextmanager
 def connect(settings: Settings, security=None):
     """Yield a Client: to ``settings.scheduler`` when set, else to a fresh LocalCluster of processes.
@@ -140,7 +160,7 @@ def connect(settings: Settings, security=None):
     return_freed_blocks()
     if settings.scheduler:
         log.info("connecting to the Dask scheduler at %s", settings.scheduler)
-        with Client(settings.scheduler, security=security) as client:
+        with _client_of(settings.scheduler, security) as client:
             client.register_plugin(BlasThreads(settings.blas_threads_per_worker()))
             yield client
         return

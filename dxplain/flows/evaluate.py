@@ -122,7 +122,7 @@ def evaluate(
     validate(CONSTRAINTS, locals())
     t0 = time.perf_counter()
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
-    require_local_out(settings.out, "dxplain evaluate (its finished trials, for a resume)")
+    require_local_out(settings.out, "dxplain evaluate")
     cache = str(evaluation_cache(settings.out))
     # Cache keys live beside the outputs; the cached trial results in Prefect's local result storage.
     run_trial = evaluate_trial.with_options(cache_policy=(INPUTS - "mapper").configure(key_storage=cache))

@@ -56,7 +56,9 @@ def write_results(
 def require_local_out(out: str | os.PathLike, what: str = "this command") -> None:
     """Refuse an fsspec ``--out`` where ``what`` needs a local folder (Prefect's result cache of an evaluation)."""
     if not is_local(out):
-        raise InputError(f"--out {out}: {what} keeps a cache in a local folder; give a local path")
+        raise InputError(
+            f"--out {out}: {what} keeps its finished trials (for a resume) in a local folder; give a local path"
+        )
 
 
 @contextlib.contextmanager
