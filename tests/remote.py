@@ -83,6 +83,8 @@ def isolation_missing() -> str:
     return "" if probe.returncode == 0 else f"unshare --mount failed here: {probe.stderr.strip()}"
 
 
+WORKERS: dict[str, list] = {}  # a running isolated cluster's worker processes by its address (to kill one)
+
 WORKER_SHELL = (
     # the namespace's own empty /tmp, HOME and caches; then the dask worker CLI
     "mount -t tmpfs tmpfs /tmp && mkdir -p /tmp/home /tmp/dask && "
@@ -152,8 +154,10 @@ def isolated_cluster(logs: Path, n_workers: int = 2, timeout: float = 120, secur
                     tails = {f.name: f.read_text()[-2000:] for f in sorted(logs.glob("*.log"))}
                     raise RuntimeError(f"the isolated cluster did not start: {tails}") from None
                 time.sleep(0.5)
+        WORKERS[address] = procs[1:]
         yield address
     finally:
+        WORKERS.pop(address, None)
         for p in reversed(procs):
             p.terminate()
         for p in procs:

@@ -161,3 +161,46 @@ def test_a_refresh_over_tls_publishes_the_bytes_of_a_local_run(tls_cluster, s3, 
     assert main([*args, "--dataset", "s3://dxplain/tls/data.parquet", "--out", out + "2", "--scheduler", plain]) == 2
     err = capsys.readouterr().err  # one line naming the fix, not a traceback
     assert "did not accept this client" in err and "DXPLAIN_TLS_CA_FILE" in err and "Traceback" not in err
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 56, open: an input the flow scattered to the killed worker alone is forgotten with it, and a task "
+    "needing it is cancelled (FutureCancelledError in the ALS stationarity map): 1 run in 3 here",
+)
+def test_a_worker_killed_mid_refresh_loses_nothing(s3, tmp_path):
+    """SIGKILL one of the two isolated workers while a refresh runs on them: the run still publishes the bytes of a
+    clean local run (the lost worker's tasks are recomputed on the other)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from remote import WORKERS
+
+    table = interactions_table(random_interactions(300, 120, 0.2, seed=11))
+    pq.write_table(table, tmp_path / "data.parquet")
+    with s3.open("dxplain/killed/data.parquet", "wb") as fh:
+        pq.write_table(table, fh)
+    args = ["refresh", "--k", "6", "--lam", "5e-3", "--top-k", "3", "--shards", "8", "-q"]
+    local = tmp_path / "out"
+    assert main([*args, "--dataset", str(tmp_path / "data.parquet"), "--out", str(local), "--in-memory"]) == 0
+    with isolated_cluster(tmp_path / "logs") as address:
+        cmd = [sys.executable, "-m", "dxplain.cli", *args, "--dataset", "s3://dxplain/killed/data.parquet"]
+        cmd += ["--out", "s3://dxplain/killed/out", "--scheduler", address]
+        run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        victim, started = WORKERS[address][1], executed(address)
+        deadline = time.time() + 300
+        while sum(executed(address).values()) < sum(started.values()) + 6:  # mid-run: some tasks done
+            assert run.poll() is None and time.time() < deadline, "the refresh ended before a worker could be killed"
+            time.sleep(0.2)
+        victim.send_signal(signal.SIGKILL)
+        out, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err[-3000:]
+        assert victim.wait(10) == -signal.SIGKILL
+    s3.invalidate_cache()
+    (published,) = s3.ls("dxplain/killed/out/runs")
+    remote = sorted(k for k in s3.find(published) if "/_meta/" not in k and k.rsplit("/", 1)[-1].startswith("part-"))
+    mine = sorted((local / "runs").glob("*/part-*.parquet"))
+    assert len(remote) == len(mine) == 8
+    assert all(s3.cat_file(r) == m.read_bytes() for r, m in zip(remote, mine))

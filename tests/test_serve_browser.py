@@ -169,6 +169,7 @@ def test_an_item_found_by_its_title_leads_to_a_user_it_is_explained_for(server, 
     assert shown == set(mine["item"].to_pylist())
 
 
+@pytest.mark.slow  # docs/serve.png only
 def test_a_screenshot_for_the_docs(server, ml100k_run, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
