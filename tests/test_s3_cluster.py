@@ -163,11 +163,6 @@ def test_a_refresh_over_tls_publishes_the_bytes_of_a_local_run(tls_cluster, s3, 
     assert "did not accept this client" in err and "DXPLAIN_TLS_CA_FILE" in err and "Traceback" not in err
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 56, open: an input the flow scattered to the killed worker alone is forgotten with it, and a task "
-    "needing it is cancelled (FutureCancelledError in the ALS stationarity map): 1 run in 3 here",
-)
 def test_a_worker_killed_mid_refresh_loses_nothing(s3, tmp_path):
     """SIGKILL one of the two isolated workers while a refresh runs on them: the run still publishes the bytes of a
     clean local run (the lost worker's tasks are recomputed on the other)."""

@@ -16,6 +16,7 @@ import weakref
 import numpy as np
 from dask.sizeof import sizeof
 from distributed import Client, Future, as_completed, wait
+from distributed.client import FutureCancelledError
 
 from ..mapper import Report, peak_rss_mib, trim_heap
 from .cluster import scatter
@@ -106,6 +107,9 @@ class DaskMapper:
 
     def __init__(self, client: Client, retries: int = 2):
         self.client, self.retries = client, retries
+        # What each live ``put`` handle was made from (dropped with the handle): a handle scattered to a worker that
+        # then dies is forgotten by the scheduler, with no lineage to recompute it from; ``map`` sends it again.
+        self._origins: dict[str, tuple] = {}
 
     @property
     def workers(self) -> int:
@@ -115,7 +119,31 @@ class DaskMapper:
         # A list is sent element by element (one handle each), as Dask's scatter does; anything else,
         # tuples and dicts included, as one object with one handle.
         wrapped = [Padded(x) for x in obj] if type(obj) is list else Padded(obj)
-        return scatter(self.client, wrapped, broadcast=broadcast)
+        handles = scatter(self.client, wrapped, broadcast=broadcast)
+        for h, w in zip(handles, wrapped) if type(obj) is list else [(handles, wrapped)]:
+            self._origins[h.key] = (w, broadcast)
+            weakref.finalize(h, self._origins.pop, h.key, None)
+        return handles
+
+    def _resent(self, args: list) -> list | None:
+        """``args`` with every ``put`` handle the cluster lost (its only worker died) scattered again; None when none
+        was lost (a task's failure is then its own)."""
+        lost = {
+            a.key: a
+            for t in args
+            for a in t
+            if isinstance(a, Future) and a.key in self._origins and a.status in ("lost", "cancelled", "error")
+        }
+        if not lost:
+            return None
+        log.warning("%d input(s) were lost with a worker; sending them again", len(lost))
+        fresh = {}
+        for key in lost:
+            wrapped, broadcast = self._origins[key]
+            fresh[key] = h = scatter(self.client, wrapped, broadcast=broadcast)
+            self._origins[h.key] = (wrapped, broadcast)
+            weakref.finalize(h, self._origins.pop, h.key, None)
+        return [tuple(fresh.get(a.key, a) if isinstance(a, Future) else a for a in t) for t in args]
 
     def _submit(self, fn, args, name: str, near_first: bool = False) -> list:
         stamp = f"{time.time_ns()}-{next(_stamp)}"
@@ -152,30 +180,56 @@ class DaskMapper:
         return {"workers": list(holders), "allow_other_workers": True} if holders else {}
 
     def map(self, fn, args, name: str = "task", report: Report | None = None, near_first: bool = False) -> list:
-        futures = self._submit(fn, args, name, near_first)
-        index = {f.key: n for n, f in enumerate(futures)}
-        out: list = [None] * len(futures)
-        try:
-            for done, fut in enumerate(as_completed(futures), start=1):
-                out[index[fut.key]] = result = fut.result()
-                if report is not None:
-                    report(done, result)
-        except BaseException:
-            self._cancel(futures)
-            raise
-        return out
+        args = [tuple(a) for a in args]
+        out: list = [None] * len(args)
+        pending, done = list(range(len(args))), 0
+        for attempt in (1, 2):
+            futures = self._submit(fn, [args[n] for n in pending], name, near_first)
+            index = {f.key: n for n, f in zip(pending, futures)}
+            finished = set()
+            try:
+                for fut in as_completed(futures):
+                    out[index[fut.key]] = result = fut.result()
+                    finished.add(index[fut.key])
+                    done += 1
+                    if report is not None:
+                        report(done, result)
+                return out
+            except FutureCancelledError:
+                self._cancel(futures)
+                resent = self._resent(args) if attempt == 1 else None
+                if resent is None:
+                    raise
+                # The tasks not finished again, on the inputs sent again: each is a function of its inputs.
+                args, pending = resent, [n for n in pending if n not in finished]
+            except BaseException:
+                self._cancel(futures)
+                raise
+        raise AssertionError("unreachable")
 
     def imap(self, fn, args, name: str = "task", near_first: bool = False):
-        futures = self._submit(fn, args, name, near_first)
-        index = {f.key: n for n, f in enumerate(futures)}
-        try:
-            for fut in as_completed(futures):
-                result = fut.result()
-                fut.release()  # merged by the caller: free it on the worker
-                yield index[fut.key], result
-        except BaseException:  # GeneratorExit too: a caller that stops early wants no more of them
-            self._cancel(futures)
-            raise
+        args = [tuple(a) for a in args]
+        pending = list(range(len(args)))
+        for attempt in (1, 2):
+            futures = self._submit(fn, [args[n] for n in pending], name, near_first)
+            index = {f.key: n for n, f in zip(pending, futures)}
+            finished = set()
+            try:
+                for fut in as_completed(futures):
+                    result = fut.result()
+                    fut.release()  # merged by the caller: free it on the worker
+                    finished.add(index[fut.key])
+                    yield index[fut.key], result
+                return
+            except FutureCancelledError:  # as in ``map``: inputs lost with a worker are sent again, once
+                self._cancel(futures)
+                resent = self._resent(args) if attempt == 1 else None
+                if resent is None:
+                    raise
+                args, pending = resent, [n for n in pending if n not in finished]
+            except BaseException:  # GeneratorExit too: a caller that stops early wants no more of them
+                self._cancel(futures)
+                raise
 
     def _cancel(self, futures: list) -> None:
         """Stop the rest of a map that failed or was interrupted (Ctrl-C, a task's error): without this the
