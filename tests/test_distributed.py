@@ -216,6 +216,7 @@ def test_killed_worker_loses_nothing(tmp_path):
     )
 
 
+@pytest.mark.slow  # 30 s; the parts and block-file cases below cover the same mapper calls in the default run
 def test_distributed_als_equals_in_memory_als(client, tmp_path):
     from functools import partial
 

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import interactions_table, random_interactions
 
 from dxplain import progress
@@ -83,6 +84,7 @@ def _refresh(tmp_path, *flags, env_out=None):
     )
 
 
+@pytest.mark.slow  # two `dxplain refresh` processes, each starting its own Prefect server (33 s)
 def test_the_log_of_a_refresh_is_short_and_quiet_means_quiet(tmp_path):
     """Not a terminal: no progress line, at most 20 log lines at the default level; -q prints no log."""
     default = _refresh(tmp_path)
