@@ -259,3 +259,17 @@ def s3_through(url: str):
         fsspec.config.conf.pop("s3", None)
         fsspec.config.set_conf_env(fsspec.config.conf)
         s3fs.S3FileSystem.clear_instance_cache()
+
+
+def published_parts(s3, out: str) -> list[bytes]:
+    """The part files of the one run published under the S3 prefix ``out``, in name order (its ``_meta`` aside)."""
+    s3.invalidate_cache()
+    (run,) = s3.ls(f"{out}/runs")
+    return [
+        s3.cat_file(k) for k in sorted(s3.find(run)) if "/_meta/" not in k and k.rsplit("/", 1)[-1].startswith("part-")
+    ]
+
+
+def local_parts(out: Path) -> list[bytes]:
+    """``published_parts`` of a local out folder."""
+    return [p.read_bytes() for p in sorted(out.glob("runs/*/part-*.parquet"))]

@@ -7,6 +7,7 @@ import os
 import pyarrow.parquet as pq
 import pytest
 from conftest import interactions_table, random_interactions
+from remote import local_parts, published_parts
 
 from dxplain.cli import main
 
@@ -35,23 +36,11 @@ def test_a_refresh_on_s3_publishes_the_bytes_of_the_same_refresh_on_local_paths(
     args = ["refresh", "--k", "4", "--lam", "5e-3", "--top-k", "3", "--in-memory", "-q"]
     assert main([*args, "--dataset", str(tmp_path / "data.parquet"), "--out", str(tmp_path / "out")]) == 0
     assert main([*args, "--dataset", "s3://dxplain/data.parquet", "--out", "s3://dxplain/out"]) == 0
-    s3.invalidate_cache()
-    (run,) = s3.ls("dxplain/out/runs")
-    remote = sorted(k for k in s3.find(run) if "/_meta/" not in k and k.rsplit("/", 1)[-1].startswith("part-"))
-    local = sorted((tmp_path / "out" / "runs").glob("*/part-*.parquet"))
-    assert len(remote) == len(local) > 0
-    for r, l in zip(remote, local):
-        assert s3.cat_file(r) == l.read_bytes(), f"{r} differs from {l}"
+    remote, local = published_parts(s3, "dxplain/out"), local_parts(tmp_path / "out")
+    assert len(remote) == len(local) > 0 and remote == local
+    run = s3.ls("dxplain/out/runs")[0]
     assert s3.cat_file("dxplain/out/LATEST").decode().strip() == run.rsplit("/", 1)[-1]
     assert not [k for k in s3.find("dxplain/out") if ".tmp-" in k]  # no temporaries left
-
-
-def run_parts(s3, out: str) -> list[bytes]:
-    s3.invalidate_cache()
-    (run,) = s3.ls(f"{out}/runs")
-    return [
-        s3.cat_file(k) for k in sorted(s3.find(run)) if "/_meta/" not in k and k.rsplit("/", 1)[-1].startswith("part-")
-    ]
 
 
 @pytest.mark.slow  # retries back off: 3 to 4 minutes
@@ -70,6 +59,6 @@ def test_a_store_that_answers_503_now_and_then_still_gets_the_same_run(s3, tmp_p
     finally:
         proxy.close()
     assert proxy.failed > 10  # every 10th request was refused: the retries carried the run
-    clean, flaky = run_parts(s3, "dxplain/flaky/clean"), run_parts(s3, "dxplain/flaky/out")
+    clean, flaky = published_parts(s3, "dxplain/flaky/clean"), published_parts(s3, "dxplain/flaky/out")
     assert len(clean) == len(flaky) > 0 and clean == flaky
     assert not [k for k in s3.find("dxplain/flaky") if ".tmp-" in k]

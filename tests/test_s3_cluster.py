@@ -6,7 +6,7 @@ process on local paths. Skips, saying why, where workers cannot get a namespace 
 import pyarrow.parquet as pq
 import pytest
 from conftest import interactions_table, only_run, random_interactions, write_random_dataset
-from remote import isolated_cluster, isolation_missing
+from remote import isolated_cluster, isolation_missing, local_parts, published_parts
 
 from dxplain.cli import main
 
@@ -57,13 +57,8 @@ def test_a_refresh_on_the_cluster_with_s3_publishes_the_bytes_of_a_local_run(clu
     assert main([*args, "--dataset", "s3://dxplain/cluster/data.parquet", "--out", out, "--scheduler", cluster]) == 0
     after = executed(cluster)
     assert sum(after.values()) > sum(before.values())  # the work ran on the isolated workers
-    s3.invalidate_cache()
-    (run,) = s3.ls("dxplain/cluster/out/runs")
-    remote = sorted(k for k in s3.find(run) if "/_meta/" not in k and k.rsplit("/", 1)[-1].startswith("part-"))
-    mine = sorted((local / "runs").glob("*/part-*.parquet"))
-    assert len(remote) == len(mine) == 3
-    for r, m in zip(remote, mine):
-        assert s3.cat_file(r) == m.read_bytes(), f"{r} differs from {m}"
+    remote, mine = published_parts(s3, "dxplain/cluster/out"), local_parts(local)
+    assert len(remote) == len(mine) == 3 and remote == mine
     assert not [k for k in s3.find("dxplain/cluster/out") if ".tmp-" in k]  # nothing temporary left behind
 
 
@@ -148,12 +143,8 @@ def test_a_refresh_over_tls_publishes_the_bytes_of_a_local_run(tls_cluster, s3, 
     monkeypatch.setenv("DXPLAIN_TLS_KEY", str(tmp_path / "key.pem"))
     out = "s3://dxplain/tls/out"
     assert main([*args, "--dataset", "s3://dxplain/tls/data.parquet", "--out", out, "--scheduler", address]) == 0
-    s3.invalidate_cache()
-    (run,) = s3.ls("dxplain/tls/out/runs")
-    remote = sorted(k for k in s3.find(run) if "/_meta/" not in k and k.rsplit("/", 1)[-1].startswith("part-"))
-    mine = sorted((local / "runs").glob("*/part-*.parquet"))
-    assert len(remote) == len(mine) == 3
-    assert all(s3.cat_file(r) == m.read_bytes() for r, m in zip(remote, mine))
+    remote, mine = published_parts(s3, "dxplain/tls/out"), local_parts(local)
+    assert len(remote) == len(mine) == 3 and remote == mine
     monkeypatch.delenv("DXPLAIN_TLS_CA_FILE")
     monkeypatch.delenv("DXPLAIN_TLS_CERT")
     monkeypatch.delenv("DXPLAIN_TLS_KEY")
@@ -193,9 +184,5 @@ def test_a_worker_killed_mid_refresh_loses_nothing(s3, tmp_path):
         out, err = run.communicate(timeout=600)
         assert run.returncode == 0, err[-3000:]
         assert victim.wait(10) == -signal.SIGKILL
-    s3.invalidate_cache()
-    (published,) = s3.ls("dxplain/killed/out/runs")
-    remote = sorted(k for k in s3.find(published) if "/_meta/" not in k and k.rsplit("/", 1)[-1].startswith("part-"))
-    mine = sorted((local / "runs").glob("*/part-*.parquet"))
-    assert len(remote) == len(mine) == 8
-    assert all(s3.cat_file(r) == m.read_bytes() for r, m in zip(remote, mine))
+    remote, mine = published_parts(s3, "dxplain/killed/out"), local_parts(local)
+    assert len(remote) == len(mine) == 8 and remote == mine

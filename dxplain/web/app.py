@@ -162,19 +162,13 @@ def create_app(out: str, token: str | None = None) -> Starlette:
         return JSONResponse(run_lookup.published_runs(out))
 
     async def summary(request: Request) -> Response:
-        try:
-            folder = run_lookup.run_folder(out, request.path_params["run"])
-        except InputError as exc:
-            return not_found(str(exc))
+        folder = run_lookup.run_folder(out, request.path_params["run"])
         s = run_lookup.summary_of(folder)
         health = {k: s[k] for k in HEALTH if k in s}
         return JSONResponse({"run": str(folder).rstrip("/").rsplit("/", 1)[-1], "health": health, "internals": s})
 
     async def search(request: Request) -> Response:
-        try:
-            index = runs.index(request.path_params["run"])
-        except InputError as exc:
-            return not_found(str(exc))
+        index = runs.index(request.path_params["run"])
         q = request.query_params.get("q", "")
         ids = index.ids()
         start = bisect.bisect_left(ids, q)  # sorted: the ids with prefix q follow each other from here
@@ -186,19 +180,13 @@ def create_app(out: str, token: str | None = None) -> Starlette:
         return JSONResponse(found)
 
     async def items(request: Request) -> Response:
-        try:
-            catalogue = runs.catalogue(request.path_params["run"])
-        except InputError as exc:
-            return not_found(str(exc))
+        catalogue = runs.catalogue(request.path_params["run"])
         found = catalogue.search("item", request.query_params.get("q", "").strip(), SEARCH_LIMIT)
         return JSONResponse([{k: _json_value(v) for k, v in r.items()} for r in found])
 
     async def item_users(request: Request) -> Response:
         run_id, item_id = request.path_params["run"], request.path_params["item"]
-        try:
-            folder = run_lookup.run_folder(out, run_id)
-        except InputError as exc:
-            return not_found(str(exc))
+        folder = run_lookup.run_folder(out, run_id)
         got = run_lookup.targets_where(folder, "item", pa.scalar(item_id))
         if got is None or got.num_rows == 0:
             return not_found(f"item {item_id!r}: no user's target in run {run_id!r}")
@@ -209,10 +197,7 @@ def create_app(out: str, token: str | None = None) -> Starlette:
 
     async def user_changes(request: Request) -> Response:
         run_id, user_id = request.path_params["run"], request.path_params["user"]
-        try:
-            folder = run_lookup.run_folder(out, run_id)
-        except InputError as exc:
-            return not_found(str(exc))
+        folder = run_lookup.run_folder(out, run_id)
         name = str(folder).rstrip("/").rsplit("/", 1)[-1]
         after = run_lookup.targets_where(folder, "user", pa.scalar(user_id))
         if after is None or after.num_rows == 0:
@@ -228,10 +213,7 @@ def create_app(out: str, token: str | None = None) -> Starlette:
 
     async def user(request: Request) -> Response:
         run_id, user_id = request.path_params["run"], request.path_params["user"]
-        try:
-            index = runs.index(run_id)
-        except InputError as exc:
-            return not_found(str(exc))
+        index = runs.index(run_id)
         rows = index.rows(user_id)
         if rows is None:
             return not_found(
@@ -245,6 +227,8 @@ def create_app(out: str, token: str | None = None) -> Starlette:
 
     middleware = [Middleware(TokenCheck, token=token)] if token else []
     return Starlette(
+        # An unknown run (``run_lookup.run_folder``) or any other bad name in a request: a 404 naming it.
+        exception_handlers={InputError: lambda request, exc: not_found(str(exc))},
         routes=[
             Route("/", page),
             Route("/static/{name}", static),
