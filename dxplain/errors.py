@@ -47,3 +47,32 @@ def raise_if_nonfinite(X, message: Callable[[int, int, int], str]) -> None:
     if bad.any():
         r, c = np.argwhere(bad)[0]
         raise InputError(message(int(bad.sum()), r, c))
+
+
+# Object-store clients (fsspec's S3, GCS, Azure back ends and their HTTP layers), by top-level module, and their
+# errors for a store that does not answer: raised after the client's own retries with backoff are spent.
+_STORE_CLIENTS = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "fsspec")
+NO_ANSWER = (
+    "EndpointConnectionError",
+    "ConnectionClosedError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ProxyConnectionError",
+    "ClientConnectorError",
+    "ServerDisconnectedError",
+    "ClientOSError",
+    "FSTimeoutError",
+)
+
+
+def store_unreachable(exc: BaseException | None) -> str | None:
+    """One line saying that an object store stopped answering, when ``exc`` (or an exception it was raised from or
+    while handling) is such a client's no-answer error; ``None`` for anything else."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        kind = type(exc)
+        if kind.__module__.split(".")[0] in _STORE_CLIENTS and kind.__name__ in NO_ANSWER:
+            return f"the object store did not answer, after retries with backoff ({kind.__name__}: {exc})"
+        exc = exc.__cause__ or exc.__context__
+    return None

@@ -86,12 +86,27 @@ def isolation_missing() -> str:
 WORKERS: dict[str, list] = {}  # a running isolated cluster's worker processes by its address (to kill one)
 
 WORKER_SHELL = (
-    # the namespace's own empty /tmp, HOME and caches; then the dask worker CLI
-    "mount -t tmpfs tmpfs /tmp && mkdir -p /tmp/home /tmp/dask && "
-    "HOME=/tmp/home NUMBA_CACHE_DIR=/tmp/home/numba DXPLAIN_HOME=/tmp/home/dxplain TMPDIR=/tmp "
+    # Code the worker runs that lives under /tmp (a clone and its venv there, as on some CI machines) is bound back
+    # over the namespace's own empty /tmp, as an image would ship it; then HOME and caches in that /tmp; then the
+    # dask worker CLI. "$3" lists those code folders, colon-separated.
+    'mount -t tmpfs tmpfs /mnt && i=0 && for p in $(echo "$3" | tr : " "); do '
+    'mkdir -p /mnt/$i && mount --bind "$p" /mnt/$i && i=$((i+1)); done && '
+    "mount -t tmpfs tmpfs /tmp && "
+    'i=0 && for p in $(echo "$3" | tr : " "); do mkdir -p "$p" && mount --bind /mnt/$i "$p" && i=$((i+1)); done && '
+    "mkdir -p /tmp/home /tmp/dask && "
+    "HOME=/tmp/home DXPLAIN_HOME=/tmp/home/dxplain TMPDIR=/tmp "
     'exec "$0" -m dask worker "$1" --name "$2" --nthreads 1 --nworkers 1 --memory-limit 0 '
     "--local-directory /tmp/dask --no-dashboard"
 )
+
+
+def code_under_tmp() -> list[str]:
+    """The folders of this Python's environment and of dxplain's code that lie under /tmp (outermost only)."""
+    import dxplain
+
+    found = sorted({str(Path(p).resolve()) for p in (sys.prefix, Path(dxplain.__file__).parents[1])})
+    found = [p for p in found if p.startswith("/tmp/")]
+    return [p for p in found if not any(p != q and p.startswith(q + "/") for q in found)]
 
 
 def tls_environment(security) -> dict[str, str]:
@@ -110,17 +125,31 @@ def tls_environment(security) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def isolated_cluster(logs: Path, n_workers: int = 2, timeout: float = 120, security=None):
+def isolated_cluster(
+    logs: Path, n_workers: int = 2, timeout: float = 120, security=None, empty_kernel_cache: bool = False
+):
     """``dask scheduler`` on loopback and ``n_workers`` isolated ``dask worker`` processes; yields the scheduler's
     address. Their logs go to ``logs`` (on the test's side). With ``security`` every connection is TLS
-    (``tls://`` address; a client needs the same ``security``)."""
+    (``tls://`` address; a client needs the same ``security``).
+
+    The workers find numba's compiled kernels beside the installed code, as a host whose image was built with them
+    would (compiling them costs each worker about a minute here); with ``empty_kernel_cache`` each starts from an
+    empty cache of its own, as a fresh host does."""
     logs.mkdir(parents=True, exist_ok=True)
     port = free_port()
     protocol = "tls" if security is not None else "tcp"
     address = f"{protocol}://127.0.0.1:{port}"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "NUMBA_NUM_THREADS": "1",
+    }
     if security is not None:
         env.update(tls_environment(security))
+    if empty_kernel_cache:
+        env["NUMBA_CACHE_DIR"] = "/tmp/home/numba"  # inside the worker's private /tmp
     procs = []
     try:
         with open(logs / "scheduler.log", "wb") as log:
@@ -138,7 +167,10 @@ def isolated_cluster(logs: Path, n_workers: int = 2, timeout: float = 120, secur
                 cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", WORKER_SHELL]
                 procs.append(
                     subprocess.Popen(
-                        [*cmd, sys.executable, address, f"isolated-{i}"], stdout=log, stderr=subprocess.STDOUT, env=env
+                        [*cmd, sys.executable, address, f"isolated-{i}", ":".join(code_under_tmp())],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
                     )
                 )
         from distributed import Client
@@ -169,26 +201,29 @@ def isolated_cluster(logs: Path, n_workers: int = 2, timeout: float = 120, secur
 
 class FlakyProxy:
     """An HTTP proxy in front of an S3 endpoint that answers every ``every``-th request with 503 SlowDown (what S3
-    says under load) instead of forwarding it: the client's retries must carry the run through. ``failed`` counts the
-    requests it refused; ``url`` is where to point clients."""
+    says under load) instead of forwarding it (never with ``every=0``): the client's retries must carry the run
+    through. ``failed`` counts the requests it refused; ``url`` is where to point clients. ``stop()`` is the store
+    going away (new connections refused, open ones dropped unanswered) and ``start()`` it coming back on the same
+    port, as a restarted server."""
 
     BODY = (
         b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
         b"<Message>Please reduce your request rate.</Message></Error>"
     )
 
-    def __init__(self, upstream: str, every: int = 7):
+    def __init__(self, upstream: str, every: int = 7, port: int = 0):
         import http.client
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         from urllib.parse import urlsplit
 
-        host, port = urlsplit(upstream).hostname, urlsplit(upstream).port
+        host, upstream_port = urlsplit(upstream).hostname, urlsplit(upstream).port
         proxy, lock = self, threading.Lock()
         self.seen = self.failed = 0
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # answers "Expect: 100-continue", which clients send before a body
+            disable_nagle_algorithm = True  # headers and body go out as two writes: no delayed-ACK stall between
 
             def log_message(self, *args):
                 pass
@@ -196,9 +231,12 @@ class FlakyProxy:
             def _relay(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
+                if proxy.down:  # the store is gone: no answer, the connection closes
+                    self.close_connection = True
+                    return
                 with lock:
                     proxy.seen += 1
-                    refuse = proxy.seen % every == 0
+                    refuse = every > 0 and proxy.seen % every == 0
                     proxy.failed += refuse
                 if refuse:
                     self.send_response(503)
@@ -207,9 +245,10 @@ class FlakyProxy:
                     self.end_headers()
                     self.wfile.write(FlakyProxy.BODY)
                     return
-                conn = http.client.HTTPConnection(host, port, timeout=60)
                 skip = ("connection", "keep-alive", "expect")
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+                conn = getattr(self, "upstream", None) or http.client.HTTPConnection(host, upstream_port, timeout=60)
+                self.upstream = conn  # kept for this client connection's next request
                 conn.request(self.command, self.path, body=body, headers=headers)
                 r = conn.getresponse()
                 data = r.read()
@@ -223,14 +262,24 @@ class FlakyProxy:
                 self.end_headers()
                 if not head:
                     self.wfile.write(data)
-                conn.close()
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.down, self._make = False, lambda port: ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server = None
+        self.start(port)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+
+    def start(self, port: int | None = None) -> None:
+        import threading
+
+        self.server = self._make(self.server.server_address[1] if port is None else port)
+        self.down = False
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.down = True
+        self.close()
 
     def close(self) -> None:
         self.server.shutdown()

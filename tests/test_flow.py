@@ -81,6 +81,7 @@ def test_a_training_budget_caps_training_and_names_its_model(dataset, tmp_path):
 
 
 @pytest.mark.distributed
+@pytest.mark.slow  # by default a refresh on dask scheduler and worker processes runs in test_s3_cluster.py
 def test_refresh_submits_to_an_existing_scheduler(dataset, tmp_path):
     from distributed import LocalCluster
 

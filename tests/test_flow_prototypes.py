@@ -73,6 +73,7 @@ def test_cli_explains_one_users_list(dataset, tmp_path, capsys):
     assert got == [(data.user_ids[data.user[x]].as_py(), data.item_ids[data.item[x]].as_py()) for x in ref.index]
 
 
+@pytest.mark.slow  # by default the same comparison runs on isolated workers (test_s3_cluster.py)
 def test_cluster_run_selects_the_same_prototypes_as_in_memory(dataset, tmp_path):
     folder, _ = dataset
     targets = tmp_path / "targets.csv"

@@ -1,7 +1,7 @@
 """Result folders on an S3 API (moto's server over HTTP): every command other than the refresh writes to an
 ``s3://`` ``--out`` the folder it writes to a local one, staged under a temporary prefix that tasks write to as well
-and published object by object; nothing temporary is left behind. ``evaluate`` (whose resume cache is Prefect's
-local result storage) refuses a URL by name before any work."""
+and published object by object; nothing temporary is left behind. ``evaluate`` keeps its resume cache's keys on
+the flow's host (beside Prefect's local result storage), named by the URL."""
 
 import pyarrow.parquet as pq
 import pytest
@@ -43,8 +43,8 @@ def one_result(s3, prefix: str) -> str:
     return folder
 
 
-# The default run keeps the cases whose tasks write under the staged prefix (sampled negatives, prototypes' row
-# blocks, GAMMLI's residuals); folders written from the flow alone are the same code, with -m slow.
+# The default run keeps sampled negatives (tasks write under the staged prefix) and evaluate here; the other cases
+# run by default on isolated workers against S3 (test_s3_cluster.py), and here with -m slow.
 @pytest.mark.parametrize(
     "sampled", [pytest.param(False, marks=pytest.mark.slow), True], ids=["all-negatives", "sampled-in-parts"]
 )
@@ -58,6 +58,7 @@ def test_negatives_on_s3(s3, dataset, tmp_path, sampled):
     assert_same_tables(s3, one_result(s3, f"dxplain/negatives-{sampled}/negatives"), folder, names)
 
 
+@pytest.mark.slow  # by default: on isolated workers (test_s3_cluster.py)
 def test_prototypes_on_s3(s3, dataset, tmp_path):
     extra = [
         "--user",
@@ -92,6 +93,7 @@ def test_kolmogorov_fit_on_s3(s3, dataset, tmp_path):
     assert main([*args, "--out", "s3://dxplain/kolmogorov"]) == 2  # not empty: refused as a local folder is
 
 
+@pytest.mark.slow  # by default: on isolated workers (test_s3_cluster.py)
 def test_gammli_fit_on_s3(s3, tmp_path):
     data = write_case(tmp_path / "case", n=40)
     assert main(fit_args(data, tmp_path / "o", *FIXED)) == 0
@@ -102,6 +104,13 @@ def test_gammli_fit_on_s3(s3, tmp_path):
     assert_same_tables(s3, "dxplain/gammli", tmp_path / "o", names)
 
 
-def test_evaluate_refuses_a_url_out_before_any_work(capsys):
-    assert main(["evaluate", "--out", "s3://dxplain/eval", "--trials", "1", "--in-memory"]) == 2
-    assert "--out s3://dxplain/eval: dxplain evaluate" in capsys.readouterr().err
+def test_evaluate_on_s3_writes_what_a_local_out_gets_its_resume_keys_on_this_host(s3, tmp_path, monkeypatch):
+    monkeypatch.setenv("DXPLAIN_HOME", str(tmp_path / "home"))
+    args = ["evaluate", "--dataset", "synthetic-small", "--trials", "2", "--targets", "2", "--in-memory", "-q"]
+    assert main([*args, "--out", str(tmp_path / "o")]) == 0
+    assert main([*args, "--out", "s3://dxplain/eval"]) == 0
+    (keys,) = (tmp_path / "home" / "evaluations").iterdir()  # the URL's resume cache, on this host
+    assert any(keys.iterdir())
+    folder, remote = only_run(tmp_path / "o", "evaluations"), one_result(s3, "dxplain/eval/evaluations")
+    assert s3.cat_file(f"{remote}/deletions.csv") == (folder / "deletions.csv").read_bytes()
+    assert s3.exists(f"{remote}/auc_del.md") and s3.exists(f"{remote}/summary.json")  # (they hold timings)

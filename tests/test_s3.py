@@ -28,6 +28,7 @@ def test_publishing_a_folder_on_s3_replaces_the_old_objects(s3):
         assert not [k for k in s3.ls("dxplain") if ".tmp-" in k]  # the temporary prefix is gone
 
 
+@pytest.mark.slow  # the same, on isolated workers, runs by default (test_s3_cluster.py)
 def test_a_refresh_on_s3_publishes_the_bytes_of_the_same_refresh_on_local_paths(s3, tmp_path):
     table = interactions_table(random_interactions(40, 30, 0.3, seed=8))
     pq.write_table(table, tmp_path / "data.parquet")
@@ -62,3 +63,107 @@ def test_a_store_that_answers_503_now_and_then_still_gets_the_same_run(s3, tmp_p
     clean, flaky = published_parts(s3, "dxplain/flaky/clean"), published_parts(s3, "dxplain/flaky/out")
     assert len(clean) == len(flaky) > 0 and clean == flaky
     assert not [k for k in s3.find("dxplain/flaky") if ".tmp-" in k]
+
+
+def refresh_through(proxy, args: list[str], **env: str):
+    """``dxplain refresh`` in its own process, talking to S3 through ``proxy``."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.url, "FSSPEC_S3_ENDPOINT_URL": proxy.url, **env}
+    cmd = [sys.executable, "-m", "dxplain.cli", "refresh", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def outage_at(proxy, requests: int, seconds: float | None):
+    """Stop ``proxy`` once it has relayed ``requests`` more requests; start it again ``seconds`` later (never, with
+    None). Returns the watching thread."""
+    import threading
+    import time
+
+    start = proxy.seen + requests
+
+    def watch():
+        while proxy.seen < start:
+            time.sleep(0.01)
+        proxy.stop()
+        if seconds is not None:
+            time.sleep(seconds)
+            proxy.start()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def flaky_data(s3):
+    table = interactions_table(random_interactions(40, 30, 0.3, seed=8))
+    with s3.open("dxplain/outage/data.parquet", "wb") as fh:
+        pq.write_table(table, fh)
+    return [
+        "--dataset",
+        "s3://dxplain/outage/data.parquet",
+        "--k",
+        "4",
+        "--lam",
+        "5e-3",
+        "--shards",
+        "2",
+        "--in-memory",
+        "-q",
+    ]
+
+
+@pytest.mark.slow  # two refresh processes and a backoff: about 40 s
+def test_a_store_restarted_mid_run_still_gets_the_same_run(s3, flaky_data):
+    """The store goes away for 3 s halfway through a refresh and comes back (a restart): the client's retries with
+    backoff carry the run, which publishes the bytes of an undisturbed one."""
+    from remote import FlakyProxy
+
+    proxy = FlakyProxy(os.environ["AWS_ENDPOINT_URL"], every=0)
+    try:
+        clean = refresh_through(proxy, [*flaky_data, "--out", "s3://dxplain/outage/clean"])
+        assert clean.wait(300) == 0, clean.stderr.read()[-3000:]
+        watcher = outage_at(proxy, proxy.seen // 2, seconds=3)
+        run = refresh_through(proxy, [*flaky_data, "--out", "s3://dxplain/outage/restarted"])
+        out, err = run.communicate(timeout=600)
+        assert not watcher.is_alive() and not proxy.down  # the store did go away, and came back
+        assert run.returncode == 0, err[-3000:]
+    finally:
+        proxy.close()
+    restarted, undisturbed = (
+        published_parts(s3, "dxplain/outage/restarted"),
+        published_parts(s3, "dxplain/outage/clean"),
+    )
+    assert len(restarted) == len(undisturbed) > 0 and restarted == undisturbed
+
+
+@pytest.mark.slow  # two refresh processes: about 30 s
+def test_a_store_down_past_the_retries_is_one_named_error_and_latest_stays(s3, flaky_data):
+    """The store goes away halfway through a refresh and stays away past the client's retries (two attempts
+    here): exit 1, one error line naming it (no traceback), and LATEST still names the run before."""
+    from remote import FlakyProxy
+
+    out = "s3://dxplain/outage/down"
+    proxy = FlakyProxy(os.environ["AWS_ENDPOINT_URL"], every=0)
+    try:
+        first = refresh_through(proxy, [*flaky_data, "--top-k", "3", "--out", out])
+        assert first.wait(300) == 0, first.stderr.read()[-3000:]
+        latest = s3.cat_file("dxplain/outage/down/LATEST")
+        watcher = outage_at(proxy, proxy.seen // 2, seconds=None)
+        run = refresh_through(proxy, [*flaky_data, "--top-k", "2", "--out", out], AWS_MAX_ATTEMPTS="2")
+        _, err = run.communicate(timeout=600)
+        assert proxy.down and not watcher.is_alive()
+    finally:
+        proxy.close()
+    assert run.returncode == 1, err[-3000:]
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in err, err[-3000:]
+    (error,) = [ln for ln in lines if "error" in ln.lower()]
+    assert error.startswith("dxplain: error: the object store did not answer") and "nothing was published" in error
+    s3.invalidate_cache()
+    assert s3.cat_file("dxplain/outage/down/LATEST") == latest
+    assert not [
+        k for k in s3.find("dxplain/outage/down") if k.endswith("/manifest.json") and latest.decode().strip() not in k
+    ]

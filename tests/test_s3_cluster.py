@@ -3,6 +3,8 @@ empty private ``/tmp``, its own ``HOME`` and caches: no disk shared with the tes
 an S3 API (moto's server over HTTP). A refresh submitted to it publishes the bytes of the same refresh run in one
 process on local paths. Skips, saying why, where workers cannot get a namespace (not root, no ``unshare``)."""
 
+from pathlib import Path
+
 import pyarrow.parquet as pq
 import pytest
 from conftest import interactions_table, only_run, random_interactions, write_random_dataset
@@ -14,7 +16,6 @@ MISSING = isolation_missing()
 pytestmark = [
     pytest.mark.skipif(bool(MISSING), reason=MISSING),
     pytest.mark.distributed,
-    pytest.mark.slow,  # a scheduler and two workers that compile their own kernels: about 80 s
     pytest.mark.usefixtures("prefect_server"),
 ]
 
@@ -40,6 +41,10 @@ def test_the_workers_share_no_disk_with_the_test(cluster, tmp_path):
     with Client(cluster) as client:
         seen = client.run(lambda p=str(here): __import__("os").path.exists(p))
         homes = client.run(lambda: __import__("os").path.expanduser("~"))
+        workers = list(seen)
+        for w in workers:  # a task that reads the file fails on either worker
+            with pytest.raises(FileNotFoundError):
+                client.submit(Path.read_text, here, workers=[w], pure=False).result()
     assert len(seen) == 2 and not any(seen.values())
     assert set(homes.values()) == {"/tmp/home"}
 
@@ -62,17 +67,97 @@ def test_a_refresh_on_the_cluster_with_s3_publishes_the_bytes_of_a_local_run(clu
     assert not [k for k in s3.find("dxplain/cluster/out") if ".tmp-" in k]  # nothing temporary left behind
 
 
+def test_a_refresh_of_an_imported_model_with_supplied_targets_on_the_cluster(cluster, s3, tmp_path):
+    """``--model`` (factors imported with ``import-embeddings``) and ``--targets``, all on S3."""
+    import numpy as np
+    import pyarrow as pa
+
+    d = random_interactions(50, 30, 0.3, seed=4)
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    pq.write_table(interactions_table(d), folder / "data.parquet")
+    for side, ids in (("U", d.user_ids), ("V", d.item_ids)):
+        pq.write_table(
+            pa.table({"id": ids, "embedding": list(rng.normal(size=(len(ids), 4)))}), folder / f"{side}.parquet"
+        )
+    pq.write_table(pa.table({"user": d.user_ids[:6], "item": d.item_ids[3:9]}), folder / "targets.parquet")
+    s3.put(str(folder), "dxplain/imported/data", recursive=True)
+
+    def argv(data: str, out: str) -> list[list[str]]:
+        imp = ["import-embeddings", "--dataset", f"{data}/data.parquet", "--lam", "5e-3", "-q"]
+        imp += ["--user-factors", f"{data}/U.parquet", "--item-factors", f"{data}/V.parquet", "--out", f"{out}/m.zarr"]
+        ref = ["refresh", "--dataset", f"{data}/data.parquet", "--model", f"{out}/m.zarr", "--targets"]
+        ref += [f"{data}/targets.parquet", "--top-k", "3", "--shards", "2", "--out", f"{out}/o", "-q"]
+        return [imp, ref]
+
+    local = tmp_path / "local"
+    for args in argv(str(folder), str(local)):
+        assert main([*args, *(["--in-memory"] if args[0] == "refresh" else [])]) == 0
+    for args in argv("s3://dxplain/imported/data", "s3://dxplain/imported"):
+        assert main([*args, *(["--scheduler", cluster] if args[0] == "refresh" else [])]) == 0
+    remote, mine = published_parts(s3, "dxplain/imported/o"), local_parts(local / "o")
+    assert len(remote) == len(mine) == 2 and remote == mine
+
+
 @pytest.fixture(scope="module")
-def prepared(s3, tmp_path_factory):
-    """A prepared dataset folder, local and the same on S3."""
+def inputs(s3, tmp_path_factory):
+    """Every flow's input, in a local folder and the same under ``s3://dxplain/inputs``: a prepared interactions
+    dataset, GAMMLI's tables and a labelled table."""
+    from test_gammli_flow import write_case
+    from test_pairwise_cli import table
+
     folder, _ = write_random_dataset(tmp_path_factory, seed=3)
-    s3.put(str(folder), "dxplain/prepared", recursive=True)
-    return folder, "s3://dxplain/prepared"
+    root = folder.parent
+    write_case(root / "gammli", n=40)
+    pq.write_table(table(), root / "labelled.parquet")
+    s3.put(str(root), "dxplain/inputs", recursive=True)
+    return root
 
 
-def remote_tables(s3, prefix: str) -> dict[str, bytes]:
-    s3.invalidate_cache()
-    return {k[len(prefix) + 1 :]: k for k in s3.find(prefix) if k.endswith(".parquet")}
+def flow_args(root) -> dict[str, list[str]]:
+    """Each flow's arguments but --out, on inputs under ``root`` (a local folder or a URL)."""
+    from test_gammli_flow import FIXED, fit_args
+
+    gammli = fit_args(Path("GAMMLI"), "OUT", *FIXED, "--max-sweeps", "5")  # each stage-3 sweep: rounds of tasks
+    gammli = [a.replace("GAMMLI", f"{root}/gammli") for a in gammli]
+    del gammli[gammli.index("--out") : gammli.index("--out") + 2]
+    gammli.remove("--in-memory")  # each run below says where it runs
+    data = ["--dataset", f"{root}/small"]
+    short = ["--max-sweeps", "12"]  # each sweep with factors in row-block files on S3: a few round trips
+    return {
+        "negatives": ["negatives", *data, "--k", "3", "--lam", "2e-4", "--percent", "5", "--negatives", "2", *short],
+        "prototypes": [
+            "prototypes",
+            *data,
+            "--user",
+            "u005",
+            "--top-n",
+            "4",
+            "-m",
+            "3",
+            "--k",
+            "3",
+            "--lam",
+            "2e-3",
+            *short,
+        ],
+        "kolmogorov": ["kolmogorov", "fit", *data, "--dim", "4", "--iterations", "2"],
+        "gammli": gammli,
+        "pairwise": ["pairwise", "explain", "--data", f"{root}/labelled.parquet", "--label", "y", "--pairs", "2"],
+        "evaluate": ["evaluate", "--dataset", "synthetic-small", "--trials", "1", "--targets", "2"],
+    }
+
+
+# Where each flow's result is: a kind's one timestamped folder, or --out itself; the files compared.
+RESULTS = {
+    "negatives": ("negatives", "*.parquet"),
+    "prototypes": ("prototypes", "*.parquet"),
+    "kolmogorov": (None, "*.parquet"),
+    "gammli": (None, "*.parquet"),
+    "pairwise": (None, "attributions.parquet"),
+    "evaluate": ("evaluations", "*.csv"),
+}
 
 
 def result_folder(s3, prefix: str) -> str:
@@ -81,34 +166,40 @@ def result_folder(s3, prefix: str) -> str:
     return folder
 
 
-@pytest.mark.parametrize(
-    "command, args, kind",
-    [
-        ("negatives", ["--k", "3", "--lam", "2e-4", "--percent", "5", "--negatives", "2"], "negatives"),
-        ("prototypes", ["--user", "u005", "--top-n", "4", "-m", "3", "--k", "3", "--lam", "2e-3"], "prototypes"),
-        ("kolmogorov fit", ["--dim", "4", "--iterations", "2"], None),
-    ],
-)
-def test_other_flows_on_the_cluster_with_s3_write_what_a_local_run_writes(
-    cluster, s3, prepared, tmp_path, command, args, kind
+def same_file(s3, key: str, path: Path) -> bool:
+    if path.suffix == ".parquet":
+        with s3.open(key, "rb") as fh:
+            return pq.read_table(fh).equals(pq.read_table(path))
+    return s3.cat_file(key) == path.read_bytes()
+
+
+@pytest.mark.parametrize("flow", list(RESULTS))
+def test_every_other_flow_on_the_cluster_with_s3_writes_what_a_local_run_writes(
+    cluster, s3, inputs, tmp_path, monkeypatch, flow
 ):
-    local_data, remote_data = prepared
-    name = command.replace(" ", "-")
+    monkeypatch.setenv("DXPLAIN_HOME", str(tmp_path / "home"))  # evaluate's resume keys: this test's own
     local = tmp_path / "out"
-    assert main([*command.split(), "--dataset", str(local_data), "--out", str(local), "--in-memory", *args]) == 0
-    out = f"s3://dxplain/cluster/{name}"
+    # The same run on this machine with local paths: in this process, or for GAMMLI on a LocalCluster, since its
+    # sums round with the BLAS threads of where they run (one per worker, both cores here): within 1e-12
+    where = ["--workers", "2"] if flow == "gammli" else ["--in-memory"]
+    assert main([*flow_args(inputs)[flow], "--out", str(local), *where, "-q"]) == 0
+    prefix = f"dxplain/cluster/{flow}"
     before = executed(cluster)
-    assert main([*command.split(), "--dataset", remote_data, "--out", out, "--scheduler", cluster, *args]) == 0
-    assert sum(executed(cluster).values()) > sum(before.values())
-    prefix = f"dxplain/cluster/{name}"
-    remote = remote_tables(s3, result_folder(s3, f"{prefix}/{kind}") if kind else prefix)
+    remote_args = flow_args("s3://dxplain/inputs")[flow]
+    assert main([*remote_args, "--out", f"s3://{prefix}", "--scheduler", cluster, "-q"]) == 0
+    assert sum(executed(cluster).values()) > sum(before.values())  # the work ran on the isolated workers
+    kind, pattern = RESULTS[flow]
     folder = only_run(local, kind) if kind else local
-    mine = {str(p.relative_to(folder)): p for p in folder.rglob("*.parquet") if p.is_file()}
+    mine = {str(p.relative_to(folder)): p for p in folder.rglob(pattern) if p.is_file()}
+    if flow == "gammli":  # the training residuals the tasks wrote: there, but named per task
+        assert any(n.startswith("model/train/") for n in mine)
+        mine = {n: p for n, p in mine.items() if "/train/" not in n}
+    base = result_folder(s3, f"{prefix}/{kind}") if kind else prefix
+    s3.invalidate_cache()
+    remote = {k[len(base) + 1 :]: k for k in s3.find(base) if Path(k).match(pattern) and "/train/" not in k}
     assert set(remote) == set(mine) and mine
     for rel, key in remote.items():
-        with s3.open(key, "rb") as fh:
-            assert pq.read_table(fh).equals(pq.read_table(mine[rel])), rel
-    s3.invalidate_cache()
+        assert same_file(s3, key, mine[rel]), rel
     assert not [k for k in s3.find(prefix) if ".tmp-" in k or ".dxplain-scratch-" in k]  # nothing left behind
 
 
@@ -118,10 +209,11 @@ def tls_cluster(s3, tmp_path_factory):
     from distributed.security import Security
 
     security = Security.temporary()
-    with isolated_cluster(tmp_path_factory.mktemp("tls-logs"), security=security) as address:
+    with isolated_cluster(tmp_path_factory.mktemp("tls-logs"), security=security, empty_kernel_cache=True) as address:
         yield address, security
 
 
+@pytest.mark.slow  # a second cluster whose workers compile their own kernels
 def test_a_refresh_over_tls_publishes_the_bytes_of_a_local_run(tls_cluster, s3, tmp_path, monkeypatch, capsys):
     address, security = tls_cluster
     assert address.startswith("tls://")
@@ -154,6 +246,7 @@ def test_a_refresh_over_tls_publishes_the_bytes_of_a_local_run(tls_cluster, s3, 
     assert "did not accept this client" in err and "DXPLAIN_TLS_CA_FILE" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_refresh_loses_nothing(s3, tmp_path):
     """SIGKILL one of the two isolated workers while a refresh runs on them: the run still publishes the bytes of a
     clean local run (the lost worker's tasks are recomputed on the other)."""
@@ -171,7 +264,7 @@ def test_a_worker_killed_mid_refresh_loses_nothing(s3, tmp_path):
     args = ["refresh", "--k", "6", "--lam", "5e-3", "--top-k", "3", "--shards", "8", "-q"]
     local = tmp_path / "out"
     assert main([*args, "--dataset", str(tmp_path / "data.parquet"), "--out", str(local), "--in-memory"]) == 0
-    with isolated_cluster(tmp_path / "logs") as address:
+    with isolated_cluster(tmp_path / "logs", empty_kernel_cache=True) as address:
         cmd = [sys.executable, "-m", "dxplain.cli", *args, "--dataset", "s3://dxplain/killed/data.parquet"]
         cmd += ["--out", "s3://dxplain/killed/out", "--scheduler", address]
         run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -15,7 +15,7 @@ import sys
 import threading
 
 from .. import progress
-from ..errors import DxplainError
+from ..errors import NO_ANSWER, DxplainError, store_unreachable
 
 COMMANDS = (
     "refresh",
@@ -112,6 +112,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"dxplain: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        if a.debug or (why := store_unreachable(exc)) is None:
+            raise
+        # Published folders and LATEST move last, so a run stopped here left nothing half-visible.
+        print(
+            f"dxplain: error: {why}; nothing was published; run the same command again once it answers", file=sys.stderr
+        )
+        return 1
     finally:
         if line is not None:
             line.close()
@@ -135,9 +143,11 @@ class _Chatter(logging.Filter):
         msg = str(record.msg)
         if getattr(_interrupt, "fired", False) and "aborted by an interrupt signal" in record.getMessage():
             return False
-        if record.exc_info and isinstance(record.exc_info[1], DxplainError):
+        if record.exc_info and (isinstance(record.exc_info[1], DxplainError) or store_unreachable(record.exc_info[1])):
             return False
-        if msg.startswith("Finished in state Failed") and any(f"{n}:" in record.getMessage() for n in _error_names()):
+        if msg.startswith("Finished in state Failed") and any(
+            f"{n}:" in record.getMessage() for n in (*_error_names(), *NO_ANSWER)
+        ):
             return False
         return not (
             msg.startswith("Finished in state Completed")

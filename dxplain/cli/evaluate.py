@@ -9,10 +9,8 @@ from .common import flow_options, print_summary, run_flow, run_options
 def cmd_evaluate(a) -> int:
     from ..datasets.tabular import check_available
     from ..flows.evaluate import CONSTRAINTS, evaluate
-    from ..io.results import require_local_out
 
     def check(kw):  # said before Prefect and the cluster start
-        require_local_out(kw.get("out") or "", "dxplain evaluate")
         check_available(kw["dataset"])  # scikit-learn's datasets need it
 
     summary = run_flow(evaluate, CONSTRAINTS, a, check=check)

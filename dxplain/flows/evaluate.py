@@ -22,7 +22,7 @@ from ..evaluation.deletion import curve_rows, deletion_curves
 from ..evaluation.faithfulness import plan, trial_case
 from ..evaluation.faithfulness_cf import cf_plan, cf_trial_case
 from ..evaluation.report import auc_del_markdown, deletion_plot_png
-from ..io.results import csv_bytes, evaluation_cache, require_local_out, write_results
+from ..io.results import csv_bytes, evaluation_cache, write_results
 from ..models.two_tower import encode_features
 from ..params import CLUSTER, Interval, OneOf, validate
 from .common import open_mapper, transient
@@ -122,8 +122,7 @@ def evaluate(
     validate(CONSTRAINTS, locals())
     t0 = time.perf_counter()
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
-    require_local_out(settings.out, "dxplain evaluate")
-    cache = str(evaluation_cache(settings.out))
+    cache = str(evaluation_cache(settings.out, settings.data_home))
     # Cache keys live beside the outputs; the cached trial results in Prefect's local result storage.
     run_trial = evaluate_trial.with_options(cache_policy=(INPUTS - "mapper").configure(key_storage=cache))
     code = code_fingerprint()

@@ -15,6 +15,13 @@ from ..errors import InputError
 # A local folder or file (Path or plain path string), or an fsspec URL such as memory://… or s3://….
 Location = str | os.PathLike
 
+# An object store that restarts or sheds load (503 SlowDown) gets botocore's standard retries, 10 attempts with
+# exponential backoff (about a minute of waiting), before the run stops with a named error (``errors.
+# store_unreachable``); the S3 clients of the flow and of every worker read these when they are made. A user's own
+# AWS_RETRY_MODE or AWS_MAX_ATTEMPTS wins.
+if "AWS_RETRY_MODE" not in os.environ and "AWS_MAX_ATTEMPTS" not in os.environ:
+    os.environ.update({"AWS_RETRY_MODE": "standard", "AWS_MAX_ATTEMPTS": "10"})
+
 
 def is_local(loc: Location) -> bool:
     return "://" not in str(loc) or str(loc).startswith("file://")

@@ -22,7 +22,7 @@ import zarr
 from .. import __version__
 from ..errors import InputError
 from ..interactions import Interactions
-from .atomic import Location, atomic_dir, join
+from .atomic import Location, atomic_dir, filesystem, join
 from .atomic import exists as _exists
 from .tables import read_id_column
 from .validation import index_of
@@ -147,23 +147,30 @@ def read_model(path: Location, data: Interactions | None = None, factors: bool =
 # --- import of factors trained elsewhere ------------------------------------------------------------
 
 
-def _read_ids(path: Path) -> pa.Array:
-    if path.suffix in (".parquet", ".pq"):
+def _read_ids(path: Location) -> pa.Array:
+    if str(path).endswith((".parquet", ".pq")):
         return read_id_column(path, "an id list is a Parquet file with a column 'id' or a text file of one id a line")
-    lines = [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+    fs, p = filesystem(path)
+    if not fs.exists(p):
+        raise InputError(f"{path}: no such file")
+    lines = [ln.strip() for ln in fs.cat_file(p).decode().splitlines() if ln.strip()]
     return pa.array([int(x) for x in lines]) if all(x.lstrip("-").isdigit() for x in lines) else pa.array(lines)
 
 
-def read_factor_file(path: str | Path, ids_path: str | Path | None) -> tuple[np.ndarray, pa.Array]:
-    """Factors and their ids from .npy (+ id list), Parquet (``id`` + ``embedding`` or numeric columns) or Zarr."""
-    path = Path(path)
-    if not path.exists():
+def read_factor_file(path: Location, ids_path: Location | None) -> tuple[np.ndarray, pa.Array]:
+    """Factors and their ids from .npy (+ id list), Parquet (``id`` + ``embedding`` or numeric columns) or Zarr;
+    local files or URLs."""
+    fs, p = filesystem(path)
+    if not fs.exists(p):
         raise InputError(f"{path}: no such file")
+    suffix = Path(p).suffix
     ids = None
-    if path.suffix == ".npy":
-        F = np.load(path, allow_pickle=False)  # never unpickle user-supplied files
-    elif path.suffix in (".parquet", ".pq"):
-        t = pq.read_table(path)
+    if suffix == ".npy":
+        with fs.open(p, "rb") as fh:
+            F = np.load(fh, allow_pickle=False)  # never unpickle user-supplied files
+    elif suffix in (".parquet", ".pq"):
+        with fs.open(p, "rb") as fh:
+            t = pq.read_table(fh)
         if "id" not in t.column_names:
             raise InputError(f"{path}: needs a column 'id' next to the factors; found {t.column_names}")
         ids = t.column("id").combine_chunks()
@@ -171,7 +178,7 @@ def read_factor_file(path: str | Path, ids_path: str | Path | None) -> tuple[np.
             F = np.asarray(t.column("embedding").to_pylist(), dtype=np.float64)
         else:
             F = np.column_stack([t.column(c).to_numpy() for c in t.column_names if c != "id"]).astype(np.float64)
-    elif path.suffix == ".zarr" or path.is_dir():
+    elif suffix == ".zarr" or fs.isdir(p):
         F = zarr.open_array(str(path), mode="r")[:]
     else:
         raise InputError(f"{path}: unknown factor format; use .npy, .parquet or .zarr")
@@ -181,7 +188,7 @@ def read_factor_file(path: str | Path, ids_path: str | Path | None) -> tuple[np.
                 f"{path}: .npy/.zarr factors need their id list (--user-ids/--item-ids: "
                 "Parquet with column 'id', or a text file with one id per line)"
             )
-        ids = _read_ids(Path(ids_path))
+        ids = _read_ids(ids_path)
     if F.ndim != 2 or not np.issubdtype(F.dtype, np.number):
         raise InputError(f"{path}: factors must be a 2-D numeric array; got shape {F.shape}, dtype {F.dtype}")
     if len(ids) != F.shape[0]:

@@ -12,7 +12,8 @@ Kinds and their tables:
   ``cleaned-negatives.parquet`` (the negatives minus the flagged ones);
 * ``evaluations``: ``deletions.csv`` (trial, target, method, side, fraction, k, delta), ``auc_del.md``
   (AUC-DEL± per method with 95% CIs), ``deletion_curves.png``; finished trials are cached by Prefect
-  under ``<out>/evaluations/.cache`` so an interrupted evaluation resumes where it stopped.
+  (keys under ``<out>/evaluations/.cache``, or for a URL ``<out>`` under ``$DXPLAIN_HOME/evaluations/``) so an
+  interrupted evaluation resumes where it stopped.
 
 Every folder is written whole in a temporary folder and renamed into place: a crashed run leaves nothing
 behind. ``<out>`` is a local folder or an fsspec URL (``s3://…``): there the temporary folder is a prefix beside the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import io
 import json
 import os
@@ -51,14 +53,6 @@ def write_results(
     with staged_results(out, kind, now) as (tmp, path):
         finish_results(tmp, path, tables, summary, files)
     return path
-
-
-def require_local_out(out: str | os.PathLike, what: str = "this command") -> None:
-    """Refuse an fsspec ``--out`` where ``what`` needs a local folder (Prefect's result cache of an evaluation)."""
-    if not is_local(out):
-        raise InputError(
-            f"--out {out}: {what} keeps its finished trials (for a resume) in a local folder; give a local path"
-        )
 
 
 @contextlib.contextmanager
@@ -109,9 +103,13 @@ def csv_bytes(table: pa.Table) -> bytes:
     return buf.getvalue()
 
 
-def evaluation_cache(out: str | Path) -> Path:
-    """Where Prefect keeps an evaluation's finished trials (keys), beside the outputs."""
-    return Path(out) / "evaluations" / ".cache"
+def evaluation_cache(out: str | Path, home: str | Path) -> Path:
+    """Where Prefect keeps an evaluation's finished trials (keys): beside the outputs, or for a URL ``out`` in a
+    folder of ``home`` (dxplain's data home) named by the URL, since Prefect's result storage (the trials
+    themselves) is local to the flow's host too and a resume runs there."""
+    if is_local(out):
+        return Path(out) / "evaluations" / ".cache"
+    return Path(home) / "evaluations" / hashlib.sha256(str(out).encode()).hexdigest()[:16]
 
 
 def write_folder(
