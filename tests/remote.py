@@ -85,18 +85,18 @@ def isolation_missing() -> str:
 
 WORKERS: dict[str, list] = {}  # a running isolated cluster's worker processes by its address (to kill one)
 
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "start-dask-cluster.sh"  # what a team runs on each host
+
 WORKER_SHELL = (
     # Code the worker runs that lives under /tmp (a clone and its venv there, as on some CI machines) is bound back
-    # over the namespace's own empty /tmp, as an image would ship it; then HOME and caches in that /tmp; then the
-    # dask worker CLI. "$3" lists those code folders, colon-separated.
-    'mount -t tmpfs tmpfs /mnt && i=0 && for p in $(echo "$3" | tr : " "); do '
+    # over the namespace's own empty /tmp, as an image would ship it; then HOME and caches in that /tmp; then
+    # deploy/start-dask-cluster.sh worker ADDRESS. "$2" lists those code folders, colon-separated.
+    'mount -t tmpfs tmpfs /mnt && i=0 && for p in $(echo "$2" | tr : " "); do '
     'mkdir -p /mnt/$i && mount --bind "$p" /mnt/$i && i=$((i+1)); done && '
     "mount -t tmpfs tmpfs /tmp && "
-    'i=0 && for p in $(echo "$3" | tr : " "); do mkdir -p "$p" && mount --bind /mnt/$i "$p" && i=$((i+1)); done && '
-    "mkdir -p /tmp/home /tmp/dask && "
-    "HOME=/tmp/home DXPLAIN_HOME=/tmp/home/dxplain TMPDIR=/tmp "
-    'exec "$0" -m dask worker "$1" --name "$2" --nthreads 1 --nworkers 1 --memory-limit 0 '
-    "--local-directory /tmp/dask --no-dashboard"
+    'i=0 && for p in $(echo "$2" | tr : " "); do mkdir -p "$p" && mount --bind /mnt/$i "$p" && i=$((i+1)); done && '
+    "mkdir -p /tmp/home && HOME=/tmp/home DXPLAIN_HOME=/tmp/home/dxplain TMPDIR=/tmp "
+    'exec bash "$0" worker "$1"'
 )
 
 
@@ -128,8 +128,8 @@ def tls_environment(security) -> dict[str, str]:
 def isolated_cluster(
     logs: Path, n_workers: int = 2, timeout: float = 120, security=None, empty_kernel_cache: bool = False
 ):
-    """``dask scheduler`` on loopback and ``n_workers`` isolated ``dask worker`` processes; yields the scheduler's
-    address. Their logs go to ``logs`` (on the test's side). With ``security`` every connection is TLS
+    """A Dask scheduler and ``n_workers`` isolated workers, each started by ``deploy/start-dask-cluster.sh`` as on a
+    team's hosts; yields the scheduler's address. Their logs go to ``logs`` (on the test's side). With ``security`` every connection is TLS
     (``tls://`` address; a client needs the same ``security``).
 
     The workers find numba's compiled kernels beside the installed code, as a host whose image was built with them
@@ -139,35 +139,26 @@ def isolated_cluster(
     port = free_port()
     protocol = "tls" if security is not None else "tcp"
     address = f"{protocol}://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "NUMBA_NUM_THREADS": "1",
-    }
+    # deploy/start-dask-cluster.sh on each "host": one worker process with one BLAS thread (two such hosts share
+    # this machine's two cores); with security, every connection TLS
+    env = {**os.environ, "DXPLAIN_PYTHON": sys.executable, "DXPLAIN_WORKERS_PER_HOST": "1", "DXPLAIN_BLAS_THREADS": "1"}
+    env["DXPLAIN_SCHEDULER_PORT"] = str(port)
     if security is not None:
-        env.update(tls_environment(security))
+        env.update(tls_environment(security), DXPLAIN_TLS_ARGS="--protocol tls")
     if empty_kernel_cache:
         env["NUMBA_CACHE_DIR"] = "/tmp/home/numba"  # inside the worker's private /tmp
     procs = []
     try:
         with open(logs / "scheduler.log", "wb") as log:
             procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", str(port)]
-                    + ["--protocol", protocol, "--no-dashboard"],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                )
+                subprocess.Popen(["bash", str(DEPLOY), "scheduler"], stdout=log, stderr=subprocess.STDOUT, env=env)
             )
         for i in range(n_workers):
             with open(logs / f"worker-{i}.log", "wb") as log:
                 cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", WORKER_SHELL]
                 procs.append(
                     subprocess.Popen(
-                        [*cmd, sys.executable, address, f"isolated-{i}", ":".join(code_under_tmp())],
+                        [*cmd, str(DEPLOY), address, ":".join(code_under_tmp())],
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         env=env,
@@ -211,7 +202,7 @@ class FlakyProxy:
         b"<Message>Please reduce your request rate.</Message></Error>"
     )
 
-    def __init__(self, upstream: str, every: int = 7, port: int = 0):
+    def __init__(self, upstream: str, every: int = 7):
         import http.client
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -267,7 +258,7 @@ class FlakyProxy:
 
         self.down, self._make = False, lambda port: ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server = None
-        self.start(port)
+        self.start(0)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def start(self, port: int | None = None) -> None:

@@ -212,3 +212,22 @@ def test_evaluate_on_a_scikit_learn_dataset_without_it_names_the_extra_before_an
     assert main(["evaluate", "--dataset", "breast-cancer", "--out", str(tmp_path / "ev")]) == 2
     assert "comes with scikit-learn: pip install -e '.[bench]'" in capsys.readouterr().err
     assert not (tmp_path / "ev").exists()
+
+
+def test_a_store_that_stopped_answering_is_named_and_nothing_else_is():
+    """``store_unreachable`` finds an S3 client's no-answer error however deep it is chained (a task's error
+    raised from it, another raised while cleaning up after it), and ignores other connection errors."""
+    botocore = pytest.importorskip("botocore.exceptions", reason="botocore comes with the s3 extra")
+    from dxplain.errors import store_unreachable
+
+    gone = botocore.EndpointConnectionError(endpoint_url="http://store:9000/bucket/key")
+    try:
+        try:
+            raise RuntimeError("a task failed") from gone
+        except RuntimeError:
+            raise OSError("cleaning up failed too")  # noqa: B904 (raised while handling, as atomic_dir's rollback)
+    except OSError as exc:
+        said = store_unreachable(exc)
+    assert said.startswith("the object store did not answer") and "http://store:9000/bucket/key" in said
+    assert store_unreachable(ConnectionRefusedError("tcp://scheduler:8786")) is None  # a Dask scheduler, not a store
+    assert store_unreachable(OSError("disk full")) is None

@@ -138,6 +138,7 @@ def test_all_unobserved_above_the_size_limit_is_refused_naming_sampled_negatives
     assert not (out / "negatives").exists()
 
 
+@pytest.mark.slow  # by default sampled negatives run on isolated workers against S3 (test_s3_cluster.py)
 def test_sampled_negatives_of_a_prepared_dataset_are_drawn_trained_and_scored_by_tasks(dataset, tmp_path, monkeypatch):
     """Every interaction a positive (--positive-threshold none) of a prepared dataset: sampled per by-user
     part by tasks, trained and scored over the parts of D. The cluster flags what this process's mapper

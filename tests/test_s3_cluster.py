@@ -124,7 +124,7 @@ def flow_args(root) -> dict[str, list[str]]:
     del gammli[gammli.index("--out") : gammli.index("--out") + 2]
     gammli.remove("--in-memory")  # each run below says where it runs
     data = ["--dataset", f"{root}/small"]
-    short = ["--max-sweeps", "12"]  # each sweep with factors in row-block files on S3: a few round trips
+    short = ["--max-sweeps", "5", "--newton-steps", "3"]  # on the cluster each is a few rounds of tasks
     return {
         "negatives": ["negatives", *data, "--k", "3", "--lam", "2e-4", "--percent", "5", "--negatives", "2", *short],
         "prototypes": [
@@ -246,10 +246,24 @@ def test_a_refresh_over_tls_publishes_the_bytes_of_a_local_run(tls_cluster, s3, 
     assert "did not accept this client" in err and "DXPLAIN_TLS_CA_FILE" in err and "Traceback" not in err
 
 
+def explain_tasks(address: str) -> int:
+    """How many of the refresh's explain-pass tasks (its census, user-side and shard maps) the scheduler holds."""
+    from distributed import Client
+
+    def count(dask_scheduler):
+        stages = ("dxplain-census-", "dxplain-user-side-", "dxplain-shard-")
+        return sum(str(k).startswith(stages) for k in dask_scheduler.tasks)
+
+    with Client(address) as client:
+        return client.run_on_scheduler(count)
+
+
 @pytest.mark.slow
-def test_a_worker_killed_mid_refresh_loses_nothing(s3, tmp_path):
-    """SIGKILL one of the two isolated workers while a refresh runs on them: the run still publishes the bytes of a
-    clean local run (the lost worker's tasks are recomputed on the other)."""
+@pytest.mark.parametrize("stage", ["training", "explain"])
+def test_a_worker_killed_mid_refresh_loses_nothing(s3, tmp_path, stage):
+    """SIGKILL one of the two isolated workers while a refresh runs on them, during its training (after six
+    tasks) or its explain pass (once its first task is submitted): the run still publishes the bytes of a clean
+    local run (the lost worker's tasks are recomputed on the other, inputs it held are sent again)."""
     import signal
     import subprocess
     import sys
@@ -259,23 +273,29 @@ def test_a_worker_killed_mid_refresh_loses_nothing(s3, tmp_path):
 
     table = interactions_table(random_interactions(300, 120, 0.2, seed=11))
     pq.write_table(table, tmp_path / "data.parquet")
-    with s3.open("dxplain/killed/data.parquet", "wb") as fh:
+    with s3.open(f"dxplain/killed-{stage}/data.parquet", "wb") as fh:
         pq.write_table(table, fh)
     args = ["refresh", "--k", "6", "--lam", "5e-3", "--top-k", "3", "--shards", "8", "-q"]
     local = tmp_path / "out"
     assert main([*args, "--dataset", str(tmp_path / "data.parquet"), "--out", str(local), "--in-memory"]) == 0
     with isolated_cluster(tmp_path / "logs", empty_kernel_cache=True) as address:
-        cmd = [sys.executable, "-m", "dxplain.cli", *args, "--dataset", "s3://dxplain/killed/data.parquet"]
-        cmd += ["--out", "s3://dxplain/killed/out", "--scheduler", address]
+        cmd = [sys.executable, "-m", "dxplain.cli", *args, "--dataset", f"s3://dxplain/killed-{stage}/data.parquet"]
+        cmd += ["--out", f"s3://dxplain/killed-{stage}/out", "--scheduler", address]
         run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         victim, started = WORKERS[address][1], executed(address)
         deadline = time.time() + 300
-        while sum(executed(address).values()) < sum(started.values()) + 6:  # mid-run: some tasks done
+
+        def reached() -> bool:
+            if stage == "training":
+                return sum(executed(address).values()) >= sum(started.values()) + 6
+            return explain_tasks(address) > 0
+
+        while not reached():
             assert run.poll() is None and time.time() < deadline, "the refresh ended before a worker could be killed"
-            time.sleep(0.2)
+            time.sleep(0.05)
         victim.send_signal(signal.SIGKILL)
         out, err = run.communicate(timeout=600)
         assert run.returncode == 0, err[-3000:]
         assert victim.wait(10) == -signal.SIGKILL
-    remote, mine = published_parts(s3, "dxplain/killed/out"), local_parts(local)
+    remote, mine = published_parts(s3, f"dxplain/killed-{stage}/out"), local_parts(local)
     assert len(remote) == len(mine) == 8 and remote == mine
