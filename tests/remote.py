@@ -4,10 +4,10 @@ with the CLIs a team runs, whose workers share no disk with the test.
 ``s3_endpoint``: moto's standalone server on a free loopback port; the environment points boto and fsspec at it, so
 s3fs speaks HTTP to a real S3 API (and processes started afterwards inherit the endpoint).
 
-``isolated_cluster``: ``dask scheduler`` and N ``dask worker`` processes; each worker runs in its own mount namespace
-(``unshare --mount``, root only) with an empty tmpfs over ``/tmp`` (where the test's folders live), its own ``HOME``
-(so ``~/.cache/dxplain`` is its own), its own numba cache and Dask local directory. Whatever a task needs it reads
-from the object store or receives from the scheduler.
+``isolated_cluster``: a scheduler and N workers started by ``deploy/start-dask-cluster.sh``; each worker runs in its
+own mount namespace (``unshare --mount``, root only) with an empty tmpfs over ``/tmp`` (where the test's folders
+live), its own ``HOME`` (so ``~/.cache/dxplain`` is its own) and Dask local directory. Whatever a task needs it
+reads from the object store or receives from the scheduler.
 """
 
 from __future__ import annotations
@@ -129,8 +129,8 @@ def isolated_cluster(
     logs: Path, n_workers: int = 2, timeout: float = 120, security=None, empty_kernel_cache: bool = False
 ):
     """A Dask scheduler and ``n_workers`` isolated workers, each started by ``deploy/start-dask-cluster.sh`` as on a
-    team's hosts; yields the scheduler's address. Their logs go to ``logs`` (on the test's side). With ``security`` every connection is TLS
-    (``tls://`` address; a client needs the same ``security``).
+    team's hosts; yields the scheduler's address. Their logs go to ``logs`` (on the test's side). With ``security``
+    every connection is TLS (``tls://`` address; a client needs the same ``security``).
 
     The workers find numba's compiled kernels beside the installed code, as a host whose image was built with them
     would (compiling them costs each worker about a minute here); with ``empty_kernel_cache`` each starts from an
