@@ -1,7 +1,9 @@
-"""A real cluster: ``dask scheduler`` and two ``dask worker`` processes, each worker in its own mount namespace (an
-empty private ``/tmp``, its own ``HOME`` and caches: no disk shared with the test), with dataset, model and runs on
-an S3 API (moto's server over HTTP). A refresh submitted to it publishes the bytes of the same refresh run in one
-process on local paths. Skips, saying why, where workers cannot get a namespace (not root, no ``unshare``)."""
+"""A real cluster: a Dask scheduler and two workers started by ``deploy/start-dask-cluster.sh``, each worker in its
+own mount namespace (an empty private ``/tmp``, its own ``HOME``: no disk shared with the test), with datasets,
+models and results on an S3 API (moto's server over HTTP). Every flow submitted to it (refresh trained and imported,
+negatives, prototypes, Kolmogorov and GAMMLI fits, pairwise explain, evaluate) publishes the tables of the same run
+on this machine with local paths. With ``-m slow``: the same over TLS, and a worker SIGKILLed mid-refresh. Skips,
+saying why, where workers cannot get a namespace (not root, no ``unshare``)."""
 
 from pathlib import Path
 
