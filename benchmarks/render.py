@@ -58,6 +58,7 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
         "heavy-items-table": table(scaling.heavy_items_table, "scaling/heavy_items_synthetic-5m.json"),
         "own-topn-table": scaling.own_topn_table,
         "scaling-table": scaling.scaling_table,
+        "implicit-default-table": table(scaling.implicit_default_table, "scaling/implicit_default.json"),
     },
     "negatives.md": {
         "negatives-appc-table": negatives.appc_table,

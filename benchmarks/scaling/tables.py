@@ -190,3 +190,21 @@ def amazon_negatives_table(r: dict) -> str:
 
 
 scaling_table = include("scaling/scaling.md")
+
+
+def implicit_default_table(r: dict) -> str:
+    """docs/scaling.md: ``dxplain refresh`` with its defaults on the Amazon-like implicit sets."""
+    rows = [
+        "| interactions | model | sweeps | wall s | train · explain s | fidelity max item · user "
+        "| peak MiB flow · workers |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for x in r["rows"]:
+        st, fid, ms = x["stage_seconds"], x["fidelity_max_rel_error"], x["model_settings"]
+        rows.append(
+            f"| {x['interactions']:,} | {x['model_kind']} ({ms['convention']}, α {ms['alpha']:g}) "
+            f"| {x['sweeps']} | {x['wall_s']:.1f} | {st['train']:.1f} · {st['recommend_explain_write']:.1f} "
+            f"| {fid['item']:.1e} · {fid['user']:.1e} "
+            f"| {x['peak_rss_mib']['flow']:,.0f} · {worker_peaks(x['peak_rss_mib'])} |"
+        )
+    return "\n".join(rows)
