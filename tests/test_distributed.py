@@ -793,6 +793,10 @@ def test_an_interrupted_map_cancels_its_queued_tasks(client):
     def interrupt(done, result):
         raise KeyboardInterrupt
 
+    def executed():
+        return sum(client.run(lambda dask_worker: dask_worker.state.executed_count).values())
+
+    before = executed()
     with pytest.raises(KeyboardInterrupt) as caught:
         DaskMapper(client).map(slow, [(x,) for x in range(6)], name="interrupted", report=interrupt)
 
@@ -803,10 +807,12 @@ def test_an_interrupted_map_cancels_its_queued_tasks(client):
             if "interrupted" in str(k) and ts.state in ("waiting", "queued", "processing", "no-worker")
         )
 
-    deadline = time.time() + 5
+    deadline = time.time() + 30  # a loaded machine may take a while; uncancelled, all six would have run by then
     while client.run_on_scheduler(queued) and time.time() < deadline:
         time.sleep(0.1)
     assert client.run_on_scheduler(queued) == [] and caught.traceback  # held, yet nothing left queued
+    # the first task and at most the one running on each worker ran; the queued ones never did
+    assert executed() - before <= 1 + len(client.scheduler_info()["workers"])
 
 
 def test_ials_trained_over_parts_on_the_cluster_equals_in_process(client, tmp_path):

@@ -5,6 +5,7 @@ negatives, prototypes, Kolmogorov and GAMMLI fits, pairwise explain, evaluate) p
 on this machine with local paths. With ``-m slow``: the same over TLS, and a worker SIGKILLed mid-refresh. Skips,
 saying why, where workers cannot get a namespace (not root, no ``unshare``)."""
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -202,7 +203,26 @@ def test_every_other_flow_on_the_cluster_with_s3_writes_what_a_local_run_writes(
     assert set(remote) == set(mine) and mine
     for rel, key in remote.items():
         assert same_file(s3, key, mine[rel]), rel
+    if (folder / "metrics.json").exists():  # the contracts' metrics: equal but for where and how long
+        theirs = json.loads(s3.cat_file(f"{base}/metrics.json"))
+        assert comparable(theirs, "s3://dxplain/inputs") == comparable(
+            json.loads((folder / "metrics.json").read_text()), inputs
+        )
     assert not [k for k in s3.find(prefix) if ".tmp-" in k or ".dxplain-scratch-" in k]  # nothing left behind
+
+
+def comparable(metrics, root):
+    """A metrics file without its timings and memory peaks, its inputs' root named alike, numbers to 12 significant
+    digits (an objective summed in one process and over tasks differs in the last bit)."""
+
+    def tidy(x):
+        if isinstance(x, dict):
+            return {k: tidy(v) for k, v in x.items() if not k.endswith("seconds") and k != "peak_rss_mib"}
+        if isinstance(x, list):
+            return [tidy(v) for v in x]
+        return float(f"{x:.12g}") if isinstance(x, float) else x
+
+    return tidy(json.loads(json.dumps(metrics).replace(str(root), "<inputs>")))
 
 
 @pytest.fixture(scope="module")

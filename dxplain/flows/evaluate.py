@@ -123,7 +123,7 @@ def evaluate(
     t0 = time.perf_counter()
     settings = Settings.from_env(scheduler=scheduler, workers=workers, out=out)
     cache = str(evaluation_cache(settings.out, settings.data_home))
-    # Cache keys live beside the outputs; the cached trial results in Prefect's local result storage.
+    # Cache keys live beside the outputs (for a URL out, on this host); the trial results in Prefect's local storage.
     run_trial = evaluate_trial.with_options(cache_policy=(INPUTS - "mapper").configure(key_storage=cache))
     code = code_fingerprint()
     with open_mapper(settings, in_memory) as mapper:
