@@ -7,6 +7,7 @@ scheduler anyway), and ``pure=False``: tasks write files, so the scheduler must 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -182,30 +183,14 @@ class DaskMapper:
     def map(self, fn, args, name: str = "task", report: Report | None = None, near_first: bool = False) -> list:
         args = [tuple(a) for a in args]
         out: list = [None] * len(args)
-        pending, done = list(range(len(args))), 0
-        for attempt in (1, 2):
-            futures = self._submit(fn, [args[n] for n in pending], name, near_first)
-            index = {f.key: n for n, f in zip(pending, futures)}
-            finished = set()
-            try:
-                for fut in as_completed(futures):
-                    out[index[fut.key]] = result = fut.result()
-                    finished.add(index[fut.key])
-                    done += 1
-                    if report is not None:
-                        report(done, result)
-                return out
-            except FutureCancelledError:
-                self._cancel(futures)
-                resent = self._resent(args) if attempt == 1 else None
-                if resent is None:
-                    raise
-                # The tasks not finished again, on the inputs sent again: each is a function of its inputs.
-                args, pending = resent, [n for n in pending if n not in finished]
-            except BaseException:
-                self._cancel(futures)
-                raise
-        raise AssertionError("unreachable")
+        # closed on any exception here (a report's Ctrl-C too), so the rest is cancelled even while the
+        # exception's traceback keeps this frame, and the generator, alive
+        with contextlib.closing(self.imap(fn, args, name, near_first)) as results:
+            for done, (n, result) in enumerate(results, 1):
+                out[n] = result
+                if report is not None:
+                    report(done, result)
+        return out
 
     def imap(self, fn, args, name: str = "task", near_first: bool = False):
         args = [tuple(a) for a in args]
@@ -221,11 +206,12 @@ class DaskMapper:
                     finished.add(index[fut.key])
                     yield index[fut.key], result
                 return
-            except FutureCancelledError:  # as in ``map``: inputs lost with a worker are sent again, once
+            except FutureCancelledError:
                 self._cancel(futures)
                 resent = self._resent(args) if attempt == 1 else None
                 if resent is None:
                     raise
+                # The tasks not finished again, on the inputs sent again: each is a function of its inputs.
                 args, pending = resent, [n for n in pending if n not in finished]
             except BaseException:  # GeneratorExit too: a caller that stops early wants no more of them
                 self._cancel(futures)
