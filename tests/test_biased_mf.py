@@ -186,6 +186,30 @@ def test_newton_polish_keeps_the_fixed_columns_and_reaches_the_bound(data):
     assert max(m.info["miss_bound"].values()) <= 1e-11
 
 
+def test_the_rescaling_between_sweeps_keeps_every_score_and_lowers_the_penalty(data):
+    """``HalfSteps.rescaled`` on biased MF's factors: ⟨U_u, V_i⟩'s columns become balanced (UᵀU = VᵀV there), every
+    score and the bias and fixed columns stay, and the penalty falls; a balanced pair is left as it is."""
+    rng = np.random.default_rng(3)
+    k = 4
+    U, V = augment(
+        rng.normal(size=(data.n_users, k)) * 3.0,
+        rng.normal(size=(data.n_items, k)) * 0.2,
+        rng.normal(size=data.n_users),
+        rng.normal(size=data.n_items),
+        kappa_of(LAM, LAM_BIAS),
+    )
+    hs = BiasedHalfSteps(data, 0.0, 1.0, kappa=kappa_of(LAM, LAM_BIAS))
+    U2, V2 = hs.rescaled(U, V)
+    np.testing.assert_allclose(U2 @ V2.T, U @ V.T, rtol=0, atol=1e-12 * np.abs(U @ V.T).max())
+    np.testing.assert_array_equal(U2[:, k:], U[:, k:])
+    np.testing.assert_array_equal(V2[:, k:], V[:, k:])
+    np.testing.assert_allclose(U2[:, :k].T @ U2[:, :k], V2[:, :k].T @ V2[:, :k], rtol=1e-9, atol=1e-9)
+    assert hs.sqnorm(U2) + hs.sqnorm(V2) < 0.5 * (hs.sqnorm(U) + hs.sqnorm(V))
+    U3, V3 = hs.rescaled(U2, V2)
+    np.testing.assert_allclose(U3, U2, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(V3, V2, rtol=0, atol=1e-9)
+
+
 def test_huge_bias_penalty_gives_the_plain_model(data):
     """λ_b → ∞ leaves the plain model. At k = 30 (= the items) above the optimum's rank every local minimum of
     either objective is the global one, so the two trainers' predictions can be compared."""

@@ -44,7 +44,7 @@ MAPPERS = ["local", pytest.param("dask", marks=pytest.mark.distributed)]
 
 @pytest.fixture(scope="module")
 def data():
-    return random_interactions(120, 90, 0.15, seed=21)
+    return random_interactions(120, 90, 0.15, seed=25)
 
 
 @pytest.fixture(scope="module")

@@ -49,3 +49,44 @@ def balance_transforms_from_grams(
     T_U = (W1 / s1[None, :]) @ U3[:, :r] * root[None, :]
     T_V = (W2 / s2[None, :]) @ V3t[:r].T * root[None, :]
     return T_U, T_V
+
+
+def _spd_power(M: np.ndarray, power: float) -> np.ndarray:
+    w, Q = np.linalg.eigh((M + M.T) / 2)
+    return (Q * np.maximum(w, 0.0) ** power) @ Q.T
+
+
+def balancing_transform(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """The symmetric positive definite P for which (U P, V P⁻¹) has the least penalty tr(PᵀAP) + tr(P⁻¹BP⁻ᵀ), with
+    A = Σ_u w_u U_u U_uᵀ and B = Σ_i w_i V_i V_iᵀ (both positive definite). UVᵀ, and so f's data term, stays.
+
+    Every minimiser R satisfies RᵀAR = R⁻¹BR⁻ᵀ (the weighted Grams balanced; stationary points are); the minimisers
+    are R = P·Q, Q orthogonal, and P is the one without a rotation: P² = A⁻¹ # B (the matrix geometric mean,
+    X A X = B), so P = I at a balanced pair and the transform moves factors continuously, as an accelerated
+    iteration needs.
+    """
+    A_half, A_inv_half = _spd_power(A, 0.5), _spd_power(A, -0.5)
+    X = A_inv_half @ _spd_power(A_half @ B @ A_half, 0.5) @ A_inv_half
+    return _spd_power(X, 0.5)
+
+
+# The rescaling is skipped when a side's Gram has λ_min ≤ this × λ_max (``rescaling``).
+RESCALE_CONDITION = 1e-8
+
+
+def rescaling(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(P, P⁻¹) of ``balancing_transform(A, B)`` for an iteration that rescales its factors as it goes, or None
+    when there is no well-conditioned one: a Gram near rank-deficient (a large λ keeps few components), whose
+    square roots would amplify rounding past the factors themselves, or a transform that is not finite; None for
+    0 × 0 Grams too (nothing to rescale)."""
+    if not len(A):
+        return None
+    try:
+        ends = [np.linalg.eigvalsh(M)[[0, -1]] for M in (A, B)]
+        if any(not lo > RESCALE_CONDITION * hi for lo, hi in ends):
+            return None
+        P = balancing_transform(A, B)
+        P_inv = np.linalg.inv(P)
+    except np.linalg.LinAlgError:
+        return None
+    return (P, P_inv) if np.all(np.isfinite(P)) and np.all(np.isfinite(P_inv)) else None

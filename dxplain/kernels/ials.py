@@ -286,22 +286,3 @@ def top_unobserved(
     order = np.argsort(-np.take_along_axis(size, pick, axis=1), axis=1, kind="stable")
     pick = np.take_along_axis(pick, order, axis=1)
     return free[pick], alpha[pick], np.take_along_axis(local, pick, axis=1)
-
-
-def _spd_power(M: np.ndarray, power: float) -> np.ndarray:
-    w, Q = np.linalg.eigh((M + M.T) / 2)
-    return (Q * np.maximum(w, 0.0) ** power) @ Q.T
-
-
-def balancing_transform(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """The symmetric positive definite P for which (U P, V P⁻¹) has the least penalty tr(PᵀAP) + tr(P⁻¹BP⁻ᵀ), with
-    A = Σ_u w_u U_u U_uᵀ and B = Σ_i w_i V_i V_iᵀ (both positive definite). UVᵀ, and so f's data term, stays.
-
-    Every minimiser R satisfies RᵀAR = R⁻¹BR⁻ᵀ (the weighted Grams balanced; stationary points are); the minimisers
-    are R = P·Q, Q orthogonal, and P is the one without a rotation: P² = A⁻¹ # B (the matrix geometric mean,
-    X A X = B), so P = I at a balanced pair and the transform moves factors continuously, as an accelerated
-    iteration needs.
-    """
-    A_half, A_inv_half = _spd_power(A, 0.5), _spd_power(A, -0.5)
-    X = A_inv_half @ _spd_power(A_half @ B @ A_half, 0.5) @ A_inv_half
-    return _spd_power(X, 0.5)

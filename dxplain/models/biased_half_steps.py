@@ -72,7 +72,12 @@ class BiasedRows(SquaredRows):
         """The rows' part against the free coordinates, (indptr, columns, y − μ − κ·F[columns, f]), and the features
         ``free(F)``: f is the side's fixed column, where the other side F holds its bias over κ."""
         indptr, cols, y = part
-        return (indptr, cols, y - self.kappa * F[cols, self.fixed(F.shape[1])]), self.free(F)
+        # The column gathered, then scaled and added in place: F[cols, f] (a mixed fancy index) and two temporaries
+        # of |part| floats cost several times the solve's setup; the same floats (−κx + y = y − κx).
+        target = F[:, self.fixed(F.shape[1])].take(cols)
+        target *= -self.kappa
+        target += y
+        return (indptr, cols, target), self.free(F)
 
     def solve(self, part, F, ridge, X0=None, basis=None):
         """``SquaredRows.solve`` of the free coordinates (from X0's, when warm), the fixed column set to κ.
@@ -133,6 +138,10 @@ class FixedColumns:
         w = U.shape[1]
         U[:, fixed_column("user", w)], V[:, fixed_column("item", w)] = self.kappa, self.kappa
         return U, V
+
+    def product_columns(self, width: int) -> slice:
+        """The first k = width − 2 columns, ⟨U_u, V_i⟩'s: the bias and fixed columns pair a bias with κ."""
+        return slice(0, width - 2)
 
     def sqnorm(self, F) -> float:
         """‖F‖² over the free coordinates: the fixed column of either side holds κ in every row."""

@@ -178,6 +178,7 @@ class BiasedMF:
             seed=self.seed,
             cg_steps=self.cg_steps,
             stall_sweeps=STALL_SWEEPS,
+            rescale=True,
         )
         model = sweeps.fit(data, half_steps=half_steps, init=init)
         if not sweeps.converged(model) and self.newton_steps > 0:

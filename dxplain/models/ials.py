@@ -16,7 +16,7 @@ gradient puts on the identity's relative error (``kernels.ials.identity_bound``)
 Solver: sweeps of two exact half-steps (each row's k×k solve against the other side's Gram). f's data term depends
 on UVᵀ only, so (U P, V P⁻¹) for any invertible P changes only the penalty, whose curvature in those directions
 is λ: small, and plain ALS crawls along them. After each sweep V is therefore rescaled by the P that minimises the
-penalty (``kernels.ials.balancing_transform``, identity at a stationary point), and the sweeps are
+penalty (``kernels.balance.balancing_transform``, identity at a stationary point), and the sweeps are
 Anderson-accelerated on V (``kernels.anderson``; a combination that raises f is dropped for a plain sweep, as in
 ``models.als``).
 This is a trainer of its own rather than ``models.als.ALSMF`` with another loss strategy: ALSMF's objective is
@@ -35,7 +35,8 @@ import numpy as np
 from .. import progress
 from ..errors import InputError
 from ..interactions import Interactions
-from ..kernels import anderson, ials
+from ..kernels import anderson
+from ..kernels.balance import rescaling
 from ..kernels.ials import CONVENTIONS
 from .base import FactorModel
 from .ials_half_steps import IALSHalfSteps, Measure
@@ -50,8 +51,6 @@ DEFAULT_ALPHA = 1.0
 IDENTITY_TOL = 1e-7
 ANDERSON_MEMORY = 10
 UPHILL_SLACK = 1e-12  # a combination raising f by more than this (relative; rounding near the optimum) is dropped
-# The rescaling is skipped when a side's weighted Gram has λ_min ≤ this × λ_max (``IALS._balanced``).
-RESCALE_CONDITION = 1e-8
 INIT_SCALE = 0.01  # implicit's start: uniform on [0, 0.01)
 
 OBJECTIVE = {
@@ -200,21 +199,15 @@ class IALS:
         return rng.random((data.n_users, self.k)) * INIT_SCALE, rng.random((data.n_items, self.k)) * INIT_SCALE
 
     def _balanced(self, hs, U, V):
-        """V P⁻¹ for the P of ``kernels.ials.balancing_transform`` (from the w-weighted Grams): of all (U R, V R⁻ᵀ),
-        which leave UVᵀ and so the data term as they are, the least penalty, reached without a rotation. The next
-        sweep solves U afresh, so only V is rescaled."""
+        """V P⁻¹ for the P of ``kernels.balance.rescaling`` (from the w-weighted Grams): of all (U R, V R⁻ᵀ), which
+        leave UVᵀ and so the data term as they are, the least penalty, reached without a rotation. The next sweep
+        solves U afresh, so only V is rescaled."""
         if not self.balance:
             return V
-        A, B = hs.weighted_gram("user", U), hs.weighted_gram("item", V)
-        try:
-            low = [np.linalg.eigvalsh(M)[[0, -1]] for M in (A, B)]
-            # A side near rank-deficient (a large λ keeps few components) has no well-conditioned rescaling:
-            # its square roots would amplify rounding past the factors themselves.
-            if any(not lo > RESCALE_CONDITION * hi for lo, hi in low):
-                return V
-            rescaled = V @ np.linalg.inv(ials.balancing_transform(A, B))
-        except np.linalg.LinAlgError:
+        P = rescaling(hs.weighted_gram("user", U), hs.weighted_gram("item", V))
+        if P is None:
             return V
+        rescaled = V @ P[1]
         return rescaled if np.all(np.isfinite(rescaled)) else V
 
     def _sweeps(self, data: Interactions, hs: IALSHalfSteps, init):

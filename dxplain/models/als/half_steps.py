@@ -11,6 +11,7 @@ import numpy as np
 
 from ...interactions import Interactions
 from ...kernels import als, anderson
+from ...kernels.balance import rescaling
 from .losses import SQUARED, SquaredRows
 
 
@@ -74,6 +75,24 @@ class HalfSteps:
 
     def close(self) -> None:
         """Free what training kept (files, state on workers)."""
+
+    def product_columns(self, width: int) -> slice:
+        """The factors' columns that ⟨U_u, V_i⟩ pairs and the penalty weighs alike: all of them here; biased MF's
+        leave out its bias and fixed columns (``models.biased_half_steps.FixedColumns``)."""
+        return slice(None)
+
+    def rescaled(self, U, V):
+        """(U P, V P⁻¹) on ``product_columns``, P from ``kernels.balance.rescaling`` of their Grams: the scores stay
+        and the penalty drops to its least along UVᵀ's invariances (U R, V R⁻ᵀ), which ALS's sweeps cross slowly.
+        New arrays; (U, V) themselves when there is no well-conditioned P."""
+        c = self.product_columns(U.shape[1])
+        Uc, Vc = U[:, c], V[:, c]
+        P = rescaling(Uc.T @ Uc, Vc.T @ Vc)
+        if P is None:
+            return U, V
+        U, V = U.copy(), V.copy()
+        U[:, c], V[:, c] = Uc @ P[0], Vc @ P[1]
+        return U, V
 
     def rows_loss(self, side: str):
         """What the rows of ``side`` ("user" or "item") cost: ``loss`` for both here; a model whose two sides
