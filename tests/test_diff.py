@@ -176,3 +176,39 @@ def test_the_report_of_the_second_night_shows_what_changed_and_its_warm_start(ni
     assert f"{counted['users_changed']} users&#x27;" in page or f"{counted['users_changed']} users'" in page
     assert "What changed since the last run" in page and "entered" in page
     assert "warm from the last run" in page
+
+
+@pytest.mark.slow
+def test_diff_on_movielens_100k_with_an_appended_day(ml100k, tmp_path, capsys):
+    """ml-100k as a daily export: day 1 all but the newest 1% of ratings (by time), day 2 the rest, appended between
+    two nights into one --out (the second warm). The diff lists exactly the users whose top-5 changed, and an entered
+    item's reasons are marked new exactly when they are day 2's ratings."""
+    d = ml100k.interactions
+    table = pa.table(
+        {"user": d.user_ids.take(pa.array(d.user)), "item": d.item_ids.take(pa.array(d.item)), "rating": d.rating}
+    )
+    late = np.zeros(len(d), bool)
+    late[np.argsort(d.timestamp, kind="stable")[int(0.99 * len(d)) :]] = True
+    folder, out = tmp_path / "daily", tmp_path / "out"
+    folder.mkdir()
+    pq.write_table(table.filter(pa.array(~late)), folder / "day-01.parquet")
+    assert main(["refresh", "--dataset", str(folder), "--out", str(out), *ARGS]) == 0
+    day2 = table.filter(pa.array(late))
+    pq.write_table(day2, folder / "day-02.parquet")
+    assert main(["refresh", "--dataset", str(folder), "--out", str(out), *ARGS]) == 0
+    capsys.readouterr()
+    assert main(["diff", "--out", str(out), "--parquet", str(tmp_path / "diff.parquet")]) == 0
+    printed = capsys.readouterr().out
+    t = pq.read_table(tmp_path / "diff.parquet")
+    first, second = (runs.open_run(r) for r in sorted((out / "runs").iterdir()))
+    top = [
+        {(r["user"], r["item"]) for r in run.to_table(columns=["user", "item"]).to_pylist()} for run in (first, second)
+    ]
+    changed = {u for u, _ in top[0] ^ top[1]}
+    assert changed and set(t["user"].to_pylist()) == changed
+    assert f"{len(changed)} of {d.n_users} users' recommendations changed" in printed
+    appended = set(zip(day2["user"].to_pylist(), day2["item"].to_pylist()))
+    entered = t.filter(pc.equal(t["change"], "entered")).to_pylist()
+    marks = [(why["train_user"], why["train_item"], why["new"]) for r in entered for why in r["reasons"]]
+    assert marks and all(new == ((u, i) in appended) for u, i, new in marks)  # reasons are interaction rows only
+    assert any(new for *_, new in marks)
