@@ -119,6 +119,27 @@ def test_numba_half_step_equals_numpy_on_binary_data(alpha):
     )
 
 
+def test_rows_sharing_the_grams_factorisation_are_solved_together_beside_corrected_ones():
+    """implicit's convention at α = 1 with values 1 and 2: rows holding only 1s have c = 1 everywhere and are solved
+    together against G + λI; rows with a 2 carry a correction; a row whose only stored value is 0 gets 0. All equal
+    the dense least squares."""
+    d = random_interactions(60, 40, 0.3, seed=8)
+    r = np.where(d.rating >= 4, 2.0, 1.0)
+    r[d.user == 3] = 1.0  # a row of 1s only: shared (it has a positive right-hand side)
+    lone = d.user_indptr[5]  # user 5 keeps one stored 0: c = 0, no right-hand side, solved as 0
+    keep = (d.user != 5) | (np.arange(len(d)) == lone)
+    r[lone] = 0.0
+    d = Interactions.from_indices(d.user[keep], d.item[keep], r[keep], d.user_ids, d.item_ids)
+    V = np.random.default_rng(9).random((d.n_items, 6))
+    v = views(d, 1.0, "implicit", 0.05)["user"]
+    corrected = np.add.reduceat(v[2] != 1.0, v[0][:-1]) > 0
+    assert corrected.any() and not corrected.all() and not corrected[3]
+    C, P, lwU, _ = dense(d, 1.0, "implicit", 0.05)
+    X = ials.half_step(*v[:4], V, v[4], fused=True)
+    np.testing.assert_allclose(X, dense_solve(C, P, V, lwU), atol=1e-12)
+    np.testing.assert_array_equal(X[5], 0.0)
+
+
 def brute_force_sides(d, U, V, alpha, convention, lam, u, j):
     """Per target (u, j): every entry's term on each side, from the dense weights, and which entries are stored."""
     C, P, lwU, lwV = dense(d, alpha, convention, lam)

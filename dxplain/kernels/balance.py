@@ -51,9 +51,26 @@ def balance_transforms_from_grams(
     return T_U, T_V
 
 
-def _spd_power(M: np.ndarray, power: float) -> np.ndarray:
+def _spd_eigh(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(w, Q) of the symmetrised M, w clipped at 0."""
     w, Q = np.linalg.eigh((M + M.T) / 2)
-    return (Q * np.maximum(w, 0.0) ** power) @ Q.T
+    return np.maximum(w, 0.0), Q
+
+
+def _power(eig: tuple[np.ndarray, np.ndarray], power: float) -> np.ndarray:
+    w, Q = eig
+    return (Q * w**power) @ Q.T
+
+
+def _spd_power(M: np.ndarray, power: float) -> np.ndarray:
+    return _power(_spd_eigh(M), power)
+
+
+def _balancing_pair(eig_A: tuple[np.ndarray, np.ndarray], B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P, P⁻¹) of ``balancing_transform`` from A's eigendecomposition: both from one decomposition of P²."""
+    A_half, A_inv_half = _power(eig_A, 0.5), _power(eig_A, -0.5)
+    eig_X = _spd_eigh(A_inv_half @ _spd_power(A_half @ B @ A_half, 0.5) @ A_inv_half)
+    return _power(eig_X, 0.5), _power(eig_X, -0.5)
 
 
 def balancing_transform(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -65,9 +82,7 @@ def balancing_transform(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     X A X = B), so P = I at a balanced pair and the transform moves factors continuously, as an accelerated
     iteration needs.
     """
-    A_half, A_inv_half = _spd_power(A, 0.5), _spd_power(A, -0.5)
-    X = A_inv_half @ _spd_power(A_half @ B @ A_half, 0.5) @ A_inv_half
-    return _spd_power(X, 0.5)
+    return _balancing_pair(_spd_eigh(A), B)[0]
 
 
 # The rescaling is skipped when a side's Gram has λ_min ≤ this × λ_max (``rescaling``).
@@ -82,11 +97,11 @@ def rescaling(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray] | N
     if not len(A):
         return None
     try:
-        ends = [np.linalg.eigvalsh(M)[[0, -1]] for M in (A, B)]
+        eig_A = np.linalg.eigh((A + A.T) / 2)
+        ends = [eig_A[0][[0, -1]], np.linalg.eigvalsh(B)[[0, -1]]]
         if any(not lo > RESCALE_CONDITION * hi for lo, hi in ends):
             return None
-        P = balancing_transform(A, B)
-        P_inv = np.linalg.inv(P)
+        P, P_inv = _balancing_pair((np.maximum(eig_A[0], 0.0), eig_A[1]), B)
     except np.linalg.LinAlgError:
         return None
     return (P, P_inv) if np.all(np.isfinite(P)) and np.all(np.isfinite(P_inv)) else None

@@ -33,6 +33,7 @@ loops of ``ials_fused`` by default (``FUSED``).
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg as sla
 import scipy.sparse as sp
 
 from .representer import SCORE_FLOOR
@@ -98,7 +99,18 @@ def half_step(
 
         X = np.empty((m, k))
         lam_w = np.asarray(lam_w, np.float64)
-        half_step_fused(*_typed(indptr, cols, c, p), F, np.ascontiguousarray(G), lam_w, get_num_threads(), X)
+        # One λw for every row (implicit's convention): the rows without a correction (all of them at α|r| = 1)
+        # share G + λw I, and their solves are one triangular solve of all their right-hand sides (BLAS).
+        lam_shared = float(lam_w[0]) if m and np.all(lam_w == lam_w[0]) else np.nan
+        shared = np.empty(m, np.bool_)
+        half_step_fused(
+            *_typed(indptr, cols, c, p), F, np.ascontiguousarray(G), lam_w, get_num_threads(), X, lam_shared, shared
+        )
+        if shared.any():
+            factor = sla.cho_factor(G + lam_shared * np.eye(k), lower=True)
+            if shared.all():
+                return sla.cho_solve(factor, X.T).T
+            X[shared] = sla.cho_solve(factor, X[shared].T).T
         return X
     outer = np.einsum("ik,il->ikl", F, F).reshape(len(F), k * k)
     A = (_rows_matrix(indptr, cols, np.asarray(c) - 1.0, len(F)) @ outer).reshape(m, k, k)
@@ -148,7 +160,7 @@ def gradient_rows(
         from .ials_fused import gradient_rows_fused
 
         g, data = np.empty(X.shape), np.empty(len(X))
-        gradient_rows_fused(*_typed(indptr, cols, c, p), X, F, np.ascontiguousarray(G), lam_w, g, data)
+        gradient_rows_fused(*_typed(indptr, cols, c, p), X, F, np.ascontiguousarray(X @ G), lam_w, g, data)
         return g, float(np.sum(data))
     c, p = np.asarray(c, np.float64), np.asarray(p, np.float64)
     rows = np.repeat(np.arange(len(X)), np.diff(indptr))

@@ -56,9 +56,11 @@ def _solve_factored(A, n, b, x):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X):
+def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X, lam_shared, shared):
     """X[r] ← (G + Σ_{e∈O_r} (c_e − 1) F_e F_eᵀ + lam_w[r] I)⁻¹ Σ_{e∈O_r} c_e p_e F_e for every row r (CSR over
-    ``cols``); a row with a zero right-hand side gets 0.
+    ``cols``); a row with a zero right-hand side gets 0. A row without a correction whose lam_w[r] is
+    ``lam_shared`` gets its right-hand side instead and shared[r] = True: the caller solves all such rows
+    against G + lam_shared·I at once (``ials.half_step``).
 
     Parameters
     ----------
@@ -68,6 +70,7 @@ def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X):
     lam_w : (n_rows,) float64: λ w per row
     n_threads : numba's thread count (``numba.get_num_threads()``; read inside, it would block caching)
     X : (n_rows, k) float64 output
+    lam_shared : float64, NaN for none; shared : (n_rows,) bool output
     """
     k = F.shape[1]
     kp = -(-k // 4) * 4  # the Gram works on blocks of 4 rows: zero rows pad k
@@ -96,8 +99,13 @@ def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X):
                     f = F[cols[a + j]]
                     for q in range(k):
                         b[q] += w * f[q]
+            shared[r] = False
             if not live:
                 X[r, :] = 0.0
+                continue
+            if not corrected and lam_w[r] == lam_shared:
+                X[r, :] = b[:k]
+                shared[r] = True
                 continue
             if not corrected:  # every c_e = 1: the system is G + λw I, factorised once for a run of such rows
                 if lam_w[r] == lam0:
@@ -123,19 +131,17 @@ def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X):
 
 
 @njit(nogil=True, cache=True, parallel=True, fastmath=True)
-def gradient_rows_fused(indptr, cols, c, p, X, F, G, lam_w, g, data):
-    """g[r] ← 2[(G + lam_w[r] I) X_r + Σ_{e∈O_r} ((c_e − 1) s_e − c_e p_e) F_e] and
-    data[r] ← X_rᵀ G X_r + Σ_{e∈O_r} (c_e (p_e − s_e)² − s_e²), s_e = ⟨X_r, F_e⟩: ``ials.gradient_rows`` per row."""
+def gradient_rows_fused(indptr, cols, c, p, X, F, XG, lam_w, g, data):
+    """g[r] ← 2[(XG_r + lam_w[r] X_r + Σ_{e∈O_r} ((c_e − 1) s_e − c_e p_e) F_e] and
+    data[r] ← ⟨XG_r, X_r⟩ + Σ_{e∈O_r} (c_e (p_e − s_e)² − s_e²), s_e = ⟨X_r, F_e⟩: ``ials.gradient_rows`` per row,
+    with XG = X G (G = FᵀF) formed by the caller in one matrix product (k² a row, which BLAS does at its peak)."""
     k = F.shape[1]
     for r in prange(X.shape[0]):
-        x, gr = X[r], g[r]
+        x, gr, xg = X[r], g[r], XG[r]
         xGx = 0.0
         for q in range(k):
-            s = 0.0
-            for l in range(k):  # noqa: E741 (the maths' index)
-                s += G[q, l] * x[l]
-            gr[q] = s + lam_w[r] * x[q]
-            xGx += s * x[q]
+            gr[q] = xg[q] + lam_w[r] * x[q]
+            xGx += xg[q] * x[q]
         acc = 0.0
         for e in range(uint64(indptr[r]), uint64(indptr[r + 1])):  # unsigned: see als_fused._gram_upper
             f = F[cols[e]]

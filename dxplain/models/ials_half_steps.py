@@ -9,6 +9,7 @@ once per half-step here and sent with the factors. In process the table is one p
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,9 @@ def ridge_weights_of(data: Interactions, convention: str) -> dict:
 def load_ials_part(parts, side: str, p: int, alpha: float, convention: str) -> tuple:
     """Part p of ``side`` from ``io.partitions`` parts, as ``ials_part``."""
     return ials_part(*load_part(parts, side, p, 0.0), alpha, convention)
+
+
+GRAMS_KEPT = 3  # a sweep's U and V, and the next sweep's start
 
 
 def _part_weights(part) -> np.ndarray:
@@ -76,6 +80,8 @@ class IALSHalfSteps:
 
     def __init__(self, mapper, parts: dict, cuts: dict, lam: float, w: dict):
         self.mapper, self.parts, self.cuts, self.lam, self.w = mapper, parts, cuts, lam, w
+        self._unweighted = {side: bool(np.all(ws == 1.0)) for side, ws in w.items()}
+        self._grams = []  # (weak reference to F, FᵀF) of the last GRAMS_KEPT factors whose Gram was formed
 
     @classmethod
     def local(cls, data: Interactions, lam: float, alpha: float, convention: str) -> IALSHalfSteps:
@@ -116,8 +122,21 @@ class IALSHalfSteps:
         """Nothing is kept beyond the parts, which go with this object."""
 
     def weighted_gram(self, side: str, F: np.ndarray) -> np.ndarray:
-        """Σ_r w_r F_r F_rᵀ over ``side``'s rows: what that side's penalty is, as a function of a k×k transform."""
+        """Σ_r w_r F_r F_rᵀ over ``side``'s rows: what that side's penalty is, as a function of a k×k transform. With
+        every w_r = 1 (implicit's convention) it is FᵀF, which the last measure formed if F is one of its factors."""
+        if self._unweighted[side]:
+            return self.gram(F)
         return (F * self.w[side][:, None]).T @ F
+
+    def gram(self, F: np.ndarray) -> np.ndarray:
+        """FᵀF, formed once for the same F: a sweep's half-step, measure and rescaling share the factors' Grams
+        (n·k² each, the largest products of a sweep at k = 100 beside the row solves)."""
+        for ref, G in self._grams:
+            if ref() is F:
+                return G
+        G = F.T @ F
+        self._grams = [*self._grams[-(GRAMS_KEPT - 1) :], (weakref.ref(F), G)]
+        return G
 
     def users(self, V: np.ndarray) -> np.ndarray:
         return self._half("user", V)
@@ -126,7 +145,7 @@ class IALSHalfSteps:
         return self._half("item", U)
 
     def _half(self, side: str, F: np.ndarray) -> np.ndarray:
-        F_h, G = self.mapper.put(F), F.T @ F
+        F_h, G = self.mapper.put(F), self.gram(F)
         cuts = self.cuts[side]
         out = np.empty((int(cuts[-1]), F.shape[1]))
         tasks = [(part, F_h, G, self.lam) for part in self.parts[side]]
@@ -138,7 +157,7 @@ class IALSHalfSteps:
         """f(U, V), ‖∇f‖ and the identity bound: one map over every part of both sides. The data term comes
         from the users' parts (each holds its users' whole sums, the unobserved entries through VᵀV)."""
         U_h, V_h = self.mapper.put(U), self.mapper.put(V)
-        G_U, G_V = U.T @ U, V.T @ V
+        G_U, G_V = self.gram(U), self.gram(V)
         tasks = [(part, int(a), U_h, V_h, G_V, self.lam) for part, a in zip(self.parts["user"], self.cuts["user"])]
         tasks += [(part, int(a), V_h, U_h, G_U, self.lam) for part, a in zip(self.parts["item"], self.cuts["item"])]
         out = self.mapper.map(_measure_part, tasks, name="ials-measure")
