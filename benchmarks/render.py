@@ -46,6 +46,7 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
         "biased-table": table(als.biased_table, "als/biased_vs_peers.json"),
         "biased-parts-table": table(als.biased_parts_table, "als/biased_parts.json"),
         "ials-vs-implicit-table": table(als.ials_vs_implicit_table, "als/ials_vs_implicit.json"),
+        "ials-seeds-table": table(als.ials_seeds_table, "als/ials_seeds.json"),
         "import-refresh-table": table(als.import_refresh_table, "als/import_refresh.json"),
     },
     "serve.md": {"serve-lookup-table": table(serve.lookup_table, "serve/lookup.json")},
