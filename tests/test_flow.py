@@ -36,7 +36,8 @@ def test_refresh_on_local_cluster_publishes_a_complete_run(dataset, tmp_path):
     table = runs.open_run(run).to_table()
     assert table.num_rows == s["attributions"] == sum(e["rows"] for e in manifest["shards"])
     assert s["targets"] == 3 * 50 and s["users"] == 50
-    assert s["fidelity_max_rel_error"]["item"] < 1e-6
+    # within the run's --tol (its default), which the trainer's bound guarantees for every target
+    assert s["fidelity_ok"] and max(s["fidelity_max_rel_error"].values()) <= s["fidelity_tol"] == 1e-4
     stages = s["stage_seconds"]  # every stage timed, within the whole run's wall time
     assert list(stages) == ["load", "partition", "train", "preprocess", "recommend_explain_write", "publish"]
     assert all(v >= 0 for v in stages.values()) and sum(stages.values()) <= s["seconds"] + stages["publish"] + 0.1

@@ -40,6 +40,7 @@ from ..kernels.balance import rescaling
 from ..kernels.ials import CONVENTIONS
 from .base import FactorModel
 from .ials_half_steps import IALSHalfSteps, Measure
+from .threads import numba_owns_the_cores
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,8 @@ class IALS:
         lam = self.lam_
         hs = (half_steps or IALSHalfSteps.local)(data, lam, self.alpha, self.convention)
         try:
-            U, V, state, sweeps = self._sweeps(data, hs, init)
+            with numba_owns_the_cores():
+                U, V, state, sweeps = self._sweeps(data, hs, init)
         finally:
             hs.close()
         seconds = time.perf_counter() - t0

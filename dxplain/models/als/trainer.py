@@ -31,6 +31,7 @@ from ...interactions import Interactions
 from ...kernels.newton import newton_pcg
 from ...progress import newton_progress
 from ..base import FactorModel
+from ..threads import numba_owns_the_cores
 from .half_steps import HalfSteps, LocalHalfSteps
 from .losses import SQUARED, BCERows, SquaredRows
 
@@ -146,7 +147,8 @@ class ALSMF:
         loss = replace(self.loss, cg_steps=self.cg_steps) if isinstance(self.loss, SquaredRows) else self.loss
         half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge, loss=loss)
         try:
-            return self._fit(data, half_steps, loss, init, mu, lam, t0)
+            with numba_owns_the_cores():
+                return self._fit(data, half_steps, loss, init, mu, lam, t0)
         finally:
             half_steps.close()
 
