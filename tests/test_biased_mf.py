@@ -10,6 +10,7 @@ from dxplain.errors import InputError
 from dxplain.explain.representer import Preprocessed, RepresenterExplainer, balanced_factors
 from dxplain.explain.targets import recommend
 from dxplain.interactions import Targets
+from dxplain.kernels.balance import rescaling
 from dxplain.models.als.trainer import ALSMF
 from dxplain.models.base import FactorModel
 from dxplain.models.biased_mf import BiasedHalfSteps, BiasedMF, augment, biases, interaction_factors, kappa_of
@@ -208,6 +209,32 @@ def test_the_rescaling_between_sweeps_keeps_every_score_and_lowers_the_penalty(d
     U3, V3 = hs.rescaled(U2, V2)
     np.testing.assert_allclose(U3, U2, rtol=0, atol=1e-9)
     np.testing.assert_allclose(V3, V2, rtol=0, atol=1e-9)
+
+
+def test_a_rescaled_fit_stores_what_a_fresh_measure_of_its_factors_gives(data):
+    """The sweeps rescale between sweeps; what the model stores (f, ‖∇f‖, the bound) is a measure of the returned
+    factors themselves, whether the sweeps stop on the bound or on their budget."""
+    for budget in ({"miss_tol": 1e-10}, {"max_sweeps": 7, "newton_steps": 0}):
+        m = BiasedMF(k=4, lam=LAM, lam_bias=LAM_BIAS, **budget).fit(data)
+        hs = BiasedHalfSteps(data, data.rating_mean(), LAM * len(data) / 2, kappa=m.settings["kappa"])
+        rss, gsq, bound = hs.stationarity(np.asarray(m.U), np.asarray(m.V), LAM, bound=True)
+        f = rss / len(data) + 0.5 * LAM * (hs.sqnorm(np.asarray(m.U)) + hs.sqnorm(np.asarray(m.V)))
+        assert m.info["objective"] == pytest.approx(f, rel=1e-12)
+        assert m.grad_norm == pytest.approx(np.sqrt(gsq), rel=1e-9)
+        assert max(m.info["miss_bound"].values()) == pytest.approx(max(bound), rel=1e-9)
+
+
+def test_rescaling_refuses_what_it_cannot_rescale_well():
+    """``kernels.balance.rescaling``: P P⁻¹ = I and P balances the Grams; None for an empty, a near-singular or a
+    non-finite Gram."""
+    rng = np.random.default_rng(4)
+    U, V = rng.normal(size=(30, 3)), rng.normal(size=(20, 3)) * 4.0
+    P, P_inv = rescaling(U.T @ U, V.T @ V)
+    np.testing.assert_allclose(P @ P_inv, np.eye(3), atol=1e-12)
+    np.testing.assert_allclose(P @ U.T @ U @ P, P_inv @ V.T @ V @ P_inv, rtol=1e-9, atol=1e-9)
+    singular = np.outer(U[0], U[0])
+    assert rescaling(singular, V.T @ V) is None and rescaling(U.T @ U, np.zeros((3, 3))) is None
+    assert rescaling(np.full((3, 3), np.nan), V.T @ V) is None and rescaling(np.zeros((0, 0)), np.zeros((0, 0))) is None
 
 
 def test_huge_bias_penalty_gives_the_plain_model(data):

@@ -21,14 +21,14 @@ from benchmarks.als import implicit_peers as pe
 from benchmarks.als.common import ALS
 from benchmarks.common import parser
 from dxplain.datasets import resolve_dataset
-from dxplain.models import ials, threads
+from dxplain.models import ials, ials_half_steps, threads
 from dxplain.models.als import trainer
 from dxplain.models.als.trainer import ALSMF, MIN_TARGET_COS
 from dxplain.models.biased_mf import BiasedMF, score_floor
 from dxplain.models.ials import IALS
 
 TOL = 1e-4
-USERS = (trainer, ials)  # the modules whose trainers enter ``numba_owns_the_cores``
+USERS = (trainer, ials, ials_half_steps)  # the modules whose trainers and tasks enter ``numba_owns_the_cores``
 
 
 def fits(ratings, clicks) -> dict:

@@ -3,9 +3,9 @@
     python -m benchmarks.als.ials_seeds               # seeds 0-4, ~15 min on one core
 
 ``benchmarks.als.ials_vs_implicit``'s quality part (the same split rule, grid, protocol and selection on validation)
-for the two models it compares for the acceptance, implicit's ALS and dxplain's iALS, on each of ``--seeds``: one
-split's test users (~930) move the ratio by about a percent from split to split, so the ratio is reported per split
-and as the mean over them. One thread everywhere, as there. Writes benchmarks/results/als/ials_seeds.json.
+for the two models it compares for the acceptance, implicit's ALS and dxplain's iALS, on each of ``--seeds``: the
+ratio moves from split to split with the split's test users, so it is reported per split and as the mean over them.
+One thread everywhere, as there. Writes benchmarks/results/als/ials_seeds.json.
 """
 
 from __future__ import annotations

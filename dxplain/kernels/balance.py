@@ -1,5 +1,9 @@
-"""Balancing a factorisation (Algorithm 1 of the representer paper, docs/methods.md §1): Ũ = U T_U, Ṽ = V T_V
-with ŨṼᵀ = UVᵀ and ŨᵀŨ = ṼᵀṼ, the factors whose rows the representer's inner products compare."""
+"""Balancing a factorisation, two ways that keep UVᵀ.
+
+- For explaining (Algorithm 1 of the representer paper, docs/methods.md §1; ``balance_transforms``): Ũ = U T_U,
+  Ṽ = V T_V with ŨṼᵀ = UVᵀ and ŨᵀŨ = ṼᵀṼ diagonal, the factors whose rows the representer's inner products compare.
+- For training (``balancing_transform``, ``rescaling``): the symmetric P, without a rotation, for which (U P, V P⁻¹)
+  has the least (weighted) penalty: the trainers' rescaling between sweeps, identity at a stationary point."""
 
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ A row's system is G + Σ_e (c_e − 1) F_e F_eᵀ + λ w I: the Gram G of the wh
 plus a correction from the row's own entries only. The correction is formed as two Grams of gathered,
 transposed rows scaled by √|c_e − 1| (one for c_e > 1, one for c_e < 1, subtracted), in ``als_fused``'s blocked
 dot products, then the row is solved by its Cholesky factorisation. Entries with c_e = 1 (the ``implicit``
-convention at α|r| = 1) cost nothing beyond the right-hand side, and rows all of whose entries have c_e = 1 share
-one factorisation of G + λw I (``implicit``'s defaults on 0/1 data make every row such a row).
+convention at α|r| = 1) cost nothing beyond the right-hand side, and rows all of whose entries have c_e = 1 and
+whose λw is the one given are left to the caller, which solves them together against one factorisation of
+G + λw I (``ials.half_step``; ``implicit``'s defaults on 0/1 data make every row such a row).
 
 Rows run over numba's threads, interleaved so that light and heavy rows mix; ``nogil`` lets Dask's threads run
 parts side by side. ``cache=True``: compiled once per machine.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, uint64
 
-from .als_fused import _dot, _gram_upper, _solve_spd
+from .als_fused import _gram_upper, _solve_spd
 
 
 @njit(nogil=True, cache=True)
@@ -42,17 +43,6 @@ def _add_upper(A, S, k, sign):
     for p in range(k):
         for q in range(p, k):
             A[p, q] += sign * S[p, q]
-
-
-@njit(nogil=True, cache=True)
-def _solve_factored(A, n, b, x):
-    """x[:n] ← A⁻¹b with A's Cholesky factor L in its lower triangle and diagonal (as ``_solve_spd`` leaves it)."""
-    for i in range(n):
-        x[i] = (b[i] - _dot(A[i], x, i)) / A[i, i]
-    for i in range(n - 1, -1, -1):
-        x[i] /= A[i, i]
-        for m in range(i):
-            x[m] -= A[i, m] * x[i]
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -84,8 +74,6 @@ def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X, lam_shared, s
         S = np.empty((kp, kp))
         b = np.empty(kp)
         x = np.empty(kp)
-        A0 = np.empty((kp, kp))  # G + lam0·I factorised, shared by the rows without a correction
-        lam0 = np.nan
         for r in range(t, m, n_threads):
             a, d = indptr[r], indptr[r + 1] - indptr[r]
             for q in range(k):
@@ -106,17 +94,6 @@ def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X, lam_shared, s
             if not corrected and lam_w[r] == lam_shared:
                 X[r, :] = b[:k]
                 shared[r] = True
-                continue
-            if not corrected:  # every c_e = 1: the system is G + λw I, factorised once for a run of such rows
-                if lam_w[r] == lam0:
-                    _solve_factored(A0, k, b, x)
-                else:
-                    for q in range(k):
-                        A0[q, q:k] = G[q, q:k]
-                        A0[q, q] += lam_w[r]
-                    _solve_spd(A0, k, b, x)
-                    lam0 = lam_w[r]
-                X[r, :] = x[:k]
                 continue
             for q in range(k):
                 A[q, q:k] = G[q, q:k]

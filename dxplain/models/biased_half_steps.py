@@ -72,8 +72,8 @@ class BiasedRows(SquaredRows):
         """The rows' part against the free coordinates, (indptr, columns, y − μ − κ·F[columns, f]), and the features
         ``free(F)``: f is the side's fixed column, where the other side F holds its bias over κ."""
         indptr, cols, y = part
-        # The column gathered, then scaled and added in place: F[cols, f] (a mixed fancy index) and two temporaries
-        # of |part| floats cost several times the solve's setup; the same floats (−κx + y = y − κx).
+        # The column gathered, then scaled and added in place: F[cols, f] is numpy's slow mixed fancy index, and
+        # y − κ·x would make two temporaries of |part| floats; the same floats (−κx + y = y − κx).
         target = F[:, self.fixed(F.shape[1])].take(cols)
         target *= -self.kappa
         target += y

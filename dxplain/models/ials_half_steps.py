@@ -19,6 +19,7 @@ from ..kernels import ials
 from ..mapper import LocalMapper
 from .als.half_steps import csr_view
 from .als.part_half_steps import load_part
+from .threads import numba_owns_the_cores
 
 
 def ials_part(indptr, cols, r, alpha: float, convention: str) -> tuple:
@@ -50,7 +51,8 @@ def _part_weights(part) -> np.ndarray:
 
 def _solve_part(part, F, G, lam: float) -> np.ndarray:
     indptr, cols, c, p, w = part
-    return ials.half_step(indptr, cols, c, p, F, lam * w, G)
+    with numba_owns_the_cores():  # its shared rows' solve is BLAS beside numba's loops, on a worker too
+        return ials.half_step(indptr, cols, c, p, F, lam * w, G)
 
 
 def _measure_part(part, a: int, X, F, G, lam: float) -> tuple[float, float, float, float]:
@@ -58,7 +60,8 @@ def _measure_part(part, a: int, X, F, G, lam: float) -> tuple[float, float, floa
     bound): four numbers back, not the gradient."""
     indptr, cols, c, p, w = part
     rows = X[a : a + len(indptr) - 1]
-    g, data = ials.gradient_rows(indptr, cols, c, p, rows, F, lam * w, G)
+    with numba_owns_the_cores():
+        g, data = ials.gradient_rows(indptr, cols, c, p, rows, F, lam * w, G)
     return data, ials.penalty(rows, lam * w), float(np.sum(g * g)), ials.identity_bound(rows, g, lam * w, F)
 
 
@@ -130,7 +133,8 @@ class IALSHalfSteps:
 
     def gram(self, F: np.ndarray) -> np.ndarray:
         """FᵀF, formed once for the same F: a sweep's half-step, measure and rescaling share the factors' Grams
-        (n·k² each, the largest products of a sweep at k = 100 beside the row solves)."""
+        (n·k² each, the largest products of a sweep beside the row solves). F is never changed in place while it
+        lives (every half-step, combination and rescaling makes new arrays)."""
         for ref, G in self._grams:
             if ref() is F:
                 return G

@@ -100,10 +100,9 @@ class ALSMF:
         first sweep and every items' half-step stay exact, so V is stationary given U after every sweep.
     stall_sweeps : the sweeps go to the Newton polish when this many of them do not halve the best ‖∇f‖ before
         them (``_stalled``)
-    rescale : after each accepted sweep but the budget's last, rescale (U, V) to the penalty's least along UVᵀ's
-        invariances (``HalfSteps.rescaled``; the scores stay, f falls): biased MF's sweeps reach its bound in about
-        three quarters as many sweeps so (``python -m benchmarks.als.converged_ratings``). Factors in this process
-        only (``HalfSteps.in_process``).
+    rescale : after each accepted sweep that another sweep follows, rescale (U, V) to the penalty's least along
+        UVᵀ's invariances (``HalfSteps.rescaled``; the scores stay, f falls by the penalty's drop): ALS's sweeps
+        cross those directions slowly (biased MF trains so). Factors in this process only (``HalfSteps.in_process``).
     """
 
     k: int = DEFAULT_K
@@ -146,6 +145,9 @@ class ALSMF:
         ridge = lam * n / 2.0
         loss = replace(self.loss, cg_steps=self.cg_steps) if isinstance(self.loss, SquaredRows) else self.loss
         half_steps = (half_steps or LocalHalfSteps)(data, mu, ridge, loss=loss)
+        if self.rescale and not half_steps.in_process:
+            half_steps.close()
+            raise ValueError(f"{type(half_steps).__name__}: the rescaling between sweeps needs the factors here")
         try:
             with numba_owns_the_cores():
                 return self._fit(data, half_steps, loss, init, mu, lam, t0)
@@ -201,10 +203,13 @@ class ALSMF:
             )
             if done or self._stalled(history, self.stall_sweeps):
                 break
-            if self.rescale and sweeps + 1 < self.max_sweeps:
-                # f at the rescaled pair is at most state's, which the next trial is still compared with; the budget's
-                # last sweep measures what it returns, so the rescaled pair is always measured before it is returned.
+            if self.rescale and sweeps < self.max_sweeps:
+                # A sweep follows and measures the rescaled pair before anything returns it; the data term stays,
+                # so f there is state's less the penalty's drop, which the next trial is compared with.
+                penalty = half_steps.sqnorm(U) + half_steps.sqnorm(V)
                 U, V = half_steps.rescaled(U, V)
+                drop = penalty - half_steps.sqnorm(U) - half_steps.sqnorm(V)
+                state = replace(state, objective=state.objective - 0.5 * lam * drop)
             if accel:
                 accel.push(V, X)
             # The last sweep of the budget is plain (never refused): it ends where a model can be returned.
