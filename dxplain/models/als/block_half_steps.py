@@ -115,9 +115,6 @@ class BlockHalfSteps(MappedHalfSteps):
     def bound_rules(self, U: Blocks, V: Blocks):
         return BalancedBound.of_grams(U.gram(), V.gram())  # the Grams summed over the blocks
 
-    def rescaled(self, U, V):
-        raise NotImplementedError("the rescaling between sweeps (ALSMF.rescale) is for factors in this process")
-
     def accelerator(self, m, store):
         return anderson.Anderson(m, vectors=BlockVectors())  # the history is block files: no ``store``
 
