@@ -56,6 +56,7 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
         "als-vs-implicit-table": table(als.vs_implicit_table, "als/vs_implicit.json"),
         "converged-fit-table": table(als.converged_fit_table, "als/converged_fit.json"),
         "converged-ratings-table": table(als.converged_ratings_table, "als/converged_ratings.json"),
+        "blas-threads-table": table(als.blas_threads_table, "als/blas_threads.json"),
         "heavy-items-table": table(scaling.heavy_items_table, "scaling/heavy_items_synthetic-5m.json"),
         "own-topn-table": scaling.own_topn_table,
         "scaling-table": scaling.scaling_table,

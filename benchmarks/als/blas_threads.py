@@ -19,12 +19,11 @@ from threadpoolctl import threadpool_info
 
 from benchmarks.als import implicit_peers as pe
 from benchmarks.als.common import ALS
+from benchmarks.als.converged_ratings import trainers
 from benchmarks.common import parser
 from dxplain.datasets import resolve_dataset
 from dxplain.models import ials, ials_half_steps, threads
 from dxplain.models.als import trainer
-from dxplain.models.als.trainer import ALSMF, MIN_TARGET_COS
-from dxplain.models.biased_mf import BiasedMF, score_floor
 from dxplain.models.ials import IALS
 
 TOL = 1e-4
@@ -32,9 +31,11 @@ USERS = (trainer, ials, ials_half_steps)  # the modules whose trainers and tasks
 
 
 def fits(ratings, clicks) -> dict:
+    """The refresh's rating models as ``converged_ratings`` trains them, and iALS where its rows share G + λI."""
+    biased, mf = trainers(ratings, 32, TOL).values()
     return {
-        "biased MF k=32": (lambda: BiasedMF(k=32, miss_tol=TOL * score_floor(ratings)).fit(ratings)),
-        "ALS-MF k=32": (lambda: ALSMF(k=32, identity_tol=TOL * MIN_TARGET_COS).fit(ratings)),
+        "biased MF k=32": (lambda: biased.fit(ratings)),
+        "ALS-MF k=32": (lambda: mf.fit(ratings)),
         "iALS k=32 λ 20 α 1": (lambda: IALS(k=32, lam=20.0, alpha=1.0).fit(clicks)),
     }
 

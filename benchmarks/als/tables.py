@@ -27,7 +27,7 @@ def lambda_table(r: dict) -> str:
 def vs_implicit_table(res: dict) -> str:
     """docs/scaling.md: seconds per ALS sweep, dxplain's trainer and exact kernels against implicit."""
     header = (
-        f"| data set | users × items | ratings | k | dxplain trainer's sweep s (CG users, exact items) | "
+        f"| data set | users × items | ratings | k | trainer s/sweep | "
         f"exact fused s/sweep | exact numpy s/sweep | implicit {res['implicit']} s/iteration | "
         f"trainer / implicit | exact fused / implicit | exact numpy / implicit |"
     )
@@ -40,6 +40,15 @@ def vs_implicit_table(res: dict) -> str:
             f"{r['numpy_over_implicit']:.2f}× |"
             for r in res["rows"]
         ],
+    )
+
+
+def blas_threads_table(r: dict) -> str:
+    """docs/scaling.md: in-process fits with BLAS on one thread beside numba's loops, and with BLAS's own pool."""
+    fits = ", ".join(f"{f['model']} {f['one_blas_thread_s']:.1f} · {f['blas_pool_s']:.1f}" for f in r["fits"])
+    return (
+        f"`python -m benchmarks.als.blas_threads` ({r['dataset']}, in process), s with BLAS on one thread beside "
+        f"numba (`models.threads`) · with BLAS's pool: {fits}."
     )
 
 
