@@ -502,8 +502,39 @@ def test_explanations_do_not_depend_on_the_features_units(kind):
         np.testing.assert_allclose(phi_b, phi_a, rtol=1e-5, atol=1e-7 * max(1.0, abs(z_a)))
 
 
-def test_lowrank_chooses_lambda_on_held_out_rows_and_keeps_it():
+def test_lowrank_chooses_its_estimator_on_held_out_rows_and_keeps_it():
     X, y = correlated(80, 4, seed=49)
     m = LowRank(rank=2, seed=2, n_pairs=2000).fit(X, y)
-    assert m.lam in LowRank.LAMBDAS
-    np.testing.assert_array_equal(LowRank(rank=2, seed=2, n_pairs=2000, lam=m.lam).fit(X, y).L, m.L)
+    if m.fit_by == "pairs":
+        assert m.lam in LowRank.LAMBDAS and m.shrinkage is None
+        again = LowRank(rank=2, seed=2, n_pairs=2000, lam=m.lam)
+    else:
+        assert m.shrinkage in LowRank.SHRINKAGES and m.lam is None
+        again = LowRank(rank=2, seed=2, n_pairs=2000, shrinkage=m.shrinkage)
+    np.testing.assert_array_equal(again.fit(X, y).L, m.L)
+
+
+def test_lowrank_fisher_estimator_is_the_shrunk_discriminant_direction():
+    # two classes: one direction, L ∝ ((1 − ρ) S_w + ρ s̄ I)⁻¹ (μ₁ − μ₀), normalised so Lᵀ S L = 1
+    X, y = correlated(120, 6, seed=50)
+    rho = 0.3
+    m = LowRank(rank=3, shrinkage=rho).fit(X, y)
+    Z = m.features(X)
+    S_w = sum(np.cov(Z[y == c].T, bias=True) * (y == c).sum() for c in (0, 1)) / len(Z)
+    S = (1 - rho) * S_w + rho * np.trace(S_w) / 6 * np.eye(6)
+    w = np.linalg.solve(S, Z[y == 1].mean(0) - Z[y == 0].mean(0))
+    assert m.L.shape == (6, 1)
+    np.testing.assert_allclose(abs(m.L[:, 0] @ w) / np.linalg.norm(w), np.linalg.norm(m.L[:, 0]), rtol=1e-9)
+    np.testing.assert_allclose(m.L[:, 0] @ S @ m.L[:, 0], 1.0, rtol=1e-9)
+
+
+def test_lowrank_refuses_two_estimators_at_once():
+    with pytest.raises(ValueError, match="not both"):
+        LowRank(lam=0.1, shrinkage=0.5)
+
+
+def test_lowrank_fisher_estimator_keeps_one_direction_fewer_than_the_classes():
+    X, y = correlated(150, 6, seed=51)
+    y3 = y + (X[:, 0] > 1)  # three classes: at most two discriminant directions
+    assert LowRank(rank=4, shrinkage=0.1).fit(X, y3).L.shape == (6, 2)
+    assert LowRank(rank=1, shrinkage=0.1).fit(X, y3).L.shape == (6, 1)

@@ -111,7 +111,9 @@ def test_cli_writes_the_contract(data, tmp_path, model, method):
     assert m["near_chance"] is False and m["auc_lower_bound"] < m["auc"]
     assert m["efficiency_met"] is True and m["max_relative_efficiency_error"] <= 1e-9  # RAIPair too
     assert m["reference_rows"] == m["reference_sampled_from"] == 80  # under the default sample size
-    assert m["log_features"] == [] and m["lam"] > 0  # normal features: no log; λ chosen and recorded
+    assert m["log_features"] == []  # normal features: no log
+    # the estimator's setting chosen and recorded: OPAUC's λ, LowRank's λ or shrinkage
+    assert (m["lam"] is not None and f"λ={m['lam']:g}" in m["estimator"]) or "shrinkage" in m["estimator"]
     if model == "opauc":  # (positive, negative) pairs from the test rows
         y = pq.read_table(data).column("y").to_numpy()
         assert np.all(y[df.i] == 1) and np.all(y[df.j] == 0)

@@ -136,13 +136,13 @@ def pairwise_explain(
     ref = reference(zeta, table.X[train], rows=reference_rows or None, seed=seed)
     check_explain(ref, Xt[a], Xt[b], method, sigma, eta, k1, max_d)  # refuse before a cluster starts
     logger.info(
-        "%s on %s: D=%d (%d through the log), λ=%g, test AUC %.3f (lower bound %.3f); %d train / %d test rows, "
+        "%s on %s: D=%d (%d through the log), %s, test AUC %.3f (lower bound %.3f); %d train / %d test rows, "
         "neighbours from %d reference rows; explaining %d pairs with %s",
         model,
         data,
         ref.D,
         int(zeta.features.logged.sum()),
-        zeta.lam,
+        zeta.describe(),
         auc,
         auc_low,
         len(train),
@@ -197,6 +197,7 @@ def pairwise_explain(
         "efficiency_tol": EFFICIENCY_TOL,
         "efficiency_met": relative <= EFFICIENCY_TOL,
         "lam": zeta.lam,
+        "estimator": zeta.describe(),
         "log_features": [f for f, on in zip(table.features, zeta.features.logged) if on],
         "reference_rows": len(ref.Ri),
         "reference_sampled_from": len(train),

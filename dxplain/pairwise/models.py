@@ -5,7 +5,8 @@
 * ``LowRank`` metric learning: ζ(x_i, x_j) = (x_i − x_j)ᵀ L Lᵀ (x_i − x_j), L ∈ ℝ^{D×r}, learnt from similar
   (same label) and dissimilar pairs with the logistic loss log(1 + exp(s_ij (ζ − 1))), s = +1 similar,
   −1 dissimilar (a distance is small for similar pairs; the paper's sign is the other way round, which
-  would reward large distances between similar points).
+  would reward large distances between similar points), or as a shrunk Fisher discriminant subspace,
+  whichever cross-validates better.
 * ``DotProduct``: ζ(a, b) = aᵀb, the project's MF and two-tower models seen as pairwise models over
   (user embedding, item embedding): ``factor_pairs`` gives the model and the two reference sets.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import cho_factor, cho_solve, eigh
 from scipy.optimize import minimize
 from scipy.stats import rankdata
 
@@ -155,6 +156,9 @@ class OPAUC:
                 score[n] += auc_scores(Z[held] @ w, y[held])
         return float(self.LAMBDAS[int(np.argmax(score))])  # ties: the smallest λ
 
+    def describe(self) -> str:
+        return f"λ={self.lam:g}"
+
     def score(self, X: np.ndarray) -> np.ndarray:
         return self.features(X) @ self.w
 
@@ -174,17 +178,37 @@ class OPAUC:
 
 
 class LowRank:
-    """ζ = ‖Lᵀ(z(x_i) − z(x_j))‖², L ∈ ℝ^{D×r}, from ``n_pairs`` random training pairs by L-BFGS on the mean
-    logistic loss + ``lam`` ‖L‖².
+    """ζ = ‖Lᵀ(z(x_i) − z(x_j))‖², L ∈ ℝ^{D×r}, by one of two estimators of the same model:
 
-    ``lam=None`` chooses λ from ``LAMBDAS`` by ``folds``-fold cross-validation over the training rows
-    (pairs within the kept rows, the held-out rows' pairs scored by the metric AUC), then refits on every
-    row; the chosen value is ``self.lam``. With many features and few rows a small λ overfits the pairs."""
+    * ``"pairs"``: the mean logistic loss over ``n_pairs`` random training pairs + ``lam`` ‖L‖², by L-BFGS;
+      it can learn a metric beyond the classes' means (features whose spread differs between classes);
+    * ``"fisher"``: the discriminant subspace, L = the top min(r, classes − 1) generalised eigenvectors of
+      the between-class scatter against the within-class scatter shrunk toward its mean variance,
+      (1 − ρ) S_w + ρ (tr S_w / D) I (``shrinkage`` ρ); with many features and few rows the pair loss
+      overfits where a shrunk discriminant does not.
+
+    With neither ``lam`` nor ``shrinkage`` given, the estimator and its setting are chosen together from
+    ``LAMBDAS`` and ``SHRINKAGES`` by ``folds``-fold cross-validation over the training rows (pairs within
+    the kept rows, the held-out rows' pairs scored by the metric AUC), then refitted on every row; the
+    choice is ``self.fit_by`` with ``self.lam`` or ``self.shrinkage``."""
 
     LAMBDAS = (1e-3, 1e-2, 1e-1, 1.0)
+    SHRINKAGES = (0.01, 0.03, 0.1, 0.3, 0.5, 0.7, 0.9)
 
-    def __init__(self, rank: int = 4, lam: float | None = None, n_pairs: int = 20_000, folds: int = 3, seed: int = 0):
-        self.rank, self.lam, self.n_pairs, self.folds, self.seed = rank, lam, n_pairs, folds, seed
+    def __init__(
+        self,
+        rank: int = 4,
+        lam: float | None = None,
+        shrinkage: float | None = None,
+        n_pairs: int = 20_000,
+        folds: int = 3,
+        seed: int = 0,
+    ):
+        if lam is not None and shrinkage is not None:
+            raise ValueError("give LowRank lam (the pair loss) or shrinkage (the discriminant), not both")
+        self.rank, self.lam, self.shrinkage = rank, lam, shrinkage
+        self.n_pairs, self.folds, self.seed = n_pairs, folds, seed
+        self.fit_by = "fisher" if shrinkage is not None else "pairs" if lam is not None else None
 
     def fit(self, X: np.ndarray, y: np.ndarray, label: str = "label") -> LowRank:
         if len(np.unique(y)) < 2:
@@ -194,10 +218,40 @@ class LowRank:
             )
         self.features = FeatureMap(X)
         Z = self.features(X)
-        if self.lam is None:
-            self.lam = self._choose_lam(Z, y)
-        self.L = self._fit(Z, y, self.lam)  # on the mapped features: ζ = ‖Lᵀ(z(x_i) − z(x_j))‖²
+        if self.fit_by is None:
+            self.fit_by, setting = self._choose(Z, y)
+            if self.fit_by == "pairs":
+                self.lam = setting
+            else:
+                self.shrinkage = setting
+        self.L = self._estimate(self.fit_by, Z, y)  # on the mapped features: ζ = ‖Lᵀ(z(x_i) − z(x_j))‖²
         return self
+
+    def describe(self) -> str:
+        if self.fit_by == "pairs":
+            return f"pair loss, λ={self.lam:g}"
+        return f"Fisher discriminant, shrinkage {self.shrinkage:g}"
+
+    def _estimate(self, fit_by: str, Z: np.ndarray, y: np.ndarray, setting: float | None = None) -> np.ndarray:
+        if fit_by == "pairs":
+            return self._fit(Z, y, self.lam if setting is None else setting)
+        return self._discriminant(Z, y, self.shrinkage if setting is None else setting)
+
+    def _discriminant(self, Z: np.ndarray, y: np.ndarray, shrinkage: float) -> np.ndarray:
+        n, D = Z.shape
+        classes = np.unique(y)
+        S_w, S_b, mean = np.zeros((D, D)), np.zeros((D, D)), Z.mean(0)
+        for c in classes:
+            Zc = Z[y == c]
+            centred, d = Zc - Zc.mean(0), Zc.mean(0) - mean
+            S_w += centred.T @ centred
+            S_b += len(Zc) * np.outer(d, d)
+        S_w /= n
+        S_b /= n
+        S = (1 - shrinkage) * S_w + shrinkage * (max(np.trace(S_w), 1e-12) / D) * np.eye(D)
+        r = min(self.rank, len(classes) - 1, D)
+        _, L = eigh(S_b, S, subset_by_index=(D - r, D - 1))  # Lᵀ S L = I: distances in shrunk within-class units
+        return L[:, ::-1]
 
     def _fit(self, Z: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
         n, D = Z.shape
@@ -219,9 +273,10 @@ class LowRank:
         res = minimize(loss, L0, jac=True, method="L-BFGS-B", options={"maxiter": 500})
         return res.x.reshape(D, r)
 
-    def _choose_lam(self, Z: np.ndarray, y: np.ndarray) -> float:
+    def _choose(self, Z: np.ndarray, y: np.ndarray) -> tuple[str, float]:
+        candidates = [("pairs", lam) for lam in self.LAMBDAS] + [("fisher", rho) for rho in self.SHRINKAGES]
         fold = np.random.default_rng([self.seed, 17]).permutation(len(y)) % self.folds
-        score = np.zeros(len(self.LAMBDAS))
+        score = np.zeros(len(candidates))
         for f in range(self.folds):
             held = fold == f
             a, b = np.triu_indices(int(held.sum()), k=1)
@@ -232,10 +287,10 @@ class LowRank:
             dissimilar = (yh[a] != yh[b]).astype(np.int64)
             if len(a) == 0 or dissimilar.min() == dissimilar.max() or len(np.unique(y[~held])) < 2:
                 continue
-            for n, lam in enumerate(self.LAMBDAS):
-                U = (Zh[a] - Zh[b]) @ self._fit(Z[~held], y[~held], lam)
+            for n, (fit_by, setting) in enumerate(candidates):
+                U = (Zh[a] - Zh[b]) @ self._estimate(fit_by, Z[~held], y[~held], setting)
                 score[n] += auc_scores((U * U).sum(1), dissimilar)
-        return float(self.LAMBDAS[int(np.argmax(score))])  # ties (or no usable fold): the smallest λ
+        return candidates[int(np.argmax(score))]  # ties (or no usable fold): the pair loss's smallest λ
 
     def mapped(self) -> MetricOnFeatures:
         """ζ on already mapped features (the explainer maps its reference rows once)."""
