@@ -51,10 +51,14 @@ class Plain:
 
 
 def fitted(kind, X, y):
-    return OPAUC(seed=0).fit(X, y) if kind == "opauc" else LowRank(rank=2, seed=0).fit(X, y)
+    if kind == "opauc":
+        return OPAUC(seed=0).fit(X, y)
+    if kind == "fisher":
+        return LowRank(rank=2, shrinkage=0.1, seed=0).fit(X, y)
+    return LowRank(rank=2, lam=0.01, seed=0).fit(X, y)  # the pair loss: L with two columns
 
 
-@pytest.mark.parametrize("kind", ["opauc", "lowrank"])
+@pytest.mark.parametrize("kind", ["opauc", "lowrank", "fisher"])
 @pytest.mark.parametrize("D", [3, 5, 6])
 def test_asipair_equals_brute_force_shapley(kind, D):
     X, y = correlated(50, D, seed=D)
@@ -502,16 +506,25 @@ def test_explanations_do_not_depend_on_the_features_units(kind):
         np.testing.assert_allclose(phi_b, phi_a, rtol=1e-5, atol=1e-7 * max(1.0, abs(z_a)))
 
 
-def test_lowrank_chooses_its_estimator_on_held_out_rows_and_keeps_it():
-    X, y = correlated(80, 4, seed=49)
+def test_lowrank_chooses_the_discriminant_with_few_rows_and_many_correlated_features_and_keeps_it():
+    # the wide set's shape (benchmarks.pairwise.quality), smaller: the pair loss overfits here
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 10)) @ rng.normal(size=(10, 60)) * 0.3 + rng.normal(size=(120, 60))
+    y = (X[:, :5] @ rng.normal(size=5) + rng.normal(size=120) > 0).astype(int)
     m = LowRank(rank=2, seed=2, n_pairs=2000).fit(X, y)
-    if m.fit_by == "pairs":
-        assert m.lam in LowRank.LAMBDAS and m.shrinkage is None
-        again = LowRank(rank=2, seed=2, n_pairs=2000, lam=m.lam)
-    else:
-        assert m.shrinkage in LowRank.SHRINKAGES and m.lam is None
-        again = LowRank(rank=2, seed=2, n_pairs=2000, shrinkage=m.shrinkage)
-    np.testing.assert_array_equal(again.fit(X, y).L, m.L)
+    assert m.fit_by == "fisher" and m.shrinkage in LowRank.SHRINKAGES and m.lam is None
+    again = LowRank(rank=2, seed=2, n_pairs=2000, shrinkage=m.shrinkage).fit(X, y)
+    np.testing.assert_array_equal(again.L, m.L)
+
+
+def test_lowrank_chooses_lambda_among_the_pair_loss_candidates_and_keeps_it():
+    class PairLossOnly(LowRank):
+        SHRINKAGES = ()
+
+    X, y = correlated(80, 4, seed=49)
+    m = PairLossOnly(rank=2, seed=2, n_pairs=2000).fit(X, y)
+    assert m.fit_by == "pairs" and m.lam in LowRank.LAMBDAS and m.shrinkage is None
+    np.testing.assert_array_equal(LowRank(rank=2, seed=2, n_pairs=2000, lam=m.lam).fit(X, y).L, m.L)
 
 
 def test_lowrank_fisher_estimator_is_the_shrunk_discriminant_direction():
@@ -528,9 +541,14 @@ def test_lowrank_fisher_estimator_is_the_shrunk_discriminant_direction():
     np.testing.assert_allclose(m.L[:, 0] @ S @ m.L[:, 0], 1.0, rtol=1e-9)
 
 
-def test_lowrank_refuses_two_estimators_at_once():
+def test_lowrank_refuses_settings_it_cannot_use():
     with pytest.raises(ValueError, match="not both"):
         LowRank(lam=0.1, shrinkage=0.5)
+    for rho in (0.0, 1.5):
+        with pytest.raises(ValueError, match="shrinkage"):
+            LowRank(shrinkage=rho)
+    with pytest.raises(ValueError, match="rank"):
+        LowRank(rank=0)
 
 
 def test_lowrank_fisher_estimator_keeps_one_direction_fewer_than_the_classes():

@@ -115,7 +115,7 @@ def main():
     big = [r for r in rows if r["D"] >= 16]
     ds = [r["D"] for r in rows]
     out = {
-        "model": "LowRank r=min(4, D)",
+        "model": "LowRank, rank ≤ min(4, D), estimator by cross-validation",
         "N": 1000,
         "reference": 800,
         "threads": 1,

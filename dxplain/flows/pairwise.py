@@ -197,6 +197,7 @@ def pairwise_explain(
         "efficiency_tol": EFFICIENCY_TOL,
         "efficiency_met": relative <= EFFICIENCY_TOL,
         "lam": zeta.lam,
+        "shrinkage": getattr(zeta, "shrinkage", None),  # LowRank's discriminant; OPAUC has only λ
         "estimator": zeta.describe(),
         "log_features": [f for f, on in zip(table.features, zeta.features.logged) if on],
         "reference_rows": len(ref.Ri),

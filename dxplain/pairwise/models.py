@@ -206,6 +206,10 @@ class LowRank:
     ):
         if lam is not None and shrinkage is not None:
             raise ValueError("give LowRank lam (the pair loss) or shrinkage (the discriminant), not both")
+        if shrinkage is not None and not 0 < shrinkage <= 1:
+            raise ValueError(f"shrinkage={shrinkage}: give 0 < ρ ≤ 1 (the weight of the identity target)")
+        if rank < 1:
+            raise ValueError(f"rank={rank}: the metric's rank is at least 1")
         self.rank, self.lam, self.shrinkage = rank, lam, shrinkage
         self.n_pairs, self.folds, self.seed = n_pairs, folds, seed
         self.fit_by = "fisher" if shrinkage is not None else "pairs" if lam is not None else None
@@ -250,8 +254,11 @@ class LowRank:
         S_b /= n
         S = (1 - shrinkage) * S_w + shrinkage * (max(np.trace(S_w), 1e-12) / D) * np.eye(D)
         r = min(self.rank, len(classes) - 1, D)
-        _, L = eigh(S_b, S, subset_by_index=(D - r, D - 1))  # Lᵀ S L = I: distances in shrunk within-class units
-        return L[:, ::-1]
+        w, L = eigh(S_b, S, subset_by_index=(D - r, D - 1))  # Lᵀ S L = I: distances in shrunk within-class units
+        # directions with no between-class spread (collinear class means) would weigh noise as much as signal
+        keep = w > 1e-10 * w[-1]
+        keep[-1] = True
+        return L[:, keep][:, ::-1]
 
     def _fit(self, Z: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
         n, D = Z.shape
