@@ -212,7 +212,11 @@ class LowRank:
             raise ValueError(f"rank={rank}: the metric's rank is at least 1")
         self.rank, self.lam, self.shrinkage = rank, lam, shrinkage
         self.n_pairs, self.folds, self.seed = n_pairs, folds, seed
-        self.fit_by = "fisher" if shrinkage is not None else "pairs" if lam is not None else None
+
+    @property
+    def fit_by(self) -> str | None:
+        """The estimator: ``"fisher"`` with a shrinkage, ``"pairs"`` with a λ, None before either is chosen."""
+        return "fisher" if self.shrinkage is not None else "pairs" if self.lam is not None else None
 
     def fit(self, X: np.ndarray, y: np.ndarray, label: str = "label") -> LowRank:
         if len(np.unique(y)) < 2:
@@ -223,8 +227,8 @@ class LowRank:
         self.features = FeatureMap(X)
         Z = self.features(X)
         if self.fit_by is None:
-            self.fit_by, setting = self._choose(Z, y)
-            if self.fit_by == "pairs":
+            fit_by, setting = self._choose(Z, y)
+            if fit_by == "pairs":
                 self.lam = setting
             else:
                 self.shrinkage = setting
