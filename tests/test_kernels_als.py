@@ -339,3 +339,54 @@ def test_newton_steps_along_negative_curvature_instead_of_only_damping():
     z, gnorm, _, _ = newton_pcg(fun_grad, lambda z, v: hess(z) @ v, blocks, z0, tol=1e-10, mu0=1e-3, maxiter=30)
     assert gnorm <= 1e-10
     np.testing.assert_allclose(np.abs(z), [0.0, 1.0], atol=1e-8)
+
+
+@pytest.mark.parametrize("k", [3, 34])
+def test_fused_hessian_and_curvature_rows_equal_the_sparse_products(k):
+    """The compiled Hessian-product and curvature passes against the numpy ones on both sides' rows (an empty
+    row too), and the in-process half-steps' Hessian product and blocks against ``als.hessian_vector`` and
+    ``als.curvature_grams`` on the whole table."""
+    from dxplain.models.als.half_steps import LocalHalfSteps, csr_view
+
+    d = random_interactions(60, 80, 0.15, seed=k)
+    rng = np.random.default_rng(k)
+    U, V, dU, dV = (rng.normal(size=(m, k)) for m in (d.n_users, d.n_items, d.n_users, d.n_items))
+    y, lam, n = d.rating - d.rating.mean(), 0.03, len(d)
+    for side, F, G, dF, dG in (("user", U, V, dU, dV), ("item", V, U, dV, dU)):
+        view = csr_view(d, y, side)
+        ref = als.hessian_rows(*view, F, G, dF, dG, n, lam, fused=False)
+        got = als.hessian_rows(*view, F, G, dF, dG, n, lam, fused=True)
+        np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-12 * np.abs(ref).max())
+        ref = als.curvature_rows(*view[:2], G, n, fused=False)
+        got = als.curvature_rows(*view[:2], G, n, fused=True)
+        np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-12 * np.abs(ref).max())
+    indptr, cols = np.array([0, 0, 2]), np.array([0, 1])  # an empty row: H = λ·dF_row, its block 0
+    got = als.hessian_rows(indptr, cols, np.ones(2), U[:2], V, dU[:2], dV, n, lam, fused=True)
+    np.testing.assert_allclose(got[0], lam * dU[0])
+    np.testing.assert_array_equal(als.curvature_rows(indptr, cols, V, n, fused=True)[0], 0.0)
+    local = LocalHalfSteps(d, d.rating.mean(), 1.0)
+    P = als.Pattern(d.user, d.item, d.user_indptr, d.n_users, d.n_items)
+    r = y - als.pair_scores(U, V, P.u, P.i)
+    for got, ref in zip(local.hessian_vector(U, V, dU, dV, lam), als.hessian_vector(U, V, dU, dV, P, r, lam)):
+        np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-12 * np.abs(ref).max())
+    for got, ref in zip(local.curvature_grams(U, V), als.curvature_grams(U, V, P, n)):
+        np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-12 * np.abs(ref).max())
+
+
+def test_block_jacobi_solves_each_block_positive_definite_or_not():
+    from dxplain.kernels.newton import block_jacobi
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 7, 7))
+    blocks = X @ X.transpose(0, 2, 1) + 0.1 * np.eye(7)
+    r = rng.normal(size=50 * 7)
+    for case in ("definite", "one indefinite block"):
+        if case != "definite":
+            blocks[17] = np.diag(np.arange(-3.0, 4.0) + 0.5)
+        want = np.linalg.solve(blocks, r.reshape(50, 7)[..., None])[..., 0].ravel()
+        np.testing.assert_allclose(block_jacobi(blocks)[0](r), want, rtol=1e-10, err_msg=case)
+        # in pieces, with a shift, into a reused buffer
+        buffer = np.empty_like(blocks)
+        apply, L = block_jacobi([blocks[:20] - 0.5 * np.eye(7), blocks[20:] - 0.5 * np.eye(7)], 0.5, buffer)
+        assert L is buffer
+        np.testing.assert_allclose(apply(r), want, rtol=1e-9, err_msg=case)

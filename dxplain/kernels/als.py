@@ -327,19 +327,54 @@ def hessian_rows(
     dF_cols: np.ndarray,
     n: int,
     lam: float,
+    fused: bool | None = None,
 ) -> np.ndarray:
     """Rows of ``hessian_vector`` from a CSR slice that holds those rows' whole sums (as ``gradient_rows``):
     users' rows of H_U with (F, dF) = (U, dU) on the rows and (V, dV) on the columns, items' rows of H_V
-    with the roles swapped."""
+    with the roles swapped. ``fused``: the compiled pass (``als_fused.hessian_rows_fused``, default ``FUSED``)
+    or the sparse products below, its reference."""
+    if FUSED if fused is None else fused:
+        from .als_fused import hessian_rows_fused
+
+        H = np.empty(dF_rows.shape)
+        hessian_rows_fused(
+            np.asarray(indptr, np.int64),
+            np.asarray(cols, np.int64),
+            np.asarray(y, np.float64),
+            *(np.ascontiguousarray(F, np.float64) for F in (F_rows, F_cols, dF_rows, dF_cols)),
+            2.0 / n,
+            float(lam),
+            H,
+        )
+        return H
     P = Pattern.of_rows(indptr, cols, len(F_cols))
     r = y - pattern_scores(F_rows, F_cols, P)
     s = pattern_scores(dF_rows, F_cols, P) + pattern_scores(F_rows, dF_cols, P)
     return (2.0 / n) * (P.matrix(s) @ F_cols - P.matrix(r) @ dF_cols) + lam * dF_rows
 
 
-def curvature_rows(indptr: np.ndarray, cols: np.ndarray, F_cols: np.ndarray, n: int) -> np.ndarray:
-    """Rows of ``curvature_grams`` from a CSR slice holding those rows' whole sums: (2/|D|) Σ F_j F_jᵀ per row."""
+def curvature_rows(
+    indptr: np.ndarray, cols: np.ndarray, F_cols: np.ndarray, n: int, fused: bool | None = None
+) -> np.ndarray:
+    """Rows of ``curvature_grams`` from a CSR slice holding those rows' whole sums: (2/|D|) Σ F_j F_jᵀ per row.
+    ``fused``: each row's Gram by the compiled half-step's (``als_fused.curvature_rows_fused``, default ``FUSED``)
+    or by one sparse product against every column's k² outer products, its reference."""
     m, k = len(indptr) - 1, F_cols.shape[1]
+    if FUSED if fused is None else fused:
+        from numba import get_num_threads
+
+        from .als_fused import curvature_rows_fused
+
+        out = np.empty((m, k, k))
+        curvature_rows_fused(
+            np.asarray(indptr, np.int64),
+            np.asarray(cols, np.int64),
+            np.ascontiguousarray(F_cols, np.float64),
+            2.0 / n,
+            get_num_threads(),
+            out,
+        )
+        return out
     M = sp.csr_array((np.full(len(cols), 2.0 / n), cols, indptr), shape=(m, len(F_cols)))
     return (M @ np.einsum("ik,il->ikl", F_cols, F_cols).reshape(len(F_cols), k * k)).reshape(m, k, k)
 

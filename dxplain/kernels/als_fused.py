@@ -433,3 +433,109 @@ def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
                 for c in range(k):
                     p[c] = zr[c] + beta * p[c]
             X[r, :] = x
+
+
+@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+def hessian_rows_fused(indptr, cols, y, F_rows, F_cols, dF_rows, dF_cols, scale, lam, H):
+    """H[r] ← scale·Σ_e (s_e F_cols[c_e] − r_e dF_cols[c_e]) + lam·dF_rows[r] over row r's entries e (column c_e),
+    with r_e = y_e − ⟨F_rows[r], F_cols[c_e]⟩ and s_e = ⟨dF_rows[r], F_cols[c_e]⟩ + ⟨F_rows[r], dF_cols[c_e]⟩,
+    rows split over numba's threads.
+
+    The compiled twin of ``als.hessian_rows`` (scale = 2/|D|): the residual, the directional score and the row's
+    sum in one pass over the entries, where the numpy path scores every pair three times and multiplies two sparse
+    matrices.
+    """
+    k = F_rows.shape[1]
+    for r in prange(H.shape[0]):
+        f, df, h = F_rows[r], dF_rows[r], H[r]
+        for c in range(k):
+            h[c] = 0.0
+        for e in range(uint64(indptr[r]), uint64(indptr[r + 1])):  # unsigned: see _gram_upper
+            g, dg = F_cols[cols[e]], dF_cols[cols[e]]
+            s = 0.0
+            ds = 0.0
+            for c in range(k):
+                s += f[c] * g[c]
+                ds += df[c] * g[c] + f[c] * dg[c]
+            res = y[e] - s
+            for c in range(k):
+                h[c] += ds * g[c] - res * dg[c]
+        for c in range(k):
+            h[c] = scale * h[c] + lam * df[c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def curvature_rows_fused(indptr, cols, F_cols, scale, n_threads, out):
+    """out[r] ← scale·Σ_e F_cols[c_e] F_cols[c_e]ᵀ over row r's entries (k×k, symmetric), rows interleaved over
+    numba's threads: the compiled twin of ``als.curvature_rows``, each Gram formed as the half-step's
+    (``_gram_upper`` on the gathered factors) instead of a sparse product against every column's k² outer
+    products."""
+    k = F_cols.shape[1]
+    kp = -(-k // 4) * 4
+    m = len(indptr) - 1
+    d_max = 0
+    for r in range(m):
+        d_max = max(d_max, indptr[r + 1] - indptr[r])
+    for t in prange(n_threads):
+        Gt = np.zeros((kp, max(d_max, 1)))
+        A = np.empty((kp, kp))
+        for r in range(t, m, n_threads):
+            a, d = indptr[r], indptr[r + 1] - indptr[r]
+            if d == 0:
+                out[r, :, :] = 0.0
+                continue
+            _gather_transposed(F_cols, cols, a, d, Gt)
+            _gram_upper(Gt, kp, d, A)
+            for p in range(k):
+                for q in range(p, k):
+                    out[r, p, q] = out[r, q, p] = scale * A[p, q]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def cholesky_blocks(A):
+    """A[n] ← its lower Cholesky factor L (A[n] = L Lᵀ) for every symmetric positive definite k×k block, in place,
+    blocks split over numba's threads. Returns the index of the first block that is not positive definite, or −1.
+    """
+    n, k = A.shape[0], A.shape[1]
+    bad = np.full(n, False)
+    for b in prange(n):
+        L = A[b]
+        for j in range(k):
+            s = L[j, j]
+            for q in range(j):
+                s -= L[j, q] * L[j, q]
+            if not s > 0.0:
+                bad[b] = True
+                break
+            d = np.sqrt(s)
+            L[j, j] = d
+            for i in range(j + 1, k):
+                t = L[i, j]
+                for q in range(j):
+                    t -= L[i, q] * L[j, q]
+                L[i, j] = t / d
+        for i in range(k):
+            for j in range(i + 1, k):
+                L[i, j] = 0.0
+    for b in range(n):
+        if bad[b]:
+            return b
+    return -1
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def cholesky_solve_blocks(L, R, Z):
+    """Z[n] ← (L[n] L[n]ᵀ)⁻¹ R[n] for every block: a forward and a backward triangular sweep a row of R."""
+    n, k = L.shape[0], L.shape[1]
+    for b in prange(n):
+        l, r, z = L[b], R[b], Z[b]
+        for i in range(k):
+            t = r[i]
+            for q in range(i):
+                t -= l[i, q] * z[q]
+            z[i] = t / l[i, i]
+        for i in range(k - 1, -1, -1):
+            t = z[i]
+            for q in range(i + 1, k):
+                t -= l[q, i] * z[q]
+            z[i] = t / l[i, i]

@@ -18,15 +18,38 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 
-def block_jacobi(blocks: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """z = M⁻¹ r for M = blockdiag(blocks) with (n, k, k) symmetric positive definite blocks."""
-    n, k, _ = blocks.shape
-    inv = np.linalg.inv(blocks)
+def block_jacobi(
+    blocks, shift: float = 0.0, out: np.ndarray | None = None
+) -> tuple[Callable[[np.ndarray], np.ndarray], np.ndarray]:
+    """z = M⁻¹ r for M = blockdiag(blocks) + shift·I with symmetric k×k blocks (an (n, k, k) array, or a sequence
+    of them stacked in order). Each block's Cholesky factor is formed once (compiled, ``als_fused.cholesky_blocks``:
+    numpy's batched inverse calls LAPACK once a block) in ``out`` (an (n, k, k) buffer, reused across Newton
+    steps: a fresh one costs its page faults every step), then two triangular sweeps a block per application.
+    Blocks that are not all positive definite (a damped step of an indefinite problem) are inverted instead.
+    Returns (the application, the buffer)."""
+    from .als_fused import cholesky_blocks, cholesky_solve_blocks
+
+    pieces = [blocks] if isinstance(blocks, np.ndarray) else list(blocks)
+    n, k = sum(len(b) for b in pieces), pieces[0].shape[1]
+    L = out if out is not None and out.shape == (n, k, k) else np.empty((n, k, k))
+    a = 0
+    for b in pieces:
+        L[a : a + len(b)] = b
+        a += len(b)
+    diagonal = np.arange(k)
+    L[:, diagonal, diagonal] += shift
+    if cholesky_blocks(L) >= 0:
+        L[:] = np.concatenate(pieces)
+        L[:, diagonal, diagonal] += shift
+        inv = np.linalg.inv(L)
+        return (lambda r: np.einsum("nkl,nl->nk", inv, r.reshape(n, k)).ravel()), L
 
     def apply(r: np.ndarray) -> np.ndarray:
-        return np.einsum("nkl,nl->nk", inv, r.reshape(n, k)).ravel()
+        z = np.empty((n, k))
+        cholesky_solve_blocks(L, np.ascontiguousarray(r.reshape(n, k), np.float64), z)
+        return z.ravel()
 
-    return apply
+    return apply, L
 
 
 def pcg(hessp: Callable, g: np.ndarray, precond: Callable, rtol: float, maxiter: int) -> tuple[np.ndarray, int, bool]:
@@ -67,6 +90,7 @@ def newton_pcg(
     maxiter: int = 100,
     cg_maxiter: int = 250,
     callback: Callable[[int, float], None] | None = None,
+    stop: Callable[[np.ndarray, np.ndarray], bool] | None = None,
 ) -> tuple[np.ndarray, float, int, int]:
     """Minimise f from x until ‖∇f‖ ≤ tol, by Levenberg–Marquardt-damped Newton steps (H + μI) p = −g.
 
@@ -79,20 +103,22 @@ def newton_pcg(
     discarding it leaves the polish alternating between μ and 10μ without moving.
 
     ``fun_grad(x) -> (f, g)``, ``hessp(x, v) -> Hv``, ``blocks_at(x) -> (n, k, k)`` the Hessian's
-    diagonal blocks (the preconditioner), ``mu0`` the smallest positive damping tried (e.g. λ).
-    ``callback(steps, ‖∇f‖)`` after each step (progress).
+    diagonal blocks (the preconditioner; or a sequence of such arrays, stacked in order, and not modified),
+    ``mu0`` the smallest positive damping tried (e.g. λ).
+    ``callback(steps, ‖∇f‖)`` after each step (progress). ``stop(x, g)``: a stopping rule of the caller's
+    besides ‖∇f‖ ≤ tol, checked at the start and after each step (e.g. the identity bound, which a row's share of
+    ∇f decides: ‖∇f‖ over all rows meets it late).
     Returns (x, ‖∇f‖, Newton steps, Hessian-vector products).
     """
     f, g = fun_grad(x)
     gnorm = g0 = float(np.linalg.norm(g))
     products, steps, mu = 0, 0, mu0
-    blocks, blocks_x = None, None
-    while steps < maxiter and gnorm > tol:
+    blocks, blocks_x, factors = None, None, None
+    while steps < maxiter and gnorm > tol and not (stop is not None and stop(x, g)):
         steps += 1
         if blocks_x is not x:
             blocks, blocks_x = blocks_at(x), x
-        k = blocks.shape[1]
-        precond = block_jacobi(blocks + mu * np.eye(k))
+        precond, factors = block_jacobi(blocks, mu, factors)
         # Forcing term: loose CG far away, tight near the optimum (superlinear once μ → 0).
         rtol = max(1e-10, min(0.1, np.sqrt(gnorm / g0)))
         p, n, negative = pcg(lambda v: hessp(x, v) + mu * v, g, precond, rtol, cg_maxiter)

@@ -207,9 +207,10 @@ class BiasedMF:
         last ended, until the bound holds, a round no longer lowers f beyond rounding, or the budget is spent; the
         factors of the round with the lowest bound are kept.
 
-        The polish stops on ‖∇f‖ ≤ tol; the bound is at most ‖∇f‖ times the longest free row over λ, so
-        tol = miss_tol·λ/that row delivers miss_tol (each round takes it at its start). Near rounding ‖∇f‖ can
-        rise again while f falls by a rounding error, so the best round, not the last, is kept."""
+        The polish stops when a step meets the bound, or on ‖∇f‖ ≤ tol: the bound is at most ‖∇f‖ times the
+        longest free row over λ, so tol = miss_tol·λ/that row delivers miss_tol (each round takes it at its start).
+        Near rounding ‖∇f‖ can rise again while f falls by a rounding error, so the best round, not the last, is
+        kept."""
 
         def worst(m):
             return max(m.info["identity_bound"].values())

@@ -251,7 +251,10 @@ class ImplicitMF:
 
             def blocks_at(x):
                 A, B = terms.curvature_grams(*split(x))
-                return np.concatenate([A, B]) + lam * np.eye(self.k)
+                diagonal = np.arange(self.k)
+                A[:, diagonal, diagonal] += lam  # in place: no stacked copy (``trainer.ALSMF._polish``'s)
+                B[:, diagonal, diagonal] += lam
+                return A, B
 
             x, gnorm, newton, products = newton_pcg(
                 fun_grad, hessp, blocks_at, x, tol, lam, self.newton_steps, callback=newton_progress(self.newton_steps)

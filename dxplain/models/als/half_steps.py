@@ -225,9 +225,18 @@ class LocalHalfSteps(HalfSteps):
         return float(r @ r), gU, gV
 
     def hessian_vector(self, U, V, dU, dV, lam):
+        if als.FUSED:  # each side's rows in one compiled pass over its view, as the gradient's
+            return (
+                als.hessian_rows(*self.views["user"], U, V, dU, dV, self.n, lam),
+                als.hessian_rows(*self.views["item"], V, U, dV, dU, self.n, lam),
+            )
         return als.hessian_vector(U, V, dU, dV, self.P, self._residuals(U, V), lam)
 
     def curvature_grams(self, U, V):
+        if als.FUSED:
+            return als.curvature_rows(*self.views["user"][:2], V, self.n), als.curvature_rows(
+                *self.views["item"][:2], U, self.n
+            )
         return als.curvature_grams(U, V, self.P, len(self.y))
 
     def _residuals(self, U, V):

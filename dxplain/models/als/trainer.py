@@ -282,7 +282,8 @@ class ALSMF:
     def _polish(self, U, V, half_steps: HalfSteps, n: int, lam):
         """Newton polish on f with exact Hessian-vector products: block-Jacobi-preconditioned, damped
         Newton-CG when the k×k blocks fit in PRECOND_ELEMENTS, else scipy trust-ncg. Every pass over D
-        (f and ∇f, the Hessian products, the blocks) is the half-steps': over the parts, on the workers."""
+        (f and ∇f, the Hessian products, the blocks) is the half-steps': over the parts, on the workers.
+        Newton-CG stops on ‖∇f‖ ≤ tol or, with an identity tolerance, as soon as a step's gradient meets the bound."""
         nU = U.size
         shapeU, shapeV = U.shape, V.shape
         cache, calls = {}, {"hessp": 0}
@@ -308,7 +309,15 @@ class ALSMF:
             # Damped Newton-CG with the per-row k×k blocks as preconditioner (kernels/newton.py).
             def blocks_at(x):
                 A, B = half_steps.curvature_grams(*split(x))
-                return np.concatenate([A, B]) + lam * np.eye(self.k)
+                diagonal = np.arange(self.k)
+                A[:, diagonal, diagonal] += lam  # in place, not in a stacked copy: at 5M each copy is 0.6 GB
+                B[:, diagonal, diagonal] += lam
+                return A, B
+
+            def bound_met(x, g):
+                # The identity bound from the gradient the step already has: O((users + items)·k), no pass over D.
+                gU, gV = g[:nU].reshape(shapeU), g[nU:].reshape(shapeV)
+                return max(half_steps.bound(*split(x), gU, gV, lam)) <= self.identity_tol
 
             x, gnorm, steps, products = newton_pcg(
                 fun_grad,
@@ -319,6 +328,7 @@ class ALSMF:
                 lam,
                 self.newton_steps,
                 callback=newton_progress(self.newton_steps),
+                stop=bound_met if self.identity_tol is not None else None,
             )
             Ux, Vx = split(x)
             log.debug("Newton polish: %d steps, %d Hessian-vector products", steps, products)
