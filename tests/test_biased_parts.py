@@ -121,6 +121,41 @@ def test_miss_bound_and_hessian_on_the_free_coordinates(data, parts):
         np.testing.assert_array_equal(a, b)
 
 
+class CountingMapper(LocalMapper):
+    """A LocalMapper that counts what is put: what would travel to the workers."""
+
+    def __init__(self):
+        super().__init__()
+        self.puts = 0
+
+    def put(self, obj, broadcast: bool = False):
+        self.puts += 1
+        return super().put(obj, broadcast)
+
+
+def test_a_newton_steps_passes_send_its_point_once(data, parts):
+    """The gradient, the curvature blocks and the Hessian products at one (U, V) put U and V once, each product
+    its direction only; a new point is put again; the results are those of fresh puts."""
+    mu, kappa, n = data.rating_mean(), kappa_of(LAM, LAM_BIAS), len(data)
+    mapper = CountingMapper()
+    over = BiasedPartHalfSteps(mapper, parts, data, mu, LAM * n / 2, kappa=kappa)
+    U, V = a_point(data, 3, kappa)
+    rng = np.random.default_rng(4)
+    directions = [(rng.normal(size=U.shape), rng.normal(size=V.shape)) for _ in range(3)]
+    mapper.puts = 0
+    over.gradient(U, V, LAM)
+    over.curvature_grams(U, V)
+    products = [over.hessian_vector(U, V, dU, dV, LAM) for dU, dV in directions]
+    assert mapper.puts == 2 + 2 * len(directions)
+    U2 = U + 0.1
+    over.gradient(U2, V, LAM)
+    assert mapper.puts == 2 + 2 * len(directions) + 2
+    fresh = BiasedPartHalfSteps(LocalMapper(), parts, data, mu, LAM * n / 2, kappa=kappa)
+    for (dU, dV), got in zip(directions, products):
+        for a, b in zip(got, fresh.hessian_vector(U, V, dU, dV, LAM)):
+            np.testing.assert_array_equal(a, b)
+
+
 BUDGETS = [
     {"max_sweeps": 40, "newton_steps": 0},  # Anderson sweeps cut short: the same sweeps, not converged
     {"miss_tol": 1e-9},  # Anderson sweeps to the bound (they do not stall here: no polish)

@@ -148,10 +148,24 @@ class PartHalfSteps(MappedHalfSteps):
         loss = self.rows_loss(side)
         return [(p, int(a), *args, loss) for p, a in zip(self.parts[side], self.cuts[side][:-1])]
 
+    def _point(self, U, V) -> tuple:
+        """Handles of (U, V) on the workers, put once for the same two arrays: the Newton polish's passes at one
+        point (its gradient, curvature blocks and every Hessian product of the step's CG) send it once, not per
+        pass. The arrays are the polish's own, never changed in place."""
+        last = getattr(self, "_last_point", None)
+        if last is None or last[0] is not U or last[1] is not V:
+            self._last_point = last = (U, V, self.mapper.put(U), self.mapper.put(V))
+        return last[2], last[3]
+
+    def close(self) -> None:
+        """The last point's handles go (their copies on the workers with them)."""
+        self._last_point = None
+        super().close()
+
     def gradient(self, U, V, lam):
         """∇_U f from the by-user parts, ∇_V f from the by-item parts, Σ r² from the former: the flow's
         process holds O(users + items) of it."""
-        U_h, V_h = self.mapper.put(U), self.mapper.put(V)
+        U_h, V_h = self._point(U, V)
         users, items = self._rows(_gradient_part, (U_h, V_h, self.n, lam), (V_h, U_h, self.n, lam), "als-gradient")
         return sum(rss for _, rss in users), np.vstack([g for g, _ in users]), np.vstack([g for g, _ in items])
 
@@ -174,13 +188,13 @@ class PartHalfSteps(MappedHalfSteps):
         return stationarity_total(users, [stationarity_triple(V, gV, 0.0, lam, rule_V)], bound)
 
     def hessian_vector(self, U, V, dU, dV, lam):
-        U_h, V_h, dU_h, dV_h = (self.mapper.put(a) for a in (U, V, dU, dV))
+        (U_h, V_h), dU_h, dV_h = self._point(U, V), self.mapper.put(dU), self.mapper.put(dV)
         users, items = self._rows(
             _hessian_part, (U_h, V_h, dU_h, dV_h, self.n, lam), (V_h, U_h, dV_h, dU_h, self.n, lam), "als-hessp"
         )
         return np.vstack(users), np.vstack(items)
 
     def curvature_grams(self, U, V):
-        U_h, V_h = self.mapper.put(U), self.mapper.put(V)
+        U_h, V_h = self._point(U, V)
         users, items = self._rows(_curvature_part, (U_h, V_h, self.n), (V_h, U_h, self.n), "als-curvature")
         return np.concatenate(users), np.concatenate(items)
