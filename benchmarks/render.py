@@ -57,6 +57,7 @@ TABLES: dict[str, dict[str, Callable[[], str]]] = {
         "converged-fit-table": table(als.converged_fit_table, "als/converged_fit.json"),
         "converged-ratings-table": table(als.converged_ratings_table, "als/converged_ratings.json"),
         "blas-threads-table": table(als.blas_threads_table, "als/blas_threads.json"),
+        "newton-passes-table": table(als.newton_passes_table, "als/newton_passes.json"),
         "heavy-items-table": table(scaling.heavy_items_table, "scaling/heavy_items_synthetic-5m.json"),
         "own-topn-table": scaling.own_topn_table,
         "scaling-table": scaling.scaling_table,

@@ -52,6 +52,22 @@ def blas_threads_table(r: dict) -> str:
     )
 
 
+def newton_passes_table(r: dict) -> str:
+    """docs/scaling.md: the Newton polish's passes, compiled against their numpy references."""
+    c, ref = r["compiled"], r["reference"]
+    names = {
+        "hessian_product_s": "Hessian product",
+        "curvature_blocks_s": "curvature blocks",
+        "preconditioner_factor_s": "preconditioner factor",
+        "preconditioner_apply_s": "apply",
+    }
+    parts = ", ".join(f"{name} {c[key]:.2f} · {ref[key]:.2f}" for key, name in names.items())
+    return (
+        f"`python -m benchmarks.als.newton_passes` ({r['data']}, k = {r['k']}, in process), s compiled · numpy "
+        f"reference: {parts}."
+    )
+
+
 def converged_fit_table(r: dict) -> str:
     """docs/scaling.md: time to a fit at each identity tolerance against implicit's 15 iterations."""
     header = (

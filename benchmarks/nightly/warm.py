@@ -2,6 +2,7 @@
 
     python -m benchmarks.nightly.warm                          # ml-100k: the newest 1% of ratings (by time) is day 2
     python -m benchmarks.nightly.warm --data synthetic-5m      # the 5M scaling set: 1% appended, new users and items
+    python -m benchmarks.nightly.warm --data synthetic-5m --reuse-night1   # night 2 only, from the last run's night 1
 
 Per data set, each refresh a `dxplain refresh` subprocess with the defaults (biased MF, k = 32, --tol 1e-4, a
 LocalCluster of 2 workers), in one run: night 1 on day 1 into OUT (cold: no run before it); night 2 on day 1 + day 2
@@ -30,7 +31,7 @@ import pyarrow.parquet as pq
 from benchmarks.common import CACHE, RESULTS, parser
 from benchmarks.scaling.common import SIZES, scaling_dataset
 from dxplain.datasets import resolve_dataset
-from dxplain.io import runs
+from dxplain.io import model_store, runs
 
 NIGHTLY = RESULTS / "nightly"
 
@@ -69,8 +70,14 @@ def refresh(dataset: Path, out: Path, *extra: str) -> dict:
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     s = runs.read_manifest(runs.resolve_run(out))["summary"]
+    return {"wall_s": round(time.perf_counter() - t0, 1), **kept(s)}
+
+
+def kept(summary: dict) -> dict:
+    """What the results keep of a run's summary, with its model's sweeps and Newton steps."""
     keep = ("stage_seconds", "training_start", "fidelity_max_rel_error", "fidelity_ok", "targets", "model")
-    return {"wall_s": round(time.perf_counter() - t0, 1), **{k: s[k] for k in keep}}
+    info = model_store.model_attrs(summary["model"]).get("info") or {}
+    return {k: summary[k] for k in keep} | {"sweeps": info.get("sweeps"), "newton_steps": info.get("newton_iters")}
 
 
 def top_n(out: Path) -> dict:
@@ -81,16 +88,43 @@ def top_n(out: Path) -> dict:
     return found
 
 
+def reused_night1(out: Path) -> dict:
+    """Night 1 of an earlier run of this benchmark, kept in ``out`` as if just published: its run and model stay;
+    later runs, models and part stores (night 2's, which would be reused) go. Its summary, wall time unknown."""
+    found = sorted(p for p in (out / "runs").iterdir() if p.is_dir())
+    if not found:
+        raise SystemExit(f"--reuse-night1: no run in {out}; run the benchmark once without it")
+    run = found[0]
+    summary = runs.read_manifest(run)["summary"]
+    model = Path(summary["model"])
+    fingerprint = model.name.split("-")[1]
+    for p in found[1:]:
+        shutil.rmtree(p)
+    for p in (out / "models").iterdir():
+        if p != model:
+            shutil.rmtree(p)
+    for p in (out / "partitions").iterdir():
+        if fingerprint not in p.name:
+            shutil.rmtree(p)
+    runs.publish_latest(str(out), str(run))
+    return {"wall_s": None, "reused": run.name, **kept(summary)}
+
+
 def main():
     ap = parser(__doc__)
     ap.add_argument("--data", default="movielens-100k", help="movielens-100k or synthetic-<1m|5m|20m|50m>")
+    ap.add_argument(
+        "--reuse-night1",
+        action="store_true",
+        help="keep night 1 (its run, model and parts) from the last run of this benchmark and run night 2 only",
+    )
     a = ap.parse_args()
     root = CACHE / "nightly" / a.data
     folder, later = days(a.data, root)
-    for out in ("out", "cold"):
+    for out in ("cold",) if a.reuse_night1 else ("out", "cold"):
         shutil.rmtree(root / out, ignore_errors=True)
     (folder / "day-02.parquet").unlink(missing_ok=True)
-    night1 = refresh(folder, root / "out")
+    night1 = reused_night1(root / "out") if a.reuse_night1 else refresh(folder, root / "out")
     print("night 1:", json.dumps(night1), flush=True)
     shutil.copy(later, folder / "day-02.parquet")
     warm = refresh(folder, root / "out")
