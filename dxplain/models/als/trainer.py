@@ -310,7 +310,7 @@ class ALSMF:
             def blocks_at(x):
                 A, B = half_steps.curvature_grams(*split(x))
                 diagonal = np.arange(self.k)
-                A[:, diagonal, diagonal] += lam  # in place, not in a stacked copy: at 5M each copy is 0.6 GB
+                A[:, diagonal, diagonal] += lam  # in place, not in a stacked copy of (users + items)·k² floats
                 B[:, diagonal, diagonal] += lam
                 return A, B
 
