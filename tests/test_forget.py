@@ -69,6 +69,7 @@ def test_after_forget_no_file_of_the_new_run_names_the_forgotten_ids(tmp_path, l
     s = runs.read_manifest(second)["summary"]
     named = pc.or_(pc.equal(table["user"], "u003"), pc.equal(table["item"], "i007"))
     assert s["forgotten_rows_dropped"] == pc.sum(named).as_py() > 0
+    assert s["training_start"]["start"] == "cold"  # not from the first run's model, which saw them
     # nor the part store and the model the new run was explained with (the dataset itself still holds them)
     stores = [s for s in json.loads((second / "_meta" / "stores.json").read_text()) if s.startswith(str(out))]
     assert len(stores) == 2

@@ -159,7 +159,7 @@ def load_training(
         if kind is not None and in_process(spec, kind):
             get_run_logger().info("%s trains in this process: the table is loaded whole", kind)
             ds = without_forgotten(load_data.fn(dataset, settings), forgotten)
-            return Training(ds.name, ds.interactions, False, None, kind, dropped=dropped)
+            return Training(ds.name, ds.interactions, False, None, kind, forgotten, dropped)
         positives = Training(folder_name(folder), summary, False, folder, kind, forgotten, dropped)
         if (kind != "bce") if kind is not None else not (implicit or detected):
             return positives
@@ -176,12 +176,12 @@ def load_training(
     if spec is not None:
         kind = resolved_kind(spec, implicit or looks_implicit(ds.interactions))
         if kind != "bce":
-            return Training(ds.name, ds.interactions, False, None, kind, dropped=dropped)
+            return Training(ds.name, ds.interactions, False, None, kind, forgotten, dropped)
         implicit = True
     else:
         kind = None
     data, implicit = policy.table_to_fit(ds, implicit, neg_samples, seed, get_run_logger())
-    return Training(ds.name, data, implicit, None, kind, dropped=dropped)
+    return Training(ds.name, data, implicit, None, kind, forgotten, dropped)
 
 
 def without_forgotten(ds, forgotten: Forgotten | None):
