@@ -407,3 +407,80 @@ def test_a_large_lambda_with_a_low_rank_optimum_converges(ml100k, lam):
     m = IALS(k=32, lam=lam, alpha=1.0).fit(binary(ml100k.interactions))
     assert m.info["converged"] and np.all(np.isfinite(m.U)) and np.all(np.isfinite(m.V))
     assert max(m.info["identity_bound"].values()) <= 1e-7
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+@pytest.mark.parametrize("k", [3, 34])
+def test_compiled_hessian_rows_and_blocks_equal_numpy(convention, k):
+    d = signed_interactions()  # confidences below, at and above 1, and rows without a positive entry
+    rng = np.random.default_rng(k)
+    for side, (indptr, cols, c, p, lam_w) in views(d, 2.0, convention, 0.3).items():
+        n_rows, n_cols = len(indptr) - 1, int(cols.max()) + 1
+        X, F = rng.normal(size=(n_rows, k)), rng.normal(size=(n_cols, k))
+        dX, dF = rng.normal(size=X.shape), rng.normal(size=F.shape)
+        G, S = F.T @ F, F.T @ dF + dF.T @ F
+        args = (indptr, cols, c, p, X, F, dX, dF, lam_w, G, S)
+        want = ials.hessian_vector_rows(*args, fused=False)
+        np.testing.assert_allclose(ials.hessian_vector_rows(*args, fused=True), want, rtol=1e-12, atol=1e-12)
+        want = ials.curvature_rows(indptr, cols, c, F, lam_w, G, fused=False)
+        got = ials.curvature_rows(indptr, cols, c, F, lam_w, G, fused=True)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    assert np.any(c > 1) and np.any(c < 1 if convention == "implicit" else c == 1)  # the kernels' three cases
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_the_polishs_passes_are_fs_derivatives(convention):
+    """gradient: f and ∇f (f equals the sweep's measure); hessian_vector: the central difference of ∇f;
+    curvature_blocks: H's diagonal blocks, column by column."""
+    d = signed_interactions()
+    hs = IALSHalfSteps.local(d, 0.3, 2.0, convention)
+    rng = np.random.default_rng(0)
+    U, V = rng.normal(size=(d.n_users, 4)), rng.normal(size=(d.n_items, 4))
+    dU, dV = rng.normal(size=U.shape), rng.normal(size=V.shape)
+    f, gU, gV = hs.gradient(U, V)
+    assert f == pytest.approx(hs.measure(U, V).objective, rel=1e-12)
+    C, P, lam_u, lam_i = dense(d, 2.0, convention, 0.3)
+
+    def dense_f(U, V):
+        return float(np.sum(C * (P - U @ V.T) ** 2) + lam_u @ np.sum(U * U, 1) + lam_i @ np.sum(V * V, 1))
+
+    assert f == pytest.approx(dense_f(U, V), rel=1e-12)
+    np.testing.assert_allclose(gU, -2 * (C * (P - U @ V.T)) @ V + 2 * lam_u[:, None] * U, rtol=1e-10, atol=1e-10)
+    hU, hV = hs.hessian_vector(U, V, dU, dV)
+    e = 1e-6
+    _, gU1, gV1 = hs.gradient(U + e * dU, V + e * dV)
+    _, gU0, gV0 = hs.gradient(U - e * dU, V - e * dV)
+    np.testing.assert_allclose((gU1 - gU0) / (2 * e), hU, rtol=1e-6, atol=1e-6 * np.abs(hU).max())
+    np.testing.assert_allclose((gV1 - gV0) / (2 * e), hV, rtol=1e-6, atol=1e-6 * np.abs(hV).max())
+    A, B = hs.curvature_blocks(U, V)
+    for q in range(4):
+        unit = np.zeros_like(U)
+        unit[:, q] = 1.0  # each user's column q at once: the blocks are the user-user diagonal of H
+        hq, _ = hs.hessian_vector(U, V, unit, np.zeros_like(V))
+        np.testing.assert_allclose(hq, A[:, :, q], rtol=1e-12, atol=1e-12)
+    assert np.all(np.linalg.eigvalsh(B) > 0)  # the items' blocks too: 2(G + Σ (c − 1) F Fᵀ + λw I), here definite
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_a_stalled_fit_is_polished_by_newton_to_the_identity(convention, tmp_path):
+    """A stall window of 2 sweeps sends the fit to the Newton polish early: it ends converged, both sides' identity
+    holds, and over parts (the polish's passes mapped too) it ends where the fit in this process does."""
+    from functools import partial
+
+    from dxplain.io.partitions import write_partitions
+
+    d = signed_interactions(50, 40, 0.25, seed=9)
+    trainer = IALS(k=6, alpha=3.0, convention=convention, seed=1, stall_sweeps=2)
+    m = trainer.fit(d)
+    assert (
+        m.info["newton_iters"] > 0
+        and m.info["sweeps"] < IALS(k=6, alpha=3.0, convention=convention, seed=1).fit(d).info["sweeps"]
+    )
+    assert m.info["converged"] and max(m.info["identity_bound"].values()) <= 1e-7
+    assert_identity(m, d, recommend(m.U, m.V, d, np.arange(d.n_users), 5))
+    parts = write_partitions(tmp_path, d, rows_per_part=len(d) // 3 + 1)
+    mapped = trainer.fit(d, half_steps=partial(IALSHalfSteps.over_parts, LocalMapper(), parts))
+    assert mapped.info["newton_iters"] == m.info["newton_iters"]
+    np.testing.assert_allclose(mapped.U @ mapped.V.T, m.U @ m.V.T, rtol=1e-7, atol=1e-9)
+    unpolished = IALS(k=6, alpha=3.0, convention=convention, seed=1, stall_sweeps=2, newton_steps=0, max_sweeps=5)
+    assert unpolished.fit(d).info["newton_iters"] == 0

@@ -26,8 +26,8 @@ one attribution per observed entry plus the unobserved entries' aggregate (the G
 A row with w_r = 0 (Spark, no positive entry) has no positive right-hand side, so its exact solve is 0 and
 its attributions are 0, as its score is.
 
-The numpy functions are the reference; ``half_step`` and ``gradient_rows`` run the compiled per-row
-loops of ``ials_fused`` by default (``FUSED``).
+The numpy functions are the reference; ``half_step``, ``gradient_rows``, ``hessian_vector_rows`` and
+``curvature_rows`` run the compiled per-row loops of ``ials_fused`` by default (``FUSED``).
 """
 
 from __future__ import annotations
@@ -169,6 +169,85 @@ def gradient_rows(
     g = 2.0 * (XG + lam_w[:, None] * X + _rows_matrix(indptr, cols, (c - 1.0) * s - c * p, len(F)) @ F)
     data = float(np.einsum("rk,rk->", XG, X) + np.sum(c * (p - s) ** 2 - s * s))
     return g, data
+
+
+def hessian_vector_rows(
+    indptr: np.ndarray,
+    cols: np.ndarray,
+    c: np.ndarray,
+    p: np.ndarray,
+    X: np.ndarray,
+    F: np.ndarray,
+    dX: np.ndarray,
+    dF: np.ndarray,
+    lam_w: np.ndarray,
+    G: np.ndarray,
+    S: np.ndarray,
+    fused: bool | None = None,
+) -> np.ndarray:
+    """The rows' share of the Hessian product H·(dX, dF): the derivative of ``gradient_rows`` along (dX, dF).
+
+    With s_e = ⟨X_r, F_e⟩ and ds_e = ⟨dX_r, F_e⟩ + ⟨X_r, dF_e⟩ it is, per row,
+
+        2 [(G + lam_w_r I) dX_r + S X_r + Σ_{e∈O_r} ((c_e − 1) ds_e F_e + ((c_e − 1) s_e − c_e p_e) dF_e)],
+
+    S = FᵀdF + dFᵀF carrying the unobserved entries (k × k, over the other side's whole factors, as G). The users'
+    rows take (X, F, dX, dF) = (U, V, dU, dV), the items' (V, U, dV, dU).
+    """
+    c, p = np.asarray(c, np.float64), np.asarray(p, np.float64)
+    lam_w = np.asarray(lam_w, np.float64)
+    if FUSED if fused is None else fused:
+        from .ials_fused import hessian_rows_fused
+
+        X, F, dX, dF = (np.ascontiguousarray(a, np.float64) for a in (X, F, dX, dF))
+        base = dX @ G + lam_w[:, None] * dX + X @ S
+        out = np.empty(X.shape)
+        hessian_rows_fused(*_typed(indptr, cols, c, p), X, F, dX, dF, base, out)
+        return out
+    rows = np.repeat(np.arange(len(X)), np.diff(indptr))
+    Fe = F[cols]
+    s = np.einsum("ek,ek->e", X[rows], Fe)
+    ds = np.einsum("ek,ek->e", dX[rows], Fe) + np.einsum("ek,ek->e", X[rows], dF[cols])
+    observed = _rows_matrix(indptr, cols, (c - 1.0) * ds, len(F)) @ F
+    observed += _rows_matrix(indptr, cols, (c - 1.0) * s - c * p, len(F)) @ dF
+    return 2.0 * (dX @ G + lam_w[:, None] * dX + X @ S + observed)
+
+
+def curvature_rows(
+    indptr: np.ndarray,
+    cols: np.ndarray,
+    c: np.ndarray,
+    F: np.ndarray,
+    lam_w: np.ndarray,
+    G: np.ndarray,
+    fused: bool | None = None,
+) -> np.ndarray:
+    """The Hessian's diagonal k × k block of every row, 2 (G + Σ_{e∈O_r} (c_e − 1) F_e F_eᵀ + lam_w_r I): twice the
+    half-step's matrix (a Newton polish's block-Jacobi preconditioner). (n_rows, k, k)."""
+    k = F.shape[1]
+    if FUSED if fused is None else fused:
+        from numba import get_num_threads
+
+        from .ials_fused import curvature_rows_fused
+
+        out = np.empty((len(indptr) - 1, k, k))
+        typed = _typed(indptr, cols, c, c)
+        F = np.ascontiguousarray(F, np.float64)
+        curvature_rows_fused(
+            typed[0],
+            typed[1],
+            typed[2],
+            F,
+            np.ascontiguousarray(G),
+            np.asarray(lam_w, np.float64),
+            get_num_threads(),
+            out,
+        )
+        return out
+    outer = np.einsum("ik,il->ikl", F, F).reshape(len(F), k * k)
+    A = (_rows_matrix(indptr, cols, np.asarray(c) - 1.0, len(F)) @ outer).reshape(-1, k, k)
+    A += G + np.asarray(lam_w)[:, None, None] * np.eye(k)
+    return 2.0 * A
 
 
 def penalty(X: np.ndarray, lam_w: np.ndarray) -> float:

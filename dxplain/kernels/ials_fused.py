@@ -133,3 +133,61 @@ def gradient_rows_fused(indptr, cols, c, p, X, F, XG, lam_w, g, data):
         for q in range(k):
             gr[q] *= 2.0
         data[r] = xGx + acc
+
+
+@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+def hessian_rows_fused(indptr, cols, c, p, X, F, dX, dF, base, out):
+    """out[r] ← 2[base_r + Σ_{e∈O_r} ((c_e − 1) ds_e F_e + ((c_e − 1) s_e − c_e p_e) dF_e)], s_e = ⟨X_r, F_e⟩,
+    ds_e = ⟨dX_r, F_e⟩ + ⟨X_r, dF_e⟩: ``ials.hessian_vector_rows`` per row, with base = dX (G + λw) + X S formed
+    by the caller in matrix products. An entry with c_e = 1 (``implicit``'s α|r| = 1) adds −p_e dF_e only."""
+    k = F.shape[1]
+    for r in prange(X.shape[0]):
+        x, dx, o, b = X[r], dX[r], out[r], base[r]
+        for q in range(k):
+            o[q] = b[q]
+        for e in range(uint64(indptr[r]), uint64(indptr[r + 1])):  # unsigned: see als_fused._gram_upper
+            f, df = F[cols[e]], dF[cols[e]]
+            ce = c[e]
+            if ce == 1.0:
+                w2 = -p[e]
+                for q in range(k):
+                    o[q] += w2 * df[q]
+                continue
+            s, ds = 0.0, 0.0
+            for q in range(k):
+                s += x[q] * f[q]
+                ds += dx[q] * f[q] + x[q] * df[q]
+            w1, w2 = (ce - 1.0) * ds, (ce - 1.0) * s - ce * p[e]
+            for q in range(k):
+                o[q] += w1 * f[q] + w2 * df[q]
+        for q in range(k):
+            o[q] *= 2.0
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def curvature_rows_fused(indptr, cols, c, F, G, lam_w, n_threads, out):
+    """out[r] ← 2 (G + Σ_{e∈O_r} (c_e − 1) F_e F_eᵀ + lam_w[r] I) for every row: ``ials.curvature_rows``, the
+    correction formed as ``half_step_fused`` forms it."""
+    k = F.shape[1]
+    kp = -(-k // 4) * 4
+    m = out.shape[0]
+    d_max = 0
+    for r in range(m):
+        d_max = max(d_max, indptr[r + 1] - indptr[r])
+    for t in prange(n_threads):
+        Gt = np.zeros((kp, max(d_max, 1)))
+        A = np.empty((kp, kp))
+        S = np.empty((kp, kp))
+        for r in range(t, m, n_threads):
+            a, d = indptr[r], indptr[r + 1] - indptr[r]
+            for q in range(k):
+                A[q, q:k] = G[q, q:k]
+                A[q, q] += lam_w[r]
+            for sign in (1.0, -1.0):
+                n = _gather_weighted(F, cols, c, a, d, sign, Gt)
+                if n > 0:
+                    _gram_upper(Gt, kp, n, S)
+                    _add_upper(A, S, k, sign)
+            for q in range(k):
+                for s in range(q, k):
+                    out[r, q, s] = out[r, s, q] = 2.0 * A[q, s]

@@ -65,6 +65,28 @@ def _measure_part(part, a: int, X, F, G, lam: float) -> tuple[float, float, floa
     return data, ials.penalty(rows, lam * w), float(np.sum(g * g)), ials.identity_bound(rows, g, lam * w, F)
 
 
+def _gradient_part(part, a: int, X, F, G, lam: float) -> tuple[np.ndarray, float, float]:
+    """A part's rows of ∇f, its data term and its rows' penalty (the Newton polish's ``fun_grad``)."""
+    indptr, cols, c, p, w = part
+    rows = X[a : a + len(indptr) - 1]
+    with numba_owns_the_cores():
+        g, data = ials.gradient_rows(indptr, cols, c, p, rows, F, lam * w, G)
+    return g, data, ials.penalty(rows, lam * w)
+
+
+def _hessian_part(part, a: int, X, F, dX, dF, G, S, lam: float) -> np.ndarray:
+    indptr, cols, c, p, w = part
+    m = len(indptr) - 1
+    with numba_owns_the_cores():  # its dense products are BLAS beside numba's loop
+        return ials.hessian_vector_rows(indptr, cols, c, p, X[a : a + m], F, dX[a : a + m], dF, lam * w, G, S)
+
+
+def _curvature_part(part, F, G, lam: float) -> np.ndarray:
+    indptr, cols, c, _, w = part
+    with numba_owns_the_cores():
+        return ials.curvature_rows(indptr, cols, c, F, lam * w, G)
+
+
 @dataclass
 class Measure:
     """What a measure of (U, V) found: f, ‖∇f‖ and the identity bound (ε_item, ε_user) (``kernels.ials``)."""
@@ -170,3 +192,58 @@ class IALSHalfSteps:
         gsq = sum(g for _, _, g, _ in out)
         bound = (max(e for *_, e in users), max(e for *_, e in items))
         return Measure(objective=float(f), gnorm=float(np.sqrt(gsq)), bound=bound)
+
+    def _sides(self, fn, user_args: tuple, item_args: tuple, name: str, first_row: bool = True) -> tuple[list, list]:
+        """``fn(part, [its first row,] *args)`` over every part of both sides in one map: (users' results, items')."""
+        tasks = [
+            (part, *((int(a),) if first_row else ()), *args)
+            for side, args in (("user", user_args), ("item", item_args))
+            for part, a in zip(self.parts[side], self.cuts[side])
+        ]
+        out = self.mapper.map(fn, tasks, name=name)
+        return out[: len(self.parts["user"])], out[len(self.parts["user"]) :]
+
+    def gradient(self, U: np.ndarray, V: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """(f, ∇_U f, ∇_V f): the Newton polish's objective and gradient, one map over both sides' parts."""
+        U_h, V_h = self.mapper.put(U), self.mapper.put(V)
+        users, items = self._sides(
+            _gradient_part, (U_h, V_h, self.gram(V), self.lam), (V_h, U_h, self.gram(U), self.lam), "ials-gradient"
+        )
+        f = sum(d for _, d, _ in users) + sum(pen for _, _, pen in users + items)
+        return float(f), np.concatenate([g for g, _, _ in users]), np.concatenate([g for g, _, _ in items])
+
+    def hessian_vector(self, U, V, dU, dV) -> tuple[np.ndarray, np.ndarray]:
+        """H·(dU, dV) (``kernels.ials.hessian_vector_rows`` on both sides' parts)."""
+        U_h, V_h, dU_h, dV_h = (self.mapper.put(x) for x in (U, V, dU, dV))
+        S_V, S_U = V.T @ dV, U.T @ dU
+        users, items = self._sides(
+            _hessian_part,
+            (U_h, V_h, dU_h, dV_h, self.gram(V), S_V + S_V.T, self.lam),
+            (V_h, U_h, dV_h, dU_h, self.gram(U), S_U + S_U.T, self.lam),
+            "ials-hessian",
+        )
+        return np.concatenate(users), np.concatenate(items)
+
+    def curvature_blocks(self, U, V) -> tuple[np.ndarray, np.ndarray]:
+        """Every row's diagonal k × k block of the Hessian, users' and items' ((users + items)·k² floats here)."""
+        users, items = self._sides(
+            _curvature_part,
+            (self.mapper.put(V), self.gram(V), self.lam),
+            (self.mapper.put(U), self.gram(U), self.lam),
+            "ials-curvature",
+            first_row=False,
+        )
+        return np.concatenate(users), np.concatenate(items)
+
+    def bound(self, U, V, gU, gV) -> tuple[float, float]:
+        """(ε_item, ε_user) from the whole gradient, as ``measure``'s (the users' rows bound the item side), rows with
+        w = 0 (Spark's rows without a positive entry) left out: an exact half-step sets them to 0, which the
+        Newton polish's iterate only approaches."""
+
+        def weighted(X, side):
+            return np.where(self.w[side][:, None] > 0, X, 0.0)
+
+        return (
+            ials.identity_bound(weighted(U, "user"), gU, self.lam * self.w["user"], V),
+            ials.identity_bound(weighted(V, "item"), gV, self.lam * self.w["item"], U),
+        )

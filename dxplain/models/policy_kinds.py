@@ -61,7 +61,7 @@ def _ials_trainer(spec: TrainSettings, budget: dict, fidelity_tol: float | None)
     alpha = spec.alpha if spec.alpha is not None else DEFAULT_ALPHA
     check_settings(convention, alpha, spec.lam)
     identity_tol = IDENTITY_TOL if fidelity_tol is None else fidelity_tol * MIN_TARGET_COS
-    sweeps = {"max_sweeps": budget["max_sweeps"]} if "max_sweeps" in budget else {}
+    sweeps = {key: budget[key] for key in ("max_sweeps", "newton_steps") if key in budget}
     return IALS(
         k=spec.k, lam=spec.lam, alpha=alpha, convention=convention, seed=spec.seed, identity_tol=identity_tol, **sweeps
     )
@@ -131,8 +131,6 @@ def fit_kind(
             _warn_capped(logger, "biased MF stopped at a miss bound", m.info.get("miss_bound"), trainer.miss_tol)
         return m
     if spec.model == "ials":
-        if "newton_steps" in budget:
-            logger.warning("--newton-steps: iALS trains by exact sweeps only, without a Newton polish; ignored")
         trainer = _ials_trainer(spec, budget, fidelity_tol)
         if spec.select:
             from .ials_select import select

@@ -75,6 +75,12 @@ class SweepState:
     bound: tuple | None = None
 
 
+def stalled(history: list[float], window: int) -> bool:
+    """Whether the last ``window`` sweeps failed to halve the best gradient norm before them: then
+    Newton's quadratic rate wins (the Anderson sweeps are not monotone, so one sweep says little)."""
+    return len(history) > window and min(history[-window:]) > 0.5 * min(history[:-window])
+
+
 @dataclass
 class ALSMF:
     """ALS matrix factorisation trained to a stationary point.
@@ -99,7 +105,7 @@ class ALSMF:
         the users' previous rows instead of the exact solve (``kernels.als.ridge_cg_rows``); 0 = exact. The
         first sweep and every items' half-step stay exact, so V is stationary given U after every sweep.
     stall_sweeps : the sweeps go to the Newton polish when this many of them do not halve the best ‖∇f‖ before
-        them (``_stalled``)
+        them (``stalled``)
     rescale : after each accepted sweep that another sweep follows, rescale (U, V) to the penalty's least along
         UVᵀ's invariances (``HalfSteps.rescaled``; the scores stay, f falls by the penalty's drop): ALS's sweeps
         cross those directions slowly (biased MF trains so). Factors in this process only (``HalfSteps.in_process``).
@@ -201,7 +207,7 @@ class ALSMF:
                 state.bound,
                 time.perf_counter() - t0,
             )
-            if done or self._stalled(history, self.stall_sweeps):
+            if done or stalled(history, self.stall_sweeps):
                 break
             if self.rescale and sweeps < self.max_sweeps:
                 # A sweep follows and measures the rescaled pair before anything returns it; the data term stays,
@@ -272,12 +278,6 @@ class ALSMF:
         if self.identity_tol is None:
             return state, state.gnorm <= self.tol
         return state, max(bound) <= self.identity_tol
-
-    @staticmethod
-    def _stalled(history: list[float], window: int) -> bool:
-        """Whether the last ``window`` sweeps failed to halve the best gradient norm before them: then
-        Newton's quadratic rate wins (the Anderson sweeps are not monotone, so one sweep says little)."""
-        return len(history) > window and min(history[-window:]) > 0.5 * min(history[:-window])
 
     def _polish(self, U, V, half_steps: HalfSteps, n: int, lam):
         """Newton polish on f with exact Hessian-vector products: block-Jacobi-preconditioned, damped
