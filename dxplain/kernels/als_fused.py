@@ -12,7 +12,9 @@ nnz·k² through gathered (B, d, k) stacks, and no batch of rows waits for its l
 
 Rows run in parallel (``prange``) over numba's threads, interleaved so that light and heavy rows
 mix; ``nogil`` lets Dask's threads run parts side by side as well. ``cache=True``: compiled once per
-machine (docs/scaling.md states the cost).
+machine (docs/scaling.md states the cost). A ``parallel=True`` kernel is compiled without ``fastmath``: a fresh
+compilation and a cache load of such a kernel summed in different orders (factors 1e-12 apart), so a run's bytes
+depended on whether its process found the cache (tests/test_style.py holds the rule); the serial helpers keep it.
 
 The training loop's passes over D have compiled twins here too: ``gradient_rows_fused`` (a part's rows of
 ∇f and its Σ r²) and ``pair_scores_fused`` (residuals for the Hessian products); so has the users' inexact
@@ -285,7 +287,7 @@ def ridge_solve_rows_fused(indptr, cols, y, F, ridge, rows, n_threads, X, sw, sc
                     _dual_residual(G, d, k, y[a : a + d], ridge, X[n], scale, Gx[n])
 
 
-@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+@njit(nogil=True, cache=True, parallel=True)
 def pair_scores_fused(U, V, u, i, out):
     """out[n] ← ⟨U[u[n]], V[i[n]]⟩, pairs split over numba's threads.
 
@@ -301,7 +303,7 @@ def pair_scores_fused(U, V, u, i, out):
         out[n] = s
 
 
-@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+@njit(nogil=True, cache=True, parallel=True)
 def gradient_rows_fused(indptr, cols, y, F_rows, F_cols, scale, lam, G, rss):
     """G[r] ← scale·Σ_e r_e F_cols[cols[e]] + lam·F_rows[r] and rss[r] ← Σ_e r_e², with
     r_e = y_e − ⟨F_rows[r], F_cols[cols[e]]⟩ over row r's entries e, rows split over numba's threads.
@@ -343,7 +345,7 @@ def _gram_apply(G, d, k, p, ridge, q):
             q[c] += t * g[c]
 
 
-@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+@njit(nogil=True, cache=True, parallel=True)
 def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
     """X[r] ← ``steps`` Jacobi-preconditioned conjugate-gradient steps on (F_{C_r}ᵀ F_{C_r} + ridge·I) x =
     F_{C_r}ᵀ y_{C_r} from X0[r], for every row r that has at least k entries; a shorter row is solved exactly by
@@ -435,7 +437,7 @@ def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
             X[r, :] = x
 
 
-@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+@njit(nogil=True, cache=True, parallel=True)
 def hessian_rows_fused(indptr, cols, y, F_rows, F_cols, dF_rows, dF_cols, scale, lam, H):
     """H[r] ← scale·Σ_e (s_e F_cols[c_e] − r_e dF_cols[c_e]) + lam·dF_rows[r] over row r's entries e (column c_e),
     with r_e = y_e − ⟨F_rows[r], F_cols[c_e]⟩ and s_e = ⟨dF_rows[r], F_cols[c_e]⟩ + ⟨F_rows[r], dF_cols[c_e]⟩,

@@ -107,7 +107,7 @@ def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X, lam_shared, s
             X[r, :] = x[:k]
 
 
-@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+@njit(nogil=True, cache=True, parallel=True)
 def gradient_rows_fused(indptr, cols, c, p, X, F, XG, lam_w, g, data):
     """g[r] ← 2[(XG_r + lam_w[r] X_r + Σ_{e∈O_r} ((c_e − 1) s_e − c_e p_e) F_e] and
     data[r] ← ⟨XG_r, X_r⟩ + Σ_{e∈O_r} (c_e (p_e − s_e)² − s_e²), s_e = ⟨X_r, F_e⟩: ``ials.gradient_rows`` per row,
@@ -135,7 +135,7 @@ def gradient_rows_fused(indptr, cols, c, p, X, F, XG, lam_w, g, data):
         data[r] = xGx + acc
 
 
-@njit(nogil=True, cache=True, parallel=True, fastmath=True)
+@njit(nogil=True, cache=True, parallel=True)
 def hessian_rows_fused(indptr, cols, c, p, X, F, dX, dF, base, out):
     """out[r] ← 2[base_r + Σ_{e∈O_r} ((c_e − 1) ds_e F_e + ((c_e − 1) s_e − c_e p_e) dF_e)], s_e = ⟨X_r, F_e⟩,
     ds_e = ⟨dX_r, F_e⟩ + ⟨X_r, dF_e⟩: ``ials.hessian_vector_rows`` per row, with base = dX (G + λw) + X S formed
