@@ -235,15 +235,17 @@ class IALSHalfSteps:
         )
         return np.concatenate(users), np.concatenate(items)
 
+    def unweighted_zeroed(self, U, V) -> tuple[np.ndarray, np.ndarray]:
+        """(U, V) with the rows whose w = 0 set to 0: what an exact half-step gives them."""
+        return tuple(np.where(self.w[side][:, None] > 0, X, 0.0) for side, X in (("user", U), ("item", V)))
+
     def bound(self, U, V, gU, gV) -> tuple[float, float]:
         """(ε_item, ε_user) from the whole gradient, as ``measure``'s (the users' rows bound the item side), rows with
         w = 0 (Spark's rows without a positive entry) left out: an exact half-step sets them to 0, which the
         Newton polish's iterate only approaches."""
 
-        def weighted(X, side):
-            return np.where(self.w[side][:, None] > 0, X, 0.0)
-
+        U, V = self.unweighted_zeroed(U, V)
         return (
-            ials.identity_bound(weighted(U, "user"), gU, self.lam * self.w["user"], V),
-            ials.identity_bound(weighted(V, "item"), gV, self.lam * self.w["item"], U),
+            ials.identity_bound(U, gU, self.lam * self.w["user"], V),
+            ials.identity_bound(V, gV, self.lam * self.w["item"], U),
         )
