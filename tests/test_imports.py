@@ -51,6 +51,8 @@ def test_polish_trains_on_to_stationarity_and_reports_the_route(external):
     m = import_ials(U, V, d, "implicit", 2.0, 0.1, "polish")
     record = m.settings["import"]
     assert record["route"] == "polish" and record["converged"] and record["sweeps"] > 0
+    stalled = import_ials(U, V, d, "implicit", 2.0, 0.1, "polish", trainer=IALS(stall_sweeps=2))  # polishes early
+    assert stalled.settings["import"]["newton_steps"] > 0 and stalled.settings["import"]["converged"]
     assert record["moved"]["user"] > 0 and 0 <= record["users_top20_changed"] <= d.n_users
     assert (m.loss, m.kind, m.settings["convention"], m.settings["alpha"]) == ("ials", "imported-ials", "implicit", 2.0)
     assert history_side_miss(m, d, 2.0) < 1e-6

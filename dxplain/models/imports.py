@@ -66,6 +66,7 @@ def import_ials(
         record = {
             "route": route,
             "sweeps": m.info["sweeps"],
+            "newton_steps": m.info["newton_iters"],
             "seconds": time.perf_counter() - t0,
             "converged": m.info["converged"],
             "moved": {"user": _moved(U, m.U), "item": _moved(V, m.V)},
