@@ -114,6 +114,15 @@ def _gather_transposed(F, cols, a, d, Gt):
             Gt[c, j] = r[c]
 
 
+@njit(nogil=True, cache=True)
+def max_degree(indptr):
+    """The longest row of a CSR index: the size of each thread's gather buffer."""
+    d_max = 0
+    for r in range(len(indptr) - 1):
+        d_max = max(d_max, indptr[r + 1] - indptr[r])
+    return d_max
+
+
 @njit(nogil=True, cache=True, fastmath=True)
 def _dot(a, b, n):
     """⟨a[:n], b[:n]⟩ (fastmath: vectorised)."""
@@ -371,9 +380,7 @@ def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
     kp = -(-k // 4) * 4
     m = len(indptr) - 1
     no_weights = np.empty(0)
-    d_max = 0
-    for r in range(m):
-        d_max = max(d_max, indptr[r + 1] - indptr[r])
+    d_max = max_degree(indptr)
     for t in prange(n_threads):
         G = np.empty((d_max, k))  # the row's factors, gathered once: each step reads them twice
         A = np.empty((kp, kp))  # the dual d×d system of a short row
@@ -475,9 +482,7 @@ def curvature_rows_fused(indptr, cols, F_cols, scale, n_threads, out):
     k = F_cols.shape[1]
     kp = -(-k // 4) * 4
     m = len(indptr) - 1
-    d_max = 0
-    for r in range(m):
-        d_max = max(d_max, indptr[r + 1] - indptr[r])
+    d_max = max_degree(indptr)
     for t in prange(n_threads):
         Gt = np.zeros((kp, max(d_max, 1)))
         A = np.empty((kp, kp))

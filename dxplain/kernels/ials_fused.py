@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, uint64
 
-from .als_fused import _gram_upper, _solve_spd
+from .als_fused import _gram_upper, _solve_spd, max_degree
 
 
 @njit(nogil=True, cache=True)
@@ -45,6 +45,19 @@ def _add_upper(A, S, k, sign):
             A[p, q] += sign * S[p, q]
 
 
+@njit(nogil=True, cache=True)
+def _row_system(F, cols, c, a, d, G, lam_w_r, k, kp, Gt, S, A):
+    """A's upper triangle ← G + Σ_{e∈O_r} (c_e − 1) F_e F_eᵀ + lam_w_r I for the row's entries a:a+d."""
+    for q in range(k):
+        A[q, q:k] = G[q, q:k]
+        A[q, q] += lam_w_r
+    for sign in (1.0, -1.0):
+        n = _gather_weighted(F, cols, c, a, d, sign, Gt)
+        if n > 0:
+            _gram_upper(Gt, kp, n, S)
+            _add_upper(A, S, k, sign)
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X, lam_shared, shared):
     """X[r] ← (G + Σ_{e∈O_r} (c_e − 1) F_e F_eᵀ + lam_w[r] I)⁻¹ Σ_{e∈O_r} c_e p_e F_e for every row r (CSR over
@@ -65,9 +78,7 @@ def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X, lam_shared, s
     k = F.shape[1]
     kp = -(-k // 4) * 4  # the Gram works on blocks of 4 rows: zero rows pad k
     m = X.shape[0]
-    d_max = 0
-    for r in range(m):
-        d_max = max(d_max, indptr[r + 1] - indptr[r])
+    d_max = max_degree(indptr)
     for t in prange(n_threads):
         Gt = np.zeros((kp, max(d_max, 1)))
         A = np.empty((kp, kp))
@@ -95,14 +106,7 @@ def half_step_fused(indptr, cols, c, p, F, G, lam_w, n_threads, X, lam_shared, s
                 X[r, :] = b[:k]
                 shared[r] = True
                 continue
-            for q in range(k):
-                A[q, q:k] = G[q, q:k]
-                A[q, q] += lam_w[r]
-            for sign in (1.0, -1.0):
-                n = _gather_weighted(F, cols, c, a, d, sign, Gt)
-                if n > 0:
-                    _gram_upper(Gt, kp, n, S)
-                    _add_upper(A, S, k, sign)
+            _row_system(F, cols, c, a, d, G, lam_w[r], k, kp, Gt, S, A)
             _solve_spd(A, k, b, x)
             X[r, :] = x[:k]
 
@@ -171,23 +175,14 @@ def curvature_rows_fused(indptr, cols, c, F, G, lam_w, n_threads, out):
     k = F.shape[1]
     kp = -(-k // 4) * 4
     m = out.shape[0]
-    d_max = 0
-    for r in range(m):
-        d_max = max(d_max, indptr[r + 1] - indptr[r])
+    d_max = max_degree(indptr)
     for t in prange(n_threads):
         Gt = np.zeros((kp, max(d_max, 1)))
         A = np.empty((kp, kp))
         S = np.empty((kp, kp))
         for r in range(t, m, n_threads):
             a, d = indptr[r], indptr[r + 1] - indptr[r]
-            for q in range(k):
-                A[q, q:k] = G[q, q:k]
-                A[q, q] += lam_w[r]
-            for sign in (1.0, -1.0):
-                n = _gather_weighted(F, cols, c, a, d, sign, Gt)
-                if n > 0:
-                    _gram_upper(Gt, kp, n, S)
-                    _add_upper(A, S, k, sign)
+            _row_system(F, cols, c, a, d, G, lam_w[r], k, kp, Gt, S, A)
             for q in range(k):
                 for s in range(q, k):
                     out[r, q, s] = out[r, s, q] = 2.0 * A[q, s]
