@@ -315,6 +315,30 @@ def test_newton_never_takes_a_step_that_raises_f():
     assert gnorm == np.linalg.norm(2.0 * x0)
 
 
+def test_newton_takes_steps_whose_decrease_is_below_the_rounding_of_f():
+    """Near a minimum f falls by less than its own rounding (iALS's f sums |D|-sized terms): Armijo's test on f then
+    refuses every step. Here every move from x0 raises the computed f by 1e-11, more than the quadratic's whole
+    decrease (5.5e-14); the approximate Wolfe conditions (the directional derivative) take the step."""
+    from dxplain.kernels.newton import newton_pcg
+
+    A, x0 = np.diag([1.0, 10.0]), np.array([1e-7, 1e-7])
+
+    def fun_grad(x):
+        rounding = 1e-11 if np.any(x != x0) else 0.0
+        return 1.0 + 0.5 * x @ A @ x + rounding, A @ x
+
+    x, gnorm, steps, _ = newton_pcg(fun_grad, lambda x, v: A @ v, lambda x: A[None], x0, tol=1e-15, mu0=1e-3)
+    assert gnorm <= 1e-15 and steps <= 5
+    # A step that raises f by more than its rounding allows is still refused.
+    far = np.array([1e-2, 1e-2])
+
+    def fun_grad_far(x):
+        return 1.0 + 0.5 * x @ A @ x + (1e-3 if np.any(x != far) else 0.0), A @ x
+
+    x, gnorm, steps, _ = newton_pcg(fun_grad_far, lambda x, v: A @ v, lambda x: A[None], far, 1e-15, 1e-3, maxiter=2)
+    np.testing.assert_array_equal(x, far)
+
+
 def test_newton_steps_along_negative_curvature_instead_of_only_damping():
     """Where the Hessian is indefinite CG meets negative curvature; the polish still steps downhill (Steihaug)."""
     from dxplain.kernels.newton import newton_pcg, pcg

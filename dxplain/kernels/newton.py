@@ -4,7 +4,8 @@ scipy's trust-ncg takes no preconditioner, and at the small λ where factor mode
 needs hundreds of Hessian-vector products per step (docs/model.md has the measurement). The
 Hessian of a factor model is dominated by its per-row blocks — user i's k×k block Σ_j c ℓ''_ij V_j V_jᵀ/|D| + λI,
 and item j's mirror — so a block-Jacobi preconditioner built from those blocks makes CG converge in a
-handful of products. Globalised by an Armijo backtracking line search; a direction of negative
+handful of products. Globalised by an Armijo backtracking line search (or, where f's decrease is below its
+rounding, Hager & Zhang's approximate Wolfe conditions); a direction of negative
 curvature found by CG is cut off there (Steihaug), so every step is a descent direction.
 """
 
@@ -80,6 +81,21 @@ def pcg(hessp: Callable, g: np.ndarray, precond: Callable, rtol: float, maxiter:
     return p, maxiter, False
 
 
+# Hager & Zhang's (2005) approximate Wolfe conditions: where f's decrease along p is below its rounding, the
+# step is taken when f rises by at most F_ROUNDING·|f| and the directional derivative has shrunk as a Wolfe step's.
+F_ROUNDING = 1e-10
+WOLFE_CURVATURE = 0.9
+ARMIJO = 1e-4
+
+
+def _approximate_wolfe(f: float, slope: float, f_new: float, slope_new: float) -> bool:
+    """Whether a step with f(x + tp) = f_new and ∇f(x + tp)·p = slope_new meets the approximate Wolfe conditions
+    (slope = ∇f(x)·p < 0): (2·ARMIJO − 1)·slope ≥ slope_new ≥ WOLFE_CURVATURE·slope and f_new ≤ f + F_ROUNDING·|f|.
+    Near a minimum f falls by less than its own rounding (iALS's f sums |D|-sized terms), so Armijo's test on f
+    refuses every step there and the damping grows without bound; the derivative still says where the minimum is."""
+    return f_new <= f + F_ROUNDING * abs(f) and WOLFE_CURVATURE * slope <= slope_new <= (2 * ARMIJO - 1) * slope
+
+
 def newton_pcg(
     fun_grad: Callable,
     hessp: Callable,
@@ -127,7 +143,7 @@ def newton_pcg(
         t, moved = 1.0, True
         while True:
             f_new, g_new = fun_grad(x + t * p)
-            if f_new <= f + 1e-4 * t * slope:
+            if f_new <= f + ARMIJO * t * slope or _approximate_wolfe(f, slope, f_new, g_new @ p):
                 break
             t *= 0.5
             if t < 1e-8:  # no decrease along p (rounding, or a gradient out of step with f): stay, damp more
