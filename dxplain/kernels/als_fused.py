@@ -15,6 +15,8 @@ mix; ``nogil`` lets Dask's threads run parts side by side as well. ``cache=True`
 machine (docs/scaling.md states the cost). A ``parallel=True`` kernel is compiled without ``fastmath``: a fresh
 compilation and a cache load of such a kernel summed in different orders (factors 1e-12 apart), so a run's bytes
 depended on whether its process found the cache (tests/test_style.py holds the rule); the serial helpers keep it.
+So a parallel kernel's dot products call the serial helpers (``_dot``, ``_dot2``, ``_gather_residual``): inline, a
+reduction without fastmath runs one dependent multiply-add at a time.
 
 The training loop's passes over D have compiled twins here too: ``gradient_rows_fused`` (a part's rows of
 ∇f and its Σ r²) and ``pair_scores_fused`` (residuals for the Hessian products); so has the users' inexact
@@ -305,11 +307,7 @@ def pair_scores_fused(U, V, u, i, out):
     """
     k = U.shape[1]
     for n in prange(u.shape[0]):
-        a, b = U[u[n]], V[i[n]]
-        s = 0.0
-        for c in range(k):
-            s += a[c] * b[c]
-        out[n] = s
+        out[n] = _dot(U[u[n]], V[i[n]], k)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -328,10 +326,7 @@ def gradient_rows_fused(indptr, cols, y, F_rows, F_cols, scale, lam, G, rss):
         s2 = 0.0
         for e in range(uint64(indptr[r]), uint64(indptr[r + 1])):  # unsigned: see _gram_upper
             h = F_cols[cols[e]]
-            s = 0.0
-            for c in range(k):
-                s += f[c] * h[c]
-            res = y[e] - s
+            res = y[e] - _dot(f, h, k)
             s2 += res * res
             for c in range(k):
                 g[c] += res * h[c]
@@ -352,6 +347,26 @@ def _gram_apply(G, d, k, p, ridge, q):
             t += g[c] * p[c]
         for c in range(k):
             q[c] += t * g[c]
+
+
+@njit(nogil=True, cache=True, fastmath=True)
+def _gather_residual(F, cols, y, a, d, x, ridge, G, res, pre):
+    """G[:d] ← F[cols[a:a+d]], res ← b − A x and pre ← diag(A) for the row's system A = GᵀG + ridge·I,
+    b = Gᵀy[a:a+d], in one pass over the row's entries (each factor row read once, as it is gathered)."""
+    k = F.shape[1]
+    for c in range(k):
+        res[c] = -ridge * x[c]
+        pre[c] = ridge
+    for j in range(d):
+        f, g = F[cols[a + j]], G[j]
+        s = 0.0
+        for c in range(k):
+            g[c] = f[c]
+            s += f[c] * x[c]
+        e = y[a + j] - s
+        for c in range(k):
+            res[c] += e * g[c]
+            pre[c] += g[c] * g[c]
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -401,21 +416,9 @@ def ridge_cg_rows_fused(indptr, cols, y, F, ridge, X0, steps, n_threads, X):
             if d < k:  # the exact dual solve, as ridge_solve_rows_fused
                 _dual_solve(F, cols, no_weights, y, a, d, ridge, Gp, A, b, z, X[r])
                 continue
-            gather_rows(F, cols, a, d, G)
-            # res = b − A x0 with b = Gᵀy, and the Jacobi preconditioner 1/diag(A), in one pass.
             for c in range(k):
                 x[c] = X0[r, c]
-                res[c] = -ridge * x[c]
-                pre[c] = ridge
-            for j in range(d):
-                g = G[j]
-                s = 0.0
-                for c in range(k):
-                    s += g[c] * x[c]
-                e = y[a + j] - s
-                for c in range(k):
-                    res[c] += e * g[c]
-                    pre[c] += g[c] * g[c]
+            _gather_residual(F, cols, y, a, d, x, ridge, G, res, pre)
             for c in range(k):
                 pre[c] = 1.0 / pre[c]
             rz = 0.0
@@ -461,11 +464,8 @@ def hessian_rows_fused(indptr, cols, y, F_rows, F_cols, dF_rows, dF_cols, scale,
             h[c] = 0.0
         for e in range(uint64(indptr[r]), uint64(indptr[r + 1])):  # unsigned: see _gram_upper
             g, dg = F_cols[cols[e]], dF_cols[cols[e]]
-            s = 0.0
-            ds = 0.0
-            for c in range(k):
-                s += f[c] * g[c]
-                ds += df[c] * g[c] + f[c] * dg[c]
+            s, ds = _dot2(f, df, g, k)
+            ds += _dot(f, dg, k)
             res = y[e] - s
             for c in range(k):
                 h[c] += ds * g[c] - res * dg[c]

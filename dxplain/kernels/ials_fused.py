@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, uint64
 
-from .als_fused import _gram_upper, _solve_spd, max_degree
+from .als_fused import _dot, _dot2, _gram_upper, _solve_spd, max_degree
 
 
 @njit(nogil=True, cache=True)
@@ -126,9 +126,7 @@ def gradient_rows_fused(indptr, cols, c, p, X, F, XG, lam_w, g, data):
         acc = 0.0
         for e in range(uint64(indptr[r]), uint64(indptr[r + 1])):  # unsigned: see als_fused._gram_upper
             f = F[cols[e]]
-            s = 0.0
-            for q in range(k):
-                s += x[q] * f[q]
+            s = _dot(x, f, k)
             ce, pe = c[e], p[e]
             acc += ce * (pe - s) * (pe - s) - s * s
             w = (ce - 1.0) * s - ce * pe
@@ -157,10 +155,8 @@ def hessian_rows_fused(indptr, cols, c, p, X, F, dX, dF, base, out):
                 for q in range(k):
                     o[q] += w2 * df[q]
                 continue
-            s, ds = 0.0, 0.0
-            for q in range(k):
-                s += x[q] * f[q]
-                ds += dx[q] * f[q] + x[q] * df[q]
+            s, ds = _dot2(x, dx, f, k)
+            ds += _dot(x, df, k)
             w1, w2 = (ce - 1.0) * ds, (ce - 1.0) * s - ce * p[e]
             for q in range(k):
                 o[q] += w1 * f[q] + w2 * df[q]
