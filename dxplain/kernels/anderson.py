@@ -13,6 +13,7 @@ against one more vector, nothing like a Hessian.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 
 class ArrayVectors:
@@ -108,18 +109,29 @@ def dots(d: np.ndarray, items) -> np.ndarray:
 def combine(g: np.ndarray, gamma: np.ndarray, items) -> np.ndarray:
     """g − Σ γ_i ΔG_i."""
     x = np.array(g, np.float64)
+    flat = x.reshape(-1)
     for c, d in zip(gamma, items):
-        x -= c * d
+        _subtract_scaled(flat, float(c), np.ravel(d))
     return x
 
 
 def dot(a: np.ndarray, b: np.ndarray) -> float:
-    """⟨a, b⟩ accumulated in float64 over blocks (float32 inputs would otherwise be summed in float32)."""
-    a, b = np.ravel(a), np.ravel(b)
-    step = 1 << 20
-    return float(
-        sum(
-            np.dot(a[s : s + step].astype(np.float64), b[s : s + step].astype(np.float64))
-            for s in range(0, len(a), step)
-        )
-    )
+    """⟨a, b⟩ accumulated in float64 (float32 inputs would otherwise be summed in float32)."""
+    return float(_dot64(np.ravel(a), np.ravel(b)))
+
+
+# Compiled (serial, so fastmath keeps one summation order): the history is float32 and the latest vectors float64,
+# and numpy would widen a float32 operand into a temporary copy first.
+@njit(nogil=True, cache=True, fastmath=True)
+def _dot64(a, b):
+    s = 0.0
+    for i in range(a.shape[0]):
+        s += np.float64(a[i]) * np.float64(b[i])
+    return s
+
+
+@njit(nogil=True, cache=True, fastmath=True)
+def _subtract_scaled(x, c, d):
+    """x −= c·d in place (x float64, d float32 or float64)."""
+    for i in range(x.shape[0]):
+        x[i] -= c * np.float64(d[i])

@@ -50,11 +50,17 @@ class BiasedRows(SquaredRows):
 
     def free(self, F: np.ndarray) -> np.ndarray:
         """F without the side's fixed column: the rows' free coordinates, or the features they are solved against."""
-        return np.ascontiguousarray(np.delete(F, self.fixed(F.shape[1]), axis=1))
+        f = self.fixed(F.shape[1])
+        out = np.empty((len(F), F.shape[1] - 1))
+        out[:, :f], out[:, f:] = F[:, :f], F[:, f + 1 :]
+        return out
 
-    def with_fixed(self, X: np.ndarray) -> np.ndarray:
-        """The side's augmented rows: the free coordinates X with κ inserted at the fixed column."""
-        return np.insert(X, self.fixed(X.shape[1] + 1), self.kappa, axis=1)
+    def with_fixed(self, X: np.ndarray, value: float | None = None) -> np.ndarray:
+        """The side's augmented rows: the free coordinates X with κ (or ``value``) inserted at the fixed column."""
+        f = self.fixed(X.shape[1] + 1)
+        out = np.empty((len(X), X.shape[1] + 1))
+        out[:, :f], out[:, f], out[:, f + 1 :] = X[:, :f], self.kappa if value is None else value, X[:, f:]
+        return out
 
     def project(self, F: np.ndarray) -> np.ndarray:
         """The side's rows F (a direction, or a product) with the fixed coordinate set 0, in place."""
@@ -88,13 +94,13 @@ class BiasedRows(SquaredRows):
     def solve_with_gradient(self, part, F, ridge, n):
         view, F_free = self.system(part, F)
         X, G = super().solve_with_gradient(view, F_free, ridge, n)
-        return self.with_fixed(X), np.insert(G, self.fixed(G.shape[1] + 1), 0.0, axis=1)
+        return self.with_fixed(X), self.with_fixed(G, 0.0)
 
     def gradient(self, part, F_rows, F_cols, n, lam):
         """The rows of ∇f (0 at the fixed coordinate) and Σ r²."""
         view, F_free = self.system(part, F_cols)
         g, rss = super().gradient(view, self.free(F_rows), F_free, n, lam)
-        return np.insert(g, self.fixed(F_rows.shape[1]), 0.0, axis=1), rss
+        return self.with_fixed(g, 0.0), rss
 
 
 @dataclass(frozen=True)
