@@ -345,6 +345,7 @@ def test_the_model_store_keeps_the_loss_and_its_settings(tmp_path):
         ({"alpha": 0.0}, "alpha = 0.0"),
         ({"alpha": -1.0}, "alpha = -1.0"),
         ({"lam": 0.0}, "lam = 0.0"),
+        ({"start": "svd"}, "start = 'svd'"),
     ],
 )
 def test_bad_settings_are_refused_by_name(kwargs, message):
@@ -403,10 +404,51 @@ def test_the_identity_bound_bounds_each_targets_miss(convention):
 @pytest.mark.parametrize("lam", [20.0, 100.0])
 def test_a_large_lambda_with_a_low_rank_optimum_converges(ml100k, lam):
     """At λ = 20 or 100 and α = 1 the optimum keeps few of the k components: a side's Gram is near singular and
-    the rescaling between sweeps is skipped rather than taken through its ill-conditioned square roots."""
-    m = IALS(k=32, lam=lam, alpha=1.0).fit(binary(ml100k.interactions))
+    the rescaling between sweeps is skipped rather than taken through its ill-conditioned square roots (from
+    implicit's random start; the spectral start is the optimum itself here, every confidence being 1)."""
+    d = binary(ml100k.interactions)
+    m = IALS(k=32, lam=lam, alpha=1.0, start="random").fit(d)
     assert m.info["converged"] and np.all(np.isfinite(m.U)) and np.all(np.isfinite(m.V))
     assert max(m.info["identity_bound"].values()) <= 1e-7
+    spectral = IALS(k=32, lam=lam, alpha=1.0).fit(d)
+    assert spectral.info["start"] == "spectral" and spectral.info["sweeps"] == 1 and spectral.info["converged"]
+    assert spectral.info["objective"] <= m.info["objective"] * (1 + 1e-12)
+
+
+def test_the_spectral_factors_are_the_soft_thresholded_svd():
+    """``spectral_factors`` from products only equals the dense closed form: UVᵀ = A (Σ − λ)₊ Bᵀ over the k largest
+    singular values, U and V balanced (UᵀU = VᵀV = diag(σ − λ)₊)."""
+    d = random_interactions(40, 30, 0.3, seed=4)
+    P = np.zeros((d.n_users, d.n_items))
+    P[d.user, d.item] = 1.0
+    A, sigma, Bt = np.linalg.svd(P)
+    for k, lam in ((5, 0.5), (8, sigma[6] + 1e-3)):  # the second leaves its last two columns 0 (σ ≤ λ)
+        U, V = ials.spectral_factors(lambda x: P @ x, lambda y: P.T @ y, P.shape, k, lam, seed=0)
+        shrunk = np.maximum(sigma[:k] - lam, 0.0)
+        np.testing.assert_allclose(U @ V.T, (A[:, :k] * shrunk) @ Bt[:k], atol=1e-12)
+        np.testing.assert_allclose(U.T @ U, np.diag(shrunk), atol=1e-12)
+        np.testing.assert_allclose(V.T @ V, np.diag(shrunk), atol=1e-12)
+    assert ials.spectral_factors(lambda x: P @ x, lambda y: P.T @ y, P.shape, 30, 0.1, seed=0) is None
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_the_spectral_start_is_the_optimum_when_every_confidence_is_one(convention):
+    """With the ``implicit`` convention at α = 1 on 0/1 data every c = 1 and w = 1: the spectral start is f's
+    optimum, so the first sweep meets the bound, at an f no random start's fit goes below. Under Spark's convention
+    (c = 2, w = counts) it is only a start, and the fit converges from it."""
+    d = binary(random_interactions(60, 45, 0.2, seed=6), threshold=-np.inf)
+    spectral = IALS(k=5, lam=0.5, convention=convention).fit(d)
+    assert spectral.info["start"] == "spectral" and spectral.info["converged"]
+    assert_identity(spectral, d, recommend(spectral.U, spectral.V, d, np.arange(d.n_users), 5))
+    for seed in (0, 1, 2):
+        random = IALS(k=5, lam=0.5, convention=convention, start="random", seed=seed).fit(d)
+        assert random.info["start"] == "random" and random.info["converged"]
+        if convention == "implicit":
+            assert spectral.info["objective"] <= random.info["objective"] * (1 + 1e-12)
+    if convention == "implicit":
+        assert spectral.info["sweeps"] == 1
+    else:
+        assert spectral.info["sweeps"] > 1
 
 
 @pytest.mark.parametrize("convention", CONVENTIONS)

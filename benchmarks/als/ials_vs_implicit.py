@@ -15,7 +15,10 @@ Data: ml-100k with ratings ≥ 4 as positives (value 1), each user's positives s
    better of its two by validation recall; acceptance: its test recall@20 ≥ 0.98× implicit ALS's.
 2. Speed: dxplain's iALS to an identity bound ε ≤ 1e-6 at implicit's defaults (λ = 0.01, α = 1) against
    implicit's default 15-iteration fit of the same data (k = 32; its default k is 100), alternated, median of
-   ``--repeats``; the trainer's own default bound (``IDENTITY_TOL``) too. Acceptance: ≤ 10×.
+   ``--repeats``; the trainer's own default bound (``IDENTITY_TOL``) too. Acceptance: ≤ 10×. On 0/1 data those
+   defaults make every confidence 1, where dxplain's spectral start is the optimum itself (``IALS.start``), so the
+   same is timed at the settings chosen on validation (α > 1: the start is only a start), and each row once from
+   implicit's random start.
 3. Explanation, on train + validation, at implicit's defaults and at the chosen settings: for ``--users`` test
    users (≥ 10 positives) and their top-1 item, implicit's ``explain`` (it re-solves the user's row:
    c_ui⟨W_u⁻¹V_j, V_i⟩) against dxplain's user-history side (α_ui⟨V_i, V_j⟩ and the unobserved aggregate):
@@ -139,16 +142,18 @@ def top_n(U, V, seen, users, n: int) -> np.ndarray:
     return np.take_along_axis(top, np.argsort(-np.take_along_axis(S, top, axis=1), axis=1, kind="stable"), axis=1)
 
 
-def speed_row(name: str, data, k: int, repeats: int) -> tuple[dict, pe.Fit]:
-    """implicit's default fit and dxplain's converged fits, alternated, medians."""
+def speed_row(name: str, data, k: int, repeats: int, settings: dict = DEFAULTS) -> tuple[dict, pe.Fit]:
+    """implicit's 15-iteration fit and dxplain's converged fits at ``settings``, alternated, medians; once from
+    implicit's random start too (``IALS.start``)."""
     before = load()
     implicit_s, tol_s, default_s, fit = [], [], [], None
     for _ in range(repeats):
-        implicit_s.append(pe.implicit_als(data, k).seconds)
-        fit = pe.dxplain_ials(data, k, **DEFAULTS, identity_tol=SPEED_TOL)
+        implicit_s.append(pe.implicit_als(data, k, **settings).seconds)
+        fit = pe.dxplain_ials(data, k, **settings, identity_tol=SPEED_TOL)
         tol_s.append(fit.seconds)
-        default_fit = pe.dxplain_ials(data, k, **DEFAULTS)
+        default_fit = pe.dxplain_ials(data, k, **settings)
         default_s.append(default_fit.seconds)
+    random_fit = pe.dxplain_ials(data, k, **settings, identity_tol=SPEED_TOL, start="random")
     users = np.sort(np.random.default_rng(0).choice(data.n_users, min(200, data.n_users), replace=False))
     users = users[data.user_degree()[users] > 0]
     row = {
@@ -157,17 +162,22 @@ def speed_row(name: str, data, k: int, repeats: int) -> tuple[dict, pe.Fit]:
         "users": data.n_users,
         "items": data.n_items,
         "k": k,
+        **settings,
+        "start": fit.info["start"],
         "implicit_s": implicit_s,
         "implicit_median_s": float(np.median(implicit_s)),
         "dxplain_s": tol_s,
         "dxplain_median_s": float(np.median(tol_s)),
         "ratio": float(np.median(tol_s) / np.median(implicit_s)),
         **{key: fit.info[key] for key in ("sweeps", "identity_bound", "grad_norm", "converged")},
-        "identity": identity(ials_model(fit.U, fit.V, data, **DEFAULTS), data, users),
+        "identity": identity(ials_model(fit.U, fit.V, data, **settings), data, users),
         "default_tol": IDENTITY_TOL,
         "default_tol_s": default_s,
         "default_tol_median_s": float(np.median(default_s)),
         "default_tol_sweeps": default_fit.info["sweeps"],
+        "random_start_s": random_fit.seconds,
+        "random_start_sweeps": random_fit.info["sweeps"],
+        "random_start_converged": random_fit.info["converged"],
         "load_before": before,
         "load_after": load(),
     }
@@ -319,18 +329,21 @@ def main():
         IALS(k=K, max_sweeps=2).fit(P)  # loads numba's compiled kernels: not timed below
         result["quality"], fits = quality(train, val, test, fitset)
         speed, fresh = [], None
-        for name, data, k in (
-            ("ml-100k binarised", P, K),
-            ("ml-100k binarised", P, 100),
-            ("synthetic ml-1m-shaped implicit", resolve_dataset(str(folder)).interactions, K),
+        synthetic = resolve_dataset(str(folder)).interactions
+        chosen = next(m for m in result["quality"]["models"] if m["model"] == "dxplain iALS")["chosen"]
+        for name, data, k, settings in (
+            ("ml-100k binarised", P, K, DEFAULTS),
+            ("ml-100k binarised", P, 100, DEFAULTS),
+            ("synthetic ml-1m-shaped implicit", synthetic, K, DEFAULTS),
+            ("ml-100k binarised", P, K, chosen),
+            ("synthetic ml-1m-shaped implicit", synthetic, K, chosen),
         ):
-            row, fit = speed_row(name, data, k, a.repeats)
+            row, fit = speed_row(name, data, k, a.repeats, settings)
             speed.append(row)
-            fresh = fit if (data is P and k == K) else fresh
+            fresh = fit if (data is P and k == K and settings is DEFAULTS) else fresh
         result["speed"] = {"tol": SPEED_TOL, "target": 10.0, "rows": speed}
         eligible = np.flatnonzero((test.user_degree() > 0) & (fitset.user_degree() >= 10))
         users = np.sort(np.random.default_rng(a.seed).choice(eligible, a.users, replace=False))
-        chosen = next(m for m in result["quality"]["models"] if m["model"] == "dxplain iALS")["chosen"]
         at_defaults = pe.dxplain_ials(fitset, K, **DEFAULTS, identity_tol=SPEED_TOL)
         result["explanation"] = [
             agreement("implicit's defaults", at_defaults, fitset, **DEFAULTS, users=users, seed=a.seed),

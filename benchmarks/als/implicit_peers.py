@@ -124,7 +124,7 @@ def implicit_bpr(data: Interactions, k: int, lr: float = 0.01, reg: float = 0.01
 def dxplain_ials(data: Interactions, k: int, lam: float, alpha: float, seed: int = 0, **kw) -> Fit:
     """``IALS`` (implicit convention) trained to its identity bound (``IDENTITY_TOL`` unless ``identity_tol``)."""
     m = IALS(k=k, lam=lam, alpha=alpha, convention="implicit", seed=seed, **kw).fit(data)
-    info = {key: m.info[key] for key in ("sweeps", "converged", "identity_bound")}
+    info = {key: m.info[key] for key in ("sweeps", "converged", "identity_bound", "start")}
     return Fit(m.U, m.V, m.info["seconds"], {**info, "identity_tol": m.info["identity_tol"], "grad_norm": m.grad_norm})
 
 

@@ -61,6 +61,32 @@ def ridge_weights(indptr: np.ndarray, r: np.ndarray, convention: str) -> np.ndar
     return (positives[indptr[1:]] - positives[indptr[:-1]]).astype(np.float64)
 
 
+def preference_product(indptr: np.ndarray, cols: np.ndarray, p: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """P_rows x for the rows' stored preferences p (P's unstored entries are 0): a side's share of P x or Pᵀ y."""
+    return _rows_matrix(indptr, cols, p, len(x)) @ np.asarray(x, np.float64)
+
+
+def spectral_factors(matvec, rmatvec, shape: tuple[int, int], k: int, lam: float, seed: int):
+    """(U, V) = (A √(Σ − λ)₊, B √(Σ − λ)₊) from the k largest singular triplets P ≈ A Σ Bᵀ of the users × items
+    preference matrix P, given only its products (``matvec``: x ↦ P x, ``rmatvec``: y ↦ Pᵀ y; ARPACK, to machine
+    precision, from a seeded start): the minimiser of Σ_all (p − ⟨U_u, V_i⟩)² + λ(‖U‖² + ‖V‖²), whose penalty is
+    2‖UVᵀ‖_* at its least, so UVᵀ is P's singular values soft-thresholded at λ. With every c = 1 and w = 1 (the
+    ``implicit`` convention where every stored α|r| = 1, e.g. its defaults on 0/1 data) that is f itself: these
+    factors are its optimum. Columns by decreasing singular value; those with σ ≤ λ are 0. None when k ≥ min(shape)
+    (ARPACK finds fewer triplets than a side's length)."""
+    from scipy.sparse.linalg import LinearOperator, svds
+
+    n = min(shape)
+    if k >= n:
+        return None
+    op = LinearOperator(shape, matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
+    v0 = np.random.default_rng(seed).random(n)  # seeded: ARPACK's own start is random
+    A, sigma, Bt = svds(op, k=k, tol=0, v0=v0)
+    order = np.argsort(sigma)[::-1]
+    root = np.sqrt(np.maximum(sigma[order] - lam, 0.0))
+    return np.ascontiguousarray(A[:, order] * root), np.ascontiguousarray(Bt[order].T * root)
+
+
 def _rows_matrix(indptr, cols, values, n_cols) -> sp.csr_array:
     return sp.csr_array((np.asarray(values, np.float64), cols, indptr), shape=(len(indptr) - 1, n_cols))
 

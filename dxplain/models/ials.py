@@ -60,6 +60,7 @@ INIT_SCALE = 0.01  # implicit's start: uniform on [0, 0.01)
 # polish from the plateau costs several times more; some fits never leave theirs (k = 64 on ml-100k's ratings ≥ 4:
 # 2,000 sweeps at ‖∇f‖ ≈ 4e-4). So the polish waits this many sweeps for a halving of ‖∇f‖.
 STALL_SWEEPS = 100
+STARTS = ("spectral", "random")
 
 OBJECTIVE = {
     "implicit": "Σ_all c (p − ⟨U_u,V_i⟩)² + λ(‖U‖² + ‖V‖²), c = α|r| stored (0 for a stored 0), 1 unobserved",
@@ -110,6 +111,11 @@ class IALS:
     newton_steps : when the sweeps stall (``stall_sweeps`` of them without halving the best ‖∇f‖ before them),
         at most this many block-Jacobi-preconditioned Newton steps finish the fit (``_polish``); 0: sweeps only
     stall_sweeps : the window of that rule
+    start : ``spectral``: the unweighted problem's optimum (``IALSHalfSteps.spectral_start``: P's k largest singular
+        triplets, soft-thresholded at λ), which is f's own optimum when every confidence is 1 and w = 1 (the
+        ``implicit`` convention with α|r| = 1 on every stored entry: its defaults on 0/1 data), so the first sweep
+        meets the bound; otherwise a start near it (random when k is not below both sides' lengths).
+        ``random``: ``implicit``'s own start (uniform on [0, INIT_SCALE)).
     """
 
     k: int = DEFAULT_K
@@ -124,6 +130,7 @@ class IALS:
     balance: bool = True
     newton_steps: int = 200
     stall_sweeps: int = STALL_SWEEPS
+    start: str = "spectral"
 
     @property
     def lam_(self) -> float:
@@ -141,6 +148,8 @@ class IALS:
         the user side's identity (an item's users) holds to rounding; the stop bounds the item side's.
         """
         check_settings(self.convention, self.alpha, self.lam)
+        if self.start not in STARTS:
+            raise InputError(f"start = {self.start!r}: use one of {', '.join(STARTS)}")
         check_data(data)
         if init is not None and (init[0].shape != (data.n_users, self.k) or init[1].shape != (data.n_items, self.k)):
             raise InputError(
@@ -152,7 +161,8 @@ class IALS:
         hs = (half_steps or IALSHalfSteps.local)(data, lam, self.alpha, self.convention)
         try:
             with numba_owns_the_cores():
-                U, V, state, sweeps, stuck = self._sweeps(data, hs, init)
+                U, V, start = self._start(data, hs, init)
+                U, V, state, sweeps, stuck = self._sweeps(hs, U, V)
                 newton = 0
                 if stuck:
                     U, V, newton = self._polish(hs, U, V)
@@ -166,11 +176,12 @@ class IALS:
         seconds = time.perf_counter() - t0
         converged = self._done(state)
         log.info(
-            "iALS (%s) k=%d λ=%g α=%g: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, identity bound %s, %.2fs%s",
+            "iALS (%s) k=%d λ=%g α=%g, %s start: %d sweeps + %d Newton steps, ‖∇f‖=%.2e, identity bound %s, %.2fs%s",
             self.convention,
             self.k,
             lam,
             self.alpha,
+            start,
             sweeps,
             newton,
             state.gnorm,
@@ -179,6 +190,7 @@ class IALS:
             "" if converged else " (stopped on its budget)",
         )
         info = {
+            "start": start,
             "sweeps": sweeps,
             "newton_iters": newton,
             "seed": self.seed,
@@ -216,11 +228,17 @@ class IALS:
             return state.gnorm <= self.tol
         return max(state.bound) <= self.identity_tol
 
-    def _start(self, data: Interactions, init):
+    def _start(self, data: Interactions, hs: IALSHalfSteps, init) -> tuple[np.ndarray, np.ndarray, str]:
+        """(U, V, which start): the given factors, the spectral start, or the seeded random one."""
         if init is not None:
-            return np.array(init[0], np.float64), np.array(init[1], np.float64)
+            return np.array(init[0], np.float64), np.array(init[1], np.float64), "given"
+        if self.start == "spectral":
+            factors = hs.spectral_start(self.k, self.seed)
+            if factors is not None:
+                return *factors, "spectral"
         rng = np.random.default_rng(self.seed)
-        return rng.random((data.n_users, self.k)) * INIT_SCALE, rng.random((data.n_items, self.k)) * INIT_SCALE
+        U, V = rng.random((data.n_users, self.k)) * INIT_SCALE, rng.random((data.n_items, self.k)) * INIT_SCALE
+        return U, V, "random"
 
     def _polish(self, hs: IALSHalfSteps, U: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """Damped Newton-CG (``kernels.newton.newton_pcg``) from where the sweeps stalled, each row's Hessian block
@@ -279,10 +297,9 @@ class IALS:
         rescaled = V @ P[1]
         return rescaled if np.all(np.isfinite(rescaled)) else V
 
-    def _sweeps(self, data: Interactions, hs: IALSHalfSteps, init):
+    def _sweeps(self, hs: IALSHalfSteps, U: np.ndarray, V: np.ndarray):
         """Exact sweeps V ← items(users(X)) from X = V, with X the Anderson combination of the last sweeps'. Returns
         (U, V, their measure, sweeps, whether they stopped on a stall)."""
-        U, V = self._start(data, init)
         state, sweeps, history, stuck = Measure(), 0, [], False
         accel = anderson.Anderson(self.anderson) if self.anderson else None
         X = image = V

@@ -87,6 +87,11 @@ def _curvature_part(part, F, G, lam: float) -> np.ndarray:
         return ials.curvature_rows(indptr, cols, c, F, lam * w, G)
 
 
+def _preference_part(part, x) -> np.ndarray:
+    indptr, cols, _, p, _ = part
+    return ials.preference_product(indptr, cols, p, x)
+
+
 @dataclass
 class Measure:
     """What a measure of (U, V) found: f, ‖∇f‖ and the identity bound (ε_item, ε_user) (``kernels.ials``)."""
@@ -234,6 +239,26 @@ class IALSHalfSteps:
             first_row=False,
         )
         return np.concatenate(users), np.concatenate(items)
+
+    def spectral_start(self, k: int, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``kernels.ials.spectral_factors`` of the stored preferences at λ, each product P x (Pᵀ y) one map over the
+        users' (items') parts: the unweighted problem's optimum, f's own when every c = 1 and w = 1. None when k is
+        not below both sides' lengths."""
+        shape = (int(self.cuts["user"][-1]), int(self.cuts["item"][-1]))
+        return ials.spectral_factors(
+            lambda x: self._preference_product("user", x),
+            lambda y: self._preference_product("item", y),
+            shape,
+            k,
+            self.lam,
+            seed,
+        )
+
+    def _preference_product(self, side: str, x: np.ndarray) -> np.ndarray:
+        x_h = self.mapper.put(np.ravel(x))
+        return np.concatenate(
+            self.mapper.map(_preference_part, [(part, x_h) for part in self.parts[side]], name="ials-svd")
+        )
 
     def unweighted_zeroed(self, U, V) -> tuple[np.ndarray, np.ndarray]:
         """(U, V) with the rows whose w = 0 set to 0: what an exact half-step gives them."""
