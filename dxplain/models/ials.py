@@ -60,7 +60,7 @@ INIT_SCALE = 0.01  # implicit's start: uniform on [0, 0.01)
 # polish from the plateau costs several times more; some fits never leave theirs (k = 64 on ml-100k's ratings ≥ 4:
 # 2,000 sweeps at ‖∇f‖ ≈ 4e-4). So the polish waits this many sweeps for a halving of ‖∇f‖.
 STALL_SWEEPS = 100
-STARTS = ("spectral", "random")
+STARTS = ("auto", "spectral", "random")
 
 OBJECTIVE = {
     "implicit": "Σ_all c (p − ⟨U_u,V_i⟩)² + λ(‖U‖² + ‖V‖²), c = α|r| stored (0 for a stored 0), 1 unobserved",
@@ -111,11 +111,14 @@ class IALS:
     newton_steps : when the sweeps stall (``stall_sweeps`` of them without halving the best ‖∇f‖ before them),
         at most this many block-Jacobi-preconditioned Newton steps finish the fit (``_polish``); 0: sweeps only
     stall_sweeps : the window of that rule
-    start : ``spectral``: the unweighted problem's optimum (``IALSHalfSteps.spectral_start``: P's k largest singular
-        triplets, soft-thresholded at λ), which is f's own optimum when every confidence is 1 and w = 1 (the
-        ``implicit`` convention with α|r| = 1 on every stored entry: its defaults on 0/1 data), so the first sweep
-        meets the bound; otherwise a start near it (random when k is not below both sides' lengths).
-        ``random``: ``implicit``'s own start (uniform on [0, INIT_SCALE)).
+    start : ``auto``: the spectral start when every confidence is 1 and w = 1 (the ``implicit`` convention with
+        α|r| = 1 on every stored entry: its defaults on 0/1 data), where it is f's own optimum and the first sweep
+        meets the bound; the random start otherwise. ``spectral``: the unweighted problem's optimum
+        (``IALSHalfSteps.spectral_start``: P's k largest singular triplets, soft-thresholded at λ) in any case; where
+        the confidences differ it is only a start (on ml-100k no nearer than the random one: 891 sweeps against
+        890 over six settings), and its components dropped by the threshold (σ ≤ λ) take the random start's
+        values. ``random``: ``implicit``'s own start (uniform on [0, INIT_SCALE)). Random throughout when k is not
+        below both sides' lengths.
     """
 
     k: int = DEFAULT_K
@@ -130,7 +133,7 @@ class IALS:
     balance: bool = True
     newton_steps: int = 200
     stall_sweeps: int = STALL_SWEEPS
-    start: str = "spectral"
+    start: str = "auto"
 
     @property
     def lam_(self) -> float:
@@ -232,13 +235,19 @@ class IALS:
         """(U, V, which start): the given factors, the spectral start, or the seeded random one."""
         if init is not None:
             return np.array(init[0], np.float64), np.array(init[1], np.float64), "given"
-        if self.start == "spectral":
-            factors = hs.spectral_start(self.k, self.seed)
-            if factors is not None:
-                return *factors, "spectral"
         rng = np.random.default_rng(self.seed)
-        U, V = rng.random((data.n_users, self.k)) * INIT_SCALE, rng.random((data.n_items, self.k)) * INIT_SCALE
-        return U, V, "random"
+        U0, V0 = rng.random((data.n_users, self.k)) * INIT_SCALE, rng.random((data.n_items, self.k)) * INIT_SCALE
+        spectral = self.start == "spectral" or (self.start == "auto" and hs.every_confidence_one())
+        factors = hs.spectral_start(self.k, self.seed) if spectral else None
+        if factors is None:
+            return U0, V0, "random"
+        U, V = factors
+        if not hs.every_confidence_one():
+            # A column 0 on both sides stays 0 under exact sweeps (its rows' systems have no right-hand side there):
+            # the unweighted optimum's dropped components (σ ≤ λ) would stay dropped in a problem that may want them.
+            dead = np.all(U == 0.0, axis=0) & np.all(V == 0.0, axis=0)
+            U[:, dead], V[:, dead] = U0[:, dead], V0[:, dead]
+        return U, V, "spectral"
 
     def _polish(self, hs: IALSHalfSteps, U: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """Damped Newton-CG (``kernels.newton.newton_pcg``) from where the sweeps stalled, each row's Hessian block

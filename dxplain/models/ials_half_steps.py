@@ -87,6 +87,10 @@ def _curvature_part(part, F, G, lam: float) -> np.ndarray:
         return ials.curvature_rows(indptr, cols, c, F, lam * w, G)
 
 
+def _confidences_one(part) -> bool:
+    return bool(np.all(part[2] == 1.0))
+
+
 def _preference_part(part, x) -> np.ndarray:
     indptr, cols, _, p, _ = part
     return ials.preference_product(indptr, cols, p, x)
@@ -253,6 +257,12 @@ class IALSHalfSteps:
             self.lam,
             seed,
         )
+
+    def every_confidence_one(self) -> bool:
+        """Whether every stored c = 1 and every w = 1: then f is the unweighted problem (``spectral_start``'s)."""
+        if not all(self._unweighted.values()):
+            return False
+        return all(self.mapper.map(_confidences_one, [(part,) for part in self.parts["user"]], name="ials-uniform"))
 
     def _preference_product(self, side: str, x: np.ndarray) -> np.ndarray:
         x_h = self.mapper.put(np.ravel(x))
