@@ -153,7 +153,8 @@ class IALSHalfSteps:
         return cls(mapper, handles, cuts, lam, w)
 
     def close(self) -> None:
-        """Nothing is kept beyond the parts, which go with this object."""
+        """The polish's last point goes (its copies on the workers with it); the parts go with this object."""
+        self._last_point = None
 
     def weighted_gram(self, side: str, F: np.ndarray) -> np.ndarray:
         """Σ_r w_r F_r F_rᵀ over ``side``'s rows: what that side's penalty is, as a function of a k×k transform. With
@@ -212,9 +213,18 @@ class IALSHalfSteps:
         out = self.mapper.map(fn, tasks, name=name)
         return out[: len(self.parts["user"])], out[len(self.parts["user"]) :]
 
+    def _point(self, U: np.ndarray, V: np.ndarray) -> tuple:
+        """Handles of (U, V) on the mapper, put once for the same two arrays: a Newton step's gradient, blocks and
+        every Hessian product of its CG are at one point (as ``PartHalfSteps._point``). The arrays are the polish's
+        own, never changed in place."""
+        last = getattr(self, "_last_point", None)
+        if last is None or last[0] is not U or last[1] is not V:
+            self._last_point = last = (U, V, self.mapper.put(U), self.mapper.put(V))
+        return last[2], last[3]
+
     def gradient(self, U: np.ndarray, V: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """(f, ∇_U f, ∇_V f): the Newton polish's objective and gradient, one map over both sides' parts."""
-        U_h, V_h = self.mapper.put(U), self.mapper.put(V)
+        U_h, V_h = self._point(U, V)
         users, items = self._sides(
             _gradient_part, (U_h, V_h, self.gram(V), self.lam), (V_h, U_h, self.gram(U), self.lam), "ials-gradient"
         )
@@ -223,7 +233,7 @@ class IALSHalfSteps:
 
     def hessian_vector(self, U, V, dU, dV) -> tuple[np.ndarray, np.ndarray]:
         """H·(dU, dV) (``kernels.ials.hessian_vector_rows`` on both sides' parts)."""
-        U_h, V_h, dU_h, dV_h = (self.mapper.put(x) for x in (U, V, dU, dV))
+        (U_h, V_h), dU_h, dV_h = self._point(U, V), self.mapper.put(dU), self.mapper.put(dV)
         S_V, S_U = V.T @ dV, U.T @ dU
         users, items = self._sides(
             _hessian_part,
@@ -237,8 +247,8 @@ class IALSHalfSteps:
         """Every row's diagonal k × k block of the Hessian, users' and items' ((users + items)·k² floats here)."""
         users, items = self._sides(
             _curvature_part,
-            (self.mapper.put(V), self.gram(V), self.lam),
-            (self.mapper.put(U), self.gram(U), self.lam),
+            (self._point(U, V)[1], self.gram(V), self.lam),
+            (self._point(U, V)[0], self.gram(U), self.lam),
             "ials-curvature",
             first_row=False,
         )
