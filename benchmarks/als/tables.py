@@ -217,7 +217,7 @@ def ials_vs_implicit_table(r: dict) -> str:
     )
     speed = markdown(
         f"| data | λ, α | k | implicit 15 it. s | dxplain to ε ≤ {r['speed']['tol']:g} s (sweeps) | ratio | "
-        "from a random start s (sweeps) |",
+        "random start s (sweeps) |",
         [
             f"| {s['dataset'].split()[0]} ({s['interactions']:,}) | {s.get('lam', 0.01):g}, {s.get('alpha', 1.0):g} | "
             f"{s['k']} | {s['implicit_median_s']:.2f} | {s['dxplain_median_s']:.2f} ({s['sweeps']}) | "

@@ -128,8 +128,9 @@ def main():
     import implicit
 
     ALS.mkdir(parents=True, exist_ok=True)
-    (ALS / "vs_implicit.json").write_text(json.dumps({"implicit": implicit.__version__, "rows": rows}, indent=2))
-    print(vs_implicit_table())
+    result = {"implicit": implicit.__version__, "rows": rows}
+    (ALS / "vs_implicit.json").write_text(json.dumps(result, indent=2))
+    print(vs_implicit_table(result))
 
 
 if __name__ == "__main__":
