@@ -18,7 +18,8 @@ on UVᵀ only, so (U P, V P⁻¹) for any invertible P changes only the penalty,
 is λ: small, and plain ALS crawls along them. After each sweep V is therefore rescaled by the P that minimises the
 penalty (``kernels.balance.balancing_transform``, identity at a stationary point), and the sweeps are
 Anderson-accelerated on V (``kernels.anderson``; a combination that raises f is dropped for a plain sweep, as in
-``models.als``); sweeps that stall end in a Newton polish (``IALS._polish``).
+``models.als``); sweeps that stall end in a Newton polish (``IALS._polish``). Where every confidence is 1 and w = 1
+f is unweighted MF, whose optimum (P's truncated SVD, soft-thresholded) is the start (``IALS.start``).
 This is a trainer of its own rather than ``models.als.ALSMF`` with another loss strategy: ALSMF's objective is
 an average over D with a (λ/2)-ridge and its bound uses the balanced factors, neither of which is iALS's, and
 its strategies see only a part's stored entries, where iALS's rows also need the other side's whole Gram.
@@ -237,12 +238,14 @@ class IALS:
             return np.array(init[0], np.float64), np.array(init[1], np.float64), "given"
         rng = np.random.default_rng(self.seed)
         U0, V0 = rng.random((data.n_users, self.k)) * INIT_SCALE, rng.random((data.n_items, self.k)) * INIT_SCALE
-        spectral = self.start == "spectral" or (self.start == "auto" and hs.every_confidence_one())
-        factors = hs.spectral_start(self.k, self.seed) if spectral else None
+        if self.start == "random":
+            return U0, V0, "random"
+        uniform = hs.every_confidence_one()
+        factors = hs.spectral_start(self.k, self.seed) if uniform or self.start == "spectral" else None
         if factors is None:
             return U0, V0, "random"
         U, V = factors
-        if not hs.every_confidence_one():
+        if not uniform:
             # A column 0 on both sides stays 0 under exact sweeps (its rows' systems have no right-hand side there):
             # the unweighted optimum's dropped components (σ ≤ λ) would stay dropped in a problem that may want them.
             dead = np.all(U == 0.0, axis=0) & np.all(V == 0.0, axis=0)
