@@ -87,6 +87,27 @@ def test_diff_of_one_user_and_bad_input(nights, capsys):
     assert "oldest published run" in capsys.readouterr().err
 
 
+def test_a_reader_that_stops_early_costs_neither_the_file_nor_a_traceback(nights, tmp_path, monkeypatch, capsys):
+    """``dxplain diff --parquet F | head -1``: the listing's reader leaves; F is written whole all the same (before
+    the listing), and the command ends with 141 (128 + SIGPIPE), not a BrokenPipeError traceback."""
+    import os
+    import sys
+
+    out, _ = nights
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # a reader that has already gone: the first write fails with EPIPE
+    stdout = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    try:
+        code = main(["diff", "--out", str(out), "--parquet", str(tmp_path / "d.parquet")])
+    finally:
+        monkeypatch.undo()
+        stdout.close()
+    assert code == 141
+    assert "Traceback" not in capsys.readouterr().err
+    assert pq.read_table(tmp_path / "d.parquet").num_rows > 0
+
+
 def test_changes_and_reasons_on_small_tables():
     before = pa.table(
         {"user": ["a", "a", "b"], "item": ["x", "y", "x"], "rec_rank": [1, 2, 1], "prediction": [4.0, 3.0, 5.0]}

@@ -107,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         return a.func(a)
     except KeyboardInterrupt:
         _stop_children_and_exit()
+    except BrokenPipeError:
+        # The reader of stdout left (`dxplain diff | head`): no traceback, and the interpreter's last flush of stdout
+        # goes to /dev/null instead of raising again (Python's signal docs, "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command a closed pipe ended
     except DxplainError as exc:
         if a.debug:
             raise

@@ -126,10 +126,11 @@ def cmd_diff(a) -> int:
     validate(CONSTRAINTS, {"reasons": a.reasons, "users": a.users})
     from_id, to_id = choose_runs(a.out, a.from_run, a.to_run)
     table, compared, had_store = compute(a.out, from_id, to_id, a.user, a.reasons)
-    print_changes(table, compared, from_id, to_id, a.users, had_store)
-    if a.parquet:
+    if a.parquet:  # before the listing: a reader that stops early (`| head`) must not cost the file
         with atomic_file(a.parquet) as fh:
             pq.write_table(table, fh)
+    print_changes(table, compared, from_id, to_id, a.users, had_store)
+    if a.parquet:
         print(f"\nwrote {table.num_rows} changes to {a.parquet}")
     return 0
 
