@@ -508,19 +508,14 @@ def cholesky_blocks(A):
     for b in prange(n):
         L = A[b]
         for j in range(k):
-            s = L[j, j]
-            for q in range(j):
-                s -= L[j, q] * L[j, q]
+            s = L[j, j] - _dot(L[j], L[j], j)
             if not s > 0.0:
                 bad[b] = True
                 break
             d = np.sqrt(s)
             L[j, j] = d
             for i in range(j + 1, k):
-                t = L[i, j]
-                for q in range(j):
-                    t -= L[i, q] * L[j, q]
-                L[i, j] = t / d
+                L[i, j] = (L[i, j] - _dot(L[i], L[j], j)) / d
         for i in range(k):
             for j in range(i + 1, k):
                 L[i, j] = 0.0
@@ -537,12 +532,10 @@ def cholesky_solve_blocks(L, R, Z):
     for b in prange(n):
         l, r, z = L[b], R[b], Z[b]
         for i in range(k):
-            t = r[i]
-            for q in range(i):
-                t -= l[i, q] * z[q]
-            z[i] = t / l[i, i]
+            z[i] = (r[i] - _dot(l[i], z, i)) / l[i, i]
+        # Lᵀz = y by columns of Lᵀ (rows of L): each step an axpy along a contiguous row, no dependent reduction.
         for i in range(k - 1, -1, -1):
-            t = z[i]
-            for q in range(i + 1, k):
-                t -= l[q, i] * z[q]
-            z[i] = t / l[i, i]
+            z[i] /= l[i, i]
+            zi = z[i]
+            for q in range(i):
+                z[q] -= l[i, q] * zi
