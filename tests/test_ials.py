@@ -449,6 +449,20 @@ def test_the_spectral_start_is_the_optimum_when_every_confidence_is_one(conventi
         assert auto.info["objective"] <= random.info["objective"] * (1 + 1e-12)
 
 
+def test_without_arpacks_triplets_the_fit_takes_the_random_start(monkeypatch, caplog):
+    """ARPACK not converging (or k not below both sides' lengths) costs the start, not the fit."""
+    from scipy.sparse import linalg
+
+    def no_convergence(*args, **kwargs):
+        raise linalg.ArpackNoConvergence("no convergence", np.zeros(0), np.zeros((0, 0)))
+
+    d = binary(random_interactions(60, 45, 0.2, seed=6), threshold=-np.inf)
+    monkeypatch.setattr(linalg, "svds", no_convergence)
+    m = IALS(k=5, lam=0.5).fit(d)
+    assert m.info["start"] == "random" and m.info["converged"] and "no spectral start" in caplog.text
+    assert IALS(k=45, lam=0.5, max_sweeps=3).fit(d).info["start"] == "random"  # k = the items' count
+
+
 def test_a_spectral_start_of_a_weighted_problem_keeps_every_component():
     """At α = 5 the confidences differ and the spectral start is only a start. λ above P's third singular value drops
     three of five components from the unweighted optimum; left 0 on both sides a column stays 0 under exact sweeps
