@@ -7,7 +7,8 @@ Each model is trained in this process on all of ml-100k with its defaults and th
 to the identity bound tol·MIN_TARGET_COS. Its identity is then measured as a refresh measures it
 (``RepresenterExplainer.fidelity``: every training row of each side, relative to max(|score|, the floor)) over
 ``--sample`` users' top-10 unseen items. implicit's ``AlternatingLeastSquares`` (its defaults: 15 iterations) fits the
-same ratings at the same k, ``--repeats`` times before the models and after (median). Threads as
+same ratings at the same k, ``--repeats`` times before the models and after (median). Each model is also fitted
+from seeds 1 … ``--seeds`` − 1 (not measured for identity): the seed decides how long the sweeps take. Threads as
 ``benchmarks.als.converged_fit``: 2 for numba and implicit, BLAS at 1; numba's kernels are compiled by a warm-up fit
 first.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -52,6 +54,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sample", type=int, default=943)
+    ap.add_argument("--seeds", type=int, default=10, help="each model also fitted from seeds 1 … N − 1 (its spread)")
     a = ap.parse_args()
     import implicit
     from numba import set_num_threads
@@ -81,11 +84,27 @@ def main():
                     "identity": measured(m, data, users),
                 }
             )
+            others = []
+            for seed in range(1, a.seeds):
+                t0 = time.perf_counter()
+                m = replace(trainer, seed=seed).fit(data)
+                others.append(
+                    {
+                        "seed": seed,
+                        "seconds": round(time.perf_counter() - t0, 2),
+                        "sweeps": m.info["sweeps"],
+                        "newton_steps": m.info["newton_iters"],
+                        "converged": bool(trainer.converged(m)),
+                    }
+                )
+            fits[-1]["seeds"] = others
+            fits[-1]["mean_seconds_over_seeds"] = round(float(np.mean([seconds] + [o["seconds"] for o in others])), 2)
             print(json.dumps(fits[-1]), flush=True)
         implicit_s += [implicit_fit_seconds(data, a.k, a.threads) for _ in range(a.repeats)]
     implicit_median = float(np.median(implicit_s))
     for f in fits:
         f["over_implicit"] = round(f["seconds"] / implicit_median, 1)
+        f["mean_over_implicit"] = round(f["mean_seconds_over_seeds"] / implicit_median, 1)
     out = {
         "dataset": a.dataset,
         "ratings": len(data),
