@@ -108,6 +108,19 @@ def test_a_reader_that_stops_early_costs_neither_the_file_nor_a_traceback(nights
     assert pq.read_table(tmp_path / "d.parquet").num_rows > 0
 
 
+def test_a_broken_pipe_that_is_not_stdout_is_not_taken_for_a_reader_that_left(monkeypatch):
+    """Only a stdout whose reader has gone ends a command with 141; a BrokenPipeError from elsewhere (a socket, a
+    worker's pipe) still surfaces."""
+    from dxplain.cli import diff as diff_cli
+
+    def broken(a):
+        raise BrokenPipeError("a worker's pipe")
+
+    monkeypatch.setattr(diff_cli, "cmd_diff", broken)
+    with pytest.raises(BrokenPipeError, match="a worker's pipe"):
+        main(["diff", "--out", "nowhere"])
+
+
 def test_changes_and_reasons_on_small_tables():
     before = pa.table(
         {"user": ["a", "a", "b"], "item": ["x", "y", "x"], "rec_rank": [1, 2, 1], "prediction": [4.0, 3.0, 5.0]}

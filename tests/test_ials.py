@@ -463,6 +463,17 @@ def test_without_arpacks_triplets_the_fit_takes_the_random_start(monkeypatch, ca
     assert IALS(k=45, lam=0.5, max_sweeps=3).fit(d).info["start"] == "random"  # k = the items' count
 
 
+def test_no_preference_at_all_is_refused_by_name_not_by_arpack():
+    """Every stored value −1/α: every c = 1 (the spectral start's case) but P = 0, where ARPACK has no start vector;
+    the fit takes the random start and refuses the collapsed factors as before (DegenerateError)."""
+    from dxplain.errors import DegenerateError
+
+    d = random_interactions(30, 25, 0.3, seed=2)
+    d = Interactions.from_indices(d.user, d.item, -np.ones(len(d)), d.user_ids, d.item_ids)
+    with pytest.raises(DegenerateError):
+        IALS(k=3, lam=0.5, max_sweeps=5).fit(d)
+
+
 def test_a_spectral_start_of_a_weighted_problem_keeps_every_component():
     """At α = 5 the confidences differ and the spectral start is only a start. λ above P's third singular value drops
     three of five components from the unweighted optimum; left 0 on both sides a column stays 0 under exact sweeps

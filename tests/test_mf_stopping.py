@@ -155,6 +155,22 @@ def test_anderson_step_solves_a_linear_fixed_point_in_dimension_plus_one_steps()
     assert np.linalg.norm(plain - fixed) > 1e-2 * np.linalg.norm(fixed)
 
 
+def test_anderson_vector_operations_equal_numpy_in_any_layout():
+    """The compiled dot and combination against numpy, float32 history against float64 vectors, the image in C or
+    Fortran order (a Fortran-ordered copy's flat view would be a copy, and the combination lost); lengths that
+    differ are refused rather than read past."""
+    rng = np.random.default_rng(2)
+    g = rng.normal(size=(7, 3))
+    items = [rng.normal(size=(7, 3)).astype(np.float32) for _ in range(4)]
+    gamma = rng.normal(size=4)
+    want = g - sum(c * d.astype(np.float64) for c, d in zip(gamma, items))
+    for image in (g, np.asfortranarray(g)):
+        np.testing.assert_allclose(anderson.combine(image, gamma, items), want, rtol=1e-12)
+    np.testing.assert_allclose(anderson.dots(g, items), [np.vdot(d.astype(np.float64), g) for d in items], rtol=1e-12)
+    with pytest.raises(ValueError, match="21 and 20"):
+        anderson.dot(g, np.zeros(20))
+
+
 def test_fused_pattern_scores_equal_the_numpy_reference():
     d = random_interactions(50, 40, 0.2, seed=5)
     rng = np.random.default_rng(5)

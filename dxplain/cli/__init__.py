@@ -81,6 +81,20 @@ def _give_every_command(p: argparse.ArgumentParser) -> None:
                 _give_every_command(command)
 
 
+def _stdout_is_broken() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on it: a failed write may have emptied
+    the buffer, so a flush would not say)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # no file behind it (a StringIO), or closed
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
 def main(argv: list[str] | None = None) -> int:
     # Cluster chatter at INFO hides dxplain's progress lines; dask reads this before distributed loads.
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
@@ -104,10 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     line = progress.TerminalLine() if sys.stderr.isatty() and not a.quiet else None
     reporter = progress.use(line)
     try:
-        return a.func(a)
+        code = a.func(a)
+        sys.stdout.flush()  # a reader that left shows here, in the handler below, not at the interpreter's exit
+        return code
     except KeyboardInterrupt:
         _stop_children_and_exit()
     except BrokenPipeError:
+        if not _stdout_is_broken():
+            raise  # a socket or a worker's pipe, not the reader of stdout
         # The reader of stdout left (`dxplain diff | head`): no traceback, and the interpreter's last flush of stdout
         # goes to /dev/null instead of raising again (Python's signal docs, "Note on SIGPIPE").
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

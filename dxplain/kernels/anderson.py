@@ -108,16 +108,25 @@ def dots(d: np.ndarray, items) -> np.ndarray:
 
 def combine(g: np.ndarray, gamma: np.ndarray, items) -> np.ndarray:
     """g − Σ γ_i ΔG_i."""
-    x = np.array(g, np.float64)
+    x = np.array(g, np.float64, order="C")  # C order: its flat view below is x itself, not a copy
     flat = x.reshape(-1)
     for c, d in zip(gamma, items):
-        _subtract_scaled(flat, float(c), np.ravel(d))
+        d = np.ravel(d)
+        _check_length(flat, d)
+        _subtract_scaled(flat, float(c), d)
     return x
 
 
 def dot(a: np.ndarray, b: np.ndarray) -> float:
     """⟨a, b⟩ accumulated in float64 (float32 inputs would otherwise be summed in float32)."""
-    return float(_dot64(np.ravel(a), np.ravel(b)))
+    a, b = np.ravel(a), np.ravel(b)
+    _check_length(a, b)
+    return float(_dot64(a, b))
+
+
+def _check_length(a: np.ndarray, b: np.ndarray) -> None:
+    if a.shape != b.shape:  # the compiled loops below would read past the shorter one
+        raise ValueError(f"vectors of {a.size} and {b.size} elements")
 
 
 # Compiled (serial, so fastmath keeps one summation order): the history is float32 and the latest vectors float64,

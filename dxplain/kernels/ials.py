@@ -73,8 +73,8 @@ def spectral_factors(matvec, rmatvec, shape: tuple[int, int], k: int, lam: float
     2‖UVᵀ‖_* at its least, so UVᵀ is P's singular values soft-thresholded at λ. With every c = 1 and w = 1 (the
     ``implicit`` convention where every stored α|r| = 1, e.g. its defaults on 0/1 data) that is f itself: these
     factors are its optimum. Columns by decreasing singular value; those with σ ≤ λ are 0. None when k ≥ min(shape)
-    (ARPACK finds fewer triplets than a side's length) or ARPACK does not converge."""
-    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, svds
+    (ARPACK finds fewer triplets than a side's length) or ARPACK fails (no convergence; P = 0)."""
+    from scipy.sparse.linalg import ArpackError, LinearOperator, svds
 
     n = min(shape)
     if k >= n:
@@ -83,7 +83,7 @@ def spectral_factors(matvec, rmatvec, shape: tuple[int, int], k: int, lam: float
     v0 = np.random.default_rng(seed).random(n)  # seeded: ARPACK's own start is random
     try:
         A, sigma, Bt = svds(op, k=k, tol=0, v0=v0)
-    except ArpackNoConvergence:
+    except ArpackError:  # ArpackNoConvergence too
         return None
     order = np.argsort(sigma)[::-1]
     root = np.sqrt(np.maximum(sigma[order] - lam, 0.0))

@@ -244,7 +244,7 @@ class IALS:
         factors = hs.spectral_start(self.k, self.seed) if uniform or self.start == "spectral" else None
         if factors is None:
             if uniform or self.start == "spectral":
-                log.warning("iALS: no spectral start (k = %d, or ARPACK did not converge); the random one", self.k)
+                log.warning("iALS: no spectral start (k = %d, or ARPACK failed); the random one", self.k)
             return U0, V0, "random"
         U, V = factors
         if not uniform:
