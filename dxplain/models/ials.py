@@ -41,7 +41,7 @@ from ..kernels.balance import rescaling
 from ..kernels.ials import CONVENTIONS
 from ..kernels.newton import newton_pcg
 from ..progress import newton_progress
-from .als.trainer import PRECOND_ELEMENTS, stalled
+from .als.trainer import PRECOND_ELEMENTS, FlatPair, stalled
 from .base import FactorModel
 from .ials_half_steps import IALSHalfSteps, Measure
 from .threads import numba_owns_the_cores
@@ -264,31 +264,26 @@ class IALS:
         if (len(U) + len(V)) * self.k**2 > PRECOND_ELEMENTS:
             log.warning("iALS: the sweeps stalled; the Newton polish's blocks would not fit, so training ends here")
             return U, V, 0
-        nU, cache = U.size, {}
-
-        def split(x):
-            if cache.get("x") is not x:
-                cache["x"], cache["UV"] = x, (x[:nU].reshape(U.shape), x[nU:].reshape(V.shape))
-            return cache["UV"]
+        flat = FlatPair(U.shape, V.shape)
+        split = flat.split  # the same (U, V) objects for the same x: a step's passes put them once (``_point``)
 
         def fun_grad(x):
             f, gU, gV = hs.gradient(*split(x))
-            return f, np.concatenate([gU.ravel(), gV.ravel()])
+            return f, flat.join(gU, gV)
 
         def hessp(x, d):
-            hU, hV = hs.hessian_vector(*split(x), d[:nU].reshape(U.shape), d[nU:].reshape(V.shape))
-            return np.concatenate([hU.ravel(), hV.ravel()])
+            return flat.join(*hs.hessian_vector(*split(x), *flat.views(d)))
 
         def stop(x, g):
             if self.identity_tol is None:
                 return False
-            return max(hs.bound(*split(x), g[:nU].reshape(U.shape), g[nU:].reshape(V.shape))) <= self.identity_tol
+            return max(hs.bound(*split(x), *flat.views(g))) <= self.identity_tol
 
         x, _, steps, products = newton_pcg(
             fun_grad,
             hessp,
             lambda x: hs.curvature_blocks(*split(x)),
-            np.concatenate([U.ravel(), V.ravel()]),
+            flat.join(U, V),
             self.tol if self.identity_tol is None else 0.0,
             2.0 * self.lam_,
             self.newton_steps,

@@ -58,11 +58,10 @@ def _solve_part(part, F, G, lam: float) -> np.ndarray:
 def _measure_part(part, a: int, X, F, G, lam: float) -> tuple[float, float, float, float]:
     """A part's (data term, its rows' penalty Σ λ w ‖X_r‖², Σ of its gradient rows squared, its rows' identity
     bound): four numbers back, not the gradient."""
-    indptr, cols, c, p, w = part
+    indptr, w = part[0], part[4]
+    g, data, penalty = _gradient_part(part, a, X, F, G, lam)
     rows = X[a : a + len(indptr) - 1]
-    with numba_owns_the_cores():
-        g, data = ials.gradient_rows(indptr, cols, c, p, rows, F, lam * w, G)
-    return data, ials.penalty(rows, lam * w), float(np.sum(g * g)), ials.identity_bound(rows, g, lam * w, F)
+    return data, penalty, float(np.sum(g * g)), ials.identity_bound(rows, g, lam * w, F)
 
 
 def _gradient_part(part, a: int, X, F, G, lam: float) -> tuple[np.ndarray, float, float]:

@@ -75,6 +75,27 @@ class SweepState:
     bound: tuple | None = None
 
 
+class FlatPair:
+    """(U, V) as the one vector x a Newton polish works on: ``split(x)`` gives views of x, the same two objects for
+    the same x (half-steps key their caches on the arrays), and ``join`` flattens a pair of U's and V's shapes."""
+
+    def __init__(self, shape_U: tuple, shape_V: tuple):
+        self.shapes, self.n_U = (shape_U, shape_V), int(np.prod(shape_U))
+        self._x, self._pair = None, None
+
+    def split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self._x is not x:
+            self._x, self._pair = x, self.views(x)
+        return self._pair
+
+    def views(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """v's U and V parts (new views each call: for directions and gradients)."""
+        return v[: self.n_U].reshape(self.shapes[0]), v[self.n_U :].reshape(self.shapes[1])
+
+    def join(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.concatenate([a.ravel(), b.ravel()])
+
+
 def stalled(history: list[float], window: int) -> bool:
     """Whether the last ``window`` sweeps failed to halve the best gradient norm before them: then
     Newton's quadratic rate wins (the Anderson sweeps are not monotone, so one sweep says little)."""
@@ -284,26 +305,18 @@ class ALSMF:
         Newton-CG when the k×k blocks fit in PRECOND_ELEMENTS, else scipy trust-ncg. Every pass over D
         (f and ∇f, the Hessian products, the blocks) is the half-steps': over the parts, on the workers.
         Newton-CG stops on ‖∇f‖ ≤ tol or, with an identity tolerance, as soon as a step's gradient meets the bound."""
-        nU = U.size
-        shapeU, shapeV = U.shape, V.shape
-        cache, calls = {}, {"hessp": 0}
-
-        def split(x):
-            # The same (U, V) objects for the same x: the local half-steps keep r for them.
-            if cache.get("x") is not x:
-                cache["x"], cache["UV"] = x, (x[:nU].reshape(shapeU), x[nU:].reshape(shapeV))
-            return cache["UV"]
+        flat, calls = FlatPair(U.shape, V.shape), {"hessp": 0}
+        split = flat.split  # the same (U, V) objects for the same x: the local half-steps keep r for them
 
         def fun_grad(x):
             rss, gU, gV = half_steps.gradient(*split(x), lam)
-            return rss / n + 0.5 * lam * (x @ x), np.concatenate([gU.ravel(), gV.ravel()])
+            return rss / n + 0.5 * lam * (x @ x), flat.join(gU, gV)
 
         def hessp(x, p):
             calls["hessp"] += 1
-            hU, hV = half_steps.hessian_vector(*split(x), p[:nU].reshape(shapeU), p[nU:].reshape(shapeV), lam)
-            return np.concatenate([hU.ravel(), hV.ravel()])
+            return flat.join(*half_steps.hessian_vector(*split(x), *flat.views(p), lam))
 
-        x0 = np.concatenate([U.ravel(), V.ravel()])
+        x0 = flat.join(U, V)
         t0 = time.perf_counter()
         if (U.shape[0] + V.shape[0]) * self.k**2 <= PRECOND_ELEMENTS:
             # Damped Newton-CG with the per-row k×k blocks as preconditioner (kernels/newton.py).
@@ -316,8 +329,7 @@ class ALSMF:
 
             def bound_met(x, g):
                 # The identity bound from the gradient the step already has: O((users + items)·k), no pass over D.
-                gU, gV = g[:nU].reshape(shapeU), g[nU:].reshape(shapeV)
-                return max(half_steps.bound(*split(x), gU, gV, lam)) <= self.identity_tol
+                return max(half_steps.bound(*split(x), *flat.views(g), lam)) <= self.identity_tol
 
             x, gnorm, steps, products = newton_pcg(
                 fun_grad,
